@@ -1,0 +1,271 @@
+// engine/model_config.c — named DeepSeek configs, YaRN RoPE tables and the softmax scale,
+// following Hugging Face's DeepseekV2/V3 modeling code.
+#include "model_config.h"
+
+#include <math.h>    // log, pow, floor, ceil, cos, sin, sqrt
+#include <stdio.h>   // snprintf
+#include <string.h>  // strcmp, memset, snprintf
+
+// ---------------------------------------------------------------------------------------------
+// Named configs
+// ---------------------------------------------------------------------------------------------
+
+static void base_config(model_config *c) {
+    memset(c, 0, sizeof *c);
+    c->moe_layer_freq = 1;
+    c->n_group = 1;
+    c->topk_group = 1;
+    c->topk_method = MOE_TOPK_GREEDY;
+    c->scoring_func = MOE_SCORING_SOFTMAX;
+    c->routed_scaling_factor = 1.0;
+    c->rms_norm_eps = 1e-6;
+    c->rope_theta = 10000.0;
+    c->rope_interleave = true;
+}
+
+static void yarn(model_config *c, double factor, int original_max) {
+    c->rope_yarn = true;
+    c->rope_factor = factor;
+    c->rope_beta_fast = 32;
+    c->rope_beta_slow = 1;
+    c->rope_mscale = 0.707;
+    c->rope_mscale_all_dim = 0.707;
+    c->rope_original_max_position_embeddings = original_max;
+}
+
+// CI-sized, DeepSeek-V3 flavoured: q_lora, sigmoid + group-limited routing with bias, YaRN.
+static void config_tiny(model_config *c) {
+    base_config(c);
+    c->vocab_size = 512;
+    c->hidden_size = 256;
+    c->intermediate_size = 512;
+    c->moe_intermediate_size = 128;
+    c->num_hidden_layers = 4;
+    c->num_attention_heads = 4;
+    c->q_lora_rank = 96;
+    c->kv_lora_rank = 64;
+    c->qk_nope_head_dim = 32;
+    c->qk_rope_head_dim = 16;
+    c->v_head_dim = 32;
+    c->n_routed_experts = 8;
+    c->n_shared_experts = 1;
+    c->num_experts_per_tok = 2;
+    c->first_k_dense_replace = 1;
+    c->n_group = 4;
+    c->topk_group = 2;
+    c->topk_method = MOE_TOPK_NOAUX_TC;
+    c->scoring_func = MOE_SCORING_SIGMOID;
+    c->norm_topk_prob = true;
+    c->routed_scaling_factor = 2.5;
+    c->max_position_embeddings = 4096;
+    yarn(c, 4.0, 1024);
+}
+
+// CI-sized, DeepSeek-V2 flavoured: q_proj (no q_lora), softmax + greedy routing, no scaling.
+static void config_tiny_v2(model_config *c) {
+    config_tiny(c);
+    c->q_lora_rank = 0;
+    c->n_group = 1;
+    c->topk_group = 1;
+    c->topk_method = MOE_TOPK_GREEDY;
+    c->scoring_func = MOE_SCORING_SOFTMAX;
+    c->norm_topk_prob = false;
+    c->routed_scaling_factor = 1.0;
+    c->rope_yarn = false;
+}
+
+// Real MLA head dimensions (the 576/512 latent layout), few layers.
+static void config_small(model_config *c) {
+    base_config(c);
+    c->vocab_size = 8192;
+    c->hidden_size = 1024;
+    c->intermediate_size = 2816;
+    c->moe_intermediate_size = 384;
+    c->num_hidden_layers = 3;
+    c->num_attention_heads = 16;
+    c->q_lora_rank = 384;
+    c->kv_lora_rank = 512;
+    c->qk_nope_head_dim = 128;
+    c->qk_rope_head_dim = 64;
+    c->v_head_dim = 128;
+    c->n_routed_experts = 16;
+    c->n_shared_experts = 1;
+    c->num_experts_per_tok = 4;
+    c->first_k_dense_replace = 1;
+    c->n_group = 4;
+    c->topk_group = 2;
+    c->topk_method = MOE_TOPK_NOAUX_TC;
+    c->scoring_func = MOE_SCORING_SIGMOID;
+    c->norm_topk_prob = true;
+    c->routed_scaling_factor = 2.5;
+    c->max_position_embeddings = 16384;
+    yarn(c, 40.0, 4096);
+}
+
+// DeepSeek-V2-Lite's real dimensions (27 layers in the checkpoint; 4 here to keep runs short).
+static void config_v2_lite(model_config *c) {
+    base_config(c);
+    c->vocab_size = 102400;
+    c->hidden_size = 2048;
+    c->intermediate_size = 10944;
+    c->moe_intermediate_size = 1408;
+    c->num_hidden_layers = 4;
+    c->num_attention_heads = 16;
+    c->q_lora_rank = 0;
+    c->kv_lora_rank = 512;
+    c->qk_nope_head_dim = 128;
+    c->qk_rope_head_dim = 64;
+    c->v_head_dim = 128;
+    c->n_routed_experts = 64;
+    c->n_shared_experts = 2;
+    c->num_experts_per_tok = 6;
+    c->first_k_dense_replace = 1;
+    c->topk_method = MOE_TOPK_GREEDY;
+    c->scoring_func = MOE_SCORING_SOFTMAX;
+    c->norm_topk_prob = false;
+    c->routed_scaling_factor = 1.0;
+    c->max_position_embeddings = 163840;
+    yarn(c, 40.0, 4096);
+}
+
+static const struct {
+    const char *name;
+    void (*make)(model_config *);
+} named_configs[] = {
+    {"tiny", config_tiny},
+    {"tiny-v2", config_tiny_v2},
+    {"small", config_small},
+    {"v2-lite", config_v2_lite},
+};
+#define N_NAMED (sizeof named_configs / sizeof named_configs[0])
+
+const char *const *model_config_names(void) {
+    static const char *names[N_NAMED + 1];
+    for (size_t i = 0; i < N_NAMED; i++) names[i] = named_configs[i].name;
+    names[N_NAMED] = NULL;
+    return names;
+}
+
+bool model_config_by_name(const char *name, model_config *out) {
+    for (size_t i = 0; i < N_NAMED; i++) {
+        if (strcmp(named_configs[i].name, name) == 0) {
+            named_configs[i].make(out);
+            snprintf(out->name, sizeof out->name, "%s", name);
+            return true;
+        }
+    }
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer kinds, softmax scale, RoPE
+// ---------------------------------------------------------------------------------------------
+
+bool model_layer_is_moe(const model_config *c, int layer) {
+    return c->n_routed_experts > 0 && layer >= c->first_k_dense_replace &&
+           layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
+}
+
+static double yarn_get_mscale(double scale, double mscale) {
+    if (scale <= 1.0) return 1.0;
+    return 0.1 * mscale * log(scale) + 1.0;
+}
+
+double model_softmax_scale(const model_config *c) {
+    double scale = 1.0 / sqrt((double)(c->qk_nope_head_dim + c->qk_rope_head_dim));
+    if (c->rope_yarn && c->rope_mscale_all_dim != 0.0) {
+        double m = yarn_get_mscale(c->rope_factor, c->rope_mscale_all_dim);
+        scale *= m * m;
+    }
+    return scale;
+}
+
+static double yarn_correction_dim(double rotations, int dim, double base, int max_pos) {
+    return (dim * log(max_pos / (rotations * 2.0 * M_PI))) / (2.0 * log(base));
+}
+
+// Inverse frequencies as DeepseekV2YarnRotaryEmbedding computes them (in fp32 there).
+static void rope_inv_freq(const model_config *c, float *inv_freq) {
+    int dim = c->qk_rope_head_dim, half = dim / 2;
+    double base = c->rope_theta;
+    if (!c->rope_yarn) {
+        for (int i = 0; i < half; i++) inv_freq[i] = (float)(1.0 / pow(base, (2.0 * i) / dim));
+        return;
+    }
+    int orig = c->rope_original_max_position_embeddings;
+    double low = floor(yarn_correction_dim(c->rope_beta_fast, dim, base, orig));
+    double high = ceil(yarn_correction_dim(c->rope_beta_slow, dim, base, orig));
+    if (low < 0) low = 0;
+    if (high > dim - 1) high = dim - 1;
+    if (low == high) high += 0.001;
+    for (int i = 0; i < half; i++) {
+        float extra = (float)(1.0 / pow(base, (2.0 * i) / dim));
+        float inter = (float)(1.0 / (c->rope_factor * pow(base, (2.0 * i) / dim)));
+        double ramp = (i - low) / (high - low);
+        if (ramp < 0) ramp = 0;
+        if (ramp > 1) ramp = 1;
+        float mask = (float)(1.0 - ramp);
+        inv_freq[i] = inter * (1.0f - mask) + extra * mask;
+    }
+}
+
+void model_rope_tables(const model_config *c, int positions, float *cos_out, float *sin_out) {
+    int half = c->qk_rope_head_dim / 2;
+    float inv_freq[512];
+    rope_inv_freq(c, inv_freq);
+    float mscale = 1.0f;
+    if (c->rope_yarn)
+        mscale = (float)(yarn_get_mscale(c->rope_factor, c->rope_mscale) /
+                         yarn_get_mscale(c->rope_factor, c->rope_mscale_all_dim));
+    for (int p = 0; p < positions; p++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)p * inv_freq[i];
+            cos_out[(long)p * half + i] = cosf(angle) * mscale;
+            sin_out[(long)p * half + i] = sinf(angle) * mscale;
+        }
+    }
+}
+
+bool model_config_validate(const model_config *c, char *err, int err_len) {
+#define REQUIRE(cond, field, what)                                                       \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            snprintf(err, (size_t)err_len, "field '%s' %s", field, what);                \
+            return false;                                                                \
+        }                                                                                \
+    } while (0)
+    REQUIRE(c->vocab_size > 0, "vocab_size", "must be positive");
+    REQUIRE(c->hidden_size > 0, "hidden_size", "must be positive");
+    REQUIRE(c->num_hidden_layers > 0, "num_hidden_layers", "must be positive");
+    REQUIRE(c->num_attention_heads > 0, "num_attention_heads", "must be positive");
+    REQUIRE(c->q_lora_rank >= 0, "q_lora_rank", "must be null or positive");
+    REQUIRE(c->kv_lora_rank > 0, "kv_lora_rank", "must be positive");
+    REQUIRE(c->qk_nope_head_dim > 0, "qk_nope_head_dim", "must be positive");
+    REQUIRE(c->qk_rope_head_dim > 0 && c->qk_rope_head_dim % 2 == 0 && c->qk_rope_head_dim <= 1024,
+            "qk_rope_head_dim", "must be even and at most 1024");
+    REQUIRE(c->v_head_dim > 0, "v_head_dim", "must be positive");
+    REQUIRE(c->intermediate_size > 0 || c->first_k_dense_replace == 0 || c->n_routed_experts > 0,
+            "intermediate_size", "must be positive");
+    REQUIRE(c->rms_norm_eps > 0, "rms_norm_eps", "must be positive");
+    REQUIRE(c->rope_theta > 0, "rope_theta", "must be positive");
+    REQUIRE(c->max_position_embeddings > 0, "max_position_embeddings", "must be positive");
+    if (c->n_routed_experts > 0) {
+        REQUIRE(c->moe_intermediate_size > 0, "moe_intermediate_size", "must be positive");
+        REQUIRE(c->num_experts_per_tok > 0 && c->num_experts_per_tok <= c->n_routed_experts &&
+                    c->num_experts_per_tok <= 64,
+                "num_experts_per_tok", "must be in [1, min(n_routed_experts, 64)]");
+        REQUIRE(c->n_group > 0 && c->n_routed_experts % c->n_group == 0, "n_group",
+                "must divide n_routed_experts");
+        REQUIRE(c->topk_group > 0 && c->topk_group <= c->n_group, "topk_group",
+                "must be in [1, n_group]");
+        REQUIRE(c->moe_layer_freq > 0, "moe_layer_freq", "must be positive");
+        REQUIRE(c->n_shared_experts >= 0, "n_shared_experts", "must not be negative");
+    }
+    if (c->rope_yarn) {
+        REQUIRE(c->rope_factor > 0, "rope_scaling.factor", "must be positive");
+        REQUIRE(c->rope_original_max_position_embeddings > 0,
+                "rope_scaling.original_max_position_embeddings", "must be positive");
+    }
+    return true;
+#undef REQUIRE
+}

@@ -1,0 +1,172 @@
+// kernels/ops.h — the kernel-set interface.
+//
+// One struct of function pointers. Each kernel set (invariant or reference) on each device
+// (cpu or cuda) provides one instance through kernels/registry.h. The engine calls kernels
+// only through it, so a config's kernel set is a pointer.
+//
+// Conventions, for every op:
+// - Pointers are device pointers of the set's device (host memory for cpu). Memory comes from
+//   the set's own alloc/upload/download.
+// - bf16 tensors are uint16_t holding the top half of an IEEE float (kernels/bf16.h);
+//   accumulation is fp32; results round to bf16 once, round-to-nearest-even.
+// - Matrices are row-major; "ld" arguments are row strides in elements.
+// - Ops are asynchronous with respect to the host where the device is; `sync` waits, and
+//   `download` is synchronous.
+// - An invariant set computes every output element in one order that depends neither on the
+//   row count, the row's position, other rows' contents nor the thread/CTA count
+//   (../shared/DESIGN.md, "The invariance contract"). A reference set computes the same
+//   function in whatever order is fastest for the shape, as libraries do.
+#ifndef INVAR_KERNELS_OPS_H
+#define INVAR_KERNELS_OPS_H
+
+#include <stdbool.h>  // bool
+#include <stddef.h>   // size_t
+#include <stdint.h>   // uint16_t, int32_t, uint64_t
+
+typedef uint16_t bf16;
+
+// y[b][m][n] = sum_k x[b][m][k] * w[b][n][k]   (x · wᵀ, the nn.Linear convention)
+typedef struct {
+    void *y;            // bf16, or float when y_f32
+    bool y_f32;
+    const bf16 *x;
+    const bf16 *w;      // [N, K] per batch entry
+    int M, N, K;
+    long ldx, ldy, ldw; // row strides; 0 means dense (K, N, K)
+    int batch;          // 0 or 1 means one product
+    long stride_x, stride_y, stride_w; // between batch entries, in elements
+} gemm_args;
+
+// Absorbed MLA attention over the paged latent cache. For query token t and head h:
+//   s_j = scale * (q_lat[t,h] · c_kv[j] + q_pe[t,h] · k_pe[j])   for j in [0, token_pos[t]]
+//   out[t,h] = sum_j softmax(s)_j * c_kv[j]
+// c_kv[j], k_pe[j] live in kv_cache at slot block_table[seq][j / block_size] * block_size
+// + j % block_size, each slot holding L latent values then R rope values.
+// The new tokens' entries are already in the cache when this runs.
+typedef struct {
+    bf16 *out;                  // [T, H, L], row stride ld_out per token
+    const bf16 *q_lat;          // [T, H, L], row stride ld_q_lat per token
+    const bf16 *q_pe;           // R values per head, strides ld_q_pe (token), head_stride_q_pe
+    const bf16 *kv_cache;       // this layer: [num_blocks * block_size, L + R]
+    const int32_t *block_table; // [num_seqs, max_blocks_per_seq]
+    const int32_t *token_seq;   // [T] row of block_table for each query token
+    const int32_t *token_pos;   // [T] absolute position; attends to [0, token_pos]
+    const int32_t *seq_lens;    // [num_seqs] tokens in the cache for each sequence this step
+    int T, H, L, R;
+    long ld_out, ld_q_lat, ld_q_pe, head_stride_q_pe;
+    int block_size, max_blocks_per_seq, num_seqs;
+    int max_seq_len;            // host copy of max(seq_lens), as schedulers know it
+    float scale;
+} mla_attention_args;
+
+enum moe_scoring { MOE_SCORING_SOFTMAX, MOE_SCORING_SIGMOID };
+enum moe_topk_method { MOE_TOPK_GREEDY, MOE_TOPK_GROUP_LIMITED_GREEDY, MOE_TOPK_NOAUX_TC };
+
+// Router: logits = fp32(x) · fp32(gate_w)ᵀ, then scoring and top-k as Hugging Face's
+// DeepseekV2MoEGate (softmax; greedy or group_limited_greedy; weights normalized when
+// k > 1 and norm_topk_prob, else multiplied by routed_scaling_factor) or DeepseekV3's
+// (sigmoid; noaux_tc: choose on score + correction_bias, group score = sum of a group's top 2,
+// weights are the un-biased scores, normalized when norm_topk_prob, always multiplied by
+// routed_scaling_factor). Ties pick the lower index. Ids of one token are stored in
+// descending order of the score they were chosen by.
+typedef struct {
+    int32_t *topk_ids;          // [T, k]
+    float *topk_weights;        // [T, k]
+    const bf16 *x;              // [T, D]
+    const bf16 *gate_w;         // [E, D]
+    const float *correction_bias; // [E], or NULL
+    int T, D, E, k;
+    enum moe_scoring scoring;
+    enum moe_topk_method topk_method;
+    int n_group, topk_group;
+    bool norm_topk_prob;
+    float routed_scaling_factor;
+} moe_route_args;
+
+// Routed experts, not yet weighted: out[t*k + j] = expert e = topk_ids[t,j] applied to x[t]:
+//   gu = bf16(x · w_gate_up[e]ᵀ)  ([2I]: gate then up), a = bf16(bf16(silu(gate)) * up),
+//   out = bf16(a · w_down[e]ᵀ).
+// An invariant set reduces each row in the invariant GEMM's order however many tokens
+// an expert got.
+typedef struct {
+    bf16 *out;                  // [T * k, D]
+    const bf16 *x;              // [T, D]
+    const int32_t *topk_ids;    // [T, k]
+    const bf16 *w_gate_up;      // [E, 2I, D]
+    const bf16 *w_down;         // [E, D, I]
+    int T, k, E, D, I;
+} moe_experts_args;
+
+// out[t] = bf16( sum_j topk_weights[t,j] * expert_out[t*k + j] ), fp32 products and sum.
+typedef struct {
+    bf16 *out;                  // [T, D]
+    const bf16 *expert_out;     // [T * k, D]
+    const float *topk_weights;  // [T, k]
+    const int32_t *topk_ids;    // [T, k] (a reference set may order its sum by expert load)
+    int T, k, D, E;
+} moe_combine_args;
+
+// Per row r of logits [R, V]: log_softmax, the sampled token and the top-k.
+// temperature[r] == 0: greedy (argmax, lower id on ties). Otherwise the Gumbel-max trick:
+// argmax(logits / temperature + gumbel(noise_seed[r], position[r], vocab id)), noise from
+// ops_gumbel_noise() so it depends on nothing but (seed, position, id).
+// Logprobs are of the untempered distribution. Top-k ids in descending logprob, lower id first
+// on ties.
+typedef struct {
+    const float *logits;        // [R, V]
+    int R, V, k;
+    const float *temperature;   // [R]
+    const uint64_t *noise_seed; // [R]
+    const int32_t *position;    // [R]
+    int32_t *token;             // [R]
+    float *token_logprob;       // [R]
+    int32_t *topk_ids;          // [R, k]
+    float *topk_logprobs;       // [R, k]
+} logprobs_args;
+
+typedef struct ops_set ops_set;
+struct ops_set {
+    const char *name;           // "invariant" | "reference"
+    const char *device;         // "cpu" | "cuda"
+    bool batch_invariant;
+    void *ctx;                  // the set's own state (thread pool, cuBLAS handle, scratch)
+
+    void (*destroy)(ops_set *ops);
+
+    // --- memory -----------------------------------------------------------------------
+    void *(*alloc)(ops_set *ops, size_t bytes, const char *what); // exits naming `what`
+    void (*release)(ops_set *ops, void *p);
+    void (*upload)(ops_set *ops, void *dst, const void *src, size_t bytes);
+    void (*download)(ops_set *ops, void *dst, const void *src, size_t bytes);
+    void (*sync)(ops_set *ops);
+
+    // --- ops ----------------------------------------------------------------------------
+    // out[t] = table[ids[t]]   (D values)
+    void (*embedding)(ops_set *ops, bf16 *out, const bf16 *table, const int32_t *ids,
+                      int T, int D);
+    // out = bf16( w * bf16( x * rsqrt(mean(x²) + eps) ) ), as Hugging Face's RMSNorm
+    void (*rmsnorm)(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                    const bf16 *w, int M, int D, float eps);
+    void (*gemm)(ops_set *ops, const gemm_args *a);
+    // In place on R rope values at x + t*ld_token + h*ld_head, position pos[t].
+    // interleave: pairs (x[2i], x[2i+1]) rotated by frequency i and written out de-interleaved
+    // (evens' results first), as DeepSeek's apply_rotary_pos_emb; otherwise rotate_half pairs
+    // (x[i], x[i+R/2]). cos/sin: [max_pos, R/2] fp32, YaRN mscale already folded in.
+    void (*rope)(ops_set *ops, bf16 *x, long ld_token, long ld_head, int T, int H, int R,
+                 const int32_t *pos, const float *cos, const float *sin, bool interleave);
+    // x = bf16(x + y), n elements
+    void (*residual_add)(ops_set *ops, bf16 *x, const bf16 *y, long n);
+    // out[m, i] = bf16( bf16(silu(gu[m, i])) * gu[m, I + i] ); gu is [M, 2I], out [M, I]
+    void (*silu_mul)(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int I);
+    // cache[slot[t]] = (c_kv[t] (L values), k_pe[t] (R values))
+    void (*kv_cache_write)(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, long ld_c_kv,
+                           const bf16 *k_pe, long ld_k_pe, const int32_t *slot, int T,
+                           int L, int R);
+    void (*mla_attention)(ops_set *ops, const mla_attention_args *a);
+    void (*moe_route)(ops_set *ops, const moe_route_args *a);
+    void (*moe_experts)(ops_set *ops, const moe_experts_args *a);
+    void (*moe_combine)(ops_set *ops, const moe_combine_args *a);
+    void (*logprobs)(ops_set *ops, const logprobs_args *a);
+};
+
+#endif

@@ -1,0 +1,39 @@
+// kernels/registry.c — the one table of kernel sets (kernels/registry.h).
+#include "registry.h"
+
+#include <stdio.h>                          // snprintf
+#include <string.h>                         // strcmp
+
+#include "cpu/inv_cpu.h"                    // inv_cpu_create
+#include "../reference/cpu/ref_cpu.h"       // ref_cpu_create
+#ifdef INVAR_CUDA
+#include "cuda/inv_cuda.h"                  // inv_cuda_create, inv_cuda_device_available
+#include "../reference/cuda/ref_cuda.h"     // ref_cuda_create
+#endif
+
+static const kernel_set_entry entries[] = {
+    {"invariant", "cpu", inv_cpu_create},
+    {"reference", "cpu", ref_cpu_create},
+#ifdef INVAR_CUDA
+    {"invariant", "cuda", inv_cuda_create},
+    {"reference", "cuda", ref_cuda_create},
+#endif
+    {NULL, NULL, NULL},
+};
+
+const kernel_set_entry *kernel_sets(void) { return entries; }
+
+ops_set *kernel_set_create(const char *set, const char *device, int threads) {
+    for (const kernel_set_entry *e = entries; e->set; e++)
+        if (strcmp(e->set, set) == 0 && strcmp(e->device, device) == 0) return e->create(threads);
+    return NULL;
+}
+
+bool cuda_device_available(char *why, int why_len) {
+#ifdef INVAR_CUDA
+    return inv_cuda_device_available(why, why_len);
+#else
+    if (why) snprintf(why, (size_t)why_len, "invar was built without CUDA (nvcc not found)");
+    return false;
+#endif
+}

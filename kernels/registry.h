@@ -1,0 +1,24 @@
+// kernels/registry.h — the table of kernel sets: (set name, device) -> ops_set.
+#ifndef INVAR_KERNELS_REGISTRY_H
+#define INVAR_KERNELS_REGISTRY_H
+
+#include <stdbool.h>  // bool
+#include "ops.h"      // ops_set
+
+typedef struct {
+    const char *set;    // "invariant" | "reference"
+    const char *device; // "cpu" | "cuda"
+    ops_set *(*create)(int threads); // threads: CPU worker count (0 = all cores); cuda ignores
+} kernel_set_entry;
+
+// The registered sets, terminated by an entry whose set is NULL.
+const kernel_set_entry *kernel_sets(void);
+
+// Creates the named set on the named device; NULL when no such set is registered.
+ops_set *kernel_set_create(const char *set, const char *device, int threads);
+
+// True when a CUDA device can be used (the binary was built with CUDA and a device answers).
+// `why` receives a reason when it cannot (may be NULL).
+bool cuda_device_available(char *why, int why_len);
+
+#endif

@@ -1,0 +1,11 @@
+// harness/commands.h — the invar subcommands. Each returns the process exit code
+// (0 all expectations held, 1 an expectation failed, 2 bad input or usage).
+#ifndef INVAR_HARNESS_COMMANDS_H
+#define INVAR_HARNESS_COMMANDS_H
+
+int cmd_run(int argc, char **argv);      // harness/cmd_run.c:      invar run --case FILE
+int cmd_kernels(int argc, char **argv);  // harness/kernel_check.c: invar kernels
+int cmd_bench(int argc, char **argv);    // harness/bench.c:        invar bench
+int cmd_model(int argc, char **argv);    // harness/cmd_model.c:    invar model write
+
+#endif

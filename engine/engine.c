@@ -1,0 +1,670 @@
+// engine/engine.c — the MLA inference engine (engine/engine.h): weights on the kernel set's
+// device, the paged latent KV cache, and the DeepSeek-V2/V3 forward pass, read top to bottom in
+// engine_forward(). Every kernel is called through the ops_set, so the same code runs every
+// kernel set on every device.
+#include "engine.h"
+
+#include <stdio.h>               // snprintf
+#include <stdlib.h>              // free
+#include <string.h>              // memset, memcpy
+
+#include "../kernels/bf16.h"     // invar_mix64
+#include "../kernels/check.h"    // invar_die, invar_malloc, invar_calloc
+#include "kv_cache.h"            // kv_cache_*
+#include "scheduler.h"           // scheduler_*, sched_item
+
+// ---------------------------------------------------------------------------------------------
+// Weights, in the layout the forward pass wants (all device pointers)
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    bf16 *input_norm, *post_attention_norm;
+    bf16 *q_proj;                // [H*(nope+rope), D], or NULL with q_lora
+    bf16 *q_a_proj, *q_a_norm, *q_b_proj;
+    bf16 *kv_a_proj;             // [L+R, D]
+    bf16 *kv_a_norm;             // [L]
+    bf16 *w_uk_t;                // [H, L, nope]: kv_b_proj's key half, transposed for absorption
+    bf16 *kv_b_proj;             // [H*(nope+v), L]: the value half is used in place
+    bf16 *o_proj;                // [D, H*v]
+    bool moe;
+    bf16 *mlp_gate_up, *mlp_down;        // dense: [2I, D], [D, I]
+    bf16 *router;                        // [E, D]
+    float *router_bias;                  // [E] or NULL
+    bf16 *experts_gate_up, *experts_down; // [E, 2Im, D], [E, D, Im]
+    bf16 *shared_gate_up, *shared_down;   // [2Is, D], [D, Is] or NULL
+} layer_weights;
+
+// Activations for one step of at most max_num_batched_tokens tokens.
+typedef struct {
+    bf16 *h;                     // [T, D] residual stream
+    bf16 *x;                     // [T, D] normed input of a sublayer
+    bf16 *q_a;                   // [T, q_lora]
+    bf16 *q_a_normed;            // [T, q_lora]
+    bf16 *q;                     // [T, H, nope+rope]
+    bf16 *kv_a;                  // [T, L+R]
+    bf16 *c_kv;                  // [T, L]
+    bf16 *q_lat;                 // [T, H, L]
+    bf16 *attn_lat;              // [T, H, L]
+    bf16 *attn_v;                // [T, H, v]
+    bf16 *sublayer_out;          // [T, D]
+    bf16 *gate_up;               // [T, 2 * max(I, Is)]
+    bf16 *act;                   // [T, max(I, Is)]
+    bf16 *shared_out;            // [T, D]
+    int32_t *topk_ids;           // [T, k]
+    float *topk_weights;         // [T, k]
+    bf16 *expert_out;            // [T*k, D]
+    bf16 *final_rows;            // [S, D] rows whose logits are needed
+    bf16 *final_normed;          // [S, D]
+    float *logits;               // [S, V]
+    // step metadata
+    int32_t *ids, *pos, *slot, *token_seq, *block_table, *seq_lens, *sample_rows;
+    float *temperature;
+    uint64_t *noise_seed;
+    int32_t *sample_pos;
+    // sampling results
+    int32_t *token, *topk_out_ids;
+    float *token_logprob, *topk_out_logprobs;
+} activations;
+
+// Host copies of a step's metadata and results.
+typedef struct {
+    int32_t *ids, *pos, *slot, *token_seq, *block_table, *seq_lens, *sample_rows;
+    float *temperature;
+    uint64_t *noise_seed;
+    int32_t *sample_pos;
+    int32_t *token, *topk_ids;
+    float *token_logprob, *topk_logprobs;
+    int *sample_item;            // item index of each sample row
+} host_step;
+
+struct engine {
+    model_config cfg;
+    ops_set *ops;
+    engine_limits lim;
+    uint64_t seed;
+    int max_blocks_per_seq, num_blocks;
+
+    bf16 *embed, *final_norm, *lm_head;
+    float *rope_cos, *rope_sin;
+    layer_weights *layers;
+    bf16 **kv;                   // per layer [num_blocks * block_size, L+R]
+
+    activations a;
+    host_step hs;
+    kv_cache *cache;
+    scheduler *sched;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    engine *e;
+    weight_source *src;
+    bf16 *staging;               // host buffer for the largest tensor
+    size_t staging_elems;
+} loader;
+
+static size_t count_of(const int64_t *shape, int ndim) {
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    return n;
+}
+
+static bf16 *staging(loader *l, size_t elems) {
+    if (elems > l->staging_elems) {
+        free(l->staging);
+        l->staging = invar_malloc(elems * sizeof(bf16), "weight staging buffer");
+        l->staging_elems = elems;
+    }
+    return l->staging;
+}
+
+static bf16 *device_bf16(engine *e, size_t elems, const char *what) {
+    return e->ops->alloc(e->ops, elems * sizeof(bf16), what);
+}
+
+// Reads tensor `name` of `shape` into device memory at dst.
+static void load_into(loader *l, bf16 *dst, const char *name, const int64_t *shape, int ndim) {
+    size_t n = count_of(shape, ndim);
+    bf16 *host = staging(l, n);
+    l->src->read_bf16(l->src, name, shape, ndim, host);
+    l->e->ops->upload(l->e->ops, dst, host, n * sizeof(bf16));
+}
+
+static bf16 *load(loader *l, const char *name, int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols};
+    int ndim = cols > 0 ? 2 : 1;
+    bf16 *d = device_bf16(l->e, count_of(shape, ndim), name);
+    load_into(l, d, name, shape, ndim);
+    return d;
+}
+
+// gate_proj and up_proj ([I, D] each) stacked into one [2I, D] matrix at dst.
+static void load_gate_up(loader *l, bf16 *dst, const char *prefix, int64_t I, int64_t D) {
+    char name[256];
+    int64_t shape[2] = {I, D};
+    snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
+    load_into(l, dst, name, shape, 2);
+    snprintf(name, sizeof name, "%s.up_proj.weight", prefix);
+    load_into(l, dst + I * D, name, shape, 2);
+}
+
+static void load_mlp(loader *l, const char *prefix, int64_t I, int64_t D, bf16 **gate_up,
+                     bf16 **down) {
+    char name[256];
+    *gate_up = device_bf16(l->e, (size_t)(2 * I * D), prefix);
+    load_gate_up(l, *gate_up, prefix, I, D);
+    snprintf(name, sizeof name, "%s.down_proj.weight", prefix);
+    *down = load(l, name, D, I);
+}
+
+// kv_b_proj's key rows of head h, W_UK[h] = [nope, L], transposed to [L, nope] so that
+// q_lat = q_nope · W_UK[h] is an x·wᵀ product like every other.
+static bf16 *absorbed_key_weights(loader *l, const char *name) {
+    const model_config *c = &l->e->cfg;
+    int64_t H = c->num_attention_heads, L = c->kv_lora_rank, nope = c->qk_nope_head_dim,
+            v = c->v_head_dim;
+    int64_t shape[2] = {H * (nope + v), L};
+    size_t n = count_of(shape, 2);
+    bf16 *kv_b = invar_malloc(n * sizeof(bf16), "kv_b_proj host copy");
+    l->src->read_bf16(l->src, name, shape, 2, kv_b);
+    bf16 *t = staging(l, (size_t)(H * L * nope));
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t r = 0; r < nope; r++)
+            for (int64_t col = 0; col < L; col++)
+                t[(h * L + col) * nope + r] = kv_b[(h * (nope + v) + r) * L + col];
+    bf16 *d = device_bf16(l->e, (size_t)(H * L * nope), "absorbed W_UK");
+    l->e->ops->upload(l->e->ops, d, t, (size_t)(H * L * nope) * sizeof(bf16));
+    free(kv_b);
+    return d;
+}
+
+static void load_layer(loader *l, int i, layer_weights *w) {
+    const model_config *c = &l->e->cfg;
+    int64_t D = c->hidden_size, H = c->num_attention_heads, L = c->kv_lora_rank,
+            R = c->qk_rope_head_dim, nope = c->qk_nope_head_dim, v = c->v_head_dim;
+    char p[128], name[256];
+    snprintf(p, sizeof p, "model.layers.%d", i);
+#define NAME(fmt) (snprintf(name, sizeof name, "%s." fmt, p), name)
+    w->input_norm = load(l, NAME("input_layernorm.weight"), D, 0);
+    w->post_attention_norm = load(l, NAME("post_attention_layernorm.weight"), D, 0);
+    if (c->q_lora_rank > 0) {
+        w->q_a_proj = load(l, NAME("self_attn.q_a_proj.weight"), c->q_lora_rank, D);
+        w->q_a_norm = load(l, NAME("self_attn.q_a_layernorm.weight"), c->q_lora_rank, 0);
+        w->q_b_proj = load(l, NAME("self_attn.q_b_proj.weight"), H * (nope + R), c->q_lora_rank);
+    } else {
+        w->q_proj = load(l, NAME("self_attn.q_proj.weight"), H * (nope + R), D);
+    }
+    w->kv_a_proj = load(l, NAME("self_attn.kv_a_proj_with_mqa.weight"), L + R, D);
+    w->kv_a_norm = load(l, NAME("self_attn.kv_a_layernorm.weight"), L, 0);
+    w->w_uk_t = absorbed_key_weights(l, NAME("self_attn.kv_b_proj.weight"));
+    w->kv_b_proj = load(l, NAME("self_attn.kv_b_proj.weight"), H * (nope + v), L);
+    w->o_proj = load(l, NAME("self_attn.o_proj.weight"), D, H * v);
+    w->moe = model_layer_is_moe(c, i);
+    if (!w->moe) {
+        load_mlp(l, NAME("mlp"), c->intermediate_size, D, &w->mlp_gate_up, &w->mlp_down);
+    } else {
+        int64_t E = c->n_routed_experts, Im = c->moe_intermediate_size;
+        w->router = load(l, NAME("mlp.gate.weight"), E, D);
+        if (c->topk_method == MOE_TOPK_NOAUX_TC) {
+            int64_t shape[1] = {E};
+            float *bias = invar_malloc((size_t)E * sizeof(float), "router bias");
+            l->src->read_f32(l->src, NAME("mlp.gate.e_score_correction_bias"), shape, 1, bias);
+            w->router_bias = l->e->ops->alloc(l->e->ops, (size_t)E * sizeof(float), "router bias");
+            l->e->ops->upload(l->e->ops, w->router_bias, bias, (size_t)E * sizeof(float));
+            free(bias);
+        }
+        w->experts_gate_up = device_bf16(l->e, (size_t)(E * 2 * Im * D), "routed experts gate_up");
+        w->experts_down = device_bf16(l->e, (size_t)(E * D * Im), "routed experts down");
+        for (int64_t e = 0; e < E; e++) {
+            char expert[160];
+            snprintf(expert, sizeof expert, "%s.mlp.experts.%ld", p, (long)e);
+            load_gate_up(l, w->experts_gate_up + e * 2 * Im * D, expert, Im, D);
+            int64_t shape[2] = {D, Im};
+            snprintf(name, sizeof name, "%s.down_proj.weight", expert);
+            load_into(l, w->experts_down + e * D * Im, name, shape, 2);
+        }
+        if (c->n_shared_experts > 0)
+            load_mlp(l, NAME("mlp.shared_experts"), Im * c->n_shared_experts, D,
+                     &w->shared_gate_up, &w->shared_down);
+    }
+#undef NAME
+}
+
+static void load_weights(engine *e, weight_source *src) {
+    const model_config *c = &e->cfg;
+    loader l = {.e = e, .src = src};
+    e->embed = load(&l, "model.embed_tokens.weight", c->vocab_size, c->hidden_size);
+    e->layers = invar_calloc((size_t)c->num_hidden_layers, sizeof *e->layers, "layer weights");
+    for (int i = 0; i < c->num_hidden_layers; i++) load_layer(&l, i, &e->layers[i]);
+    e->final_norm = load(&l, "model.norm.weight", c->hidden_size, 0);
+    e->lm_head = c->tie_word_embeddings
+                     ? e->embed
+                     : load(&l, "lm_head.weight", c->vocab_size, c->hidden_size);
+    free(l.staging);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffers
+// ---------------------------------------------------------------------------------------------
+
+static void *dalloc(engine *e, size_t count, size_t size, const char *what) {
+    return e->ops->alloc(e->ops, count * size, what);
+}
+
+static void alloc_activations(engine *e) {
+    const model_config *c = &e->cfg;
+    size_t T = (size_t)e->lim.max_num_batched_tokens, S = (size_t)e->lim.max_num_seqs;
+    size_t D = (size_t)c->hidden_size, H = (size_t)c->num_attention_heads,
+           L = (size_t)c->kv_lora_rank, R = (size_t)c->qk_rope_head_dim,
+           nope = (size_t)c->qk_nope_head_dim, v = (size_t)c->v_head_dim;
+    size_t k = c->n_routed_experts > 0 ? (size_t)c->num_experts_per_tok : 1;
+    size_t I = (size_t)c->intermediate_size;
+    size_t Is = (size_t)c->moe_intermediate_size * (size_t)c->n_shared_experts;
+    size_t Imax = I > Is ? I : Is;
+    size_t q_lora = c->q_lora_rank > 0 ? (size_t)c->q_lora_rank : 1;
+    activations *a = &e->a;
+    a->h = dalloc(e, T * D, sizeof(bf16), "activations h");
+    a->x = dalloc(e, T * D, sizeof(bf16), "activations x");
+    a->q_a = dalloc(e, T * q_lora, sizeof(bf16), "activations q_a");
+    a->q_a_normed = dalloc(e, T * q_lora, sizeof(bf16), "activations q_a_normed");
+    a->q = dalloc(e, T * H * (nope + R), sizeof(bf16), "activations q");
+    a->kv_a = dalloc(e, T * (L + R), sizeof(bf16), "activations kv_a");
+    a->c_kv = dalloc(e, T * L, sizeof(bf16), "activations c_kv");
+    a->q_lat = dalloc(e, T * H * L, sizeof(bf16), "activations q_lat");
+    a->attn_lat = dalloc(e, T * H * L, sizeof(bf16), "activations attn_lat");
+    a->attn_v = dalloc(e, T * H * v, sizeof(bf16), "activations attn_v");
+    a->sublayer_out = dalloc(e, T * D, sizeof(bf16), "activations sublayer_out");
+    a->gate_up = dalloc(e, T * 2 * Imax, sizeof(bf16), "activations gate_up");
+    a->act = dalloc(e, T * Imax, sizeof(bf16), "activations act");
+    a->shared_out = dalloc(e, T * D, sizeof(bf16), "activations shared_out");
+    a->topk_ids = dalloc(e, T * k, sizeof(int32_t), "moe topk ids");
+    a->topk_weights = dalloc(e, T * k, sizeof(float), "moe topk weights");
+    a->expert_out = dalloc(e, T * k * D, sizeof(bf16), "moe expert outputs");
+    a->final_rows = dalloc(e, S * D, sizeof(bf16), "final rows");
+    a->final_normed = dalloc(e, S * D, sizeof(bf16), "final normed rows");
+    a->logits = dalloc(e, S * (size_t)c->vocab_size, sizeof(float), "logits");
+    size_t B = (size_t)e->max_blocks_per_seq;
+    a->ids = dalloc(e, T, sizeof(int32_t), "step token ids");
+    a->pos = dalloc(e, T, sizeof(int32_t), "step positions");
+    a->slot = dalloc(e, T, sizeof(int32_t), "step cache slots");
+    a->token_seq = dalloc(e, T, sizeof(int32_t), "step token sequences");
+    a->block_table = dalloc(e, S * B, sizeof(int32_t), "step block table");
+    a->seq_lens = dalloc(e, S, sizeof(int32_t), "step sequence lengths");
+    a->sample_rows = dalloc(e, S, sizeof(int32_t), "step sample rows");
+    a->temperature = dalloc(e, S, sizeof(float), "step temperatures");
+    a->noise_seed = dalloc(e, S, sizeof(uint64_t), "step noise seeds");
+    a->sample_pos = dalloc(e, S, sizeof(int32_t), "step sample positions");
+    a->token = dalloc(e, S, sizeof(int32_t), "sampled tokens");
+    a->token_logprob = dalloc(e, S, sizeof(float), "sampled logprobs");
+    a->topk_out_ids = dalloc(e, S * ENGINE_MAX_TOPK, sizeof(int32_t), "top-k ids");
+    a->topk_out_logprobs = dalloc(e, S * ENGINE_MAX_TOPK, sizeof(float), "top-k logprobs");
+
+    host_step *hs = &e->hs;
+    hs->ids = invar_calloc(T, sizeof(int32_t), "host step ids");
+    hs->pos = invar_calloc(T, sizeof(int32_t), "host step positions");
+    hs->slot = invar_calloc(T, sizeof(int32_t), "host step slots");
+    hs->token_seq = invar_calloc(T, sizeof(int32_t), "host step sequences");
+    hs->block_table = invar_calloc(S * B, sizeof(int32_t), "host block table");
+    hs->seq_lens = invar_calloc(S, sizeof(int32_t), "host sequence lengths");
+    hs->sample_rows = invar_calloc(S, sizeof(int32_t), "host sample rows");
+    hs->temperature = invar_calloc(S, sizeof(float), "host temperatures");
+    hs->noise_seed = invar_calloc(S, sizeof(uint64_t), "host noise seeds");
+    hs->sample_pos = invar_calloc(S, sizeof(int32_t), "host sample positions");
+    hs->token = invar_calloc(S, sizeof(int32_t), "host sampled tokens");
+    hs->token_logprob = invar_calloc(S, sizeof(float), "host sampled logprobs");
+    hs->topk_ids = invar_calloc(S * ENGINE_MAX_TOPK, sizeof(int32_t), "host top-k ids");
+    hs->topk_logprobs = invar_calloc(S * ENGINE_MAX_TOPK, sizeof(float), "host top-k logprobs");
+    hs->sample_item = invar_calloc(S, sizeof(int), "host sample items");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Create / destroy
+// ---------------------------------------------------------------------------------------------
+
+static void check_limits(const model_config *c, const engine_limits *lim) {
+    if (lim->max_num_seqs < 1) invar_die(2, "engine: max_num_seqs must be >= 1");
+    if (lim->max_num_batched_tokens < 1) invar_die(2, "engine: max_num_batched_tokens must be >= 1");
+    if (lim->block_size < 1) invar_die(2, "engine: block_size must be >= 1");
+    if (lim->max_model_len < 2) invar_die(2, "engine: max_model_len must be >= 2");
+    if (lim->max_model_len > c->max_position_embeddings)
+        invar_die(2, "engine: max_model_len %d exceeds the model's max_position_embeddings %d",
+                  lim->max_model_len, c->max_position_embeddings);
+    if (lim->max_total_tokens < lim->max_model_len)
+        invar_die(2, "engine: max_total_tokens %d is below max_model_len %d",
+                  lim->max_total_tokens, lim->max_model_len);
+}
+
+engine *engine_create(const model_config *cfg, weight_source *src, ops_set *ops,
+                      const engine_limits *limits, uint64_t seed) {
+    char err[256];
+    if (!model_config_validate(cfg, err, sizeof err)) invar_die(2, "model config: %s", err);
+    check_limits(cfg, limits);
+    engine *e = invar_calloc(1, sizeof *e, "engine");
+    e->cfg = *cfg;
+    e->ops = ops;
+    e->lim = *limits;
+    e->seed = seed;
+    int bs = limits->block_size;
+    e->max_blocks_per_seq = (limits->max_model_len + bs - 1) / bs;
+    // Every live request may hold one partly filled block beyond its share.
+    e->num_blocks = (limits->max_total_tokens + bs - 1) / bs + limits->max_num_seqs;
+
+    load_weights(e, src);
+
+    int positions = limits->max_model_len, half = cfg->qk_rope_head_dim / 2;
+    float *cos = invar_malloc((size_t)positions * half * sizeof(float), "rope cos table");
+    float *sin = invar_malloc((size_t)positions * half * sizeof(float), "rope sin table");
+    model_rope_tables(cfg, positions, cos, sin);
+    e->rope_cos = dalloc(e, (size_t)positions * half, sizeof(float), "rope cos table");
+    e->rope_sin = dalloc(e, (size_t)positions * half, sizeof(float), "rope sin table");
+    ops->upload(ops, e->rope_cos, cos, (size_t)positions * half * sizeof(float));
+    ops->upload(ops, e->rope_sin, sin, (size_t)positions * half * sizeof(float));
+    free(cos);
+    free(sin);
+
+    size_t entry = (size_t)(cfg->kv_lora_rank + cfg->qk_rope_head_dim);
+    e->kv = invar_calloc((size_t)cfg->num_hidden_layers, sizeof(bf16 *), "kv cache layers");
+    for (int i = 0; i < cfg->num_hidden_layers; i++)
+        e->kv[i] = dalloc(e, (size_t)e->num_blocks * bs * entry, sizeof(bf16), "paged KV cache");
+    alloc_activations(e);
+    e->cache = kv_cache_create(e->num_blocks, bs, false);
+    e->sched = scheduler_create(e->cache, limits->max_num_seqs, limits->max_model_len);
+    ops->sync(ops);
+    return e;
+}
+
+// Every field of activations and host_step is one allocation, so both are released as arrays
+// of pointers.
+static void release_all(engine *e) {
+    ops_set *o = e->ops;
+    void **fields = (void **)&e->a;
+    for (size_t i = 0; i < sizeof e->a / sizeof(void *); i++) o->release(o, fields[i]);
+    void **host = (void **)&e->hs;
+    for (size_t i = 0; i < sizeof e->hs / sizeof(void *); i++) free(host[i]);
+    for (int i = 0; i < e->cfg.num_hidden_layers; i++) {
+        layer_weights *w = &e->layers[i];
+        void *ptrs[] = {w->input_norm, w->post_attention_norm, w->q_proj, w->q_a_proj,
+                        w->q_a_norm, w->q_b_proj, w->kv_a_proj, w->kv_a_norm, w->w_uk_t,
+                        w->kv_b_proj, w->o_proj, w->mlp_gate_up, w->mlp_down, w->router,
+                        w->router_bias, w->experts_gate_up, w->experts_down, w->shared_gate_up,
+                        w->shared_down};
+        for (size_t j = 0; j < sizeof ptrs / sizeof ptrs[0]; j++)
+            if (ptrs[j]) o->release(o, ptrs[j]);
+        o->release(o, e->kv[i]);
+    }
+    if (e->lm_head != e->embed) o->release(o, e->lm_head);
+    o->release(o, e->embed);
+    o->release(o, e->final_norm);
+    o->release(o, e->rope_cos);
+    o->release(o, e->rope_sin);
+}
+
+void engine_destroy(engine *e) {
+    if (!e) return;
+    release_all(e);
+    free(e->layers);
+    free(e->kv);
+    kv_cache_destroy(e->cache);
+    scheduler_destroy(e->sched);
+    free(e);
+}
+
+const model_config *engine_config(const engine *e) { return &e->cfg; }
+
+// ---------------------------------------------------------------------------------------------
+// The forward pass
+// ---------------------------------------------------------------------------------------------
+
+static void linear(ops_set *o, void *y, const bf16 *x, const bf16 *w, int M, int N, int K) {
+    gemm_args g = {.y = y, .x = x, .w = w, .M = M, .N = N, .K = K};
+    o->gemm(o, &g);
+}
+
+// Dense MLP (or shared experts): y = down(bf16(silu(gate)) * up).
+static void mlp(engine *e, bf16 *y, const bf16 *x, const bf16 *gate_up, const bf16 *down, int T,
+                int I) {
+    ops_set *o = e->ops;
+    int D = e->cfg.hidden_size;
+    linear(o, e->a.gate_up, x, gate_up, T, 2 * I, D);
+    o->silu_mul(o, e->a.act, e->a.gate_up, T, I);
+    linear(o, y, e->a.act, down, T, D, I);
+}
+
+// MLA with the absorbed (latent-space) attention over the paged cache.
+static void attention(engine *e, int layer, int T, int num_seqs, int max_seq_len) {
+    const model_config *c = &e->cfg;
+    ops_set *o = e->ops;
+    activations *a = &e->a;
+    const layer_weights *w = &e->layers[layer];
+    int D = c->hidden_size, H = c->num_attention_heads, L = c->kv_lora_rank,
+        R = c->qk_rope_head_dim, nope = c->qk_nope_head_dim, v = c->v_head_dim,
+        qh = nope + R;
+    float eps = (float)c->rms_norm_eps;
+
+    // q, and the latent c_kv + k_pe of the new tokens
+    if (c->q_lora_rank > 0) {
+        linear(o, a->q_a, a->x, w->q_a_proj, T, c->q_lora_rank, D);
+        o->rmsnorm(o, a->q_a_normed, c->q_lora_rank, a->q_a, c->q_lora_rank, w->q_a_norm, T,
+                   c->q_lora_rank, eps);
+        linear(o, a->q, a->q_a_normed, w->q_b_proj, T, H * qh, c->q_lora_rank);
+    } else {
+        linear(o, a->q, a->x, w->q_proj, T, H * qh, D);
+    }
+    linear(o, a->kv_a, a->x, w->kv_a_proj, T, L + R, D);
+    o->rmsnorm(o, a->c_kv, L, a->kv_a, L + R, w->kv_a_norm, T, L, eps);
+    o->rope(o, a->q + nope, (long)H * qh, qh, T, H, R, a->pos, e->rope_cos, e->rope_sin,
+            c->rope_interleave);
+    o->rope(o, a->kv_a + L, L + R, 0, T, 1, R, a->pos, e->rope_cos, e->rope_sin,
+            c->rope_interleave);
+
+    // The new tokens' entries go into the cache before attention reads it.
+    o->kv_cache_write(o, e->kv[layer], a->c_kv, L, a->kv_a + L, L + R, a->slot, T, L, R);
+
+    // q_lat[t,h] = q_nope[t,h] · W_UK[h]
+    gemm_args absorb = {.y = a->q_lat, .x = a->q, .w = w->w_uk_t, .M = T, .N = L, .K = nope,
+                        .ldx = (long)H * qh, .ldy = (long)H * L, .ldw = nope, .batch = H,
+                        .stride_x = qh, .stride_y = L, .stride_w = (long)L * nope};
+    o->gemm(o, &absorb);
+
+    mla_attention_args m = {
+        .out = a->attn_lat, .q_lat = a->q_lat, .q_pe = a->q + nope, .kv_cache = e->kv[layer],
+        .block_table = a->block_table, .token_seq = a->token_seq, .token_pos = a->pos,
+        .seq_lens = a->seq_lens, .T = T, .H = H, .L = L, .R = R,
+        .ld_out = (long)H * L, .ld_q_lat = (long)H * L, .ld_q_pe = (long)H * qh,
+        .head_stride_q_pe = qh, .block_size = e->lim.block_size,
+        .max_blocks_per_seq = e->max_blocks_per_seq, .num_seqs = num_seqs,
+        .max_seq_len = max_seq_len, .scale = (float)model_softmax_scale(c)};
+    o->mla_attention(o, &m);
+
+    // attn_v[t,h] = attn_lat[t,h] · W_UV[h]ᵀ, then o_proj
+    gemm_args value = {.y = a->attn_v, .x = a->attn_lat, .w = w->kv_b_proj + (long)nope * L,
+                       .M = T, .N = v, .K = L, .ldx = (long)H * L, .ldy = (long)H * v, .ldw = L,
+                       .batch = H, .stride_x = L, .stride_y = v,
+                       .stride_w = (long)(nope + v) * L};
+    o->gemm(o, &value);
+    linear(o, a->sublayer_out, a->attn_v, w->o_proj, T, D, H * v);
+}
+
+static void moe(engine *e, int layer, int T) {
+    const model_config *c = &e->cfg;
+    ops_set *o = e->ops;
+    activations *a = &e->a;
+    const layer_weights *w = &e->layers[layer];
+    int D = c->hidden_size, E = c->n_routed_experts, k = c->num_experts_per_tok,
+        Im = c->moe_intermediate_size;
+    moe_route_args route = {
+        .topk_ids = a->topk_ids, .topk_weights = a->topk_weights, .x = a->x, .gate_w = w->router,
+        .correction_bias = w->router_bias, .T = T, .D = D, .E = E, .k = k,
+        .scoring = c->scoring_func, .topk_method = c->topk_method, .n_group = c->n_group,
+        .topk_group = c->topk_group, .norm_topk_prob = c->norm_topk_prob,
+        .routed_scaling_factor = (float)c->routed_scaling_factor};
+    o->moe_route(o, &route);
+    moe_experts_args experts = {.out = a->expert_out, .x = a->x, .topk_ids = a->topk_ids,
+                                .w_gate_up = w->experts_gate_up, .w_down = w->experts_down,
+                                .T = T, .k = k, .E = E, .D = D, .I = Im};
+    o->moe_experts(o, &experts);
+    moe_combine_args combine = {.out = a->sublayer_out, .expert_out = a->expert_out,
+                                .topk_weights = a->topk_weights, .topk_ids = a->topk_ids,
+                                .T = T, .k = k, .D = D, .E = E};
+    o->moe_combine(o, &combine);
+    if (c->n_shared_experts > 0) {
+        mlp(e, a->shared_out, a->x, w->shared_gate_up, w->shared_down, T,
+            Im * c->n_shared_experts);
+        o->residual_add(o, a->sublayer_out, a->shared_out, (long)T * D);
+    }
+}
+
+// One step over T tokens whose metadata is already on the device; logits and sampling for the
+// S rows listed in sample_rows.
+static void engine_forward(engine *e, int T, int num_seqs, int max_seq_len, int S, int top_k) {
+    const model_config *c = &e->cfg;
+    ops_set *o = e->ops;
+    activations *a = &e->a;
+    int D = c->hidden_size;
+    float eps = (float)c->rms_norm_eps;
+
+    o->embedding(o, a->h, e->embed, a->ids, T, D);
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const layer_weights *w = &e->layers[i];
+        o->rmsnorm(o, a->x, D, a->h, D, w->input_norm, T, D, eps);
+        attention(e, i, T, num_seqs, max_seq_len);
+        o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
+
+        o->rmsnorm(o, a->x, D, a->h, D, w->post_attention_norm, T, D, eps);
+        if (w->moe) moe(e, i, T);
+        else mlp(e, a->sublayer_out, a->x, w->mlp_gate_up, w->mlp_down, T, c->intermediate_size);
+        o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
+    }
+    if (S == 0) return;
+    // Only the rows that sample need the final norm and the lm_head (a gather is an embedding).
+    o->embedding(o, a->final_rows, a->h, a->sample_rows, S, D);
+    o->rmsnorm(o, a->final_normed, D, a->final_rows, D, e->final_norm, S, D, eps);
+    gemm_args head = {.y = a->logits, .y_f32 = true, .x = a->final_normed, .w = e->lm_head,
+                      .M = S, .N = c->vocab_size, .K = D};
+    o->gemm(o, &head);
+    logprobs_args lp = {.logits = a->logits, .R = S, .V = c->vocab_size, .k = top_k,
+                        .temperature = a->temperature, .noise_seed = a->noise_seed,
+                        .position = a->sample_pos, .token = a->token,
+                        .token_logprob = a->token_logprob, .topk_ids = a->topk_out_ids,
+                        .topk_logprobs = a->topk_out_logprobs};
+    o->logprobs(o, &lp);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation
+// ---------------------------------------------------------------------------------------------
+
+// Host-side metadata of one step, uploaded in one go. Returns T; fills the counts.
+static int build_step(engine *e, const engine_request *reqs, const sched_item *items, int n,
+                      int *S_out, int *max_seq_len_out) {
+    host_step *hs = &e->hs;
+    int bs = e->lim.block_size, B = e->max_blocks_per_seq, T = 0, S = 0, max_len = 0;
+    for (int i = 0; i < n; i++) {
+        sched_view v = scheduler_view(e->sched, items[i].req);
+        for (int p = items[i].start; p < items[i].start + items[i].n_tokens; p++, T++) {
+            hs->ids[T] = v.tokens[p];
+            hs->pos[T] = p;
+            hs->slot[T] = v.blocks[p / bs] * bs + p % bs;
+            hs->token_seq[T] = i;
+        }
+        memcpy(hs->block_table + (long)i * B, v.blocks, (size_t)v.n_blocks * sizeof(int32_t));
+        int len = items[i].start + items[i].n_tokens;
+        hs->seq_lens[i] = len;
+        if (len > max_len) max_len = len;
+        if (items[i].sample) {
+            const engine_request *r = &reqs[items[i].req];
+            hs->sample_rows[S] = T - 1;
+            hs->temperature[S] = r->temperature;
+            hs->noise_seed[S] = invar_mix64(e->seed ^ invar_mix64(r->seed));
+            hs->sample_pos[S] = len;
+            hs->sample_item[S] = i;
+            S++;
+        }
+    }
+    ops_set *o = e->ops;
+    activations *a = &e->a;
+    o->upload(o, a->ids, hs->ids, (size_t)T * sizeof(int32_t));
+    o->upload(o, a->pos, hs->pos, (size_t)T * sizeof(int32_t));
+    o->upload(o, a->slot, hs->slot, (size_t)T * sizeof(int32_t));
+    o->upload(o, a->token_seq, hs->token_seq, (size_t)T * sizeof(int32_t));
+    o->upload(o, a->block_table, hs->block_table, (size_t)n * B * sizeof(int32_t));
+    o->upload(o, a->seq_lens, hs->seq_lens, (size_t)n * sizeof(int32_t));
+    if (S > 0) {
+        o->upload(o, a->sample_rows, hs->sample_rows, (size_t)S * sizeof(int32_t));
+        o->upload(o, a->temperature, hs->temperature, (size_t)S * sizeof(float));
+        o->upload(o, a->noise_seed, hs->noise_seed, (size_t)S * sizeof(uint64_t));
+        o->upload(o, a->sample_pos, hs->sample_pos, (size_t)S * sizeof(int32_t));
+    }
+    *S_out = S;
+    *max_seq_len_out = max_len;
+    return T;
+}
+
+static void record_samples(engine *e, const sched_item *items, int S, int top_k,
+                           engine_result *results, int32_t *sampled) {
+    ops_set *o = e->ops;
+    host_step *hs = &e->hs;
+    o->download(o, hs->token, e->a.token, (size_t)S * sizeof(int32_t));
+    o->download(o, hs->token_logprob, e->a.token_logprob, (size_t)S * sizeof(float));
+    o->download(o, hs->topk_ids, e->a.topk_out_ids, (size_t)S * top_k * sizeof(int32_t));
+    o->download(o, hs->topk_logprobs, e->a.topk_out_logprobs, (size_t)S * top_k * sizeof(float));
+    for (int s = 0; s < S; s++) {
+        int i = hs->sample_item[s];
+        engine_result *res = &results[items[i].req];
+        engine_step_record *rec = &res->steps[res->n_steps++];
+        memset(rec, 0, sizeof *rec);
+        rec->token = hs->token[s];
+        rec->logprob = hs->token_logprob[s];
+        memcpy(rec->topk_ids, hs->topk_ids + (long)s * top_k, (size_t)top_k * sizeof(int32_t));
+        memcpy(rec->topk_logprobs, hs->topk_logprobs + (long)s * top_k,
+               (size_t)top_k * sizeof(float));
+        sampled[i] = hs->token[s];
+    }
+}
+
+bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_sched *sched,
+                     engine_result *results, engine_stats *stats, char *err, int err_len) {
+    if (sched->max_num_seqs > e->lim.max_num_seqs ||
+        sched->max_num_batched_tokens > e->lim.max_num_batched_tokens) {
+        snprintf(err, (size_t)err_len,
+                 "schedule (max_num_seqs %d, max_num_batched_tokens %d) exceeds the engine's "
+                 "limits (%d, %d)", sched->max_num_seqs, sched->max_num_batched_tokens,
+                 e->lim.max_num_seqs, e->lim.max_num_batched_tokens);
+        return false;
+    }
+    if (sched->top_k < 0 || sched->top_k > ENGINE_MAX_TOPK) {
+        snprintf(err, (size_t)err_len, "top_k %d outside [0, %d]", sched->top_k, ENGINE_MAX_TOPK);
+        return false;
+    }
+    kv_cache_reset(e->cache);
+    if (!scheduler_begin(e->sched, reqs, n, sched, err, err_len)) return false;
+    for (int i = 0; i < n; i++) results[i].n_steps = 0;
+    engine_stats st = {0};
+    sched_item *items = invar_malloc((size_t)e->lim.max_num_seqs * sizeof *items, "step items");
+    int32_t *sampled = invar_malloc((size_t)e->lim.max_num_seqs * sizeof *sampled, "sampled");
+    bool ok = true;
+    while (!scheduler_done(e->sched)) {
+        int n_items = scheduler_schedule(e->sched, items, err, err_len);
+        if (n_items < 0) {
+            ok = false;
+            break;
+        }
+        if (n_items == 0) continue;
+        int S, max_len;
+        int T = build_step(e, reqs, items, n_items, &S, &max_len);
+        engine_forward(e, T, n_items, max_len, S, sched->top_k);
+        if (S > 0) record_samples(e, items, S, sched->top_k, results, sampled);
+        scheduler_complete(e->sched, items, n_items, sampled);
+        st.tokens += T;
+        for (int i = 0; i < n_items; i++)
+            if (items[i].start < reqs[items[i].req].prompt_len) st.prefill_chunks++;
+    }
+    st.steps = scheduler_steps(e->sched);
+    if (stats) *stats = st;
+    free(items);
+    free(sampled);
+    return ok;
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# tests/run_all.sh BUILD — what `make check` runs: every cmocka unit test binary, the kernel
+# checker, and the CI matrix; on a machine with a CUDA device also the CUDA kernel checks and
+# the GPU matrix. Prints one closing line "N passed, N failed, N skipped" (suites, not cases).
+set -u
+BUILD=${1:-build}
+REPORT="$BUILD/report"
+passed=0 failed=0 skipped=0
+failures=()
+
+suite() {  # suite NAME COMMAND...: runs one suite, counts it
+    local name=$1
+    shift
+    echo
+    echo "=== $name"
+    if "$@"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        failures+=("$name")
+    fi
+}
+
+for t in "$BUILD"/tests/test_*; do
+    case "$t" in *.o | *.d) continue ;; esac
+    [ -x "$t" ] || continue
+    suite "$(basename "$t")" "$t"
+done
+
+gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    gpu=1
+fi
+
+suite "invar kernels --device cpu" "$BUILD/invar" kernels --device cpu --out "$REPORT/kernels-cpu"
+if [ "$gpu" = 1 ]; then
+    suite "invar kernels --device cuda" "$BUILD/invar" kernels --device cuda --out "$REPORT/kernels-cuda"
+else
+    echo
+    echo "=== SKIP: invar kernels --device cuda: no CUDA device (nvidia-smi lists no GPU)"
+    skipped=$((skipped + 1))
+fi
+
+suite "invar run --case cases/ci.ini" "$BUILD/invar" run --case cases/ci.ini --out "$REPORT/ci"
+if [ "$gpu" = 1 ]; then
+    suite "invar run --case cases/gpu.ini" "$BUILD/invar" run --case cases/gpu.ini --out "$REPORT/gpu"
+else
+    echo
+    echo "=== SKIP: invar run --case cases/gpu.ini: no CUDA device (nvidia-smi lists no GPU)"
+    skipped=$((skipped + 1))
+fi
+
+echo
+if [ "${#failures[@]}" -gt 0 ]; then
+    printf 'failed: %s\n' "${failures[@]}"
+fi
+echo "check: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" = 0 ]

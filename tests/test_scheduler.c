@@ -1,0 +1,170 @@
+// tests/test_scheduler.c — continuous batching: the token budget, max_num_seqs, chunked
+// prefill, arrivals, and prefix-cache hits at admission (engine/scheduler.h).
+#include <stdarg.h>   // cmocka needs these four first
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>   // cmocka test API
+
+#include <stdlib.h>   // rand_r
+#include <string.h>   // strstr
+
+#include "../engine/scheduler.h"  // scheduler_*
+
+#define MAX_SEQS 8
+
+typedef struct {
+    int32_t prompt[4][300];
+    engine_request reqs[4];
+} fixture;
+
+static void make_requests(fixture *f, const int *lens, int n, int max_new, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        for (int p = 0; p < lens[i]; p++) f->prompt[i][p] = (int32_t)(rand_r(&seed) % 500) + 1;
+        f->reqs[i] = (engine_request){.prompt = f->prompt[i], .prompt_len = lens[i],
+                                      .max_new_tokens = max_new, .seed = (uint64_t)i};
+    }
+}
+
+// Runs to completion; returns steps and checks every step's budget and sequence count.
+static int run_all(scheduler *s, const engine_sched *o, int *chunks_of_req0) {
+    sched_item items[MAX_SEQS];
+    int32_t sampled[MAX_SEQS];
+    char err[200];
+    int steps = 0;
+    while (!scheduler_done(s)) {
+        int n = scheduler_schedule(s, items, err, sizeof err);
+        assert_true(n >= 0);
+        int tokens = 0;
+        for (int i = 0; i < n; i++) {
+            tokens += items[i].n_tokens;
+            sampled[i] = 7;
+            if (items[i].req == 0 && chunks_of_req0 && items[i].start < 100) (*chunks_of_req0)++;
+        }
+        assert_true(tokens <= o->max_num_batched_tokens);
+        assert_true(n <= o->max_num_seqs);
+        scheduler_complete(s, items, n, sampled);
+        assert_true(++steps < 10000);
+    }
+    return steps;
+}
+
+static void budget_chunks_long_prompts(void **state) {
+    (void)state;
+    fixture f;
+    int lens[3] = {100, 10, 20};
+    make_requests(&f, lens, 3, 4, 1);
+    kv_cache *kv = kv_cache_create(64, 16, false);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 3, .max_num_batched_tokens = 32, .chunked_prefill = true};
+    char err[200];
+    assert_true(scheduler_begin(s, f.reqs, 3, &o, err, sizeof err));
+    int chunks = 0;
+    run_all(s, &o, &chunks);
+    assert_int_equal(chunks, 4);  // 100 tokens in chunks of at most 32
+    sched_view v = scheduler_view(s, 0);
+    assert_int_equal(v.tokens[100], 7);  // sampled token appended after the prompt
+    assert_int_equal(kv_cache_num_free(kv), 64);  // finished requests gave their blocks back
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
+static void first_step_mixes_prefill_within_budget(void **state) {
+    (void)state;
+    fixture f;
+    int lens[3] = {10, 10, 10};
+    make_requests(&f, lens, 3, 2, 2);
+    kv_cache *kv = kv_cache_create(64, 16, false);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 2, .max_num_batched_tokens = 15, .chunked_prefill = true};
+    char err[200];
+    assert_true(scheduler_begin(s, f.reqs, 3, &o, err, sizeof err));
+    sched_item items[MAX_SEQS];
+    int n = scheduler_schedule(s, items, err, sizeof err);
+    assert_int_equal(n, 2);  // max_num_seqs = 2
+    assert_int_equal(items[0].n_tokens, 10);
+    assert_true(items[0].sample);
+    assert_int_equal(items[1].n_tokens, 5);  // cut to the budget left
+    assert_false(items[1].sample);
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
+static void unchunked_prompt_waits_for_room(void **state) {
+    (void)state;
+    fixture f;
+    int lens[2] = {10, 20};
+    make_requests(&f, lens, 2, 2, 3);
+    kv_cache *kv = kv_cache_create(64, 16, false);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 4, .max_num_batched_tokens = 24, .chunked_prefill = false};
+    char err[200];
+    assert_true(scheduler_begin(s, f.reqs, 2, &o, err, sizeof err));
+    sched_item items[MAX_SEQS];
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 1);  // 20 doesn't fit in 14
+    // A prompt over the whole budget is refused up front.
+    int big[1] = {30};
+    make_requests(&f, big, 1, 2, 4);
+    assert_false(scheduler_begin(s, f.reqs, 1, &o, err, sizeof err));
+    assert_non_null(strstr(err, "chunked prefill is off"));
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
+static void arrivals_wait_for_their_step(void **state) {
+    (void)state;
+    fixture f;
+    int lens[2] = {5, 5};
+    make_requests(&f, lens, 2, 1, 5);
+    f.reqs[1].arrival_step = 3;
+    kv_cache *kv = kv_cache_create(64, 16, false);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 4, .max_num_batched_tokens = 64, .chunked_prefill = true};
+    char err[200];
+    assert_true(scheduler_begin(s, f.reqs, 2, &o, err, sizeof err));
+    sched_item items[MAX_SEQS];
+    int32_t sampled[MAX_SEQS] = {1, 1};
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 1);
+    scheduler_complete(s, items, 1, sampled);
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 0);  // idle: not arrived
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 0);
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 1);
+    assert_int_equal(items[0].req, 1);
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
+static void shared_prefix_hits_the_cache(void **state) {
+    (void)state;
+    fixture f;
+    int lens[2] = {40, 40};
+    make_requests(&f, lens, 2, 1, 6);
+    for (int p = 0; p < 33; p++) f.prompt[1][p] = f.prompt[0][p];  // two full blocks shared
+    kv_cache *kv = kv_cache_create(64, 16, true);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 1, .max_num_batched_tokens = 64, .chunked_prefill = true};
+    char err[200];
+    assert_true(scheduler_begin(s, f.reqs, 2, &o, err, sizeof err));
+    sched_item items[MAX_SEQS];
+    int32_t sampled[MAX_SEQS] = {3};
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 1);
+    assert_int_equal(items[0].start, 0);
+    scheduler_complete(s, items, 1, sampled);  // request 0 done (1 new token)
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 1);
+    assert_int_equal(items[0].req, 1);
+    assert_int_equal(items[0].start, 32);  // blocks 0 and 1 came from the cache
+    assert_int_equal(kv_cache_get_stats(kv)->hits, 2);
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(budget_chunks_long_prompts),
+        cmocka_unit_test(first_step_mixes_prefill_within_budget),
+        cmocka_unit_test(unchunked_prompt_waits_for_room),
+        cmocka_unit_test(arrivals_wait_for_their_step),
+        cmocka_unit_test(shared_prefix_hits_the_cache),
+    };
+    return cmocka_run_group_tests_name("scheduler", tests, NULL, NULL);
+}

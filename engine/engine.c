@@ -64,6 +64,13 @@ typedef struct {
     // sampling results
     int32_t *token, *topk_out_ids;
     float *token_logprob, *topk_out_logprobs;
+    // split prefill: the latent rows of every key a prefill item attends to, decompressed
+    int32_t *gather_slots;       // [max_keys]
+    bf16 *key_latent;            // [max_keys, L+R]
+    bf16 *key_kv;                // [max_keys, H*(nope+v)]
+    int32_t *new_begin, *new_end, *ctx_begin, *ctx_end; // [T] key ranges of prefill rows
+    bf16 *attn_new, *attn_ctx;   // [T, H, v]
+    float *lse_new, *lse_ctx;    // [T, H]
 } activations;
 
 // Host copies of a step's metadata and results.
@@ -75,7 +82,19 @@ typedef struct {
     int32_t *token, *topk_ids;
     float *token_logprob, *topk_logprobs;
     int *sample_item;            // item index of each sample row
+    int32_t *gather_slots;
+    int32_t *new_begin, *new_end, *ctx_begin, *ctx_end;
 } host_step;
+
+// What one step computes, beyond the per-token metadata already on the device.
+typedef struct {
+    int T;                       // tokens
+    int T_decode;                // the first T_decode tokens are single-token decodes
+    int num_seqs, max_seq_len;
+    int S;                       // rows that produce logits
+    int keys;                    // split prefill: key rows gathered
+    int decode_split_size;       // batch-scheduled decode: KV split size for this step
+} step_shape;
 
 struct engine {
     model_config cfg;
@@ -83,6 +102,9 @@ struct engine {
     engine_limits lim;
     uint64_t seed;
     int max_blocks_per_seq, num_blocks;
+    int max_rows;                // rows that may produce logits in one step
+    long max_keys;               // split prefill key rows in one step
+    const attention_backend *backend; // of the current generate call
 
     bf16 *embed, *final_norm, *lm_head;
     float *rope_cos, *rope_sin;
@@ -256,7 +278,7 @@ static void *dalloc(engine *e, size_t count, size_t size, const char *what) {
 
 static void alloc_activations(engine *e) {
     const model_config *c = &e->cfg;
-    size_t T = (size_t)e->lim.max_num_batched_tokens, S = (size_t)e->lim.max_num_seqs;
+    size_t T = (size_t)e->lim.max_num_batched_tokens, S = (size_t)e->max_rows;
     size_t D = (size_t)c->hidden_size, H = (size_t)c->num_attention_heads,
            L = (size_t)c->kv_lora_rank, R = (size_t)c->qk_rope_head_dim,
            nope = (size_t)c->qk_nope_head_dim, v = (size_t)c->v_head_dim;
@@ -301,6 +323,18 @@ static void alloc_activations(engine *e) {
     a->token_logprob = dalloc(e, S, sizeof(float), "sampled logprobs");
     a->topk_out_ids = dalloc(e, S * ENGINE_MAX_TOPK, sizeof(int32_t), "top-k ids");
     a->topk_out_logprobs = dalloc(e, S * ENGINE_MAX_TOPK, sizeof(float), "top-k logprobs");
+    size_t K = (size_t)e->max_keys;
+    a->gather_slots = dalloc(e, K, sizeof(int32_t), "split prefill key slots");
+    a->key_latent = dalloc(e, K * (L + R), sizeof(bf16), "split prefill key latents");
+    a->key_kv = dalloc(e, K * H * (nope + v), sizeof(bf16), "split prefill keys and values");
+    a->new_begin = dalloc(e, T, sizeof(int32_t), "split prefill key ranges");
+    a->new_end = dalloc(e, T, sizeof(int32_t), "split prefill key ranges");
+    a->ctx_begin = dalloc(e, T, sizeof(int32_t), "split prefill key ranges");
+    a->ctx_end = dalloc(e, T, sizeof(int32_t), "split prefill key ranges");
+    a->attn_new = dalloc(e, T * H * v, sizeof(bf16), "split prefill new-token attention");
+    a->attn_ctx = dalloc(e, T * H * v, sizeof(bf16), "split prefill context attention");
+    a->lse_new = dalloc(e, T * H, sizeof(float), "split prefill log-sum-exp");
+    a->lse_ctx = dalloc(e, T * H, sizeof(float), "split prefill log-sum-exp");
 
     host_step *hs = &e->hs;
     hs->ids = invar_calloc(T, sizeof(int32_t), "host step ids");
@@ -318,6 +352,11 @@ static void alloc_activations(engine *e) {
     hs->topk_ids = invar_calloc(S * ENGINE_MAX_TOPK, sizeof(int32_t), "host top-k ids");
     hs->topk_logprobs = invar_calloc(S * ENGINE_MAX_TOPK, sizeof(float), "host top-k logprobs");
     hs->sample_item = invar_calloc(S, sizeof(int), "host sample items");
+    hs->gather_slots = invar_calloc(K, sizeof(int32_t), "host key slots");
+    hs->new_begin = invar_calloc(T, sizeof(int32_t), "host key ranges");
+    hs->new_end = invar_calloc(T, sizeof(int32_t), "host key ranges");
+    hs->ctx_begin = invar_calloc(T, sizeof(int32_t), "host key ranges");
+    hs->ctx_end = invar_calloc(T, sizeof(int32_t), "host key ranges");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -351,6 +390,10 @@ engine *engine_create(const model_config *cfg, weight_source *src, ops_set *ops,
     e->max_blocks_per_seq = (limits->max_model_len + bs - 1) / bs;
     // Every live request may hold one partly filled block beyond its share.
     e->num_blocks = (limits->max_total_tokens + bs - 1) / bs + limits->max_num_seqs;
+    e->max_rows = limits->prompt_logprobs ? limits->max_num_batched_tokens : limits->max_num_seqs;
+    int prefill_items = limits->max_num_seqs < limits->max_num_batched_tokens
+                            ? limits->max_num_seqs : limits->max_num_batched_tokens;
+    e->max_keys = (long)prefill_items * limits->max_model_len;
 
     load_weights(e, src);
 
@@ -433,18 +476,15 @@ static void mlp(engine *e, bf16 *y, const bf16 *x, const bf16 *gate_up, const bf
     linear(o, y, e->a.act, down, T, D, I);
 }
 
-// MLA with the absorbed (latent-space) attention over the paged cache.
-static void attention(engine *e, int layer, int T, int num_seqs, int max_seq_len) {
+// q, and the new tokens' latent c_kv and k_pe, written to the cache before attention reads it.
+static void attention_inputs(engine *e, int layer, int T) {
     const model_config *c = &e->cfg;
     ops_set *o = e->ops;
     activations *a = &e->a;
     const layer_weights *w = &e->layers[layer];
     int D = c->hidden_size, H = c->num_attention_heads, L = c->kv_lora_rank,
-        R = c->qk_rope_head_dim, nope = c->qk_nope_head_dim, v = c->v_head_dim,
-        qh = nope + R;
+        R = c->qk_rope_head_dim, nope = c->qk_nope_head_dim, qh = nope + R;
     float eps = (float)c->rms_norm_eps;
-
-    // q, and the latent c_kv + k_pe of the new tokens
     if (c->q_lora_rank > 0) {
         linear(o, a->q_a, a->x, w->q_a_proj, T, c->q_lora_rank, D);
         o->rmsnorm(o, a->q_a_normed, c->q_lora_rank, a->q_a, c->q_lora_rank, w->q_a_norm, T,
@@ -459,33 +499,100 @@ static void attention(engine *e, int layer, int T, int num_seqs, int max_seq_len
             c->rope_interleave);
     o->rope(o, a->kv_a + L, L + R, 0, T, 1, R, a->pos, e->rope_cos, e->rope_sin,
             c->rope_interleave);
-
-    // The new tokens' entries go into the cache before attention reads it.
     o->kv_cache_write(o, e->kv[layer], a->c_kv, L, a->kv_a + L, L + R, a->slot, T, L, R);
+}
+
+// Absorbed attention of tokens [t0, t0 + T) in latent space, then W_UV into attn_v.
+static void attention_absorbed(engine *e, int layer, int t0, int T, const step_shape *st,
+                               int kv_split_size) {
+    const model_config *c = &e->cfg;
+    ops_set *o = e->ops;
+    activations *a = &e->a;
+    const layer_weights *w = &e->layers[layer];
+    int H = c->num_attention_heads, L = c->kv_lora_rank, R = c->qk_rope_head_dim,
+        nope = c->qk_nope_head_dim, v = c->v_head_dim, qh = nope + R;
+    long q_row = (long)t0 * H * qh, lat_row = (long)t0 * H * L;
 
     // q_lat[t,h] = q_nope[t,h] · W_UK[h]
-    gemm_args absorb = {.y = a->q_lat, .x = a->q, .w = w->w_uk_t, .M = T, .N = L, .K = nope,
-                        .ldx = (long)H * qh, .ldy = (long)H * L, .ldw = nope, .batch = H,
-                        .stride_x = qh, .stride_y = L, .stride_w = (long)L * nope};
+    gemm_args absorb = {.y = a->q_lat + lat_row, .x = a->q + q_row, .w = w->w_uk_t, .M = T,
+                        .N = L, .K = nope, .ldx = (long)H * qh, .ldy = (long)H * L, .ldw = nope,
+                        .batch = H, .stride_x = qh, .stride_y = L, .stride_w = (long)L * nope};
     o->gemm(o, &absorb);
 
     mla_attention_args m = {
-        .out = a->attn_lat, .q_lat = a->q_lat, .q_pe = a->q + nope, .kv_cache = e->kv[layer],
-        .block_table = a->block_table, .token_seq = a->token_seq, .token_pos = a->pos,
-        .seq_lens = a->seq_lens, .T = T, .H = H, .L = L, .R = R,
+        .out = a->attn_lat + lat_row, .q_lat = a->q_lat + lat_row, .q_pe = a->q + q_row + nope,
+        .kv_cache = e->kv[layer], .block_table = a->block_table, .token_seq = a->token_seq + t0,
+        .token_pos = a->pos + t0, .seq_lens = a->seq_lens, .T = T, .H = H, .L = L, .R = R,
         .ld_out = (long)H * L, .ld_q_lat = (long)H * L, .ld_q_pe = (long)H * qh,
         .head_stride_q_pe = qh, .block_size = e->lim.block_size,
-        .max_blocks_per_seq = e->max_blocks_per_seq, .num_seqs = num_seqs,
-        .max_seq_len = max_seq_len, .scale = (float)model_softmax_scale(c)};
+        .max_blocks_per_seq = e->max_blocks_per_seq, .num_seqs = st->num_seqs,
+        .max_seq_len = st->max_seq_len, .kv_split_size = kv_split_size,
+        .scale = (float)model_softmax_scale(c)};
     o->mla_attention(o, &m);
 
-    // attn_v[t,h] = attn_lat[t,h] · W_UV[h]ᵀ, then o_proj
-    gemm_args value = {.y = a->attn_v, .x = a->attn_lat, .w = w->kv_b_proj + (long)nope * L,
-                       .M = T, .N = v, .K = L, .ldx = (long)H * L, .ldy = (long)H * v, .ldw = L,
-                       .batch = H, .stride_x = L, .stride_y = v,
-                       .stride_w = (long)(nope + v) * L};
+    // attn_v[t,h] = attn_lat[t,h] · W_UV[h]ᵀ
+    gemm_args value = {.y = a->attn_v + (long)t0 * H * v, .x = a->attn_lat + lat_row,
+                       .w = w->kv_b_proj + (long)nope * L, .M = T, .N = v, .K = L,
+                       .ldx = (long)H * L, .ldy = (long)H * v, .ldw = L, .batch = H,
+                       .stride_x = L, .stride_y = v, .stride_w = (long)(nope + v) * L};
     o->gemm(o, &value);
-    linear(o, a->sublayer_out, a->attn_v, w->o_proj, T, D, H * v);
+}
+
+// Non-absorbed prefill of tokens [t0, T): every key a prefill item attends to is gathered from
+// the cache and decompressed through kv_b_proj; the new tokens attend to themselves (causally)
+// and to the cached context separately, and the two are merged by log-sum-exp.
+static void attention_split_prefill(engine *e, int layer, int t0, int T, const step_shape *st) {
+    const model_config *c = &e->cfg;
+    ops_set *o = e->ops;
+    activations *a = &e->a;
+    const layer_weights *w = &e->layers[layer];
+    int H = c->num_attention_heads, L = c->kv_lora_rank, R = c->qk_rope_head_dim,
+        nope = c->qk_nope_head_dim, v = c->v_head_dim, qh = nope + R, n = T - t0;
+    if (n == 0) return;
+    o->embedding(o, a->key_latent, e->kv[layer], a->gather_slots, st->keys, L + R);
+    gemm_args decompress = {.y = a->key_kv, .x = a->key_latent, .w = w->kv_b_proj,
+                            .M = st->keys, .N = H * (nope + v), .K = L, .ldx = L + R};
+    o->gemm(o, &decompress);
+    mha_prefill_args p = {.q = a->q + (long)t0 * H * qh, .kv = a->key_kv,
+                          .k_pe = a->key_latent + L, .T = n, .H = H, .nope = nope, .R = R,
+                          .v = v, .ld_out = (long)H * v, .ld_q = (long)H * qh,
+                          .ld_kv = (long)H * (nope + v), .ld_k_pe = L + R,
+                          .scale = (float)model_softmax_scale(c)};
+    p.out = a->attn_new;
+    p.lse = a->lse_new;
+    p.key_begin = a->new_begin;
+    p.key_end = a->new_end;
+    o->mha_prefill(o, &p);
+    p.out = a->attn_ctx;
+    p.lse = a->lse_ctx;
+    p.key_begin = a->ctx_begin;
+    p.key_end = a->ctx_end;
+    o->mha_prefill(o, &p);
+    merge_attention_args merge = {.out = a->attn_v + (long)t0 * H * v, .a = a->attn_new,
+                                  .b = a->attn_ctx, .lse_a = a->lse_new, .lse_b = a->lse_ctx,
+                                  .T = n, .H = H, .v = v, .ld = (long)H * v};
+    o->merge_attention(o, &merge);
+}
+
+static void attention(engine *e, int layer, const step_shape *st) {
+    const model_config *c = &e->cfg;
+    attention_inputs(e, layer, st->T);
+    switch (e->backend->path) {
+    case ATTENTION_UNIFIED:
+        attention_absorbed(e, layer, 0, st->T, st, 0);
+        break;
+    case ATTENTION_SPLIT_PREFILL:
+        if (st->T_decode > 0) attention_absorbed(e, layer, 0, st->T_decode, st, 0);
+        attention_split_prefill(e, layer, st->T_decode, st->T, st);
+        break;
+    case ATTENTION_BATCH_SCHEDULED_DECODE:
+        if (st->T_decode > 0)
+            attention_absorbed(e, layer, 0, st->T_decode, st, st->decode_split_size);
+        attention_split_prefill(e, layer, st->T_decode, st->T, st);
+        break;
+    }
+    linear(e->ops, e->a.sublayer_out, e->a.attn_v, e->layers[layer].o_proj, st->T,
+           c->hidden_size, c->num_attention_heads * c->v_head_dim);
 }
 
 static void moe(engine *e, int layer, int T) {
@@ -517,20 +624,20 @@ static void moe(engine *e, int layer, int T) {
     }
 }
 
-// One step over T tokens whose metadata is already on the device; logits and sampling for the
-// S rows listed in sample_rows.
-static void engine_forward(engine *e, int T, int num_seqs, int max_seq_len, int S, int top_k) {
+// One step over the tokens whose metadata is already on the device; logits, log-softmax,
+// sampling and top-k for the st->S rows listed in sample_rows.
+static void engine_forward(engine *e, const step_shape *st, int top_k) {
     const model_config *c = &e->cfg;
     ops_set *o = e->ops;
     activations *a = &e->a;
-    int D = c->hidden_size;
+    int D = c->hidden_size, T = st->T;
     float eps = (float)c->rms_norm_eps;
 
     o->embedding(o, a->h, e->embed, a->ids, T, D);
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const layer_weights *w = &e->layers[i];
         o->rmsnorm(o, a->x, D, a->h, D, w->input_norm, T, D, eps);
-        attention(e, i, T, num_seqs, max_seq_len);
+        attention(e, i, st);
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
 
         o->rmsnorm(o, a->x, D, a->h, D, w->post_attention_norm, T, D, eps);
@@ -538,14 +645,14 @@ static void engine_forward(engine *e, int T, int num_seqs, int max_seq_len, int 
         else mlp(e, a->sublayer_out, a->x, w->mlp_gate_up, w->mlp_down, T, c->intermediate_size);
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
     }
-    if (S == 0) return;
+    if (st->S == 0) return;
     // Only the rows that sample need the final norm and the lm_head (a gather is an embedding).
-    o->embedding(o, a->final_rows, a->h, a->sample_rows, S, D);
-    o->rmsnorm(o, a->final_normed, D, a->final_rows, D, e->final_norm, S, D, eps);
+    o->embedding(o, a->final_rows, a->h, a->sample_rows, st->S, D);
+    o->rmsnorm(o, a->final_normed, D, a->final_rows, D, e->final_norm, st->S, D, eps);
     gemm_args head = {.y = a->logits, .y_f32 = true, .x = a->final_normed, .w = e->lm_head,
-                      .M = S, .N = c->vocab_size, .K = D};
+                      .M = st->S, .N = c->vocab_size, .K = D};
     o->gemm(o, &head);
-    logprobs_args lp = {.logits = a->logits, .R = S, .V = c->vocab_size, .k = top_k,
+    logprobs_args lp = {.logits = a->logits, .R = st->S, .V = c->vocab_size, .k = top_k,
                         .temperature = a->temperature, .noise_seed = a->noise_seed,
                         .position = a->sample_pos, .token = a->token,
                         .token_logprob = a->token_logprob, .topk_ids = a->topk_out_ids,
@@ -554,74 +661,145 @@ static void engine_forward(engine *e, int T, int num_seqs, int max_seq_len, int 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Generation
+// Steps: metadata in, records out
 // ---------------------------------------------------------------------------------------------
 
-// Host-side metadata of one step, uploaded in one go. Returns T; fills the counts.
-static int build_step(engine *e, const engine_request *reqs, const sched_item *items, int n,
-                      int *S_out, int *max_seq_len_out) {
+static bool is_decode(const sched_item *it) { return it->n_tokens == 1; }
+
+// MLA backends with a separate prefill path put decodes first, as vLLM reorders its batches.
+static void decodes_first(sched_item *items, int n) {
+    sched_item tmp[n];
+    int w = 0;
+    for (int i = 0; i < n; i++)
+        if (is_decode(&items[i])) tmp[w++] = items[i];
+    for (int i = 0; i < n; i++)
+        if (!is_decode(&items[i])) tmp[w++] = items[i];
+    memcpy(items, tmp, (size_t)n * sizeof *items);
+}
+
+// FlashMLA's scheduler spreads the whole batch's KV evenly over a fixed number of workers, so a
+// sequence's split points depend on everyone's lengths.
+enum { FLASH_WORKERS = 64, KV_TILE = 64 };
+static int batch_scheduled_split_size(const int32_t *seq_lens, int n) {
+    long total = 0;
+    for (int i = 0; i < n; i++) total += seq_lens[i];
+    long split = (total + FLASH_WORKERS - 1) / FLASH_WORKERS;
+    split = (split + KV_TILE - 1) / KV_TILE * KV_TILE;
+    return split < KV_TILE ? KV_TILE : (int)split;
+}
+
+// Adds row `row` (position `position` of item i) to the rows that produce logits.
+static void add_sample_row(engine *e, const engine_request *r, int row, int position, int item,
+                           int *S) {
     host_step *hs = &e->hs;
-    int bs = e->lim.block_size, B = e->max_blocks_per_seq, T = 0, S = 0, max_len = 0;
+    hs->sample_rows[*S] = row;
+    hs->temperature[*S] = r->temperature;
+    hs->noise_seed[*S] = invar_mix64(e->seed ^ invar_mix64(r->seed));
+    hs->sample_pos[*S] = position + 1;
+    hs->sample_item[*S] = item;
+    (*S)++;
+}
+
+// Split prefill: the keys of prefill item i are the positions [0, start + n) of its sequence,
+// gathered at key offset k0; its new tokens attend to [k0 + start, k0 + p] and its cached context
+// to [k0, k0 + start).
+static void add_split_prefill_keys(engine *e, const sched_item *it, sched_view v, int row0,
+                                   int t_decode, int *keys) {
+    host_step *hs = &e->hs;
+    int bs = e->lim.block_size, k0 = *keys, end = it->start + it->n_tokens;
+    for (int p = 0; p < end; p++) hs->gather_slots[k0 + p] = v.blocks[p / bs] * bs + p % bs;
+    for (int j = 0; j < it->n_tokens; j++) {
+        int r = row0 + j - t_decode, p = it->start + j;
+        hs->new_begin[r] = k0 + it->start;
+        hs->new_end[r] = k0 + p + 1;
+        hs->ctx_begin[r] = k0;
+        hs->ctx_end[r] = k0 + it->start;
+    }
+    *keys += end;
+}
+
+static void upload(engine *e, void *dst, const void *src, long count, size_t size) {
+    if (count > 0) e->ops->upload(e->ops, dst, src, (size_t)count * size);
+}
+
+// Host-side metadata of one step, uploaded in one go.
+static step_shape build_step(engine *e, const engine_request *reqs, const sched_item *items,
+                             int n) {
+    host_step *hs = &e->hs;
+    int bs = e->lim.block_size, B = e->max_blocks_per_seq;
+    step_shape st = {.num_seqs = n};
     for (int i = 0; i < n; i++) {
+        const engine_request *r = &reqs[items[i].req];
         sched_view v = scheduler_view(e->sched, items[i].req);
-        for (int p = items[i].start; p < items[i].start + items[i].n_tokens; p++, T++) {
-            hs->ids[T] = v.tokens[p];
-            hs->pos[T] = p;
-            hs->slot[T] = v.blocks[p / bs] * bs + p % bs;
-            hs->token_seq[T] = i;
+        int row0 = st.T;
+        if (is_decode(&items[i]) && st.T_decode == st.T) st.T_decode++;
+        for (int p = items[i].start; p < items[i].start + items[i].n_tokens; p++, st.T++) {
+            hs->ids[st.T] = v.tokens[p];
+            hs->pos[st.T] = p;
+            hs->slot[st.T] = v.blocks[p / bs] * bs + p % bs;
+            hs->token_seq[st.T] = i;
+            bool last = p == items[i].start + items[i].n_tokens - 1;
+            if ((r->prompt_logprobs && p < r->prompt_len) || (last && items[i].sample))
+                add_sample_row(e, r, st.T, p, i, &st.S);
         }
+        if (e->backend->path != ATTENTION_UNIFIED && row0 >= st.T_decode)
+            add_split_prefill_keys(e, &items[i], v, row0, st.T_decode, &st.keys);
         memcpy(hs->block_table + (long)i * B, v.blocks, (size_t)v.n_blocks * sizeof(int32_t));
         int len = items[i].start + items[i].n_tokens;
         hs->seq_lens[i] = len;
-        if (len > max_len) max_len = len;
-        if (items[i].sample) {
-            const engine_request *r = &reqs[items[i].req];
-            hs->sample_rows[S] = T - 1;
-            hs->temperature[S] = r->temperature;
-            hs->noise_seed[S] = invar_mix64(e->seed ^ invar_mix64(r->seed));
-            hs->sample_pos[S] = len;
-            hs->sample_item[S] = i;
-            S++;
-        }
+        if (len > st.max_seq_len) st.max_seq_len = len;
     }
-    ops_set *o = e->ops;
+    st.decode_split_size = batch_scheduled_split_size(hs->seq_lens, n);
+
     activations *a = &e->a;
-    o->upload(o, a->ids, hs->ids, (size_t)T * sizeof(int32_t));
-    o->upload(o, a->pos, hs->pos, (size_t)T * sizeof(int32_t));
-    o->upload(o, a->slot, hs->slot, (size_t)T * sizeof(int32_t));
-    o->upload(o, a->token_seq, hs->token_seq, (size_t)T * sizeof(int32_t));
-    o->upload(o, a->block_table, hs->block_table, (size_t)n * B * sizeof(int32_t));
-    o->upload(o, a->seq_lens, hs->seq_lens, (size_t)n * sizeof(int32_t));
-    if (S > 0) {
-        o->upload(o, a->sample_rows, hs->sample_rows, (size_t)S * sizeof(int32_t));
-        o->upload(o, a->temperature, hs->temperature, (size_t)S * sizeof(float));
-        o->upload(o, a->noise_seed, hs->noise_seed, (size_t)S * sizeof(uint64_t));
-        o->upload(o, a->sample_pos, hs->sample_pos, (size_t)S * sizeof(int32_t));
-    }
-    *S_out = S;
-    *max_seq_len_out = max_len;
-    return T;
+    upload(e, a->ids, hs->ids, st.T, sizeof(int32_t));
+    upload(e, a->pos, hs->pos, st.T, sizeof(int32_t));
+    upload(e, a->slot, hs->slot, st.T, sizeof(int32_t));
+    upload(e, a->token_seq, hs->token_seq, st.T, sizeof(int32_t));
+    upload(e, a->block_table, hs->block_table, (long)n * B, sizeof(int32_t));
+    upload(e, a->seq_lens, hs->seq_lens, n, sizeof(int32_t));
+    upload(e, a->sample_rows, hs->sample_rows, st.S, sizeof(int32_t));
+    upload(e, a->temperature, hs->temperature, st.S, sizeof(float));
+    upload(e, a->noise_seed, hs->noise_seed, st.S, sizeof(uint64_t));
+    upload(e, a->sample_pos, hs->sample_pos, st.S, sizeof(int32_t));
+    int prefill_rows = st.T - st.T_decode;
+    upload(e, a->gather_slots, hs->gather_slots, st.keys, sizeof(int32_t));
+    upload(e, a->new_begin, hs->new_begin, prefill_rows, sizeof(int32_t));
+    upload(e, a->new_end, hs->new_end, prefill_rows, sizeof(int32_t));
+    upload(e, a->ctx_begin, hs->ctx_begin, prefill_rows, sizeof(int32_t));
+    upload(e, a->ctx_end, hs->ctx_end, prefill_rows, sizeof(int32_t));
+    return st;
 }
 
-static void record_samples(engine *e, const sched_item *items, int S, int top_k,
-                           engine_result *results, int32_t *sampled) {
+static void copy_record(const host_step *hs, int s, int top_k, engine_step_record *rec) {
+    memset(rec, 0, sizeof *rec);
+    rec->token = hs->token[s];
+    rec->logprob = hs->token_logprob[s];
+    memcpy(rec->topk_ids, hs->topk_ids + (long)s * top_k, (size_t)top_k * sizeof(int32_t));
+    memcpy(rec->topk_logprobs, hs->topk_logprobs + (long)s * top_k, (size_t)top_k * sizeof(float));
+}
+
+static void record_samples(engine *e, const engine_request *reqs, const sched_item *items,
+                           const step_shape *st, int top_k, engine_result *results,
+                           int32_t *sampled) {
     ops_set *o = e->ops;
     host_step *hs = &e->hs;
+    int S = st->S;
     o->download(o, hs->token, e->a.token, (size_t)S * sizeof(int32_t));
     o->download(o, hs->token_logprob, e->a.token_logprob, (size_t)S * sizeof(float));
     o->download(o, hs->topk_ids, e->a.topk_out_ids, (size_t)S * top_k * sizeof(int32_t));
     o->download(o, hs->topk_logprobs, e->a.topk_out_logprobs, (size_t)S * top_k * sizeof(float));
     for (int s = 0; s < S; s++) {
-        int i = hs->sample_item[s];
-        engine_result *res = &results[items[i].req];
-        engine_step_record *rec = &res->steps[res->n_steps++];
-        memset(rec, 0, sizeof *rec);
-        rec->token = hs->token[s];
-        rec->logprob = hs->token_logprob[s];
-        memcpy(rec->topk_ids, hs->topk_ids + (long)s * top_k, (size_t)top_k * sizeof(int32_t));
-        memcpy(rec->topk_logprobs, hs->topk_logprobs + (long)s * top_k,
-               (size_t)top_k * sizeof(float));
-        sampled[i] = hs->token[s];
+        int i = hs->sample_item[s], req = items[i].req, position = hs->sample_pos[s] - 1;
+        engine_result *res = &results[req];
+        if (reqs[req].prompt_logprobs && position < reqs[req].prompt_len) {
+            copy_record(hs, s, top_k, &res->prompt_steps[position]);
+            if (position + 1 > res->n_prompt_steps) res->n_prompt_steps = position + 1;
+        }
+        if (items[i].sample && position == items[i].start + items[i].n_tokens - 1) {
+            copy_record(hs, s, top_k, &res->steps[res->n_steps++]);
+            sampled[i] = hs->token[s];
+        }
     }
 }
 
@@ -639,9 +817,19 @@ bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_
         snprintf(err, (size_t)err_len, "top_k %d outside [0, %d]", sched->top_k, ENGINE_MAX_TOPK);
         return false;
     }
-    kv_cache_reset(e->cache);
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].prompt_logprobs && !e->lim.prompt_logprobs) {
+            snprintf(err, (size_t)err_len,
+                     "request %d asks for prompt logprobs but the engine was not sized for them",
+                     i);
+            return false;
+        }
+        results[i].n_steps = 0;
+        results[i].n_prompt_steps = 0;
+    }
+    e->backend = sched->backend ? sched->backend : attention_backend_by_name("mla-unified");
+    kv_cache_reset(e->cache, sched->prefix_caching);
     if (!scheduler_begin(e->sched, reqs, n, sched, err, err_len)) return false;
-    for (int i = 0; i < n; i++) results[i].n_steps = 0;
     engine_stats st = {0};
     sched_item *items = invar_malloc((size_t)e->lim.max_num_seqs * sizeof *items, "step items");
     int32_t *sampled = invar_malloc((size_t)e->lim.max_num_seqs * sizeof *sampled, "sampled");
@@ -653,16 +841,18 @@ bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_
             break;
         }
         if (n_items == 0) continue;
-        int S, max_len;
-        int T = build_step(e, reqs, items, n_items, &S, &max_len);
-        engine_forward(e, T, n_items, max_len, S, sched->top_k);
-        if (S > 0) record_samples(e, items, S, sched->top_k, results, sampled);
+        if (e->backend->path != ATTENTION_UNIFIED) decodes_first(items, n_items);
+        step_shape shape = build_step(e, reqs, items, n_items);
+        engine_forward(e, &shape, sched->top_k);
+        if (shape.S > 0) record_samples(e, reqs, items, &shape, sched->top_k, results, sampled);
         scheduler_complete(e->sched, items, n_items, sampled);
-        st.tokens += T;
+        st.tokens += shape.T;
         for (int i = 0; i < n_items; i++)
             if (items[i].start < reqs[items[i].req].prompt_len) st.prefill_chunks++;
     }
     st.steps = scheduler_steps(e->sched);
+    st.prefix_queries = kv_cache_get_stats(e->cache)->queries;
+    st.prefix_hits = kv_cache_get_stats(e->cache)->hits;
     if (stats) *stats = st;
     free(items);
     free(sampled);

@@ -84,7 +84,7 @@ kv_cache *kv_cache_create(int num_blocks, int block_size, bool prefix_caching) {
     c->key = invar_calloc(n, sizeof(uint64_t), "kv cache prefix index");
     c->bucket = invar_calloc(n, sizeof(int), "kv cache prefix index");
     c->chain = invar_calloc(n, sizeof(int), "kv cache prefix index");
-    kv_cache_reset(c);
+    kv_cache_reset(c, prefix_caching);
     return c;
 }
 
@@ -101,7 +101,8 @@ void kv_cache_destroy(kv_cache *c) {
     free(c);
 }
 
-void kv_cache_reset(kv_cache *c) {
+void kv_cache_reset(kv_cache *c, bool prefix_caching) {
+    c->prefix_caching = prefix_caching;
     c->free_head = c->free_tail = -1;
     c->free_count = 0;
     for (int b = 0; b < c->num_blocks; b++) {

@@ -18,8 +18,8 @@ typedef struct {
 
 kv_cache *kv_cache_create(int num_blocks, int block_size, bool prefix_caching);
 void kv_cache_destroy(kv_cache *c);
-// Every block free, the prefix cache emptied, statistics zeroed.
-void kv_cache_reset(kv_cache *c);
+// Every block free, the prefix cache emptied, statistics zeroed, prefix caching on or off.
+void kv_cache_reset(kv_cache *c, bool prefix_caching);
 
 int kv_cache_block_size(const kv_cache *c);
 int kv_cache_num_free(const kv_cache *c);   // allocatable now (free + cached-but-unused)

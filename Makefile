@@ -57,7 +57,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -I$(DEPS_PREFIX)/usr/include -c $< -o $@
+	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/libinvar.a: $(LIB_OBJ)
 	@rm -f $@

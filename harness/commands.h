@@ -7,5 +7,6 @@ int cmd_run(int argc, char **argv);      // harness/cmd_run.c:      invar run --
 int cmd_kernels(int argc, char **argv);  // harness/kernel_check.c: invar kernels
 int cmd_bench(int argc, char **argv);    // harness/bench.c:        invar bench
 int cmd_model(int argc, char **argv);    // harness/cmd_model.c:    invar model write
+int cmd_report(int argc, char **argv);   // harness/cmd_report.c:   invar report render|plot|diff
 
 #endif

@@ -2,7 +2,7 @@
 #include <stdio.h>     // printf, fprintf
 #include <string.h>    // strcmp
 
-#include "commands.h"  // cmd_run, cmd_kernels, cmd_bench, cmd_model
+#include "commands.h"  // cmd_run, cmd_kernels, cmd_bench, cmd_model, cmd_report
 
 static const struct {
     const char *name;
@@ -13,6 +13,7 @@ static const struct {
     {"kernels", cmd_kernels, "check every registered op for batch invariance and accuracy"},
     {"bench", cmd_bench, "benchmark invariant kernels against the reference set"},
     {"model", cmd_model, "model utilities: write a synthetic checkpoint"},
+    {"report", cmd_report, "reports: render JUnit/Markdown, redraw plots, diff against a baseline"},
 };
 
 static void usage(FILE *f) {

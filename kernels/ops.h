@@ -56,8 +56,40 @@ typedef struct {
     long ld_out, ld_q_lat, ld_q_pe, head_stride_q_pe;
     int block_size, max_blocks_per_seq, num_seqs;
     int max_seq_len;            // host copy of max(seq_lens), as schedulers know it
+    int kv_split_size;          // positions per KV split, a multiple of 64; 0: the set's own
+                                // choice. An attention backend that schedules splits itself
+                                // (FlashMLA-style) passes one; an invariant set honours it.
     float scale;
 } mla_attention_args;
+
+// Plain (non-absorbed) multi-head attention for prefill, with the log-sum-exp of each row so
+// partial results can be merged. For query token t, head h, over key rows j in
+// [key_begin[t], key_end[t]) of kv / k_pe:
+//   s_j = scale * (q[t,h,:nope] · kv[j, h*(nope+v) : +nope] + q[t,h,nope:] · k_pe[j])
+//   out[t,h] = bf16( sum_j softmax(s)_j * kv[j, h*(nope+v)+nope : +v] ),  lse[t,h] = log sum e^s
+// An empty key range gives out = 0 and lse = -inf.
+typedef struct {
+    bf16 *out;                  // [T, H, v], row stride ld_out
+    float *lse;                 // [T, H]
+    const bf16 *q;              // [T, H, nope + R], row stride ld_q
+    const bf16 *kv;             // [keys, H * (nope + v)] (kv_b_proj applied to c_kv)
+    const bf16 *k_pe;           // [keys, R], row stride ld_k_pe
+    const int32_t *key_begin, *key_end; // [T]
+    int T, H, nope, R, v;
+    long ld_out, ld_q, ld_kv, ld_k_pe;
+    float scale;
+} mha_prefill_args;
+
+// Merges two partial attention results of the same queries over disjoint key sets, as vLLM's
+// merge_attn_states: out = bf16((e^(lse_a-m) * a + e^(lse_b-m) * b) / (e^(lse_a-m) + e^(lse_b-m)))
+// with m = max(lse_a, lse_b), in fp32. A side with lse = -inf contributes nothing.
+typedef struct {
+    bf16 *out;                  // [T, H, v], row stride ld
+    const bf16 *a, *b;          // [T, H, v], row stride ld
+    const float *lse_a, *lse_b; // [T, H]
+    int T, H, v;
+    long ld;
+} merge_attention_args;
 
 enum moe_scoring { MOE_SCORING_SOFTMAX, MOE_SCORING_SIGMOID };
 enum moe_topk_method { MOE_TOPK_GREEDY, MOE_TOPK_GROUP_LIMITED_GREEDY, MOE_TOPK_NOAUX_TC };
@@ -163,6 +195,8 @@ struct ops_set {
                            const bf16 *k_pe, long ld_k_pe, const int32_t *slot, int T,
                            int L, int R);
     void (*mla_attention)(ops_set *ops, const mla_attention_args *a);
+    void (*mha_prefill)(ops_set *ops, const mha_prefill_args *a);
+    void (*merge_attention)(ops_set *ops, const merge_attention_args *a);
     void (*moe_route)(ops_set *ops, const moe_route_args *a);
     void (*moe_experts)(ops_set *ops, const moe_experts_args *a);
     void (*moe_combine)(ops_set *ops, const moe_combine_args *a);

@@ -1,0 +1,88 @@
+// kernels/cpu/elementwise.c — ops without a reduction, invariant by nature: embedding lookup,
+// residual add, SiLU-and-multiply. Each output value is one rounding of fp32 arithmetic on
+// its own inputs; threads take contiguous ranges of rows (or elements).
+#include <math.h>            // expf
+#include <string.h>          // memcpy
+
+#include "../bf16.h"         // bf16_to_float, float_to_bf16, bf16_round
+#include "../check.h"        // invar_die
+#include "cpu_ctx.h"         // cpu_ctx
+#include "inv_cpu_ops.h"     // inv_cpu_embedding, inv_cpu_residual_add, inv_cpu_silu_mul
+#include "thread_pool.h"     // thread_pool_for
+
+// ---------------------------------------------------------------------------------------------
+// embedding: out[t] = table[ids[t]]
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    bf16 *out;
+    const bf16 *table;
+    const int32_t *ids;
+    int D;
+} embedding_job;
+
+static void embedding_rows(void *arg, long begin, long end) {
+    const embedding_job *j = arg;
+    for (long t = begin; t < end; t++)
+        memcpy(j->out + t * j->D, j->table + (long)j->ids[t] * j->D, (size_t)j->D * sizeof(bf16));
+}
+
+void inv_cpu_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int32_t *ids, int T,
+                       int D) {
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0)
+            invar_die(INVAR_EXIT_INPUT, "embedding: token %d has negative id %d", t, ids[t]);
+    const cpu_ctx *ctx = ops->ctx;
+    embedding_job j = {out, table, ids, D};
+    thread_pool_for(ctx->pool, T, embedding_rows, &j);
+}
+
+// ---------------------------------------------------------------------------------------------
+// residual_add: x = bf16(x + y)
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    bf16 *x;
+    const bf16 *y;
+} residual_job;
+
+static void residual_range(void *arg, long begin, long end) {
+    const residual_job *j = arg;
+    for (long i = begin; i < end; i++)
+        j->x[i] = float_to_bf16(bf16_to_float(j->x[i]) + bf16_to_float(j->y[i]));
+}
+
+void inv_cpu_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
+    const cpu_ctx *ctx = ops->ctx;
+    residual_job j = {x, y};
+    thread_pool_for(ctx->pool, n, residual_range, &j);
+}
+
+// ---------------------------------------------------------------------------------------------
+// silu_mul: out[m, i] = bf16( bf16(silu(gate)) * up ), silu(g) = g / (1 + e^-g)
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    bf16 *out;
+    const bf16 *gate_up;
+    int I;
+} silu_job;
+
+static void silu_rows(void *arg, long begin, long end) {
+    const silu_job *j = arg;
+    for (long m = begin; m < end; m++) {
+        const bf16 *gate = j->gate_up + m * 2 * j->I, *up = gate + j->I;
+        bf16 *out = j->out + m * j->I;
+        for (int i = 0; i < j->I; i++) {
+            float g = bf16_to_float(gate[i]);
+            float silu = bf16_round(g / (1.0f + expf(-g)));  // torch rounds silu's output
+            out[i] = float_to_bf16(silu * bf16_to_float(up[i]));
+        }
+    }
+}
+
+void inv_cpu_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int I) {
+    const cpu_ctx *ctx = ops->ctx;
+    silu_job j = {out, gate_up, I};
+    thread_pool_for(ctx->pool, M, silu_rows, &j);
+}

@@ -1,0 +1,53 @@
+// kernels/cpu/inv_cpu.c — the batch-invariant CPU kernel set: one ops_set whose ctx is a
+// cpu_ctx (thread pool), its ops one file each (inv_cpu_ops.h).
+#include "inv_cpu.h"
+
+#include <stdlib.h>          // free
+
+#include "../check.h"        // invar_calloc
+#include "cpu_ctx.h"         // cpu_ctx
+#include "inv_cpu_ops.h"     // inv_cpu_*
+#include "thread_pool.h"     // thread_pool_create, thread_pool_destroy, thread_pool_size
+
+static void inv_cpu_destroy(ops_set *ops) {
+    if (!ops) return;
+    cpu_ctx *ctx = ops->ctx;
+    if (ctx) thread_pool_destroy(ctx->pool);
+    free(ctx);
+    free(ops);
+}
+
+ops_set *inv_cpu_create(int threads) {
+    cpu_ctx *ctx = invar_calloc(1, sizeof *ctx, "invariant cpu context");
+    ctx->pool = thread_pool_create(threads);
+    ctx->threads = thread_pool_size(ctx->pool);
+
+    ops_set *ops = invar_calloc(1, sizeof *ops, "invariant cpu kernel set");
+    *ops = (ops_set){
+        .name = "invariant",
+        .device = "cpu",
+        .batch_invariant = true,
+        .ctx = ctx,
+        .destroy = inv_cpu_destroy,
+        .alloc = inv_cpu_alloc,
+        .release = inv_cpu_release,
+        .upload = inv_cpu_upload,
+        .download = inv_cpu_download,
+        .sync = inv_cpu_sync,
+        .embedding = inv_cpu_embedding,
+        .rmsnorm = inv_cpu_rmsnorm,
+        .gemm = inv_cpu_gemm,
+        .rope = inv_cpu_rope,
+        .residual_add = inv_cpu_residual_add,
+        .silu_mul = inv_cpu_silu_mul,
+        .kv_cache_write = inv_cpu_kv_cache_write,
+        .mla_attention = inv_cpu_mla_attention,
+        .mha_prefill = inv_cpu_mha_prefill,
+        .merge_attention = inv_cpu_merge_attention,
+        .moe_route = inv_cpu_moe_route,
+        .moe_experts = inv_cpu_moe_experts,
+        .moe_combine = inv_cpu_moe_combine,
+        .logprobs = inv_cpu_logprobs,
+    };
+    return ops;
+}

@@ -1,0 +1,129 @@
+// reference/cpu/gemm_split_k.c — GEMM as a BLAS heuristic runs it: the kernel is chosen from
+// M, N, K and the thread count. Few rows cannot fill the threads with output tiles, so K is
+// split and the parts' fp32 sums added afterwards (split-K); more rows get wider register
+// blocking (more interleaved accumulators). Either way a row's sum is reassociated when M
+// changes: the same row has other bits alone than inside a batch.
+//
+// Each output element is still computed by one work item, parts in order, so for a given
+// plan the result does not depend on how the pool cut the work.
+#include "ref_cpu_ops.h"
+
+#include <stdlib.h>                         // free
+
+#include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
+#include "../../kernels/check.h"            // invar_die, invar_malloc
+#include "../../kernels/cpu/cpu_ctx.h"      // cpu_ctx
+#include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+
+#define TILE_M 16  // output tile of the heuristic's "does the grid fill the machine" test
+#define TILE_N 64  // also the columns of one work item
+#define MIN_PART 16 // a K part never shorter than this
+
+// --- the heuristic ---------------------------------------------------------------------------
+
+ref_gemm_plan ref_gemm_plan_for(int M, int N, int K, int threads) {
+    ref_gemm_plan p;
+    if (M < 4) {            // GEMV-like: memory bound, split K four ways
+        p.splits = 4;
+        p.lanes = 1;
+    } else if (M < 32) {    // skinny: split K in two, 4-wide accumulators
+        p.splits = 2;
+        p.lanes = 4;
+    } else if (M < 128) {   // medium tiles
+        p.splits = 1;
+        p.lanes = 8;
+    } else {                // large tiles
+        p.splits = 1;
+        p.lanes = 16;
+    }
+    // When the output tiles cannot keep every thread busy, split K further.
+    long tiles = (long)((M + TILE_M - 1) / TILE_M) * ((N + TILE_N - 1) / TILE_N);
+    while (p.splits < 16 && tiles * p.splits < threads) p.splits *= 2;
+    while (p.splits > 1 && K / p.splits < MIN_PART) p.splits /= 2;
+    return p;
+}
+
+// --- one dot product -------------------------------------------------------------------------
+
+// Sum of x[k] * w[k] over [k0, k1) in LANES interleaved accumulators folded pairwise.
+// LANES is a constant at each call site, so the loop unrolls.
+static inline float part_sum(const float *x, const bf16 *w, int k0, int k1, int LANES) {
+    float acc[REF_GEMM_MAX_LANES] = {0};
+    int k = k0;
+    for (; k + LANES <= k1; k += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += x[k + l] * bf16_to_float(w[k + l]);
+    for (int l = 0; k < k1; k++, l++) acc[l] += x[k] * bf16_to_float(w[k]);
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int l = 0; l < width; l++) acc[l] += acc[l + width];
+    return acc[0];
+}
+
+static float dot_split(const float *x, const bf16 *w, int K, ref_gemm_plan p) {
+    int part = (K + p.splits - 1) / p.splits;
+    float total = 0.0f;
+    for (int s = 0; s < p.splits; s++) {
+        int k0 = s * part, k1 = k0 + part < K ? k0 + part : K;
+        float partial = 0.0f;
+        if (k0 < k1) switch (p.lanes) {
+            case 1: partial = part_sum(x, w, k0, k1, 1); break;
+            case 4: partial = part_sum(x, w, k0, k1, 4); break;
+            case 8: partial = part_sum(x, w, k0, k1, 8); break;
+            default: partial = part_sum(x, w, k0, k1, 16); break;
+        }
+        total += partial;  // the split-K reduction: partials added in fp32, in part order
+    }
+    return total;
+}
+
+// --- the parallel loop -----------------------------------------------------------------------
+
+typedef struct {
+    const gemm_args *a;
+    long ldx, ldy, ldw;
+    int col_blocks;
+    ref_gemm_plan plan;
+} gemm_job;
+
+// Work item i: batch entry, row and block of TILE_N columns.
+static void gemm_items(void *arg, long begin, long end) {
+    const gemm_job *j = arg;
+    const gemm_args *a = j->a;
+    float *xf = invar_malloc((size_t)(a->K > 0 ? a->K : 1) * sizeof(float), "gemm row (reference)");
+    for (long i = begin; i < end; i++) {
+        long row_item = i / j->col_blocks;
+        int cb = (int)(i % j->col_blocks);
+        int b = (int)(row_item / a->M), m = (int)(row_item % a->M);
+        const bf16 *x = a->x + b * a->stride_x + m * j->ldx;
+        const bf16 *w = a->w + b * a->stride_w;
+        for (int k = 0; k < a->K; k++) xf[k] = bf16_to_float(x[k]);
+        int n0 = cb * TILE_N, n1 = n0 + TILE_N < a->N ? n0 + TILE_N : a->N;
+        long y_off = b * a->stride_y + m * j->ldy;
+        for (int n = n0; n < n1; n++) {
+            float v = dot_split(xf, w + n * j->ldw, a->K, j->plan);
+            if (a->y_f32) ((float *)a->y)[y_off + n] = v;
+            else ((bf16 *)a->y)[y_off + n] = float_to_bf16(v);
+        }
+    }
+    free(xf);
+}
+
+void ref_cpu_gemm(ops_set *ops, const gemm_args *a) {
+    if (a->M < 0 || a->N < 0 || a->K < 0 || a->batch < 0)
+        invar_die(INVAR_EXIT_INPUT, "gemm (reference cpu): negative size M=%d N=%d K=%d batch=%d",
+                  a->M, a->N, a->K, a->batch);
+    gemm_job j = {
+        .a = a,
+        .ldx = a->ldx ? a->ldx : a->K,
+        .ldy = a->ldy ? a->ldy : a->N,
+        .ldw = a->ldw ? a->ldw : a->K,
+        .col_blocks = (a->N + TILE_N - 1) / TILE_N,
+    };
+    if (j.ldx < a->K || j.ldy < a->N || j.ldw < a->K)
+        invar_die(INVAR_EXIT_INPUT, "gemm (reference cpu): row stride shorter than a row "
+                  "(ldx=%ld K=%d, ldy=%ld N=%d, ldw=%ld K=%d)", j.ldx, a->K, j.ldy, a->N, j.ldw, a->K);
+    int batch = a->batch > 1 ? a->batch : 1;
+    if (a->M == 0 || a->N == 0) return;
+    cpu_ctx *ctx = ops->ctx;
+    j.plan = ref_gemm_plan_for(a->M, a->N, a->K, ctx->threads);
+    thread_pool_for(ctx->pool, (long)batch * a->M * j.col_blocks, gemm_items, &j);
+}

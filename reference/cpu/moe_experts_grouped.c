@@ -1,0 +1,58 @@
+// reference/cpu/moe_experts_grouped.c — routed experts as a grouped MoE kernel runs them:
+// each expert's tokens are gathered into one matrix and go through the reference GEMM with
+// M = that expert's token count, so the GEMM heuristic (gemm_split_k.c) picks a token's
+// reduction order from how many other tokens of the batch chose the same expert.
+#include "ref_cpu_ops.h"
+
+#include <stdlib.h>                         // free
+#include <string.h>                         // memcpy
+
+#include "../../kernels/check.h"            // invar_die, invar_malloc
+#include "../../kernels/cpu/inv_cpu_ops.h"  // inv_cpu_silu_mul
+
+void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
+    if (a->T < 0 || a->k <= 0 || a->E <= 0 || a->D <= 0 || a->I <= 0)
+        invar_die(INVAR_EXIT_INPUT, "moe_experts (reference cpu): bad shape T=%d k=%d E=%d D=%d I=%d",
+                  a->T, a->k, a->E, a->D, a->I);
+    long rows = (long)a->T * a->k;
+    if (rows == 0) return;
+    for (long r = 0; r < rows; r++)
+        if (a->topk_ids[r] < 0 || a->topk_ids[r] >= a->E)
+            invar_die(INVAR_EXIT_INPUT, "moe_experts (reference cpu): token %ld chose expert %d of %d",
+                      r / a->k, a->topk_ids[r], a->E);
+
+    const int D = a->D, I = a->I;
+    long *group = invar_malloc((size_t)rows * sizeof(long), "moe expert rows (reference)");
+    bf16 *xg = invar_malloc((size_t)rows * D * sizeof(bf16), "moe gathered x (reference)");
+    bf16 *gu = invar_malloc((size_t)rows * 2 * I * sizeof(bf16), "moe gate_up (reference)");
+    bf16 *act = invar_malloc((size_t)rows * I * sizeof(bf16), "moe activation (reference)");
+    bf16 *down = invar_malloc((size_t)rows * D * sizeof(bf16), "moe down (reference)");
+
+    for (int e = 0; e < a->E; e++) {
+        // Gather the expert's rows (output rows t*k + j), in token order.
+        int n = 0;
+        for (long r = 0; r < rows; r++)
+            if (a->topk_ids[r] == e) {
+                group[n] = r;
+                memcpy(xg + (long)n * D, a->x + (r / a->k) * D, (size_t)D * sizeof(bf16));
+                n++;
+            }
+        if (n == 0) continue;
+
+        gemm_args up = {.y = gu, .x = xg, .w = a->w_gate_up + (long)e * 2 * I * D,
+                        .M = n, .N = 2 * I, .K = D};
+        ref_cpu_gemm(ops, &up);
+        inv_cpu_silu_mul(ops, act, gu, n, I);
+        gemm_args dn = {.y = down, .x = act, .w = a->w_down + (long)e * D * I,
+                        .M = n, .N = D, .K = I};
+        ref_cpu_gemm(ops, &dn);
+
+        for (int i = 0; i < n; i++)
+            memcpy(a->out + group[i] * D, down + (long)i * D, (size_t)D * sizeof(bf16));
+    }
+    free(group);
+    free(xg);
+    free(gu);
+    free(act);
+    free(down);
+}

@@ -1,0 +1,47 @@
+// reference/cpu/ref_cpu_ops.h — the reference CPU set's own ops: the ones that pick their
+// reduction order from the shape of the batch, as fast libraries do, and the shape rules
+// behind those choices (exposed so tests can aim at a shape where the order changes).
+//
+// Every op computes the function ops.h specifies; only the order of its fp32 sums depends on
+// M, the batch's longest sequence, the experts' loads or the thread count. Ops that are
+// batch-invariant by nature come from the invariant set (kernels/cpu/inv_cpu_ops.h).
+#ifndef INVAR_REFERENCE_CPU_REF_CPU_OPS_H
+#define INVAR_REFERENCE_CPU_REF_CPU_OPS_H
+
+#include "../../kernels/ops.h"  // ops_set, bf16, *_args
+
+// --- ops (semantics: kernels/ops.h) ----------------------------------------------------------
+void ref_cpu_gemm(ops_set *ops, const gemm_args *a);                       // gemm_split_k.c
+void ref_cpu_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                     const bf16 *w, int M, int D, float eps);              // rmsnorm_blocked.c
+void ref_cpu_mla_attention(ops_set *ops, const mla_attention_args *a);     // mla_split_kv.c
+void ref_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a);         // mha_prefill_split_kv.c
+void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a);         // moe_experts_grouped.c
+void ref_cpu_moe_combine(ops_set *ops, const moe_combine_args *a);         // moe_combine_by_load.c
+void ref_cpu_logprobs(ops_set *ops, const logprobs_args *a);               // logprobs_split_vocab.c
+
+// --- shape rules -----------------------------------------------------------------------------
+// GEMM: K is cut into `splits` parts of ceil(K / splits) elements, each summed over `lanes`
+// interleaved accumulators (folded pairwise), the parts' sums added in order.
+typedef struct {
+    int splits;  // power of two
+    int lanes;   // power of two, <= REF_GEMM_MAX_LANES
+} ref_gemm_plan;
+#define REF_GEMM_MAX_LANES 16
+ref_gemm_plan ref_gemm_plan_for(int M, int N, int K, int threads);
+
+// RMSNorm: a row's sum of squares in this many chunks (power of two), merged pairwise.
+int ref_rmsnorm_chunks(int M, int D);
+
+// MLA: the KV splits of every query token of the batch, from the batch's longest sequence
+// (used when the caller leaves mla_attention_args.kv_split_size at 0).
+int ref_mla_num_kv_splits(int max_seq_len, int threads);
+int ref_mla_split_len(int max_seq_len, int num_splits);  // a multiple of 16
+
+// MHA prefill: a query token's key range in this many splits, from the call's token count.
+int ref_mha_prefill_splits(int T, int keys);
+
+// Logprobs: a row's vocabulary in this many chunks (power of two), merged pairwise.
+int ref_logprobs_chunks(int R, int V, int threads);
+
+#endif

@@ -1,0 +1,442 @@
+// harness/kernel_check.c — `invar kernels` (harness/kernel_check.h, harness/commands.h).
+#include "kernel_check.h"
+
+#include <errno.h>                  // errno
+#include <inttypes.h>               // PRIu64
+#include <stdio.h>                  // printf, fprintf, FILE
+#include <stdlib.h>                 // free, strtoull
+#include <string.h>                 // memcmp, strcmp, strerror
+#include <sys/stat.h>               // mkdir
+#include <time.h>                   // clock_gettime
+
+#include <csv.h>                    // csv_fwrite
+
+#include "commands.h"               // cmd_kernels
+#include "../kernels/bf16.h"        // invar_mix64
+#include "../kernels/check.h"       // invar_die, invar_malloc
+#include "../kernels/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available
+
+// --- batch sizes -----------------------------------------------------------------------------
+
+const int kernel_check_batch_sizes[] = {2, 3, 7, 16, 64, 128, 255, 256, 1024, 4096};
+const int kernel_check_batch_sizes_count =
+    (int)(sizeof kernel_check_batch_sizes / sizeof kernel_check_batch_sizes[0]);
+// Small, odd and powers of two: where library heuristics switch.
+const int kernel_check_quick_batch_sizes[] = {2, 7, 64, 256, 1024};
+const int kernel_check_quick_batch_sizes_count =
+    (int)(sizeof kernel_check_quick_batch_sizes / sizeof kernel_check_quick_batch_sizes[0]);
+
+#define PROBES 4  // rows checked per batch: first, middle, last, and one at random
+
+// --- seeds -----------------------------------------------------------------------------------
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+// Row seeds. Probes are the rows checked alone; pool row j is the filler at position j of
+// every batch, so the same row at the same position can also be compared between batches.
+static uint64_t probe_seed(uint64_t shape_seed, int p) {
+    return invar_mix64(shape_seed ^ invar_mix64(0x70726f6265ull + (uint64_t)p));
+}
+static uint64_t pool_seed(uint64_t shape_seed, int j) {
+    return invar_mix64(shape_seed ^ invar_mix64(((uint64_t)1 << 40) + (uint64_t)j));
+}
+
+// --- one shape -------------------------------------------------------------------------------
+
+// Records a difference; the smallest M (then the first found) is the one reported.
+static void note_vary(check_result *r, int M, int pos, int vs_M) {
+    if (r->invariant || M < r->first_vary_M) {
+        r->invariant = false;
+        r->first_vary_M = M;
+        r->first_vary_pos = pos;
+        r->first_vary_vs = vs_M;
+    }
+}
+
+static void note_error(check_result *r, double err) {
+    if (!(err <= r->err)) r->err = err;  // NaN sticks
+}
+
+// Where the probes sit in a batch of M: first, middle, last, random; duplicates become -1.
+static void probe_positions(int M, uint64_t seed, int pos[PROBES]) {
+    int want[PROBES] = {0, M / 2, M - 1, (int)(invar_mix64(seed) % (uint64_t)M)};
+    for (int p = 0; p < PROBES; p++) {
+        pos[p] = want[p];
+        for (int q = 0; q < p; q++)
+            if (pos[q] == want[p]) pos[p] = -1;
+    }
+}
+
+// The batch sizes checked at this shape, largest first (it is the one others compare to).
+static int shape_batch_sizes(const check_opts *o, const op_shape *shape, int *out) {
+    const int *Ms = o->batch_sizes;
+    int n_M = o->n_batch_sizes;
+    if (!Ms) {
+        Ms = o->quick ? kernel_check_quick_batch_sizes : kernel_check_batch_sizes;
+        n_M = o->quick ? kernel_check_quick_batch_sizes_count : kernel_check_batch_sizes_count;
+    }
+    int n = 0;
+    for (int i = 0; i < n_M && n < 64; i++)
+        if (Ms[i] >= 2 && (shape->max_M <= 0 || Ms[i] <= shape->max_M)) out[n++] = Ms[i];
+    for (int i = 1; i < n; i++)  // largest to the front, the rest in the given order
+        if (out[i] > out[0]) {
+            int t = out[0];
+            out[0] = out[i];
+            out[i] = t;
+        }
+    return n;
+}
+
+// Oracle checks of rows that differ between batches, per batch: enough to tell a reference
+// set's accuracy at that M without paying for an oracle per row.
+#define ERROR_CHECKS_PER_BATCH 4
+
+void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
+                        int shape_index, const check_opts *o, check_result *r) {
+    *r = (check_result){.invariant = true, .written = true, .tol = op->tol};
+    uint64_t shape_seed = invar_mix64(o->seed ^ hash_name(op->name) ^
+                                      invar_mix64(0x5a9e + (uint64_t)shape_index));
+    op_case *c = op->setup(ops, shape, shape_seed);
+    size_t rb = op->row_bytes(c);
+    int Ms[64];
+    int n_M = shape_batch_sizes(o, shape, Ms);
+    int big = n_M > 0 ? Ms[0] : 1;
+
+    unsigned char *alone = invar_malloc(PROBES * rb, "kernel check: rows alone");
+    unsigned char *again = invar_malloc(rb, "kernel check: row alone, second run");
+    unsigned char *pool = invar_malloc((size_t)big * rb, "kernel check: largest batch");
+    unsigned char *batch = invar_malloc((size_t)big * rb, "kernel check: batch outputs");
+    uint64_t *seeds = invar_malloc((size_t)big * sizeof *seeds, "kernel check: row seeds");
+    bool *pool_at = invar_calloc((size_t)big, sizeof *pool_at, "kernel check: pool rows");
+
+    // Each probe alone, twice: the second run catches run-to-run nondeterminism (atomics).
+    for (int p = 0; p < PROBES; p++) {
+        uint64_t s = probe_seed(shape_seed, p);
+        r->written &= op->run(c, 1, &s, alone + p * rb);
+        r->written &= op->run(c, 1, &s, again);
+        if (memcmp(alone + p * rb, again, rb) != 0) note_vary(r, 1, 0, 1);
+        note_error(r, op->error(c, s, alone + p * rb));
+        r->batches += 2;
+    }
+
+    // Each batch once: probes at their positions, pool rows elsewhere. The largest batch runs
+    // first; every other batch's pool rows are compared with the same rows there.
+    for (int i = 0; i < n_M; i++) {
+        int M = Ms[i];
+        unsigned char *out = i == 0 ? pool : batch;
+        int pos[PROBES];
+        probe_positions(M, shape_seed ^ (uint64_t)M, pos);
+        for (int j = 0; j < M; j++) seeds[j] = pool_seed(shape_seed, j);
+        for (int p = 0; p < PROBES; p++)
+            if (pos[p] >= 0) seeds[pos[p]] = probe_seed(shape_seed, p);
+        r->written &= op->run(c, M, seeds, out);
+        r->batches++;
+        int error_checks = 0;
+        for (int p = 0; p < PROBES; p++) {
+            if (pos[p] < 0) continue;
+            const unsigned char *row = out + (size_t)pos[p] * rb;
+            if (memcmp(row, alone + p * rb, rb) == 0) continue;
+            note_vary(r, M, pos[p], 1);
+            note_error(r, op->error(c, seeds[pos[p]], row));  // a reference set's other bits
+            error_checks++;
+        }
+        for (int j = 0; j < M; j++) {
+            bool is_pool = seeds[j] == pool_seed(shape_seed, j);
+            if (i == 0) {
+                pool_at[j] = is_pool;
+                continue;
+            }
+            if (!is_pool || !pool_at[j]) continue;
+            const unsigned char *row = out + (size_t)j * rb;
+            if (memcmp(row, pool + (size_t)j * rb, rb) == 0) continue;
+            note_vary(r, M, j, big);
+            if (error_checks++ < ERROR_CHECKS_PER_BATCH) note_error(r, op->error(c, seeds[j], row));
+        }
+    }
+    op->teardown(c);
+    free(alone);
+    free(again);
+    free(pool);
+    free(batch);
+    free(seeds);
+    free(pool_at);
+
+    r->accurate = r->err <= r->tol;
+    r->pass = r->accurate && r->written && (r->invariant || !ops->batch_invariant);
+}
+
+// --- one op ----------------------------------------------------------------------------------
+
+static bool is_cuda(const ops_set *ops) { return strcmp(ops->device, "cuda") == 0; }
+
+int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
+                    check_result *summary) {
+    const op_shape *shapes = o->shapes ? o->shapes : is_cuda(ops) ? op->cuda_shapes
+                                                                  : op->cpu_shapes;
+    *summary = (check_result){.invariant = true, .written = true, .pass = true, .tol = op->tol};
+    int checked = 0;
+    for (int i = 0; shapes[i].label; i++) {
+        if (o->quick && !shapes[i].quick) continue;
+        check_result r;
+        kernel_check_shape(ops, op, &shapes[i], i, o, &r);
+        checked++;
+        if (!r.invariant && summary->invariant) {
+            summary->invariant = false;
+            summary->first_vary_M = r.first_vary_M;
+            summary->first_vary_pos = r.first_vary_pos;
+            summary->first_vary_vs = r.first_vary_vs;
+        }
+        note_error(summary, r.err);
+        summary->written &= r.written;
+        summary->pass &= r.pass;
+        summary->batches += r.batches;
+        if (o->on_shape) o->on_shape(o->user, ops, op, &shapes[i], &r);
+    }
+    summary->accurate = summary->err <= summary->tol;
+    if (!ops->batch_invariant && op->reference == REF_MUST_VARY && summary->invariant)
+        summary->pass = false;  // the negative control never triggered
+    return checked;
+}
+
+// --- the command -----------------------------------------------------------------------------
+
+typedef struct {
+    FILE *csv;
+    int passed, failed, skipped;
+    uint64_t seed;
+    double shape_start;
+} report;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void csv_field(FILE *f, const char *s, bool last) {
+    if (csv_fwrite(f, s, strlen(s)) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "kernels: writing kernels.csv: %s", strerror(errno));
+    fputc(last ? '\n' : ',', f);
+}
+
+static const char *expectation(const ops_set *ops, const op_entry *op) {
+    if (ops->batch_invariant) return "stable";
+    return op->reference == REF_MUST_VARY ? "must vary" : "may be stable";
+}
+
+static void write_row(report *rep, const ops_set *ops, const op_entry *op, const char *shape,
+                      const char *status, const check_result *r, double seconds) {
+    char vary_M[16], vary_pos[16], vary_vs[16], err[32], tol[32], secs[32], seed[32];
+    snprintf(vary_M, sizeof vary_M, "%d", r->first_vary_M);
+    snprintf(vary_pos, sizeof vary_pos, "%d", r->first_vary_pos);
+    snprintf(vary_vs, sizeof vary_vs, "%d", r->first_vary_vs);
+    snprintf(err, sizeof err, "%.3e", r->err);
+    snprintf(tol, sizeof tol, "%.1e", r->tol);
+    snprintf(secs, sizeof secs, "%.3f", seconds);
+    snprintf(seed, sizeof seed, "%" PRIu64, rep->seed);
+    const char *fields[] = {ops->name, ops->device, op->name, shape, status,
+                            expectation(ops, op), r->invariant ? "yes" : "no",
+                            r->invariant ? "" : vary_M, r->invariant ? "" : vary_pos,
+                            r->invariant ? "" : vary_vs, err, tol,
+                            r->written ? "yes" : "no", secs, seed};
+    int n = (int)(sizeof fields / sizeof fields[0]);
+    for (int i = 0; i < n; i++) csv_field(rep->csv, fields[i], i == n - 1);
+    if (fflush(rep->csv) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "kernels: writing kernels.csv: %s", strerror(errno));
+}
+
+static void print_line(const char *status, const ops_set *ops, const op_entry *op,
+                       const char *shape, const check_result *r, const char *note) {
+    char inv[48];
+    if (r->invariant) snprintf(inv, sizeof inv, "yes");
+    else if (r->first_vary_vs == 1)
+        snprintf(inv, sizeof inv, "no (M=%d row %d vs alone)", r->first_vary_M, r->first_vary_pos);
+    else
+        snprintf(inv, sizeof inv, "no (M=%d row %d vs M=%d)", r->first_vary_M, r->first_vary_pos,
+                 r->first_vary_vs);
+    printf("%-6s %-9s %-4s %-14s %-22s invariant: %-18s err=%.2e (tol %.0e)  written: %s%s\n",
+           status, ops->name, ops->device, op->name, shape, inv, r->err, r->tol,
+           r->written ? "yes" : "NO", note);
+    fflush(stdout);
+}
+
+static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shape *shape,
+                     const check_result *r) {
+    report *rep = user;
+    const char *status = !r->accurate || !r->written ? "FAIL" : r->invariant ? "ok" : "VARIES";
+    const char *note = "";
+    if (!r->invariant && ops->batch_invariant) note = "  <- must be stable";
+    else if (!r->invariant) note = "  (expected of a reference set)";
+    print_line(status, ops, op, shape->label, r, note);
+    write_row(rep, ops, op, shape->label, status, r, now_s() - rep->shape_start);
+    if (r->pass) rep->passed++;
+    else rep->failed++;
+    rep->shape_start = now_s();
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: invar kernels [--device cpu|cuda|all] [--op NAME] "
+            "[--set invariant|reference|all]\n"
+            "                     [--out DIR] [--quick] [--seed N] [--threads N]\n\n"
+            "Checks every registered op of every matching kernel set: each probe row alone and\n"
+            "inside batches of M rows, bitwise; accuracy against float64; outputs fully written.\n"
+            "Writes DIR/kernels.csv (default DIR: build/report). Exit 0: every expectation held;\n"
+            "1: an invariant op varied or was inaccurate, or a reference op meant to vary never\n"
+            "did; 2: bad usage.\n\nops:");
+    for (const op_entry *op = op_table(); op->name; op++) fprintf(f, " %s", op->name);
+    fprintf(f, "\n");
+}
+
+// mkdir -p
+static void make_dirs(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        invar_die(INVAR_EXIT_INPUT, "kernels: --out path too long");
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot create %s: %s", path, strerror(errno));
+        *p = saved;
+        if (!saved) break;
+    }
+}
+
+static bool matches(const char *filter, const char *value) {
+    return strcmp(filter, "all") == 0 || strcmp(filter, value) == 0;
+}
+
+static int count_shapes(const op_shape *s, bool quick) {
+    int n = 0;
+    for (; s->label; s++) n += !quick || s->quick;
+    return n;
+}
+
+int cmd_kernels(int argc, char **argv) {
+    const char *device = "all", *set = "all", *op_name = NULL, *out = "build/report";
+    check_opts o = {.seed = 20240611};
+    int threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_value = i + 1 < argc;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--quick") == 0) {
+            o.quick = true;
+        } else if (has_value && strcmp(a, "--device") == 0) {
+            device = argv[++i];
+        } else if (has_value && strcmp(a, "--set") == 0) {
+            set = argv[++i];
+        } else if (has_value && strcmp(a, "--op") == 0) {
+            op_name = argv[++i];
+        } else if (has_value && strcmp(a, "--out") == 0) {
+            out = argv[++i];
+        } else if (has_value && (strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0)) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i] || (a[2] == 't' && v > 4096)) {
+                fprintf(stderr, "invar kernels: %s wants a number, got '%s'\n", a, argv[i]);
+                return 2;
+            }
+            if (a[2] == 's') o.seed = v;
+            else threads = (int)v;
+        } else {
+            fprintf(stderr, "invar kernels: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!matches(device, "cpu") && !matches(device, "cuda")) {
+        fprintf(stderr, "invar kernels: unknown device '%s' (cpu, cuda or all)\n", device);
+        return 2;
+    }
+    bool set_known = strcmp(set, "all") == 0;
+    for (const kernel_set_entry *e = kernel_sets(); e->set; e++) set_known |= !strcmp(e->set, set);
+    set_known |= !strcmp(set, "invariant") || !strcmp(set, "reference");  // cuda-only builds
+    if (!set_known) {
+        fprintf(stderr, "invar kernels: unknown kernel set '%s' (invariant, reference or all)\n",
+                set);
+        return 2;
+    }
+    const op_entry *only = NULL;
+    if (op_name && !(only = op_table_find(op_name))) {
+        fprintf(stderr, "invar kernels: unknown op '%s'; ops:", op_name);
+        for (const op_entry *op = op_table(); op->name; op++) fprintf(stderr, " %s", op->name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+
+    make_dirs(out);
+    char csv_path[4200];
+    snprintf(csv_path, sizeof csv_path, "%s/kernels.csv", out);
+    report rep = {.seed = o.seed};
+    rep.csv = fopen(csv_path, "w");
+    if (!rep.csv) invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot write %s: %s", csv_path,
+                            strerror(errno));
+    const char *header[] = {"set", "device", "op", "shape", "status", "expect", "invariant",
+                            "first_vary_M", "first_vary_row", "first_vary_vs_M", "rel_l2_err", "tol", "written",
+                            "seconds", "seed"};
+    int nh = (int)(sizeof header / sizeof header[0]);
+    for (int i = 0; i < nh; i++) csv_field(rep.csv, header[i], i == nh - 1);
+    o.on_shape = on_shape;
+    o.user = &rep;
+
+    printf("invar kernels: seed %" PRIu64 "%s, batch sizes M =", o.seed, o.quick ? " (quick)" : "");
+    int n_M = o.quick ? kernel_check_quick_batch_sizes_count : kernel_check_batch_sizes_count;
+    const int *Ms = o.quick ? kernel_check_quick_batch_sizes : kernel_check_batch_sizes;
+    for (int i = 0; i < n_M; i++) printf(" %d", Ms[i]);
+    printf(" (capped per shape)\n");
+
+    char why[256] = "";
+    bool want_cuda = matches(device, "cuda");
+    bool have_cuda = want_cuda && cuda_device_available(why, sizeof why);
+    // Skipped CUDA checks: every set name that could be registered for cuda, every shape.
+    if (want_cuda && !have_cuda) {
+        const char *names[] = {"invariant", "reference"};
+        int skipped = 0;
+        for (int s = 0; s < 2; s++) {
+            if (!matches(set, names[s])) continue;
+            for (const op_entry *op = op_table(); op->name; op++)
+                if (!only || only == op) skipped += count_shapes(op->cuda_shapes, o.quick);
+        }
+        printf("SKIP: cuda kernel checks: %s (%d checks skipped)\n", why, skipped);
+        rep.skipped += skipped;
+    }
+
+    for (const kernel_set_entry *e = kernel_sets(); e->set; e++) {
+        if (!matches(set, e->set) || !matches(device, e->device)) continue;
+        if (strcmp(e->device, "cuda") == 0 && !have_cuda) continue;
+        ops_set *ops = kernel_set_create(e->set, e->device, threads);
+        if (!ops) invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot create set %s on %s", e->set,
+                            e->device);
+        for (const op_entry *op = op_table(); op->name; op++) {
+            if (only && only != op) continue;
+            check_result summary;
+            rep.shape_start = now_s();
+            int n = kernel_check_op(ops, op, &o, &summary);
+            if (n > 0 && !ops->batch_invariant && op->reference == REF_MUST_VARY &&
+                summary.invariant) {
+                // The negative control: a reference reduction nobody caught varying.
+                printf("FAIL   %-9s %-4s %-14s %-22s never varied at any shape: the checker "
+                       "would miss a non-invariant kernel\n", ops->name, ops->device, op->name,
+                       "(all shapes)");
+                write_row(&rep, ops, op, "(all shapes)", "FAIL", &summary, 0.0);
+                rep.failed++;
+            }
+        }
+        ops->destroy(ops);
+    }
+    if (fclose(rep.csv) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "kernels: writing %s: %s", csv_path, strerror(errno));
+    printf("report: %s\n", csv_path);
+    printf("%d passed, %d failed, %d skipped\n", rep.passed, rep.failed, rep.skipped);
+    return rep.failed ? 1 : 0;
+}

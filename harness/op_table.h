@@ -1,0 +1,62 @@
+// harness/op_table.h — THE table of ops `invar kernels` checks (harness/kernel_check.h).
+//
+// An op is checked through "rows": the unit of work whose result must not depend on the rest
+// of the batch (a row of x for GEMM, a query sequence for attention, a token for MoE, ...).
+// Each row's inputs are generated from a 64-bit row seed, so the checker can put the same row
+// alone (M=1) and inside a batch of M other random rows, run the op both ways and memcmp the
+// row's output bytes. Everything shared by the rows (weights, tables) comes from the shape.
+//
+// Registering an op is one line in op_table.c's table: OP_ENTRY(name, ...) names the five
+// functions below (name_setup, name_run, name_error, name_teardown) and the shape lists
+// name_cpu_shapes / name_cuda_shapes, which live in the op's section of op_table.c.
+#ifndef INVAR_HARNESS_OP_TABLE_H
+#define INVAR_HARNESS_OP_TABLE_H
+
+#include <stdbool.h>           // bool
+#include <stddef.h>            // size_t
+#include <stdint.h>            // uint64_t
+#include "../kernels/ops.h"    // ops_set
+
+// What a reference (non-invariant) set is expected to do with an op.
+enum ref_expectation {
+    REF_MAY_BE_STABLE,  // the reference set reuses an order-free kernel: stable is fine
+    REF_MUST_VARY,      // the negative control: it must be caught varying at some shape
+};
+
+// One shape of one op. The meaning of d[] is the op's own (see its section in op_table.c).
+typedef struct {
+    const char *label;  // as printed, e.g. "576x2048" (NULL ends a list)
+    int d[6];
+    int max_M;          // largest batch checked at this shape; 0: every M of the list
+    bool quick;         // kept by --quick
+} op_shape;
+
+typedef struct op_case op_case;  // one op at one shape on one set: shared inputs, scratch
+
+typedef struct {
+    const char *name;             // --op NAME
+    const char *row;              // what one row is, for people reading the report
+    double tol;                   // accuracy: rel-L2 error against the float64 oracle
+    enum ref_expectation reference;
+    const op_shape *cpu_shapes;   // small enough that the CPU run stays around a minute
+    const op_shape *cuda_shapes;  // real DeepSeek sizes
+
+    // Builds the shape's shared inputs on ops's device (seeded: same seed, same inputs).
+    op_case *(*setup)(ops_set *ops, const op_shape *shape, uint64_t seed);
+    // Bytes of one row's output as the checker compares it (padding zeroed by run).
+    size_t (*row_bytes)(const op_case *c);
+    // Runs the op once on M rows, row j built from row_seeds[j]; outputs are poisoned before
+    // and downloaded after, out receiving M * row_bytes bytes. Returns false when an output
+    // element was left unwritten or an element outside the outputs was written.
+    bool (*run)(op_case *c, int M, const uint64_t *row_seeds, void *out);
+    // rel-L2 error of one row's output against the float64 oracle (kernels/f64/f64.h).
+    double (*error)(op_case *c, uint64_t row_seed, const void *row_out);
+    void (*teardown)(op_case *c);
+} op_entry;
+
+// The table, terminated by an entry whose name is NULL.
+const op_entry *op_table(void);
+// The entry named `name`; NULL when none.
+const op_entry *op_table_find(const char *name);
+
+#endif

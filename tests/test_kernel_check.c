@@ -1,0 +1,136 @@
+// tests/test_kernel_check.c — the kernel checker (harness/kernel_check.h) catches what it must:
+// a planted M-dependent GEMM, an op that leaves outputs unwritten, an inaccurate op; and it
+// passes the real invariant CPU set.
+#include <stdarg.h>                              // cmocka
+#include <stddef.h>                              // cmocka
+#include <stdint.h>                              // cmocka
+#include <setjmp.h>                              // cmocka
+#include <cmocka.h>                              // cmocka
+
+#include <string.h>                              // strcmp
+
+#include "../harness/kernel_check.h"             // kernel_check_op, check_opts, check_result
+#include "../harness/op_table.h"                 // op_table, op_table_find
+#include "../kernels/cpu/inv_cpu.h"              // inv_cpu_create
+#include "../kernels/cpu/inv_cpu_ops.h"          // inv_cpu_rmsnorm
+#include "../reference/cpu/ref_cpu_ops.h"        // ref_cpu_gemm
+
+static const int small_batches[] = {2, 7, 64, 256};
+
+static check_opts small_opts(const op_shape *shapes) {
+    return (check_opts){.batch_sizes = small_batches, .n_batch_sizes = 4, .seed = 7,
+                        .shapes = shapes};
+}
+
+// --- planted faults: the invariant set with one op swapped ----------------------------------
+
+// Claims invariance, but runs the reference GEMM, whose K split depends on M.
+static void planted_gemm(ops_set *ops, const gemm_args *a) { ref_cpu_gemm(ops, a); }
+
+// Forgets the last row of every batch.
+static void lazy_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                         const bf16 *w, int M, int D, float eps) {
+    if (M > 1) inv_cpu_rmsnorm(ops, out, ld_out, x, ld_x, w, M - 1, D, eps);
+    else inv_cpu_rmsnorm(ops, out, ld_out, x, ld_x, w, M, D, eps);
+}
+
+// Invariant but wrong: an epsilon of 1 instead of the caller's.
+static void sloppy_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                           const bf16 *w, int M, int D, float eps) {
+    (void)eps;
+    inv_cpu_rmsnorm(ops, out, ld_out, x, ld_x, w, M, D, 1.0f);
+}
+
+static void test_planted_gemm_varies(void **state) {
+    (void)state;
+    ops_set *real = inv_cpu_create(2);
+    ops_set planted = *real;
+    planted.gemm = planted_gemm;
+    static const op_shape shapes[] = {{"576x2048", {576, 2048}, 256, true}, {NULL, {0}, 0, 0}};
+    check_opts o = small_opts(shapes);
+    const char *ops[] = {"gemm", "gemm_f32"};
+    for (int i = 0; i < 2; i++) {
+        check_result r;
+        assert_int_equal(kernel_check_op(&planted, op_table_find(ops[i]), &o, &r), 1);
+        assert_false(r.invariant);
+        assert_false(r.pass);
+        assert_true(r.first_vary_M >= 2);
+        assert_true(r.accurate);  // the reference GEMM is accurate, only not invariant
+        assert_true(r.written);
+    }
+    real->destroy(real);
+}
+
+static void test_unwritten_row_fails(void **state) {
+    (void)state;
+    ops_set *real = inv_cpu_create(2);
+    ops_set planted = *real;
+    planted.rmsnorm = lazy_rmsnorm;
+    static const op_shape shapes[] = {{"D=512", {512, 0}, 0, true}, {NULL, {0}, 0, 0}};
+    check_opts o = small_opts(shapes);
+    check_result r;
+    kernel_check_op(&planted, op_table_find("rmsnorm"), &o, &r);
+    assert_false(r.written);
+    assert_false(r.pass);
+    real->destroy(real);
+}
+
+static void test_inaccurate_op_fails(void **state) {
+    (void)state;
+    ops_set *real = inv_cpu_create(2);
+    ops_set planted = *real;
+    planted.rmsnorm = sloppy_rmsnorm;
+    static const op_shape shapes[] = {{"D=512", {512, 0}, 0, true}, {NULL, {0}, 0, 0}};
+    check_opts o = small_opts(shapes);
+    check_result r;
+    kernel_check_op(&planted, op_table_find("rmsnorm"), &o, &r);
+    assert_true(r.invariant);
+    assert_false(r.accurate);
+    assert_true(r.err > r.tol);
+    assert_false(r.pass);
+    real->destroy(real);
+}
+
+// Every op of the table on the real invariant CPU set, its --quick shapes, small batches.
+static void test_invariant_cpu_set_passes(void **state) {
+    (void)state;
+    ops_set *ops = inv_cpu_create(2);
+    check_opts o = small_opts(NULL);
+    o.quick = true;
+    int ops_checked = 0;
+    for (const op_entry *op = op_table(); op->name; op++) {
+        check_result r;
+        int shapes = kernel_check_op(ops, op, &o, &r);
+        assert_true(shapes >= 1);
+        if (!r.pass) fail_msg("%s: invariant %d (M=%d) err %g tol %g written %d", op->name,
+                              r.invariant, r.first_vary_M, r.err, r.tol, r.written);
+        assert_true(r.invariant);
+        assert_true(r.written);
+        assert_true(r.err <= r.tol);
+        ops_checked++;
+    }
+    assert_int_equal(ops_checked, 13);
+    ops->destroy(ops);
+}
+
+static void test_table_lookup(void **state) {
+    (void)state;
+    assert_non_null(op_table_find("mla_attention"));
+    assert_null(op_table_find("no_such_op"));
+    for (const op_entry *op = op_table(); op->name; op++) {
+        assert_ptr_equal(op_table_find(op->name), op);
+        assert_non_null(op->cpu_shapes[0].label);
+        assert_non_null(op->cuda_shapes[0].label);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table_lookup),
+        cmocka_unit_test(test_planted_gemm_varies),
+        cmocka_unit_test(test_unwritten_row_fails),
+        cmocka_unit_test(test_inaccurate_op_fails),
+        cmocka_unit_test(test_invariant_cpu_set_passes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

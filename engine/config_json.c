@@ -45,6 +45,10 @@ static const cJSON *field(const cJSON *obj, const char *key) {
     return item && !cJSON_IsNull(item) ? item : NULL;
 }
 
+static bool is_null(const cJSON *obj, const char *key) {
+    return cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(obj, key));
+}
+
 static bool read_int(reader *r, const cJSON *obj, const char *label, const char *key,
                      enum presence p, int dflt, long lo, long hi, int *out) {
     const cJSON *item = field(obj, key);
@@ -285,20 +289,19 @@ static bool parse_root(reader *r, const cJSON *root, model_config *c, config_jso
                   &c->n_shared_experts))
         return false;
 
-    // Behaviour: transformers' class defaults (V2 | V3).
+    // Behaviour: transformers' class defaults (V2 | V3). n_group / topk_group are None in
+    // DeepseekV2Config, 8 / 4 in DeepseekV3Config; null means one group.
     if (!read_double(r, root, "rms_norm_eps", "rms_norm_eps", OPTIONAL, 1e-6, &c->rms_norm_eps) ||
         !read_int(r, root, "max_position_embeddings", "max_position_embeddings", OPTIONAL,
                   v3 ? 4096 : 2048, 1, INT_MAX, &c->max_position_embeddings) ||
         !read_bool(r, root, "tie_word_embeddings", false, &c->tie_word_embeddings) ||
         !read_double(r, root, "routed_scaling_factor", "routed_scaling_factor", OPTIONAL,
                      v3 ? 2.5 : 1.0, &c->routed_scaling_factor) ||
-        !read_int(r, root, "n_group", "n_group", OPTIONAL, v3 ? 8 : 1, 1, INT_MAX, &c->n_group) ||
-        !read_int(r, root, "topk_group", "topk_group", OPTIONAL, v3 ? 4 : 1, 1, INT_MAX,
-                  &c->topk_group))
+        !read_int(r, root, "n_group", "n_group", OPTIONAL,
+                  v3 && !is_null(root, "n_group") ? 8 : 1, 1, INT_MAX, &c->n_group) ||
+        !read_int(r, root, "topk_group", "topk_group", OPTIONAL,
+                  v3 && !is_null(root, "topk_group") ? 4 : 1, 1, INT_MAX, &c->topk_group))
         return false;
-    // n_group / topk_group are None in DeepseekV2Config; null means 1 group here.
-    if (field(root, "n_group") == NULL) c->n_group = v3 ? (cJSON_GetObjectItemCaseSensitive(root, "n_group") ? 1 : 8) : 1;
-    if (field(root, "topk_group") == NULL) c->topk_group = v3 ? (cJSON_GetObjectItemCaseSensitive(root, "topk_group") ? 1 : 4) : 1;
 
     bool has_moe_layer = c->n_routed_experts > 0 && c->first_k_dense_replace < c->num_hidden_layers;
     // num_experts_per_tok: 8 in DeepseekV3Config, None (no usable default) in DeepseekV2Config.
@@ -393,18 +396,16 @@ bool config_json_load(const char *path, model_config *out, config_json_info *inf
     else snprintf(dir, sizeof dir, ".");
     while (strlen(dir) > 1 && dir[strlen(dir) - 1] == '/') dir[strlen(dir) - 1] = '\0';
     const char *base = strrchr(dir, '/');
-    snprintf(out->name, sizeof out->name, "%s", base && base[1] ? base + 1 : dir);
+    const char *name = base && base[1] ? base + 1 : dir;
+    size_t n_name = strnlen(name, sizeof out->name - 1);  // long folder names are cut
+    memcpy(out->name, name, n_name);
+    out->name[n_name] = '\0';
     return true;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Format
 // ---------------------------------------------------------------------------------------------
-
-static bool refuse(char *err, int err_len, const char *why) {
-    snprintf(err, (size_t)err_len, "config '%s' cannot be written as a transformers config: %s", "", why);
-    return false;
-}
 
 char *config_json_format(const model_config *c, char *err, int err_len) {
     char why[256];
@@ -434,7 +435,6 @@ char *config_json_format(const model_config *c, char *err, int err_len) {
                  c->name, problem);
         return NULL;
     }
-    (void)refuse;
 
     cJSON *o = cJSON_CreateObject();
     if (!o) invar_die(INVAR_EXIT_SYSTEM, "out of host memory formatting config.json");

@@ -30,8 +30,8 @@ bool config_json_parse(const char *text, size_t len, const char *path, model_con
 bool config_json_load(const char *path, model_config *out, config_json_info *info, char *err,
                       int err_len);
 
-// config.json text (malloc'd, caller frees) that transformers 5 and config_json_parse both read
-// back as `c`: deepseek_v3 for sigmoid + noaux_tc routing, deepseek_v2 for softmax routing.
+// config.json text (malloc'd: free it with free()) that transformers 5 and config_json_parse
+// both read back as `c`: deepseek_v3 for sigmoid + noaux_tc routing, deepseek_v2 for softmax.
 // NULL, with a message in err, when transformers cannot express `c` (e.g. softmax + noaux_tc).
 char *config_json_format(const model_config *c, char *err, int err_len);
 

@@ -30,6 +30,13 @@ const int kernel_check_quick_batch_sizes_count =
 
 // --- seeds -----------------------------------------------------------------------------------
 
+
+// Whether a reference set's op is a negative control that must be caught varying.
+static bool reference_must_vary(const op_entry *op, const ops_set *ops) {
+    return op->reference == REF_MUST_VARY ||
+           (op->reference == REF_MUST_VARY_ON_CPU && strcmp(ops->device, "cpu") == 0);
+}
+
 static uint64_t hash_name(const char *s) {
     uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
@@ -197,7 +204,7 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
         if (o->on_shape) o->on_shape(o->user, ops, op, &shapes[i], &r);
     }
     summary->accurate = summary->err <= summary->tol;
-    if (!ops->batch_invariant && op->reference == REF_MUST_VARY && summary->invariant)
+    if (!ops->batch_invariant && reference_must_vary(op, ops) && summary->invariant)
         summary->pass = false;  // the negative control never triggered
     return checked;
 }
@@ -225,7 +232,7 @@ static void csv_field(FILE *f, const char *s, bool last) {
 
 static const char *expectation(const ops_set *ops, const op_entry *op) {
     if (ops->batch_invariant) return "stable";
-    return op->reference == REF_MUST_VARY ? "must vary" : "may be stable";
+    return reference_must_vary(op, ops) ? "must vary" : "may be stable";
 }
 
 static void write_row(report *rep, const ops_set *ops, const op_entry *op, const char *shape,
@@ -422,7 +429,7 @@ int cmd_kernels(int argc, char **argv) {
             check_result summary;
             rep.shape_start = now_s();
             int n = kernel_check_op(ops, op, &o, &summary);
-            if (n > 0 && !ops->batch_invariant && op->reference == REF_MUST_VARY &&
+            if (n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) &&
                 summary.invariant) {
                 // The negative control: a reference reduction nobody caught varying.
                 printf("FAIL   %-9s %-4s %-14s %-22s never varied at any shape: the checker "

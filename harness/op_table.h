@@ -21,6 +21,8 @@
 enum ref_expectation {
     REF_MAY_BE_STABLE,  // the reference set reuses an order-free kernel: stable is fine
     REF_MUST_VARY,      // the negative control: it must be caught varying at some shape
+    REF_MUST_VARY_ON_CPU, // must vary on the CPU reference set; the CUDA reference set reuses
+                          // an invariant kernel for it (or orders it alike), so stable is fine
 };
 
 // One shape of one op. The meaning of d[] is the op's own (see its section in op_table.c).

@@ -1,0 +1,294 @@
+// harness/bench.c — `invar bench`: the invariant CUDA kernels against the reference set
+// (cuBLAS, split-count MLA), timed with CUDA events.
+//
+//   invar bench [--device cuda] [--out DIR] [--quick]
+//
+// GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, after
+// measuring the device-to-device copy bandwidth that the MLA numbers are compared with. Every
+// timing: warm-up, then the median of many runs, each run on the next of several input copies
+// whose total exceeds twice the 60 MB L2. Writes DIR/bench_gemm.csv and DIR/bench_mla.csv.
+//
+// Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
+// --device cuda was asked for explicitly (the caller wanted numbers and gets none).
+#include <errno.h>               // errno
+#include <math.h>                // exp, log, sqrt
+#include <stdint.h>              // uint16_t, uint64_t, int32_t
+#include <stdio.h>               // printf, fprintf, fopen
+#include <stdlib.h>              // free
+#include <string.h>              // strcmp, strerror
+#include <sys/stat.h>            // mkdir
+
+#include "../kernels/bf16.h"     // float_to_bf16, invar_mix64, invar_uniform
+#include "../kernels/check.h"    // invar_die, invar_malloc
+#include "../kernels/registry.h" // kernel_set_create, cuda_device_available
+#include "commands.h"            // cmd_bench
+#ifdef INVAR_CUDA
+#include "../kernels/cuda/cuda_timing.h"  // cuda_time_median_ms, cuda_copy_bandwidth_gbs
+#endif
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: invar bench [--device cuda] [--out DIR] [--quick]\n"
+               "  GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS).\n"
+               "  --out DIR   where bench_gemm.csv and bench_mla.csv go (default build/bench)\n"
+               "  --quick     fewer repetitions (CI smoke run)\n");
+}
+
+#ifdef INVAR_CUDA
+
+#define L2_BYTES (60.0 * 1024 * 1024)
+#define FILL_CHUNK (16L << 20)  // bf16 values generated on the host, then tiled on the device
+
+typedef struct {
+    int warmup, reps;
+} bench_opts;
+
+// Random bf16 in [-1, 1): a host chunk uploaded again and again (never zeros).
+static void fill_random(ops_set *ops, uint16_t *dst, long n, uint64_t seed) {
+    long chunk = n < FILL_CHUNK ? n : FILL_CHUNK;
+    uint16_t *h = invar_malloc((size_t)chunk * 2, "bench random fill");
+    for (long i = 0; i < chunk; i++)
+        h[i] = float_to_bf16(2.0f * invar_uniform(invar_mix64(seed + (uint64_t)i)) - 1.0f);
+    for (long at = 0; at < n; at += chunk) {
+        long len = n - at < chunk ? n - at : chunk;
+        ops->upload(ops, dst + at, h, (size_t)len * 2);
+    }
+    free(h);
+}
+
+// --- GEMM --------------------------------------------------------------------------------------
+
+typedef struct {
+    ops_set *ops;
+    gemm_args base;
+    const uint16_t *x, *w;
+    long x_elems, w_elems;
+    int copies;
+} gemm_job;
+
+static void gemm_once(void *arg, int rep) {
+    gemm_job *j = arg;
+    gemm_args a = j->base;
+    int c = rep % j->copies;
+    a.x = j->x + (long)c * j->x_elems;
+    a.w = j->w + (long)c * j->w_elems;
+    j->ops->gemm(j->ops, &a);
+}
+
+static const int gemm_nk[][2] = {
+    {1536, 7168}, {576, 7168}, {24576, 1536}, {7168, 16384}, {36864, 7168}, {7168, 18432},
+    {129280, 7168}, {3072, 2048}, {4096, 512}, {2048, 2048}, {21888, 2048}, {102400, 2048},
+};
+static const int gemm_m[] = {1, 16, 64, 256, 1024, 4096, 8192};
+
+static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, FILE *csv) {
+    const int n_nk = (int)(sizeof gemm_nk / sizeof gemm_nk[0]), n_m = (int)(sizeof gemm_m / sizeof gemm_m[0]);
+    const int max_m = gemm_m[n_m - 1];
+    double log_sum = 0.0;
+    int count = 0;
+    fprintf(csv, "N,K,M,inv_us,ref_us,inv_tflops,ref_tflops,inv_gbs,ref_gbs,ratio_inv_over_ref\n");
+    printf("%-14s %5s %10s %10s %8s %8s %8s %8s %6s\n", "N x K", "M", "inv us", "cuBLAS us", "inv TF/s",
+           "ref TF/s", "inv GB/s", "ref GB/s", "ratio");
+    for (int s = 0; s < n_nk; s++) {
+        const int N = gemm_nk[s][0], K = gemm_nk[s][1];
+        const long w_elems = (long)N * K, x_elems = (long)max_m * K;
+        const double set_bytes = 2.0 * (double)(w_elems + x_elems);
+        int copies = (int)ceil(2.0 * L2_BYTES / set_bytes);
+        if (copies < 1) copies = 1;
+        uint16_t *w = inv->alloc(inv, (size_t)w_elems * copies * 2, "bench gemm weights");
+        uint16_t *x = inv->alloc(inv, (size_t)x_elems * copies * 2, "bench gemm activations");
+        uint16_t *y = inv->alloc(inv, (size_t)max_m * N * 2, "bench gemm output");
+        fill_random(inv, w, w_elems * copies, 0x1234u + (uint64_t)s);
+        fill_random(inv, x, x_elems * copies, 0x9876u + (uint64_t)s);
+        for (int mi = 0; mi < n_m; mi++) {
+            const int M = gemm_m[mi];
+            gemm_job j = {inv, {0}, x, w, x_elems, w_elems, copies};
+            j.base.y = y;
+            j.base.M = M;
+            j.base.N = N;
+            j.base.K = K;
+            double t_inv = cuda_time_median_ms(inv, gemm_once, &j, o->warmup, o->reps);
+            j.ops = ref;
+            double t_ref = cuda_time_median_ms(ref, gemm_once, &j, o->warmup, o->reps);
+            double flop = 2.0 * M * (double)N * K, bytes = 2.0 * ((double)M * K + (double)N * K + (double)M * N);
+            double ratio = t_ref / t_inv;
+            log_sum += log(ratio);
+            count++;
+            fprintf(csv, "%d,%d,%d,%.2f,%.2f,%.1f,%.1f,%.0f,%.0f,%.3f\n", N, K, M, t_inv * 1e3, t_ref * 1e3,
+                    flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio);
+            printf("%6d x %-6d %5d %10.1f %10.1f %8.1f %8.1f %8.0f %8.0f %6.3f\n", N, K, M, t_inv * 1e3, t_ref * 1e3,
+                   flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio);
+            fflush(stdout);
+        }
+        inv->release(inv, w);
+        inv->release(inv, x);
+        inv->release(inv, y);
+    }
+    return exp(log_sum / count);
+}
+
+// --- MLA decode --------------------------------------------------------------------------------
+
+typedef struct {
+    ops_set *ops;
+    mla_attention_args base;
+    const int32_t *tables;  // copies x [B, blocks_per_seq]
+    long table_elems;
+    int copies;
+} mla_job;
+
+static void mla_once(void *arg, int rep) {
+    mla_job *j = arg;
+    mla_attention_args a = j->base;
+    a.block_table = j->tables + (long)(rep % j->copies) * j->table_elems;
+    j->ops->mla_attention(j->ops, &a);
+}
+
+static void bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, double copy_gbs, FILE *csv) {
+    const int batches[] = {1, 32, 128}, contexts[] = {1024, 4096, 16384}, heads[] = {16, 128};
+    const int L = 512, R = 64, BS = 64;
+    fprintf(csv, "batch,context,heads,inv_us,ref_us,inv_gbs,ref_gbs,inv_pct_copy,ref_pct_copy,inv_tflops,ref_tflops\n");
+    printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s\n", "batch", "context", "heads", "inv us", "ref us",
+           "inv GB/s", "ref GB/s", "inv %cp", "ref %cp", "inv TF/s", "ref TF/s");
+    for (int bi = 0; bi < 3; bi++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int hi = 0; hi < 2; hi++) {
+                const int B = batches[bi], ctx = contexts[ci], H = heads[hi];
+                const long kv_bytes = (long)B * ctx * (L + R) * 2;
+                int copies = (int)ceil(2.0 * L2_BYTES / (double)kv_bytes);
+                if (copies < 1) copies = 1;
+                const int bps = ctx / BS;
+                const long slots = (long)copies * B * ctx;
+                uint16_t *kv = inv->alloc(inv, (size_t)slots * (L + R) * 2, "bench mla kv cache");
+                uint16_t *q = inv->alloc(inv, (size_t)B * H * (L + R) * 2, "bench mla queries");
+                uint16_t *out = inv->alloc(inv, (size_t)B * H * L * 2, "bench mla output");
+                int32_t *tables = inv->alloc(inv, (size_t)copies * B * bps * 4, "bench mla block tables");
+                int32_t *meta = inv->alloc(inv, (size_t)3 * B * 4, "bench mla token metadata");
+                fill_random(inv, kv, slots * (L + R), 0x5151u + (uint64_t)(bi * 9 + ci * 3 + hi));
+                fill_random(inv, q, (long)B * H * (L + R), 0x7777u);
+                int32_t *h_tab = invar_malloc((size_t)copies * B * bps * 4, "bench mla block tables");
+                for (long i = 0; i < (long)copies * B * bps; i++) h_tab[i] = (int32_t)i;
+                inv->upload(inv, tables, h_tab, (size_t)copies * B * bps * 4);
+                free(h_tab);
+                int32_t *h_meta = invar_malloc((size_t)3 * B * 4, "bench mla token metadata");
+                for (int b = 0; b < B; b++) {
+                    h_meta[b] = b;               // token_seq
+                    h_meta[B + b] = ctx - 1;     // token_pos
+                    h_meta[2 * B + b] = ctx;     // seq_lens
+                }
+                inv->upload(inv, meta, h_meta, (size_t)3 * B * 4);
+                free(h_meta);
+
+                mla_job j = {inv, {0}, tables, (long)B * bps, copies};
+                mla_attention_args *a = &j.base;
+                a->out = out;
+                a->q_lat = q;
+                a->q_pe = q + (long)B * H * L;
+                a->kv_cache = kv;
+                a->token_seq = meta;
+                a->token_pos = meta + B;
+                a->seq_lens = meta + 2 * B;
+                a->T = B;
+                a->H = H;
+                a->L = L;
+                a->R = R;
+                a->ld_out = (long)H * L;
+                a->ld_q_lat = (long)H * L;
+                a->ld_q_pe = (long)H * R;
+                a->head_stride_q_pe = R;
+                a->block_size = BS;
+                a->max_blocks_per_seq = bps;
+                a->num_seqs = B;
+                a->max_seq_len = ctx;
+                a->scale = 1.0f / sqrtf(192.0f);
+                double t_inv = cuda_time_median_ms(inv, mla_once, &j, o->warmup, o->reps);
+                j.ops = ref;
+                double t_ref = cuda_time_median_ms(ref, mla_once, &j, o->warmup, o->reps);
+                double bytes = (double)kv_bytes + 2.0 * B * H * (L + R) + 2.0 * B * H * L;
+                double flop = 2.0 * B * (double)H * ctx * (L + R + L);
+                double gi = bytes / t_inv / 1e6, gr = bytes / t_ref / 1e6;
+                fprintf(csv, "%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.1f,%.1f\n", B, ctx, H, t_inv * 1e3, t_ref * 1e3,
+                        gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9, flop / t_ref / 1e9);
+                printf("%5d %7d %5d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %8.1f %8.1f\n", B, ctx, H, t_inv * 1e3,
+                       t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
+                       flop / t_ref / 1e9);
+                fflush(stdout);
+                inv->release(inv, kv);
+                inv->release(inv, q);
+                inv->release(inv, out);
+                inv->release(inv, tables);
+                inv->release(inv, meta);
+            }
+}
+
+static FILE *open_csv(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) invar_die(INVAR_EXIT_SYSTEM, "bench: cannot write %s: %s", path, strerror(errno));
+    return f;
+}
+
+static int run_bench(const char *out_dir, bool quick) {
+    bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
+    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
+        invar_die(INVAR_EXIT_SYSTEM, "bench: cannot create %s: %s", out_dir, strerror(errno));
+    ops_set *inv = kernel_set_create("invariant", "cuda", 0);
+    ops_set *ref = kernel_set_create("reference", "cuda", 0);
+    if (!inv || !ref) invar_die(INVAR_EXIT_SYSTEM, "bench: the CUDA kernel sets are not registered");
+
+    double copy_gbs = cuda_copy_bandwidth_gbs(inv, (size_t)1 << 30);
+    printf("device-to-device copy: %.0f GB/s (1 GiB, read + write)\n\n", copy_gbs);
+
+    FILE *g = open_csv(out_dir, "bench_gemm.csv");
+    double geo = bench_gemm(inv, ref, &o, g);
+    fclose(g);
+    printf("GEMM geometric mean of speed ratio invariant / cuBLAS: %.3f\n", geo);
+
+    FILE *m = open_csv(out_dir, "bench_mla.csv");
+    bench_mla(inv, ref, &o, copy_gbs, m);
+    fclose(m);
+
+    printf("\nsummary: copy %.0f GB/s; GEMM geomean invariant/cuBLAS %.3f; CSVs in %s\n", copy_gbs, geo, out_dir);
+    inv->destroy(inv);
+    ref->destroy(ref);
+    return 0;
+}
+#endif
+
+int cmd_bench(int argc, char **argv) {
+    const char *device = "cuda", *out_dir = "build/bench";
+    bool explicit_device = false, quick = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
+            explicit_device = true;
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out_dir = argv[++i];
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = true;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "invar bench: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return INVAR_EXIT_INPUT;
+        }
+    }
+    if (strcmp(device, "cuda") != 0) {
+        fprintf(stderr, "invar bench: only --device cuda is benchmarked (got '%s')\n", device);
+        return INVAR_EXIT_INPUT;
+    }
+    char why[256];
+    if (!cuda_device_available(why, (int)sizeof why)) {
+        printf("SKIP: no CUDA device: %s\n", why);
+        return explicit_device ? INVAR_EXIT_INPUT : 0;
+    }
+#ifdef INVAR_CUDA
+    return run_bench(out_dir, quick);
+#else
+    (void)out_dir;
+    (void)quick;
+    return INVAR_EXIT_INPUT;  // unreachable: without CUDA no device is available
+#endif
+}

@@ -1,0 +1,217 @@
+// kernels/cuda/gemm.cu — the batch-invariant GEMM: bf16 in, fp32 accumulate on tensor cores.
+//
+// The reduction order of one output element y[m][n] is the chain
+//     acc = 0;  for k0 = 0, 16, 32, ... < K:  acc = mma_m16n8k16(acc, x[m][k0:k0+16], w[n][k0:k0+16])
+// with k0 ascending and nothing else: one MMA instruction shape, k-slots in natural order,
+// no split-K, a zero-filled tail. Tile sizes (BM, BN, BK), warp layout and pipeline depth only
+// decide which thread carries which chain and when its operands arrive, never the chain, so
+// the three configurations below produce identical bits for any row at any M (tests check it
+// bitwise). The launcher picks one by shape only to keep the GPU busy:
+//   skinny  (M <= 16, or M <= 64 with L2-sized weights): 16 x 32 tiles, BK 128, 6 stages —
+//           streams weights at small M
+//   medium  (tiles of 128 would not fill the GPU): 64 x 64 tiles
+//   large   128 x 128 tiles, 8 warps — the compute-bound shape
+#include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3
+#include <stdint.h>         // uint32_t, int32_t
+
+#include "../bf16.h"        // float_to_bf16
+#include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK
+#include "gemm.cuh"         // gemm_problem, gemm_launch
+#include "inv_cuda_ops.h"   // inv_cuda_gemm
+#include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
+
+#define SMEM_PAD 8  // bf16 per row: row strides of 16B * odd keep ldmatrix conflict-free
+
+// --- tile loads ----------------------------------------------------------------------------
+
+// Rows [row0, row0+ROWS) x k [k0, k0+BK) of a row-major bf16 matrix into smem (stride BK+PAD).
+// Rows at or past row_end and k at or past K become zeros: zero products leave the chain as
+// it is, so padding never changes a valid element's bits.
+template <int ROWS, int BK, int THREADS, bool ALIGNED>
+__device__ __forceinline__ void load_tile(uint16_t *smem, const uint16_t *g, long ld, int row0,
+                                          int row_end, const int32_t *rows, int k0, int K) {
+    constexpr int CHUNKS_PER_ROW = BK / 8;
+    constexpr int CHUNKS = ROWS * CHUNKS_PER_ROW;
+    for (int ch = threadIdx.x; ch < CHUNKS; ch += THREADS) {
+        int r = ch / CHUNKS_PER_ROW, kc = (ch % CHUNKS_PER_ROW) * 8;
+        int row = row0 + r, k = k0 + kc;
+        uint16_t *dst = smem + r * (BK + SMEM_PAD) + kc;
+        bool row_ok = row < row_end;
+        long grow = row_ok ? (rows ? rows[row] : row) : 0;
+        if (ALIGNED) {
+            bool ok = row_ok && k < K;  // K % 8 == 0 here, so a chunk is all in or all out
+            cp_async16(dst, ok ? (const void *)(g + grow * ld + k) : (const void *)g, ok ? 16 : 0);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                dst[i] = (row_ok && k + i < K) ? g[grow * ld + k + i] : (uint16_t)0;
+        }
+    }
+}
+
+// --- the kernel ----------------------------------------------------------------------------
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool ALIGNED>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+gemm_kernel(gemm_problem p) {
+    constexpr int WARPS_N = BN / WN;
+    constexpr int THREADS = (BM / WM) * WARPS_N * 32;
+    constexpr int MI = WM / 16, NI = WN / 8;
+    constexpr int A_STAGE = BM * (BK + SMEM_PAD), B_STAGE = BN * (BK + SMEM_PAD);
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *As = smem, *Bs = smem + STAGES * A_STAGE;
+
+    const int z = blockIdx.z;
+    int row_begin = 0, row_end = p.M;
+    const uint16_t *x = p.x, *w = p.w + (long)z * p.stride_w;
+    char *y = (char *)p.y;
+    if (p.group_offsets) {
+        row_begin = p.group_offsets[z];
+        row_end = p.group_offsets[z + 1];
+    } else {
+        x += (long)z * p.stride_x;
+        y += (long)z * p.stride_y * (p.y_f32 ? 4 : 2);
+    }
+    const int m0 = row_begin + blockIdx.y * BM, n0 = blockIdx.x * BN;
+    if (m0 >= row_end) return;  // grouped: this group has fewer rows than the grid allows
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+    const int KT = (p.K + BK - 1) / BK;
+    auto load_stage = [&](int kt) {
+        if (kt < KT) {
+            int s = kt % STAGES;
+            load_tile<BM, BK, THREADS, ALIGNED>(As + s * A_STAGE, x, p.ldx, m0, row_end, p.x_rows, kt * BK, p.K);
+            load_tile<BN, BK, THREADS, ALIGNED>(Bs + s * B_STAGE, w, p.ldw, n0, p.N, nullptr, kt * BK, p.K);
+        }
+        cp_async_commit();  // empty groups keep the wait count uniform
+    };
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) load_stage(s);
+
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();  // stage kt landed for all threads; stage kt-1 is free to refill
+        load_stage(kt + STAGES - 1);
+        const uint16_t *a_s = As + (kt % STAGES) * A_STAGE, *b_s = Bs + (kt % STAGES) * B_STAGE;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {  // k ascending: the chain's order
+            uint32_t af[MI][4], bfr[NI][2];
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+                ldmatrix_x4(af[i], a_s + (wm0 + i * 16 + (lane % 16)) * (BK + SMEM_PAD) + kk + (lane / 16) * 8);
+#pragma unroll
+            for (int j = 0; j + 1 < NI; j += 2) {
+                uint32_t r[4];
+                ldmatrix_x4(r, b_s + (wn0 + j * 8 + (lane & 7) + ((lane >> 4) << 3)) * (BK + SMEM_PAD) + kk +
+                                   ((lane >> 3) & 1) * 8);
+                bfr[j][0] = r[0]; bfr[j][1] = r[1]; bfr[j + 1][0] = r[2]; bfr[j + 1][1] = r[3];
+            }
+            if (NI % 2) {
+                int l = lane & 15;
+                ldmatrix_x2(bfr[NI - 1], b_s + (wn0 + (NI - 1) * 8 + (l & 7)) * (BK + SMEM_PAD) + kk + (l >> 3) * 8);
+            }
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < NI; j++) mma_bf16_16816(acc[i][j], af[i], bfr[j]);
+        }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: one rounding to bf16 (or none for fp32 output).
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int m = m0 + wm0 + i * 16 + (lane >> 2) + half * 8;
+            if (m >= row_end) continue;
+            long yrow = p.y_rows ? p.y_rows[m] : m;
+#pragma unroll
+            for (int j = 0; j < NI; j++) {
+                int n = n0 + wn0 + j * 8 + (lane & 3) * 2;
+                float v0 = acc[i][j][half * 2], v1 = acc[i][j][half * 2 + 1];
+                if (p.y_f32) {
+                    float *yr = (float *)y + yrow * p.ldy;
+                    if (n < p.N) yr[n] = v0;
+                    if (n + 1 < p.N) yr[n + 1] = v1;
+                } else {
+                    uint16_t *yr = (uint16_t *)y + yrow * p.ldy;
+                    if (n < p.N) yr[n] = float_to_bf16(v0);
+                    if (n + 1 < p.N) yr[n + 1] = float_to_bf16(v1);
+                }
+            }
+        }
+}
+
+// --- launch ----------------------------------------------------------------------------------
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+static void launch_config(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {
+    constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
+    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * (BK + SMEM_PAD) * sizeof(uint16_t);
+    dim3 grid((unsigned)((p->N + BN - 1) / BN), (unsigned)((p->M + BM - 1) / BM), (unsigned)batch);
+    if (grid.y > 65535u || grid.z > 65535u)
+        invar_die(INVAR_EXIT_INPUT, "%s: M=%d batch=%d exceed the CUDA grid", op, p->M, batch);
+    if (aligned) {
+        auto k = gemm_kernel<BM, BN, BK, WM, WN, STAGES, true>;
+        CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        k<<<grid, THREADS, SMEM, c->stream>>>(*p);
+    } else {
+        auto k = gemm_kernel<BM, BN, BK, WM, WN, STAGES, false>;
+        CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        k<<<grid, THREADS, SMEM, c->stream>>>(*p);
+    }
+    CUDA_CHECK_LAUNCH(op);
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op) {
+    if (p->M <= 0 || p->N <= 0 || batch <= 0) return;
+    if (p->K <= 0) invar_die(INVAR_EXIT_INPUT, "%s: K=%d must be positive", op, p->K);
+    // cp.async needs every 8-element chunk 16-byte aligned; otherwise the scalar loader fills
+    // the same shared-memory tiles (same chain, slower).
+    bool aligned = p->K % 8 == 0 && p->ldx % 8 == 0 && p->ldw % 8 == 0 && aligned16(p->x) &&
+                   aligned16(p->w) && (batch <= 1 || p->group_offsets ||
+                                       (p->stride_x % 8 == 0 && p->stride_w % 8 == 0)) &&
+                   (!p->group_offsets || p->stride_w % 8 == 0);
+    long large_tiles = (long)((p->M + 127) / 128) * ((p->N + 127) / 128) * batch;
+    // Skinny also for M <= 64 when the weights fit in L2: its 4 row-blocks then re-read them
+    // from L2 (the medium tiles give too few CTAs there: 134 us vs 43 us at M=16, 1536x7168).
+    const bool weights_in_l2 = (double)p->N * p->K * 2.0 * (p->group_offsets ? 1 : batch) <= 48e6;
+    if (p->M <= 16 || (p->M <= 64 && weights_in_l2))
+        launch_config<16, 32, 128, 16, 8, 6>(c, p, batch, aligned, op);
+    else if (large_tiles >= c->num_sms)
+        launch_config<128, 128, 32, 64, 32, 4>(c, p, batch, aligned, op);
+    else
+        launch_config<64, 64, 64, 32, 32, 4>(c, p, batch, aligned, op);
+}
+
+void inv_cuda_gemm(ops_set *ops, const gemm_args *a) {
+    gemm_problem p = {};
+    p.y = a->y;
+    p.y_f32 = a->y_f32;
+    p.x = a->x;
+    p.w = a->w;
+    p.M = a->M;
+    p.N = a->N;
+    p.K = a->K;
+    p.ldx = a->ldx ? a->ldx : a->K;
+    p.ldy = a->ldy ? a->ldy : a->N;
+    p.ldw = a->ldw ? a->ldw : a->K;
+    p.stride_x = a->stride_x;
+    p.stride_y = a->stride_y;
+    p.stride_w = a->stride_w;
+    gemm_launch(cuda_ctx_of(ops), &p, a->batch > 1 ? a->batch : 1, "gemm");
+}

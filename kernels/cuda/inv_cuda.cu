@@ -1,0 +1,153 @@
+// kernels/cuda/inv_cuda.cu — the batch-invariant CUDA kernel set: context, memory, the device
+// probe and the ops table. The ops themselves live one unit per file beside this one.
+#include "inv_cuda.h"
+
+#include <cuda_runtime.h>   // cudaMalloc, cudaMemcpyAsync, cudaStreamCreate, ...
+#include <stdio.h>          // snprintf
+#include <stdlib.h>         // free
+
+#include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_die, invar_calloc
+#include "inv_cuda_ops.h"   // inv_cuda_* ops
+
+// --- context ---------------------------------------------------------------------------------
+
+void cuda_ctx_init(cuda_ctx *c, const char *set_name) {
+    char why[256];
+    if (!inv_cuda_device_available(why, (int)sizeof why))
+        invar_die(INVAR_EXIT_SYSTEM, "cuda: creating the %s set: %s", set_name, why);
+    CUDA_CHECK("create", cudaGetDevice(&c->device));
+    cudaDeviceProp prop;
+    CUDA_CHECK("create", cudaGetDeviceProperties(&prop, c->device));
+    c->num_sms = prop.multiProcessorCount;
+    c->smem_optin = prop.sharedMemPerBlockOptin;
+    CUDA_CHECK("create", cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+}
+
+void cuda_ctx_free(cuda_ctx *c) {
+    CUDA_CHECK("destroy", cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        if (c->scratch[i]) CUDA_CHECK("destroy", cudaFree(c->scratch[i]));
+    CUDA_CHECK("destroy", cudaStreamDestroy(c->stream));
+}
+
+void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what) {
+    if (bytes <= c->scratch_bytes[slot]) return c->scratch[slot];
+    // Rare by design: the engine's first step of each size grows it, steady state never does.
+    CUDA_CHECK(what, cudaStreamSynchronize(c->stream));
+    if (c->scratch[slot]) CUDA_CHECK(what, cudaFree(c->scratch[slot]));
+    c->scratch[slot] = NULL;
+    c->scratch_bytes[slot] = 0;
+    size_t grown = bytes + bytes / 4;  // headroom so slowly growing shapes do not re-grow
+    cudaError_t err = cudaMalloc(&c->scratch[slot], grown);
+    if (err != cudaSuccess)
+        invar_die(INVAR_EXIT_SYSTEM, "cuda: out of device memory: scratch for %s needs %zu bytes: %s",
+                  what, grown, cudaGetErrorString(err));
+    c->scratch_bytes[slot] = grown;
+    return c->scratch[slot];
+}
+
+// --- device probe ------------------------------------------------------------------------------
+
+bool inv_cuda_device_available(char *why, int why_len) {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        if (why) snprintf(why, (size_t)why_len, "no CUDA device: %s", cudaGetErrorString(err));
+        cudaGetLastError();  // clear the sticky-free error so later probes start clean
+        return false;
+    }
+    if (n == 0) {
+        if (why) snprintf(why, (size_t)why_len, "no CUDA device: the driver reports 0 devices");
+        return false;
+    }
+    cudaDeviceProp prop;
+    err = cudaGetDeviceProperties(&prop, 0);
+    if (err != cudaSuccess) {
+        if (why) snprintf(why, (size_t)why_len, "CUDA device 0 does not answer: %s", cudaGetErrorString(err));
+        return false;
+    }
+    if (prop.major < 9) {
+        if (why) snprintf(why, (size_t)why_len, "CUDA device 0 (%.64s) is sm_%d%d; invar's kernels are built for sm_90a",
+                          prop.name, prop.major, prop.minor);
+        return false;
+    }
+    return true;
+}
+
+// --- memory ------------------------------------------------------------------------------------
+
+void *inv_cuda_alloc(ops_set *ops, size_t bytes, const char *what) {
+    (void)ops;
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes ? bytes : 16);
+    if (err != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        invar_die(INVAR_EXIT_SYSTEM, "cuda: out of device memory allocating %zu bytes for %s "
+                  "(%zu of %zu bytes free): %s", bytes, what, free_b, total_b, cudaGetErrorString(err));
+    }
+    return p;
+}
+
+void inv_cuda_release(ops_set *ops, void *p) {
+    if (!p) return;
+    CUDA_CHECK("release", cudaStreamSynchronize(cuda_ctx_of(ops)->stream));
+    CUDA_CHECK("release", cudaFree(p));
+}
+
+void inv_cuda_upload(ops_set *ops, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_ctx_of(ops);
+    CUDA_CHECK("upload", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    // src is pageable host memory the caller may reuse at once: finish before returning.
+    CUDA_CHECK("upload", cudaStreamSynchronize(c->stream));
+}
+
+void inv_cuda_download(ops_set *ops, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_ctx_of(ops);
+    CUDA_CHECK("download", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK("download", cudaStreamSynchronize(c->stream));
+}
+
+void inv_cuda_sync(ops_set *ops) {
+    CUDA_CHECK("sync", cudaStreamSynchronize(cuda_ctx_of(ops)->stream));
+}
+
+// --- the set -------------------------------------------------------------------------------------
+
+static void inv_cuda_destroy(ops_set *ops) {
+    cuda_ctx_free(cuda_ctx_of(ops));
+    free(ops->ctx);
+    free(ops);
+}
+
+ops_set *inv_cuda_create(int threads) {
+    (void)threads;  // CPU worker count; meaningless on a GPU
+    cuda_ctx *c = (cuda_ctx *)invar_calloc(1, sizeof *c, "the invariant CUDA context");
+    cuda_ctx_init(c, "invariant");
+    ops_set *ops = (ops_set *)invar_calloc(1, sizeof *ops, "the invariant CUDA ops table");
+    ops->name = "invariant";
+    ops->device = "cuda";
+    ops->batch_invariant = true;
+    ops->ctx = c;
+    ops->destroy = inv_cuda_destroy;
+    ops->alloc = inv_cuda_alloc;
+    ops->release = inv_cuda_release;
+    ops->upload = inv_cuda_upload;
+    ops->download = inv_cuda_download;
+    ops->sync = inv_cuda_sync;
+    ops->embedding = inv_cuda_embedding;
+    ops->rmsnorm = inv_cuda_rmsnorm;
+    ops->gemm = inv_cuda_gemm;
+    ops->rope = inv_cuda_rope;
+    ops->residual_add = inv_cuda_residual_add;
+    ops->silu_mul = inv_cuda_silu_mul;
+    ops->kv_cache_write = inv_cuda_kv_cache_write;
+    ops->mla_attention = inv_cuda_mla_attention;
+    ops->mha_prefill = inv_cuda_mha_prefill;
+    ops->merge_attention = inv_cuda_merge_attention;
+    ops->moe_route = inv_cuda_moe_route;
+    ops->moe_experts = inv_cuda_moe_experts;
+    ops->moe_combine = inv_cuda_moe_combine;
+    ops->logprobs = inv_cuda_logprobs;
+    return ops;
+}

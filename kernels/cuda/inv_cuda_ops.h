@@ -1,0 +1,50 @@
+// kernels/cuda/inv_cuda_ops.h — the batch-invariant CUDA ops one by one, with exactly the
+// signatures of ops.h's function pointers, plus the launchers the reference set shares.
+//
+// Every function relies only on ops->ctx being a cuda_ctx (cuda_ctx.cuh), so the reference set
+// reuses the ops that are batch-invariant by nature.
+#ifndef INVAR_KERNELS_CUDA_INV_CUDA_OPS_H
+#define INVAR_KERNELS_CUDA_INV_CUDA_OPS_H
+
+#include <stddef.h>    // size_t
+#include <stdint.h>    // int32_t
+#include "../ops.h"    // ops_set, bf16, *_args
+#include "cuda_ctx.cuh"  // cuda_ctx
+
+// --- memory (cudaMalloc, cudaMemcpyAsync on the set's stream) --------------------------------
+void *inv_cuda_alloc(ops_set *ops, size_t bytes, const char *what);
+void inv_cuda_release(ops_set *ops, void *p);
+void inv_cuda_upload(ops_set *ops, void *dst, const void *src, size_t bytes);
+void inv_cuda_download(ops_set *ops, void *dst, const void *src, size_t bytes);
+void inv_cuda_sync(ops_set *ops);
+
+// --- ops (semantics: kernels/ops.h) ----------------------------------------------------------
+void inv_cuda_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int32_t *ids, int T,
+                        int D);
+void inv_cuda_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                      const bf16 *w, int M, int D, float eps);
+void inv_cuda_gemm(ops_set *ops, const gemm_args *a);
+void inv_cuda_rope(ops_set *ops, bf16 *x, long ld_token, long ld_head, int T, int H, int R,
+                   const int32_t *pos, const float *cos, const float *sin, bool interleave);
+void inv_cuda_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n);
+void inv_cuda_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int I);
+void inv_cuda_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, long ld_c_kv,
+                             const bf16 *k_pe, long ld_k_pe, const int32_t *slot, int T, int L,
+                             int R);
+void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a);
+void inv_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a);
+void inv_cuda_merge_attention(ops_set *ops, const merge_attention_args *a);
+void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a);
+void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a);
+void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a);
+void inv_cuda_logprobs(ops_set *ops, const logprobs_args *a);
+
+// --- shared launchers ---------------------------------------------------------------------
+// RMSNorm with a chosen block size (the invariant set always passes 256).
+void rmsnorm_launch(cuda_ctx *c, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                    const bf16 *w, int M, int D, float eps, int threads);
+// MLA attention with KV split into pieces of `split_size` positions starting at position 0
+// (the invariant set passes a constant; the reference set one derived from the batch).
+void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_size);
+
+#endif

@@ -1,0 +1,255 @@
+// kernels/cuda/mla_attention.cu — absorbed MLA attention over the paged latent cache, prefill
+// and decode alike, on tensor cores.
+//
+// Work unit (one CTA): 16 heads of one query token x one KV split. Splits have a FIXED SIZE
+// (MLA_SPLIT_SIZE positions, aligned to absolute position 0), so a token's splits depend only
+// on its own position; within a split, tiles of 32 positions, also aligned, are folded by the
+// online softmax in ascending order. A second kernel merges the token's splits in ascending
+// order. Nothing in a row's reduction depends on the batch: T, other tokens' lengths and
+// max_seq_len only size the grid and the scratch layout.
+//
+// Per tile:  S = Q·Kᵀ (16 heads x 32 positions, k over the L latent then R rope dims, m16n8k16
+// chain ascending), scale, mask, running max; P = exp(S - m) rounded to bf16 for the
+// tensor cores (the fp32 P feeds the running sum, as FlashAttention does); O = O*alpha + P·V.
+#include <cuda_runtime.h>   // cudaFuncSetAttribute
+#include <math.h>           // expf, fmaxf, INFINITY
+
+#include "../bf16.h"        // bf16_to_float, float_to_bf16
+#include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, CUDA_CHECK
+#include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch
+#include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
+
+#define MLA_SPLIT_SIZE 256   // positions per split: the invariant set's constant
+#define MLA_HEADS 16         // heads per CTA: the MMA's M
+#define MLA_TILE 32          // positions per tile: 4 warps x n8
+#define MLA_WARPS 4
+#define MLA_MAX_L 512        // output columns per warp L/4 <= 128 = 16 n8 fragments
+#define MLA_PSTRIDE (MLA_TILE + 8)
+
+struct mla_params {
+    mla_attention_args a;
+    int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
+    float *o_part;           // [T][H][nsplit][L] unnormalized outputs
+    float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
+};
+
+__global__ void __launch_bounds__(MLA_WARPS * 32) mla_split_kernel(mla_params p) {
+    const mla_attention_args &a = p.a;
+    const int L = a.L, R = a.R, D = L + R, DS = D + 8;  // DS: smem row stride (odd 16B units)
+    const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+    const int pos = a.token_pos[t], seq = a.token_seq[t];
+    const int start = split * p.split_size;
+    if (start > pos) return;
+    const int end = min(start + p.split_size, pos + 1);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 2, q = lane & 3;
+
+    extern __shared__ __align__(16) uint16_t sm[];
+    uint16_t *Qs = sm;                          // [16][DS]
+    uint16_t *KVs = Qs + MLA_HEADS * DS;        // [2][32][DS]
+    uint16_t *Ps = KVs + 2 * MLA_TILE * DS;     // [16][MLA_PSTRIDE]
+    float *red_max = (float *)(Ps + MLA_HEADS * MLA_PSTRIDE);  // [4][16]
+    float *red_sum = red_max + MLA_WARPS * MLA_HEADS;          // [4][16]
+
+    // Q: latent then rope values of 16 heads; heads past H are zeros (never written out).
+    for (int i = threadIdx.x; i < MLA_HEADS * D; i += blockDim.x) {
+        int row = i / D, col = i % D, h = hg * MLA_HEADS + row;
+        uint16_t v = 0;
+        if (h < a.H)
+            v = col < L ? a.q_lat[t * a.ld_q_lat + (long)h * L + col]
+                        : a.q_pe[t * a.ld_q_pe + h * a.head_stride_q_pe + (col - L)];
+        Qs[row * DS + col] = v;
+    }
+
+    // One tile of 32 positions; positions at or past `end` are zero-filled (masked below, and
+    // zeros keep 0 * garbage from turning into NaN in P·V).
+    auto load_tile = [&](int tile, int buf) {
+        const int p0 = start + tile * MLA_TILE, chunks = D / 8;
+        uint16_t *dst = KVs + buf * MLA_TILE * DS;
+        for (int i = threadIdx.x; i < MLA_TILE * chunks; i += blockDim.x) {
+            int row = i / chunks, c = i % chunks, pp = p0 + row;
+            const uint16_t *src = a.kv_cache;
+            int bytes = 0;
+            if (pp < end) {
+                long blk = a.block_table[(long)seq * a.max_blocks_per_seq + pp / a.block_size];
+                src = a.kv_cache + (blk * a.block_size + pp % a.block_size) * D + c * 8;
+                bytes = 16;
+            }
+            cp_async16(dst + row * DS + c * 8, src, bytes);
+        }
+        cp_async_commit();
+    };
+
+    const int nf = L / 32;  // n8 fragments per warp in P·V (even: L % 64 == 0)
+    float acc[MLA_MAX_L / 32][4];
+#pragma unroll
+    for (int f = 0; f < MLA_MAX_L / 32; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+    const int ntiles = (end - start + MLA_TILE - 1) / MLA_TILE;
+    load_tile(0, 0);
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int buf = tile & 1;
+        if (tile + 1 < ntiles) load_tile(tile + 1, buf ^ 1);
+        else cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const uint16_t *kv = KVs + buf * MLA_TILE * DS;
+
+        // S = Q·Kᵀ for this warp's 8 positions.
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int kk = 0; kk < D; kk += 16) {
+            uint32_t af[4], bfr[2];
+            ldmatrix_x4(af, Qs + (lane % 16) * DS + kk + (lane / 16) * 8);
+            int l = lane & 15;
+            ldmatrix_x2(bfr, kv + (warp * 8 + (l & 7)) * DS + kk + (l >> 3) * 8);
+            mma_bf16_16816(s, af, bfr);
+        }
+        const int p_base = start + tile * MLA_TILE + warp * 8 + 2 * q;
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[e] = (p_base + (e & 1) < end) ? s[e] * a.scale : -INFINITY;
+
+        // Running max over the tile's 32 positions: lanes of a row, then the 4 warps.
+        float mx0 = fmaxf(s[0], s[1]), mx1 = fmaxf(s[2], s[3]);
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        if (q == 0) {
+            red_max[warp * MLA_HEADS + r] = mx0;
+            red_max[warp * MLA_HEADS + r + 8] = mx1;
+        }
+        __syncthreads();
+        float m_new[2], alpha[2];
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            int row = r + 8 * h2;
+            float tm = fmaxf(fmaxf(red_max[row], red_max[MLA_HEADS + row]),
+                             fmaxf(red_max[2 * MLA_HEADS + row], red_max[3 * MLA_HEADS + row]));
+            m_new[h2] = fmaxf(m_run[h2], tm);
+            alpha[h2] = expf(m_run[h2] - m_new[h2]);  // exp(-inf) = 0 on the first tile
+        }
+        float pr[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) pr[e] = expf(s[e] - m_new[e >> 1]);
+        float sum0 = pr[0] + pr[1], sum1 = pr[2] + pr[3];
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+        if (q == 0) {
+            red_sum[warp * MLA_HEADS + r] = sum0;
+            red_sum[warp * MLA_HEADS + r + 8] = sum1;
+        }
+        uint32_t *prow0 = (uint32_t *)(Ps + r * MLA_PSTRIDE + warp * 8 + 2 * q);
+        uint32_t *prow1 = (uint32_t *)(Ps + (r + 8) * MLA_PSTRIDE + warp * 8 + 2 * q);
+        *prow0 = (uint32_t)float_to_bf16(pr[0]) | ((uint32_t)float_to_bf16(pr[1]) << 16);
+        *prow1 = (uint32_t)float_to_bf16(pr[2]) | ((uint32_t)float_to_bf16(pr[3]) << 16);
+        __syncthreads();
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            int row = r + 8 * h2;
+            float ts = ((red_sum[row] + red_sum[MLA_HEADS + row]) + red_sum[2 * MLA_HEADS + row]) +
+                       red_sum[3 * MLA_HEADS + row];
+            l_run[h2] = l_run[h2] * alpha[h2] + ts;
+            m_run[h2] = m_new[h2];
+        }
+
+        // O = O*alpha + P·V over this warp's L/4 output columns.
+        const int l0 = warp * (L / 4);
+#pragma unroll
+        for (int f = 0; f < MLA_MAX_L / 32; f++) {
+            acc[f][0] *= alpha[0]; acc[f][1] *= alpha[0];
+            acc[f][2] *= alpha[1]; acc[f][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < MLA_TILE; kk += 16) {
+            uint32_t af[4];
+            ldmatrix_x4(af, Ps + (lane % 16) * MLA_PSTRIDE + kk + (lane / 16) * 8);
+#pragma unroll
+            for (int f = 0; f < MLA_MAX_L / 32; f += 2) {
+                if (f < nf) {
+                    uint32_t rr[4];
+                    ldmatrix_x4_trans(rr, kv + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + l0 + f * 8 +
+                                              (lane >> 4) * 8);
+                    uint32_t b0[2] = {rr[0], rr[1]}, b1[2] = {rr[2], rr[3]};
+                    mma_bf16_16816(acc[f], af, b0);
+                    mma_bf16_16816(acc[f + 1], af, b1);
+                }
+            }
+        }
+        __syncthreads();  // the next iteration refills this buffer, red_* and Ps
+    }
+
+    // Partials: the unnormalized output and (max, sum) of each real head.
+    const long nsp = p.nsplit;
+#pragma unroll
+    for (int h2 = 0; h2 < 2; h2++) {
+        int h = hg * MLA_HEADS + r + 8 * h2;
+        if (h >= a.H) continue;
+        long base = ((long)t * a.H + h) * nsp + split;
+        float *o = p.o_part + base * L + warp * (L / 4);
+#pragma unroll
+        for (int f = 0; f < MLA_MAX_L / 32; f++)
+            if (f < nf) {
+                o[f * 8 + 2 * q] = acc[f][2 * h2];
+                o[f * 8 + 2 * q + 1] = acc[f][2 * h2 + 1];
+            }
+        if (warp == 0 && q == 0) p.ml_part[base] = make_float2(m_run[h2], l_run[h2]);
+    }
+}
+
+// One block per (token, head): the token's own splits, merged in ascending order.
+__global__ void mla_merge_kernel(mla_params p) {
+    const mla_attention_args &a = p.a;
+    const int th = blockIdx.x, t = th / a.H, h = th % a.H, L = a.L;
+    const int n = (a.token_pos[t] + 1 + p.split_size - 1) / p.split_size;
+    const long base = (long)th * p.nsplit;
+    float m = -INFINITY;
+    for (int s = 0; s < n; s++) m = fmaxf(m, p.ml_part[base + s].x);
+    float denom = 0.0f;
+    for (int s = 0; s < n; s++) denom += p.ml_part[base + s].y * expf(p.ml_part[base + s].x - m);
+    uint16_t *out = a.out + t * a.ld_out + (long)h * L;
+    for (int l = threadIdx.x; l < L; l += blockDim.x) {
+        float v = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < n; s++) v += p.o_part[(base + s) * L + l] * expf(p.ml_part[base + s].x - m);
+        out[l] = float_to_bf16(v / denom);
+    }
+}
+
+void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_size) {
+    if (a->T <= 0 || a->H <= 0) return;
+    if (a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0)
+        invar_die(INVAR_EXIT_INPUT, "mla_attention: cuda kernels need L a multiple of 64 up to %d and R a "
+                  "multiple of 16 (got L=%d R=%d)", MLA_MAX_L, a->L, a->R);
+    if (((uintptr_t)a->kv_cache & 15u) != 0)
+        invar_die(INVAR_EXIT_INPUT, "mla_attention: kv_cache must be 16-byte aligned");
+    if (a->T > 65535) invar_die(INVAR_EXIT_INPUT, "mla_attention: T=%d exceeds 65535 query tokens", a->T);
+    if (a->max_seq_len <= 0) return;
+    mla_params p;
+    p.a = *a;
+    p.split_size = split_size;
+    p.nsplit = (a->max_seq_len + split_size - 1) / split_size;
+    size_t parts = (size_t)a->T * a->H * p.nsplit;
+    char *scratch = (char *)cuda_scratch(c, SCRATCH_MLA_PARTIAL, parts * ((size_t)a->L * 4 + 8),
+                                         "mla_attention split partials");
+    p.o_part = (float *)scratch;
+    p.ml_part = (float2 *)(scratch + parts * (size_t)a->L * 4);
+
+    const int DS = a->L + a->R + 8;
+    size_t smem = ((size_t)MLA_HEADS * DS + 2 * MLA_TILE * DS + MLA_HEADS * MLA_PSTRIDE) * 2 +
+                  2 * MLA_WARPS * MLA_HEADS * sizeof(float);
+    CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_split_kernel,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)((a->H + MLA_HEADS - 1) / MLA_HEADS), (unsigned)p.nsplit, (unsigned)a->T);
+    mla_split_kernel<<<grid, MLA_WARPS * 32, smem, c->stream>>>(p);
+    CUDA_CHECK_LAUNCH("mla_attention");
+    mla_merge_kernel<<<(unsigned)(a->T * a->H), 128, 0, c->stream>>>(p);
+    CUDA_CHECK_LAUNCH("mla_attention merge");
+}
+
+// A backend that schedules its own splits (kv_split_size) gets them: the kernel stays a fixed
+// function of (position, split size), and the backend owns whether that size is invariant.
+void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a) {
+    mla_attention_launch(cuda_ctx_of(ops), a, a->kv_split_size > 0 ? a->kv_split_size : MLA_SPLIT_SIZE);
+}

@@ -1,0 +1,191 @@
+// kernels/cuda/moe.cu — MoE on the GPU: routing (one block per token), the routed experts as
+// grouped GEMMs with the invariant GEMM's per-element order, and the fixed-order combine.
+#include <cuda_runtime.h>    // dim3
+#include <math.h>            // expf, INFINITY
+
+#include "../bf16.h"         // bf16_to_float, float_to_bf16
+#include "block_reduce.cuh"  // warp_sum
+#include "cuda_ctx.cuh"      // cuda_ctx, cuda_scratch, CUDA_CHECK_LAUNCH
+#include "gemm.cuh"          // gemm_problem, gemm_launch
+#include "inv_cuda_ops.h"    // inv_cuda_moe_*, inv_cuda_silu_mul
+
+// --- route -------------------------------------------------------------------------------------
+
+#define ROUTE_THREADS 256
+#define ROUTE_MAX_GROUPS 64
+
+// Ties pick the lower index: strictly greater wins, scanning ascending.
+__device__ static int argmax_excluding(const float *v, const unsigned char *taken, int begin, int end) {
+    int best = -1;
+    for (int e = begin; e < end; e++)
+        if (!taken[e] && (best < 0 || v[e] > v[best])) best = e;
+    return best;
+}
+
+// One block per token. The E dot products run one warp each (lanes stride over D, then the
+// fixed xor-shuffle tree); scoring and selection run serially in thread 0, in the order
+// Hugging Face's DeepseekV2MoEGate / DeepseekV3TopkRouter describe.
+__global__ void moe_route_kernel(moe_route_args a) {
+    extern __shared__ float sh[];
+    float *logit = sh, *score = sh + a.E, *choice = sh + 2 * a.E;
+    unsigned char *taken = (unsigned char *)(sh + 3 * a.E);
+    const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint16_t *x = a.x + (long)t * a.D;
+    for (int e = warp; e < a.E; e += ROUTE_THREADS / 32) {
+        const uint16_t *g = a.gate_w + (long)e * a.D;
+        float s = 0.0f;
+        for (int d = lane; d < a.D; d += 32) s = __fadd_rn(s, __fmul_rn(bf16_to_float(x[d]), bf16_to_float(g[d])));
+        s = warp_sum(s);
+        if (lane == 0) logit[e] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+
+    const int E = a.E;
+    if (a.scoring == MOE_SCORING_SOFTMAX) {
+        float mx = -INFINITY, sum = 0.0f;
+        for (int e = 0; e < E; e++) mx = fmaxf(mx, logit[e]);
+        for (int e = 0; e < E; e++) sum += expf(logit[e] - mx);
+        for (int e = 0; e < E; e++) score[e] = expf(logit[e] - mx) / sum;
+    } else {
+        for (int e = 0; e < E; e++) score[e] = 1.0f / (1.0f + expf(-logit[e]));
+    }
+    const bool biased = a.topk_method == MOE_TOPK_NOAUX_TC && a.correction_bias;
+    for (int e = 0; e < E; e++) {
+        choice[e] = biased ? score[e] + a.correction_bias[e] : score[e];
+        taken[e] = 0;
+    }
+    if (a.topk_method != MOE_TOPK_GREEDY && a.n_group > 1) {
+        const int G = a.n_group < ROUTE_MAX_GROUPS ? a.n_group : ROUTE_MAX_GROUPS, per = E / G;
+        float gscore[ROUTE_MAX_GROUPS];
+        unsigned char gtaken[ROUTE_MAX_GROUPS];
+        for (int g = 0; g < G; g++) {
+            gtaken[g] = 0;
+            const float *c = choice + g * per;
+            if (a.topk_method == MOE_TOPK_GROUP_LIMITED_GREEDY) {
+                float m = -INFINITY;
+                for (int i = 0; i < per; i++) m = fmaxf(m, c[i]);
+                gscore[g] = m;
+            } else {  // noaux_tc: sum of the group's top two
+                int b1 = 0;
+                for (int i = 1; i < per; i++) if (c[i] > c[b1]) b1 = i;
+                int b2 = -1;
+                for (int i = 0; i < per; i++) if (i != b1 && (b2 < 0 || c[i] > c[b2])) b2 = i;
+                gscore[g] = c[b1] + (b2 >= 0 ? c[b2] : 0.0f);
+            }
+        }
+        for (int j = 0; j < a.topk_group && j < G; j++) {
+            int best = -1;
+            for (int g = 0; g < G; g++) if (!gtaken[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+            gtaken[best] = 1;
+        }
+        for (int g = 0; g < G; g++)
+            if (!gtaken[g]) for (int i = 0; i < per; i++) choice[g * per + i] = 0.0f;  // masked_fill(0.0)
+    }
+    int32_t *ids = a.topk_ids + (long)t * a.k;
+    float *w = a.topk_weights + (long)t * a.k;
+    float wsum = 0.0f;
+    for (int j = 0; j < a.k; j++) {
+        int e = argmax_excluding(choice, taken, 0, E);
+        taken[e] = 1;
+        ids[j] = e;
+        w[j] = score[e];
+        wsum += score[e];
+    }
+    bool normalize = a.norm_topk_prob && (a.topk_method == MOE_TOPK_NOAUX_TC || a.k > 1);
+    for (int j = 0; j < a.k; j++) {
+        if (normalize) w[j] = w[j] / (wsum + 1e-20f);
+        if (a.topk_method == MOE_TOPK_NOAUX_TC || !normalize) w[j] = w[j] * a.routed_scaling_factor;
+    }
+}
+
+void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
+    if (a->T <= 0) return;
+    if (a->k > a->E || a->k <= 0) invar_die(INVAR_EXIT_INPUT, "moe_route: k=%d must be in 1..E=%d", a->k, a->E);
+    size_t smem = (size_t)a->E * (3 * sizeof(float) + 1);
+    moe_route_kernel<<<(unsigned)a->T, ROUTE_THREADS, smem, cuda_ctx_of(ops)->stream>>>(*a);
+    CUDA_CHECK_LAUNCH("moe_route");
+}
+
+// --- experts -----------------------------------------------------------------------------------
+
+// Per-expert row lists, in ascending (token, slot) order: thread e scans every (t, j) entry in
+// order, so the lists are the same on every run. offsets[E] = rows listed.
+__global__ void moe_lists_kernel(const int32_t *ids, int Tk, int k, int E, int32_t *offsets,
+                                 int32_t *tok_rows, int32_t *entry_rows) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int n = 0;
+        for (int i = 0; i < Tk; i++) n += ids[i] == e;
+        offsets[e + 1] = n;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        offsets[0] = 0;
+        for (int e = 0; e < E; e++) offsets[e + 1] += offsets[e];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int at = offsets[e];
+        for (int i = 0; i < Tk; i++)
+            if (ids[i] == e) {
+                tok_rows[at] = i / k;
+                entry_rows[at] = i;
+                at++;
+            }
+    }
+}
+
+void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
+    cuda_ctx *c = cuda_ctx_of(ops);
+    const long Tk = (long)a->T * a->k;
+    if (Tk <= 0) return;
+    int32_t *lists = (int32_t *)cuda_scratch(c, SCRATCH_MOE_LISTS, (size_t)(a->E + 1 + 2 * Tk) * 4, "moe_experts row lists");
+    int32_t *offsets = lists, *tok_rows = lists + a->E + 1, *entry_rows = tok_rows + Tk;
+    uint16_t *gu = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_GATE_UP, (size_t)Tk * 2 * a->I * 2, "moe_experts gate_up");
+    uint16_t *act = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_ACT, (size_t)Tk * a->I * 2, "moe_experts activations");
+
+    moe_lists_kernel<<<1, 1024, 0, c->stream>>>(a->topk_ids, (int)Tk, a->k, a->E, offsets, tok_rows, entry_rows);
+    CUDA_CHECK_LAUNCH("moe_experts lists");
+
+    // gate_up: gathered token rows -> compact rows. A token picks an expert at most once, so
+    // a group never has more than T rows.
+    gemm_problem g = {};
+    g.y = gu; g.x = a->x; g.w = a->w_gate_up;
+    g.M = a->T; g.N = 2 * a->I; g.K = a->D;
+    g.ldx = a->D; g.ldy = 2 * a->I; g.ldw = a->D;
+    g.stride_w = (long)2 * a->I * a->D;
+    g.group_offsets = offsets; g.x_rows = tok_rows;
+    gemm_launch(c, &g, a->E, "moe_experts gate_up");
+
+    inv_cuda_silu_mul(ops, act, gu, (int)Tk, a->I);
+
+    // down: compact rows -> out[t*k + j].
+    gemm_problem d = {};
+    d.y = a->out; d.x = act; d.w = a->w_down;
+    d.M = a->T; d.N = a->D; d.K = a->I;
+    d.ldx = a->I; d.ldy = a->D; d.ldw = a->I;
+    d.stride_w = (long)a->D * a->I;
+    d.group_offsets = offsets; d.y_rows = entry_rows;
+    gemm_launch(c, &d, a->E, "moe_experts down");
+}
+
+// --- combine -----------------------------------------------------------------------------------
+
+// out[t][d] = bf16( sum_j w[t,j] * e[t*k+j][d] ), j ascending, products and sums rounded
+// separately (no FMA contraction), as the CPU sets.
+__global__ void moe_combine_kernel(uint16_t *out, const uint16_t *eo, const float *w, int T, int k, int D) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long)T * D) return;
+    long t = i / D, d = i % D;
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) s = __fadd_rn(s, __fmul_rn(w[t * k + j], bf16_to_float(eo[(t * k + j) * D + d])));
+    out[i] = float_to_bf16(s);
+}
+
+void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    long n = (long)a->T * a->D;
+    if (n <= 0) return;
+    moe_combine_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_ctx_of(ops)->stream>>>(
+        a->out, a->expert_out, a->topk_weights, a->T, a->k, a->D);
+    CUDA_CHECK_LAUNCH("moe_combine");
+}

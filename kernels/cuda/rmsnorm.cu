@@ -1,0 +1,41 @@
+// kernels/cuda/rmsnorm.cu — RMSNorm, one row per block of a FIXED size (256 threads) in the
+// invariant set: thread i sums x[i], x[i+256], ... in order, then the fixed block reduction.
+// The reference set calls the same launcher with a block size that depends on M.
+#include <cuda_runtime.h>    // dim3
+#include <math.h>            // sqrtf
+
+#include "../bf16.h"         // bf16_to_float, float_to_bf16, bf16_round
+#include "block_reduce.cuh"  // block_reduce
+#include "cuda_ctx.cuh"      // cuda_ctx, CUDA_CHECK_LAUNCH
+#include "inv_cuda_ops.h"    // inv_cuda_rmsnorm, rmsnorm_launch
+
+#define RMSNORM_INVARIANT_THREADS 256
+
+__global__ void rmsnorm_kernel(uint16_t *out, long ld_out, const uint16_t *x, long ld_x,
+                               const uint16_t *w, int D, float eps) {
+    __shared__ float red[32];
+    const uint16_t *xr = x + blockIdx.x * ld_x;
+    uint16_t *orow = out + blockIdx.x * ld_out;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = bf16_to_float(xr[i]);
+        ss = __fadd_rn(ss, __fmul_rn(v, v));
+    }
+    ss = block_reduce<false>(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)D + eps);  // IEEE div and sqrt (no -use_fast_math)
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        orow[i] = float_to_bf16(bf16_to_float(w[i]) * bf16_round(bf16_to_float(xr[i]) * inv));
+}
+
+void rmsnorm_launch(cuda_ctx *c, bf16 *out, long ld_out, const bf16 *x, long ld_x, const bf16 *w,
+                    int M, int D, float eps, int threads) {
+    if (M <= 0) return;
+    rmsnorm_kernel<<<(unsigned)M, (unsigned)threads, 0, c->stream>>>(out, ld_out ? ld_out : D, x,
+                                                                      ld_x ? ld_x : D, w, D, eps);
+    CUDA_CHECK_LAUNCH("rmsnorm");
+}
+
+void inv_cuda_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x, const bf16 *w,
+                      int M, int D, float eps) {
+    rmsnorm_launch(cuda_ctx_of(ops), out, ld_out, x, ld_x, w, M, D, eps, RMSNORM_INVARIANT_THREADS);
+}

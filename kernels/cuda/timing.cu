@@ -1,0 +1,57 @@
+// kernels/cuda/timing.cu — CUDA-event timing for the benchmark (cuda_timing.h).
+#include "cuda_timing.h"
+
+#include <cuda_runtime.h>   // cudaEvent_t, cudaMemcpyAsync
+#include <stdlib.h>         // qsort, free
+
+#include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_malloc
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+double cuda_time_median_ms(ops_set *ops, void (*fn)(void *arg, int rep), void *arg, int warmup, int reps) {
+    cuda_ctx *c = cuda_ctx_of(ops);
+    if (reps < 1) reps = 1;
+    for (int i = 0; i < warmup; i++) fn(arg, i);
+    cudaEvent_t *ev = (cudaEvent_t *)invar_malloc(sizeof(cudaEvent_t) * 2 * (size_t)reps, "timing events");
+    for (int i = 0; i < 2 * reps; i++) CUDA_CHECK("bench", cudaEventCreate(&ev[i]));
+    for (int i = 0; i < reps; i++) {
+        CUDA_CHECK("bench", cudaEventRecord(ev[2 * i], c->stream));
+        fn(arg, warmup + i);
+        CUDA_CHECK("bench", cudaEventRecord(ev[2 * i + 1], c->stream));
+    }
+    CUDA_CHECK("bench", cudaStreamSynchronize(c->stream));
+    float *ms = (float *)invar_malloc(sizeof(float) * (size_t)reps, "timing samples");
+    for (int i = 0; i < reps; i++) CUDA_CHECK("bench", cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+    for (int i = 0; i < 2 * reps; i++) CUDA_CHECK("bench", cudaEventDestroy(ev[i]));
+    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    double med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+    free(ms);
+    free(ev);
+    return med;
+}
+
+typedef struct {
+    cuda_ctx *c;
+    void *src, *dst;
+    size_t bytes;
+} copy_job;
+
+static void copy_once(void *arg, int rep) {
+    (void)rep;
+    copy_job *j = (copy_job *)arg;
+    CUDA_CHECK("bench copy", cudaMemcpyAsync(j->dst, j->src, j->bytes, cudaMemcpyDeviceToDevice, j->c->stream));
+}
+
+double cuda_copy_bandwidth_gbs(ops_set *ops, size_t bytes) {
+    copy_job j = {cuda_ctx_of(ops), NULL, NULL, bytes};
+    j.src = ops->alloc(ops, bytes, "bench copy source");
+    j.dst = ops->alloc(ops, bytes, "bench copy destination");
+    CUDA_CHECK("bench copy", cudaMemsetAsync(j.src, 0x5a, bytes, j.c->stream));
+    double ms = cuda_time_median_ms(ops, copy_once, &j, 3, 20);
+    ops->release(ops, j.src);
+    ops->release(ops, j.dst);
+    return 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
+}

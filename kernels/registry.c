@@ -29,6 +29,20 @@ ops_set *kernel_set_create(const char *set, const char *device, int threads) {
     return NULL;
 }
 
+bool cuda_device_describe(cuda_device_info *out) {
+#ifdef INVAR_CUDA
+    char why[16];
+    if (!inv_cuda_device_available(why, sizeof why)) return false;
+    inv_cuda_device_describe(out->name, sizeof out->name, out->driver, sizeof out->driver,
+                             out->runtime, sizeof out->runtime, out->cublas, sizeof out->cublas,
+                             out->compute_capability, sizeof out->compute_capability);
+    return true;
+#else
+    (void)out;
+    return false;
+#endif
+}
+
 bool cuda_device_available(char *why, int why_len) {
 #ifdef INVAR_CUDA
     return inv_cuda_device_available(why, why_len);

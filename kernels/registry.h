@@ -21,4 +21,14 @@ ops_set *kernel_set_create(const char *set, const char *device, int threads);
 // `why` receives a reason when it cannot (may be NULL).
 bool cuda_device_available(char *why, int why_len);
 
+// What reports record about the CUDA device; false (fields untouched) without one.
+typedef struct {
+    char name[128];
+    char driver[32];               // CUDA driver API version, e.g. "13.0"
+    char runtime[32];              // CUDA runtime version
+    char cublas[32];
+    char compute_capability[16];   // e.g. "9.0"
+} cuda_device_info;
+bool cuda_device_describe(cuda_device_info *out);
+
 #endif

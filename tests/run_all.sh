@@ -41,14 +41,23 @@ else
     skipped=$((skipped + 1))
 fi
 
-suite "invar run --case cases/ci.ini" "$BUILD/invar" run --case cases/ci.ini --out "$REPORT/ci"
-if [ "$gpu" = 1 ]; then
-    suite "invar run --case cases/gpu.ini" "$BUILD/invar" run --case cases/gpu.ini --out "$REPORT/gpu"
-else
-    echo
-    echo "=== SKIP: invar run --case cases/gpu.ini: no CUDA device (nvidia-smi lists no GPU)"
-    skipped=$((skipped + 1))
-fi
+for c in ci backends; do
+    suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/$c"
+done
+# The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts
+# checked against summary.csv), Markdown, plots.
+suite "invar report render $REPORT/ci" "$BUILD/invar" report render "$REPORT/ci"
+suite "junit.xml is well-formed" xmllint --noout "$REPORT/ci/junit.xml"
+
+for c in gpu; do
+    if [ "$gpu" = 1 ]; then
+        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/$c"
+    else
+        echo
+        echo "=== SKIP: invar run --case cases/$c.ini: no CUDA device (nvidia-smi lists no GPU)"
+        skipped=$((skipped + 1))
+    fi
+done
 
 echo
 if [ "${#failures[@]}" -gt 0 ]; then

@@ -151,3 +151,27 @@ ops_set *inv_cuda_create(int threads) {
     ops->logprobs = inv_cuda_logprobs;
     return ops;
 }
+
+static void version_text(char *out, int len, int v) {
+    snprintf(out, (size_t)len, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+extern "C" void inv_cuda_device_describe(char *name, int name_len, char *driver, int driver_len,
+                                         char *runtime, int runtime_len, char *cublas,
+                                         int cublas_len, char *cc, int cc_len) {
+    int device = 0, v = 0;
+    CUDA_CHECK("describe", cudaGetDevice(&device));
+    cudaDeviceProp prop;
+    CUDA_CHECK("describe", cudaGetDeviceProperties(&prop, device));
+    snprintf(name, (size_t)name_len, "%s", prop.name);
+    snprintf(cc, (size_t)cc_len, "%d.%d", prop.major, prop.minor);
+    CUDA_CHECK("describe", cudaDriverGetVersion(&v));
+    version_text(driver, driver_len, v);
+    CUDA_CHECK("describe", cudaRuntimeGetVersion(&v));
+    version_text(runtime, runtime_len, v);
+    int major = 0, minor = 0, patch = 0;
+    CUBLAS_CHECK("describe", cublasGetProperty(MAJOR_VERSION, &major));
+    CUBLAS_CHECK("describe", cublasGetProperty(MINOR_VERSION, &minor));
+    CUBLAS_CHECK("describe", cublasGetProperty(PATCH_LEVEL, &patch));
+    snprintf(cublas, (size_t)cublas_len, "%d.%d.%d", major, minor, patch);
+}

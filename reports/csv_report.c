@@ -1,0 +1,72 @@
+// reports/csv_report.c — row-by-row CSV files (reports/csv_report.h).
+#include "csv_report.h"
+
+#include <csv.h>                // csv_fwrite
+#include <errno.h>              // errno
+#include <stdio.h>              // FILE, fopen, fputc, fflush, fclose, snprintf
+#include <stdlib.h>             // free
+#include <string.h>             // strlen, strerror
+
+#include "../kernels/check.h"   // invar_calloc
+
+struct csv_report {
+    FILE *f;
+    char path[512];
+    int ncols;
+};
+
+// Every failure names the file and the libc cause.
+static bool fail(const csv_report *r, const char *what, char *err, int err_len) {
+    snprintf(err, (size_t)err_len, "%s: %s failed: %s", r->path, what,
+             errno ? strerror(errno) : "unknown error");
+    return false;
+}
+
+// One line: fields quoted by libcsv (always, so a value never changes its shape), comma
+// separated, then flushed to the OS.
+static bool write_line(csv_report *r, const char *const *fields, char *err, int err_len) {
+    for (int i = 0; i < r->ncols; i++) {
+        const char *v = fields[i] ? fields[i] : "";
+        errno = 0;
+        if (i > 0 && fputc(',', r->f) == EOF) return fail(r, "write", err, err_len);
+        if (csv_fwrite(r->f, v, strlen(v)) != 0) return fail(r, "write", err, err_len);
+    }
+    errno = 0;
+    if (fputc('\n', r->f) == EOF) return fail(r, "write", err, err_len);
+    if (fflush(r->f) != 0) return fail(r, "flush", err, err_len);
+    return true;
+}
+
+csv_report *csv_report_open(const char *path, const char *const *header, int ncols, char *err,
+                            int err_len) {
+    csv_report *r = invar_calloc(1, sizeof *r, "csv report");
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->ncols = ncols;
+    errno = 0;
+    r->f = fopen(path, "w");
+    if (!r->f) {
+        fail(r, "open", err, err_len);
+        free(r);
+        return NULL;
+    }
+    if (!write_line(r, header, err, err_len)) {
+        fclose(r->f);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+bool csv_report_row(csv_report *r, const char *const *fields, char *err, int err_len) {
+    return write_line(r, fields, err, err_len);
+}
+
+bool csv_report_close(csv_report *r, char *err, int err_len) {
+    if (!r) return true;
+    errno = 0;
+    bool ok = fclose(r->f) == 0 || fail(r, "close", err, err_len);
+    free(r);
+    return ok;
+}
+
+const char *csv_report_path(const csv_report *r) { return r->path; }

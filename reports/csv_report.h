@@ -1,0 +1,23 @@
+// reports/csv_report.h — a CSV file written row by row (libcsv quoting). The header is written
+// at open and every row is flushed as soon as it is written, so a crash keeps finished rows.
+#ifndef INVAR_REPORTS_CSV_REPORT_H
+#define INVAR_REPORTS_CSV_REPORT_H
+
+#include <stdbool.h>  // bool
+
+typedef struct csv_report csv_report;
+
+// Creates (truncates) `path` and writes the header. NULL with a message naming the file in err.
+csv_report *csv_report_open(const char *path, const char *const *header, int ncols, char *err,
+                            int err_len);
+
+// Writes one row of exactly the header's column count (NULL fields are written empty), then
+// flushes. False with a message naming the file in err.
+bool csv_report_row(csv_report *r, const char *const *fields, char *err, int err_len);
+
+// Closes and frees r (also when it fails). False with a message naming the file in err.
+bool csv_report_close(csv_report *r, char *err, int err_len);
+
+const char *csv_report_path(const csv_report *r);
+
+#endif

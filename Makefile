@@ -90,7 +90,7 @@ deps:
 
 check: deps
 	@$(MAKE) --no-print-directory all tests
-	@bash tests/run_all.sh $(BUILD)
+	@PATH="$(if $(DEPS_PREFIX),$(DEPS_PREFIX)/usr/bin:)$$PATH" bash tests/run_all.sh $(BUILD)
 
 run: deps
 	@$(MAKE) --no-print-directory all

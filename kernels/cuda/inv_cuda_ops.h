@@ -32,6 +32,8 @@ void inv_cuda_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, lon
                              const bf16 *k_pe, long ld_k_pe, const int32_t *slot, int T, int L,
                              int R);
 void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a);
+// Shapes the tiled kernel cannot take (L % 64, L > 512, R % 16): one warp per (token, head).
+void mla_attention_generic_launch(cuda_ctx *c, const mla_attention_args *a);
 void inv_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a);
 void inv_cuda_merge_attention(ops_set *ops, const merge_attention_args *a);
 void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a);

@@ -219,9 +219,10 @@ __global__ void mla_merge_kernel(mla_params p) {
 
 void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_size) {
     if (a->T <= 0 || a->H <= 0) return;
-    if (a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0)
-        invar_die(INVAR_EXIT_INPUT, "mla_attention: cuda kernels need L a multiple of 64 up to %d and R a "
-                  "multiple of 16 (got L=%d R=%d)", MLA_MAX_L, a->L, a->R);
+    if (a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0) {
+        mla_attention_generic_launch(c, a);  // a shape choice, never a batch choice
+        return;
+    }
     if (((uintptr_t)a->kv_cache & 15u) != 0)
         invar_die(INVAR_EXIT_INPUT, "mla_attention: kv_cache must be 16-byte aligned");
     if (a->T > 65535) invar_die(INVAR_EXIT_INPUT, "mla_attention: T=%d exceeds 65535 query tokens", a->T);

@@ -182,25 +182,25 @@ static void load_mlp(loader *l, const char *prefix, int64_t I, int64_t D, bf16 *
     *down = load(l, name, D, I);
 }
 
-// kv_b_proj's key rows of head h, W_UK[h] = [nope, L], transposed to [L, nope] so that
+// kv_b_proj [H*(nope+v), L] is read once and used twice: its value rows in place (W_UV), and
+// its key rows of each head h, W_UK[h] = [nope, L], transposed to [L, nope] so that
 // q_lat = q_nope · W_UK[h] is an x·wᵀ product like every other.
-static bf16 *absorbed_key_weights(loader *l, const char *name) {
+static void load_kv_b_proj(loader *l, const char *name, bf16 **kv_b_proj, bf16 **w_uk_t) {
     const model_config *c = &l->e->cfg;
     int64_t H = c->num_attention_heads, L = c->kv_lora_rank, nope = c->qk_nope_head_dim,
             v = c->v_head_dim;
     int64_t shape[2] = {H * (nope + v), L};
-    size_t n = count_of(shape, 2);
-    bf16 *kv_b = invar_malloc(n * sizeof(bf16), "kv_b_proj host copy");
-    l->src->read_bf16(l->src, name, shape, 2, kv_b);
-    bf16 *t = staging(l, (size_t)(H * L * nope));
+    size_t n = count_of(shape, 2), n_t = (size_t)(H * L * nope);
+    bf16 *host = staging(l, n + n_t), *t = host + n;
+    l->src->read_bf16(l->src, name, shape, 2, host);
     for (int64_t h = 0; h < H; h++)
         for (int64_t r = 0; r < nope; r++)
             for (int64_t col = 0; col < L; col++)
-                t[(h * L + col) * nope + r] = kv_b[(h * (nope + v) + r) * L + col];
-    bf16 *d = device_bf16(l->e, (size_t)(H * L * nope), "absorbed W_UK");
-    l->e->ops->upload(l->e->ops, d, t, (size_t)(H * L * nope) * sizeof(bf16));
-    free(kv_b);
-    return d;
+                t[(h * L + col) * nope + r] = host[(h * (nope + v) + r) * L + col];
+    *kv_b_proj = device_bf16(l->e, n, name);
+    *w_uk_t = device_bf16(l->e, n_t, "absorbed W_UK");
+    l->e->ops->upload(l->e->ops, *kv_b_proj, host, n * sizeof(bf16));
+    l->e->ops->upload(l->e->ops, *w_uk_t, t, n_t * sizeof(bf16));
 }
 
 static void load_layer(loader *l, int i, layer_weights *w) {
@@ -221,8 +221,7 @@ static void load_layer(loader *l, int i, layer_weights *w) {
     }
     w->kv_a_proj = load(l, NAME("self_attn.kv_a_proj_with_mqa.weight"), L + R, D);
     w->kv_a_norm = load(l, NAME("self_attn.kv_a_layernorm.weight"), L, 0);
-    w->w_uk_t = absorbed_key_weights(l, NAME("self_attn.kv_b_proj.weight"));
-    w->kv_b_proj = load(l, NAME("self_attn.kv_b_proj.weight"), H * (nope + v), L);
+    load_kv_b_proj(l, NAME("self_attn.kv_b_proj.weight"), &w->kv_b_proj, &w->w_uk_t);
     w->o_proj = load(l, NAME("self_attn.o_proj.weight"), D, H * v);
     w->moe = model_layer_is_moe(c, i);
     if (!w->moe) {

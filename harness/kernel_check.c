@@ -111,7 +111,10 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     size_t rb = op->row_bytes(c);
     int Ms[64];
     int n_M = shape_batch_sizes(o, shape, Ms);
-    int big = n_M > 0 ? Ms[0] : 1;
+    if (n_M == 0)  // nothing to compare a row with: a check that could not fail
+        invar_die(INVAR_EXIT_INPUT, "kernels: %s %s: no batch size of the list fits (max M %d)",
+                  op->name, shape->label, shape->max_M);
+    int big = Ms[0];
 
     unsigned char *alone = invar_malloc(PROBES * rb, "kernel check: rows alone");
     unsigned char *again = invar_malloc(rb, "kernel check: row alone, second run");

@@ -55,7 +55,8 @@ typedef struct {
     int T, H, L, R;
     long ld_out, ld_q_lat, ld_q_pe, head_stride_q_pe;
     int block_size, max_blocks_per_seq, num_seqs;
-    int max_seq_len;            // host copy of max(seq_lens), as schedulers know it
+    int max_seq_len;            // host copy of max(seq_lens), as schedulers know it; covers
+                                // every token_pos + 1
     int kv_split_size;          // positions per KV split, a multiple of 64; 0: the set's own
                                 // choice. An attention backend that schedules splits itself
                                 // (FlashMLA-style) passes one; an invariant set honours it.

@@ -12,24 +12,17 @@
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_mha_prefill, inv_cpu_merge_attention
 #include "lanes.h"           // lanes_dot_f32_bf16, lanes_bf16_to_f32
-#include "thread_pool.h"     // thread_pool_for, thread_pool_size
+#include "thread_pool.h"     // thread_pool_for
 
 // ---------------------------------------------------------------------------------------------
 // Prefill attention: keys in increasing order, online softmax one key at a time
 // ---------------------------------------------------------------------------------------------
 
-typedef struct {
-    const mha_prefill_args *a;
-    float *scratch;              // per thread: q [nope + R], acc [v]
-    long scratch_per_thread;
-    long units_per_thread;
-} prefill_job;
-
 static void prefill_units(void *arg, long begin, long end) {
-    const prefill_job *j = arg;
-    const mha_prefill_args *a = j->a;
+    const mha_prefill_args *a = arg;
     int qh = a->nope + a->R, kvh = a->nope + a->v;
-    float *q = j->scratch + (begin / j->units_per_thread) * j->scratch_per_thread;
+    // This range's own scratch: q [nope + R], acc [v].
+    float *q = invar_malloc((size_t)(qh + a->v) * sizeof(float), "mha_prefill scratch");
     float *acc = q + qh;
     for (long u = begin; u < end; u++) {
         int t = (int)(u / a->H), h = (int)(u % a->H);
@@ -55,19 +48,12 @@ static void prefill_units(void *arg, long begin, long end) {
         for (int i = 0; i < a->v; i++) out[i] = float_to_bf16(acc[i] * inv);
         a->lse[(long)t * a->H + h] = l > 0.0f ? m + logf(l) : -INFINITY;
     }
+    free(q);
 }
 
 void inv_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
     const cpu_ctx *ctx = ops->ctx;
-    long units = (long)a->T * a->H;
-    int threads = thread_pool_size(ctx->pool);
-    prefill_job j = {.a = a, .scratch_per_thread = a->nope + a->R + a->v,
-                     .units_per_thread = (units + threads - 1) / threads};
-    if (j.units_per_thread == 0) return;
-    j.scratch = invar_malloc((size_t)threads * j.scratch_per_thread * sizeof(float),
-                             "mha_prefill scratch");
-    thread_pool_for(ctx->pool, units, prefill_units, &j);
-    free(j.scratch);
+    thread_pool_for(ctx->pool, (long)a->T * a->H, prefill_units, (void *)a);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -82,7 +68,7 @@ static void merge_rows(void *arg, long begin, long end) {
         float m = la > lb ? la : lb;
         float wa = la == -INFINITY ? 0.0f : expf(la - m);
         float wb = lb == -INFINITY ? 0.0f : expf(lb - m);
-        float inv = 1.0f / (wa + wb);
+        float inv = wa + wb > 0.0f ? 1.0f / (wa + wb) : 0.0f;  // both empty: zeros, never NaN
         const bf16 *pa = a->a + t * a->ld + h * a->v, *pb = a->b + t * a->ld + h * a->v;
         bf16 *out = a->out + t * a->ld + h * a->v;
         for (int i = 0; i < a->v; i++) {

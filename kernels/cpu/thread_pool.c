@@ -90,9 +90,9 @@ void thread_pool_destroy(thread_pool *p) {
     PT_CHECK(pthread_cond_broadcast(&p->start));
     PT_CHECK(pthread_mutex_unlock(&p->lock));
     for (int i = 1; i < p->size; i++) PT_CHECK(pthread_join(p->workers[i - 1], NULL));
-    pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->start);
-    pthread_cond_destroy(&p->done);
+    PT_CHECK(pthread_mutex_destroy(&p->lock));
+    PT_CHECK(pthread_cond_destroy(&p->start));
+    PT_CHECK(pthread_cond_destroy(&p->done));
     free(p->workers);
     free(p->worker_args);
     free(p);

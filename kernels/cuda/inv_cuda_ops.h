@@ -33,7 +33,7 @@ void inv_cuda_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, lon
                              int R);
 void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a);
 // Shapes the tiled kernel cannot take (L % 64, L > 512, R % 16): one warp per (token, head).
-void mla_attention_generic_launch(cuda_ctx *c, const mla_attention_args *a);
+void mla_attention_generic_launch(cuda_ctx *c, const mla_attention_args *a, int split_size);
 void inv_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a);
 void inv_cuda_merge_attention(ops_set *ops, const merge_attention_args *a);
 void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a);

@@ -5,9 +5,10 @@
 // One warp computes one (token, head): keys in increasing order with an online softmax; each
 // score's dot product is split over the 32 lanes in a fixed lane assignment and reduced by one
 // fixed xor-shuffle tree, so a row's result depends on its key range alone.
-#include <cuda_bf16.h>       // __nv_bfloat16 conversions
 #include <math.h>            // INFINITY
 
+#include "../bf16.h"         // bf16_to_float, float_to_bf16
+#include "block_reduce.cuh"  // warp_sum
 #include "cuda_ctx.cuh"      // cuda_ctx, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"    // inv_cuda_mha_prefill, inv_cuda_merge_attention
 
@@ -17,20 +18,8 @@ constexpr int WARP = 32;
 constexpr int WARPS_PER_BLOCK = 4;
 constexpr int MAX_V_PER_LANE = 8;   // v_head_dim <= 256
 
-__device__ __forceinline__ float bf(const bf16 x) {
-    return __uint_as_float(static_cast<unsigned>(x) << 16);
-}
-
-__device__ __forceinline__ bf16 to_bf(float f) {
-    __nv_bfloat16 h = __float2bfloat16_rn(f);
-    return *reinterpret_cast<bf16 *>(&h);
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-    return x;
-}
+__device__ __forceinline__ float bf(bf16 x) { return bf16_to_float(x); }
+__device__ __forceinline__ bf16 to_bf(float f) { return float_to_bf16(f); }
 
 __global__ void mha_prefill_kernel(mha_prefill_args a) {
     int warp = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / WARP, lane = threadIdx.x % WARP;
@@ -72,7 +61,7 @@ __global__ void merge_attention_kernel(merge_attention_args a) {
     float la = a.lse_a[u], lb = a.lse_b[u], m = fmaxf(la, lb);
     float wa = la == -INFINITY ? 0.0f : __expf(la - m);
     float wb = lb == -INFINITY ? 0.0f : __expf(lb - m);
-    float inv = 1.0f / (wa + wb);
+    float inv = wa + wb > 0.0f ? 1.0f / (wa + wb) : 0.0f;  // both empty: zeros, never NaN
     long base = t * a.ld + h * a.v;
     for (int d = threadIdx.x; d < a.v; d += blockDim.x) {
         float sa = wa * bf(a.a[base + d]), sb = wb * bf(a.b[base + d]);

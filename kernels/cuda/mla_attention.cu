@@ -202,7 +202,9 @@ __global__ void __launch_bounds__(MLA_WARPS * 32) mla_split_kernel(mla_params p)
 __global__ void mla_merge_kernel(mla_params p) {
     const mla_attention_args &a = p.a;
     const int th = blockIdx.x, t = th / a.H, h = th % a.H, L = a.L;
-    const int n = (a.token_pos[t] + 1 + p.split_size - 1) / p.split_size;
+    // max_seq_len covers every token_pos (ops.h), so n <= nsplit; the min keeps a caller's
+    // mistake from reading another token's partials.
+    const int n = min((a.token_pos[t] + 1 + p.split_size - 1) / p.split_size, p.nsplit);
     const long base = (long)th * p.nsplit;
     float m = -INFINITY;
     for (int s = 0; s < n; s++) m = fmaxf(m, p.ml_part[base + s].x);
@@ -220,13 +222,14 @@ __global__ void mla_merge_kernel(mla_params p) {
 void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_size) {
     if (a->T <= 0 || a->H <= 0) return;
     if (a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0) {
-        mla_attention_generic_launch(c, a);  // a shape choice, never a batch choice
+        mla_attention_generic_launch(c, a, split_size);  // a shape choice, never a batch choice
         return;
     }
     if (((uintptr_t)a->kv_cache & 15u) != 0)
         invar_die(INVAR_EXIT_INPUT, "mla_attention: kv_cache must be 16-byte aligned");
     if (a->T > 65535) invar_die(INVAR_EXIT_INPUT, "mla_attention: T=%d exceeds 65535 query tokens", a->T);
-    if (a->max_seq_len <= 0) return;
+    if (a->max_seq_len <= 0)
+        invar_die(INVAR_EXIT_INPUT, "mla_attention: max_seq_len %d with %d query tokens", a->max_seq_len, a->T);
     mla_params p;
     p.a = *a;
     p.split_size = split_size;

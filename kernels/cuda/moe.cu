@@ -56,7 +56,7 @@ __global__ void moe_route_kernel(moe_route_args a) {
         taken[e] = 0;
     }
     if (a.topk_method != MOE_TOPK_GREEDY && a.n_group > 1) {
-        const int G = a.n_group < ROUTE_MAX_GROUPS ? a.n_group : ROUTE_MAX_GROUPS, per = E / G;
+        const int G = a.n_group, per = E / G;  // n_group <= ROUTE_MAX_GROUPS: checked at launch
         float gscore[ROUTE_MAX_GROUPS];
         unsigned char gtaken[ROUTE_MAX_GROUPS];
         for (int g = 0; g < G; g++) {
@@ -100,8 +100,13 @@ __global__ void moe_route_kernel(moe_route_args a) {
 }
 
 void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
+    if (a->k < 1 || a->k > a->E || a->n_group < 1 || a->n_group > ROUTE_MAX_GROUPS ||
+        a->E % a->n_group != 0 ||
+        (a->topk_method != MOE_TOPK_GREEDY &&
+         (a->topk_group < 1 || a->topk_group > a->n_group || a->k > a->topk_group * (a->E / a->n_group))))
+        invar_die(INVAR_EXIT_INPUT, "moe_route: impossible routing shape (E=%d k=%d n_group=%d topk_group=%d; "
+                  "n_group at most %d)", a->E, a->k, a->n_group, a->topk_group, ROUTE_MAX_GROUPS);
     if (a->T <= 0) return;
-    if (a->k > a->E || a->k <= 0) invar_die(INVAR_EXIT_INPUT, "moe_route: k=%d must be in 1..E=%d", a->k, a->E);
     size_t smem = (size_t)a->E * (3 * sizeof(float) + 1);
     moe_route_kernel<<<(unsigned)a->T, ROUTE_THREADS, smem, cuda_ctx_of(ops)->stream>>>(*a);
     CUDA_CHECK_LAUNCH("moe_route");

@@ -15,6 +15,8 @@ DEPS_PREFIX ?=
 CUDA     ?= $(if $(NVCC),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
+# -std=c11 (not gnu11) also turns GCC's default -ffp-contract=fast off: a product and the sum
+# it feeds, written as two statements, are never fused into an FMA (kernels/cpu/lanes.h).
 CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Werror
 OPT      ?= -O2 -g

@@ -98,6 +98,22 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/invar run --case cases/ci.ini --out $(BUILD)/report
 
+# The nightly matrix into a dated report directory, diffed against the latest earlier one that
+# finished (has junit.xml); exit 1 on a failed expectation or a regression.
+NIGHTLY_DIR := $(BUILD)/nightly
+nightly: deps
+	@$(MAKE) --no-print-directory all
+	@set -u; new=$(NIGHTLY_DIR)/$$(date -u +%Y%m%dT%H%M%SZ); \
+	prev=$$(for d in $(NIGHTLY_DIR)/*/; do [ -f "$$d/junit.xml" ] && echo "$${d%/}"; done 2>/dev/null | sort | tail -n 1); \
+	rc=0; $(BUILD)/invar run --case cases/nightly.ini --out "$$new" || rc=$$?; \
+	if [ "$$rc" -gt 1 ]; then echo "nightly: invar run failed (exit $$rc)"; exit $$rc; fi; \
+	if [ -n "$$prev" ]; then \
+	  $(BUILD)/invar report diff "$$prev" "$$new" || { d=$$?; [ "$$rc" -ne 0 ] || rc=$$d; }; \
+	else \
+	  echo "nightly: no earlier report under $(NIGHTLY_DIR): nothing to diff against"; \
+	fi; \
+	echo "nightly: report in $$new (exit $$rc)"; exit $$rc
+
 bench: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/invar bench --device cuda --out $(BUILD)/bench

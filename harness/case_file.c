@@ -16,7 +16,9 @@
 #include <stdio.h>                   // FILE, fopen, fgets, snprintf
 #include <stdlib.h>                  // strtol, strtoull, strtof
 #include <string.h>                  // strcmp, strncmp, strchr, strlen, strerror, memset
+#include <sys/stat.h>                // stat, S_ISDIR
 
+#include "../engine/checkpoint.h"    // checkpoint_open
 #include "../engine/engine.h"        // ENGINE_MAX_TOPK
 #include "../engine/model_config.h"  // model_config_by_name, model_config_names
 
@@ -335,6 +337,8 @@ static bool check_required(parse_state *s) {
     return true;
 }
 
+// The models axis's values: each a named config or a valid checkpoint directory, long enough
+// for the longest request, with a vocabulary that holds top_k.
 static bool check_model(parse_state *s) {
     case_file *c = s->c;
     const matrix_list *models = &c->axes[matrix_axis_find("models")];
@@ -343,13 +347,9 @@ static bool check_model(parse_state *s) {
     for (int m = 0; m < models->n; m++) {
         model_config cfg;
         const char *name = models->value[m];
-        if (!model_config_by_name(name, &cfg)) {
-            char names[256] = "";
-            int len = 0;
-            for (const char *const *n = model_config_names(); *n && len < (int)sizeof names; n++)
-                len += snprintf(names + len, sizeof names - (size_t)len, "%s%s", len ? ", " : "",
-                                *n);
-            fail_at(s, line, "%s: unknown model '%s' (named configs: %s)", key, name, names);
+        char why[1024];
+        if (!case_model_open(name, c->seed, &cfg, NULL, why, sizeof why)) {
+            fail_at(s, line, "%s: %s", key, why);
             return false;
         }
         int model_len = case_max_model_len(c);
@@ -510,4 +510,60 @@ prompt_spec case_prompt_spec(const case_file *c) {
         .shared_prefix_len = c->shared_prefix_len,
         .warm_cache_repeats = c->warm_cache_repeats,
     };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models: named configs and checkpoint directories
+// ---------------------------------------------------------------------------------------------
+
+// A named config wins over a directory of the same name; anything else is taken for a
+// checkpoint directory, so a bad one gets checkpoint_open's message (which names the file).
+bool case_model_open(const char *model, uint64_t seed, model_config *cfg, weight_source **w,
+                     char *err, int err_len) {
+    if (model_config_by_name(model, cfg)) {
+        if (w) *w = weights_synthetic(cfg, seed);
+        return true;
+    }
+    struct stat st;
+    if (stat(model, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        char names[256] = "";
+        int len = 0;
+        for (const char *const *n = model_config_names(); *n && len < (int)sizeof names; n++)
+            len += snprintf(names + len, sizeof names - (size_t)len, "%s%s", len ? ", " : "", *n);
+        snprintf(err, (size_t)err_len, "unknown model '%s' (named configs: %s; or a checkpoint "
+                 "directory holding config.json)", model, names);
+        return false;
+    }
+    weight_source *src = NULL;
+    if (!checkpoint_open(model, cfg, &src, err, err_len)) return false;
+    if (w) *w = src;
+    else src->destroy(src);
+    return true;
+}
+
+bool case_file_set_model(case_file *c, const char *model, char *err, int err_len) {
+    int axis = matrix_axis_find("models");
+    matrix_list list;
+    char why[1024];
+    if (!matrix_parse_axis(axis, model, &list, why, sizeof why) || list.n != 1) {
+        snprintf(err, (size_t)err_len, "--model: %s", list.n != 1 ? "one model only" : why);
+        return false;
+    }
+    model_config cfg;
+    if (!case_model_open(model, c->seed, &cfg, NULL, why, sizeof why)) {
+        snprintf(err, (size_t)err_len, "--model: %s", why);
+        return false;
+    }
+    matrix_list saved = c->axes[axis];
+    char saved_model[sizeof c->model];
+    snprintf(saved_model, sizeof saved_model, "%s", c->model);
+    list.line = 0;
+    c->axes[axis] = list;
+    snprintf(c->model, sizeof c->model, "%s", model);
+    parse_state s = {.c = c, .err = err, .err_len = err_len};
+    if (err_len > 0) err[0] = '\0';
+    if (check_model(&s) && check_prompt_shapes(&s) && check_chunked_prefill(&s)) return true;
+    c->axes[axis] = saved;
+    snprintf(c->model, sizeof c->model, "%s", saved_model);
+    return false;
 }

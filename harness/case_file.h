@@ -1,7 +1,8 @@
 // harness/case_file.h — a case file: an INI file naming a model, the prompts to generate and the
 // config matrix to run them under.
 //
-//   [case]     name, model (a named config of engine/model_config.h; or [matrix] models), seed
+//   [case]     name, model (a named config of engine/model_config.h, or a checkpoint directory
+//              holding config.json; or [matrix] models), seed
 //   [prompts]  count, min_len, max_len, max_new_tokens, temperature, top_k,
 //              shared_prefix_groups, shared_prefix_len, warm_cache_repeats (harness/prompts.h)
 //   [matrix]   batch_sizes (compared inside every config), and one list per axis of
@@ -14,11 +15,13 @@
 #ifndef INVAR_HARNESS_CASE_FILE_H
 #define INVAR_HARNESS_CASE_FILE_H
 
-#include <stdbool.h>  // bool
-#include <stdint.h>   // uint64_t
+#include <stdbool.h>                // bool
+#include <stdint.h>                 // uint64_t
 
-#include "matrix.h"   // matrix_list, MATRIX_MAX_AXES, MATRIX_MAX_VALUES
-#include "prompts.h"  // prompt_spec
+#include "../engine/model_config.h" // model_config
+#include "../engine/weights.h"      // weight_source
+#include "matrix.h"                 // matrix_list, MATRIX_MAX_AXES, MATRIX_MAX_VALUES
+#include "prompts.h"                // prompt_spec
 
 #define CASE_MAX_KEYS 64  // distinct keys remembered for line numbers
 
@@ -66,5 +69,16 @@ int case_request_count(const case_file *c);
 // Longest request: max_len + max_new_tokens.
 int case_max_model_len(const case_file *c);
 prompt_spec case_prompt_spec(const case_file *c);
+
+// Opens one model of a case: a named config (engine/model_config.h; synthetic weights from
+// `seed`), else a checkpoint directory (engine/checkpoint.h: config.json and safetensors, the
+// seed unused). With w NULL only the config is read (a checkpoint is still fully validated).
+// False with a message naming the file and field (checkpoint_open's) or the unknown name.
+bool case_model_open(const char *model, uint64_t seed, model_config *cfg, weight_source **w,
+                     char *err, int err_len);
+
+// `invar run --model NAME|DIR`: replaces the case's models with this one and checks it as the
+// case's own model is checked. False (the case unchanged) with the reason in err.
+bool case_file_set_model(case_file *c, const char *model, char *err, int err_len);
 
 #endif

@@ -1,43 +1,106 @@
-// harness/cmd_run.c — `invar run --case FILE [--attention-backend NAME] [--out DIR] [-q]`: runs
-// a case file's matrix and writes DIR/summary.csv and DIR/divergence.csv (harness/commands.h).
+// harness/cmd_run.c — `invar run --case FILE [--model NAME|DIR] [--attention-backend NAME]
+// [--out DIR] [-q]` and `invar run --resume DIR [-q]`: runs a case file's matrix and writes
+// DIR/summary.csv, DIR/divergence.csv and DIR/meta.csv, then renders junit.xml, summary.md and
+// the plots from them (harness/commands.h).
+//
+// Resuming: DIR/meta.csv holds the interrupted run's command line and the case file's xxh64.
+// The run is set up again from them (refused when the case file changed), the finished rows
+// of summary.csv are kept and matched to the configs (harness/runner.h: runner_match_done),
+// divergence.csv keeps the rows of those configs only, and the other configs run and append.
 #include "commands.h"
 
 #include <errno.h>                   // errno, EEXIST
 #include <stdbool.h>                 // bool
-#include <stdio.h>                   // printf, fprintf, snprintf
+#include <stdio.h>                   // printf, fprintf, snprintf, fopen, fread, fseek, rename
 #include <stdlib.h>                  // free
 #include <string.h>                  // strcmp, strerror, strlen
 #include <sys/stat.h>                // mkdir, stat, S_ISDIR
+#include <unistd.h>                  // isatty
+#include <xxhash.h>                  // XXH64_createState, XXH64_update, XXH64_digest
 
 #include "../kernels/check.h"        // invar_die, invar_calloc
 #include "../kernels/registry.h"     // cuda_device_describe
-#include "../reports/csv_report.h"   // csv_report_open, csv_report_close
+#include "../reports/csv_read.h"     // csv_table_read, csv_at, csv_table_free
+#include "../reports/csv_report.h"   // csv_report_open, csv_report_row, csv_report_close
 #include "../reports/render.h"       // report_render
-#include "../reports/run_meta.h"     // run_meta_write
-#include "case_file.h"               // case_file_load
+#include "../reports/run_meta.h"     // run_meta_write, run_meta_get
+#include "case_file.h"               // case_file_load, case_file_set_model
 #include "matrix.h"                  // matrix_count, matrix_expand
 #include "resolve.h"                 // resolve_select_backend, RESOLVE_BACKEND_ENV
-#include "runner.h"                  // runner_run
+#include "runner.h"                  // runner_resolve, runner_run, runner_match_done
 
 #define DEFAULT_OUT "build/report"
+#define MAX_ARGS 64                  // arguments of a command line read back from meta.csv
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: invar run --case FILE [--attention-backend NAME] [--out DIR] [-q]\n"
+            "usage: invar run --case FILE [--model NAME|DIR] [--attention-backend NAME]\n"
+            "                 [--out DIR] [-q]\n"
+            "       invar run --resume DIR [-q]\n"
             "\n"
             "Runs every config of the case file's matrix: each prompt alone (bs=1), then all\n"
             "prompts at each batch size and the largest batch twice, compared bit for bit.\n"
             "\n"
             "  --case FILE               the case (INI; see cases/ci.ini)\n"
+            "  --model NAME|DIR          run every config with this model: a named config or a\n"
+            "                            checkpoint directory (config.json + safetensors);\n"
+            "                            overrides the case's model(s)\n"
             "  --attention-backend NAME  run every config with this backend (or auto); overrides\n"
             "                            the case's attention_backends and %s\n"
-            "  --out DIR                 reports: DIR/summary.csv, DIR/divergence.csv\n"
+            "  --out DIR                 reports: DIR/summary.csv, DIR/divergence.csv,\n"
+            "                            DIR/meta.csv, DIR/junit.xml, DIR/summary.md\n"
             "                            (default %s)\n"
+            "  --resume DIR              continue the interrupted run that writes DIR, with its\n"
+            "                            options (from DIR/meta.csv): configs it finished are\n"
+            "                            kept, the others run; refused if the case file changed\n"
             "  -q                        print only failing and skipped configs, and the totals\n"
+            "\n"
+            "On a terminal a live line shows config i of N, elapsed time, ETA and the phase.\n"
             "\n"
             "exit: 0 every expectation held, 1 one failed, 2 bad input or usage\n",
             RESOLVE_BACKEND_ENV, DEFAULT_OUT);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    const char *case_path, *out_dir, *backend, *model, *resume;
+    bool quiet;
+} run_args;
+
+// Parses argv[1 ..). Returns -1 when the run goes on, else the exit code (0 after --help).
+// `from` names where the arguments came from in messages ("" for the command line).
+static int parse_args(int argc, char **argv, run_args *a, const char *from) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "-q") == 0) {
+            a->quiet = true;
+        } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
+            a->case_path = argv[++i];
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            a->out_dir = argv[++i];
+        } else if (strcmp(argv[i], "--attention-backend") == 0 && i + 1 < argc) {
+            a->backend = argv[++i];
+        } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            a->model = argv[++i];
+        } else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc) {
+            a->resume = argv[++i];
+        } else {
+            fprintf(stderr, "invar run: %sunknown or incomplete option '%s'\n", from, argv[i]);
+            usage(stderr);
+            return INVAR_EXIT_INPUT;
+        }
+    }
+    return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report files
+// ---------------------------------------------------------------------------------------------
 
 // mkdir -p; exits 3 naming the directory on failure.
 static void make_dirs(const char *dir) {
@@ -58,13 +121,21 @@ static void make_dirs(const char *dir) {
     }
 }
 
-static csv_report *open_report(const char *dir, const char *file, const char *const *header,
-                               int ncols) {
-    char path[1100], err[1400];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+static void report_name(char *buf, size_t len, const char *dir, const char *file) {
+    if (snprintf(buf, len, "%s/%s", dir, file) >= (int)len)
+        invar_die(INVAR_EXIT_INPUT, "report path too long: %s/%s", dir, file);
+}
+
+static csv_report *open_report(const char *path, const char *const *header, int ncols) {
+    char err[1400];
     csv_report *r = csv_report_open(path, header, ncols, err, sizeof err);
     if (!r) invar_die(INVAR_EXIT_SYSTEM, "%s", err);
     return r;
+}
+
+static void write_report_row(csv_report *r, const char *const *fields) {
+    char err[1400];
+    if (!csv_report_row(r, fields, err, sizeof err)) invar_die(INVAR_EXIT_SYSTEM, "%s", err);
 }
 
 static void close_report(csv_report *r) {
@@ -88,38 +159,178 @@ static void write_meta(const char *out_dir, const case_file *c, int argc, char *
         invar_die(INVAR_EXIT_SYSTEM, "writing %s/meta.csv: %s", out_dir, err);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Resuming
+// ---------------------------------------------------------------------------------------------
+
+// Splits a command line as run_meta writes it (arguments separated by spaces, odd ones in
+// single quotes, a quote inside as '\'') in place into argv. Returns argc, or -1.
+static int split_command_line(char *line, char **argv, int max) {
+    int argc = 0;
+    char *r = line, *w = line;
+    while (*r) {
+        while (*r == ' ') r++;
+        if (!*r) break;
+        if (argc == max) return -1;
+        argv[argc++] = w;
+        bool quoted = false;
+        for (; *r && (quoted || *r != ' '); r++) {
+            if (*r == '\'') quoted = !quoted;
+            else if (*r == '\\' && !quoted && r[1]) *w++ = *++r;
+            else *w++ = *r;
+        }
+        if (quoted) return -1;
+        if (*r) r++;
+        *w++ = '\0';
+    }
+    return argc;
+}
+
+static bool case_xxh64(const char *path, char *hex, size_t len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    XXH64_state_t *s = XXH64_createState();
+    if (!s || XXH64_reset(s, 0) != XXH_OK)
+        invar_die(INVAR_EXIT_SYSTEM, "XXH64_createState/reset failed");
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) XXH64_update(s, buf, n);
+    bool ok = !ferror(f);
+    fclose(f);
+    snprintf(hex, len, "%016llx", (unsigned long long)XXH64_digest(s));
+    XXH64_freeState(s);
+    return ok;
+}
+
+// The interrupted run's options, from DIR/meta.csv; its --out becomes DIR. Exits 2 when the
+// directory holds no run, or the case file is gone or changed.
+static void resume_args(const char *dir, run_args *a, char *cmd, size_t cmd_len, char **argv) {
+    char path[1100], err[1400];
+    report_name(path, sizeof path, dir, "meta.csv");
+    csv_table *meta = csv_table_read(path, false, err, sizeof err);
+    if (!meta) invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", dir, err);
+    snprintf(cmd, cmd_len, "%s", run_meta_get(meta, "command_line"));
+    char case_path[512], want[32], have[32];
+    snprintf(case_path, sizeof case_path, "%s", run_meta_get(meta, "case_file"));
+    snprintf(want, sizeof want, "%s", run_meta_get(meta, "case_xxh64"));
+    csv_table_free(meta);
+
+    int argc = split_command_line(cmd, argv, MAX_ARGS);
+    run_args orig = {0};
+    char from[1200];
+    snprintf(from, sizeof from, "%s: command_line: ", path);
+    if (argc < 1 || strcmp(argv[0], "run") != 0)
+        invar_die(INVAR_EXIT_INPUT, "%s: command_line '%s' is not an `invar run` command line",
+                  path, cmd);
+    if (parse_args(argc, argv, &orig, from) != -1 || !orig.case_path || orig.resume)
+        invar_die(INVAR_EXIT_INPUT, "%s: command_line: cannot take the options of the run "
+                  "back (no --case, or --resume)", path);
+    if (strcmp(orig.case_path, case_path) != 0)
+        invar_die(INVAR_EXIT_INPUT, "%s: case_file '%s' is not the command line's --case '%s'",
+                  path, case_path, orig.case_path);
+    if (!case_xxh64(case_path, have, sizeof have))
+        invar_die(INVAR_EXIT_INPUT, "--resume %s: case file %s: cannot read: %s", dir, case_path,
+                  strerror(errno));
+    if (strcmp(want, have) != 0)
+        invar_die(INVAR_EXIT_INPUT, "--resume %s: case file %s changed since the run started "
+                  "(xxh64 %s, now %s); start a new run", dir, case_path, want, have);
+    a->case_path = orig.case_path;
+    a->backend = orig.backend;
+    a->model = orig.model;
+    a->out_dir = dir;
+}
+
+// Whether the file ends with a newline: a run killed while writing a row leaves it without.
+static bool ends_with_newline(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) invar_die(INVAR_EXIT_INPUT, "%s: cannot open: %s", path, strerror(errno));
+    bool ok = fseek(f, -1, SEEK_END) == 0 && fgetc(f) == '\n';
+    fclose(f);
+    return ok;
+}
+
+// Rewrites `path` as the header and the rows of `t` that `keep` accepts, under a temporary
+// name renamed over it, and leaves it open for the rows to come. A kill at any point leaves
+// either the old file or the new one.
+static csv_report *reopen_keeping(const char *path, const csv_table *t,
+                                  const char *const *header, int ncols,
+                                  bool (*keep)(const csv_table *t, int row, const void *ctx),
+                                  const void *ctx) {
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.resume", path);
+    csv_report *r = open_report(tmp, header, ncols);
+    for (int row = 0; t && row < t->nrows; row++) {
+        if (!keep(t, row, ctx)) continue;
+        write_report_row(r, (const char *const *)t->cells + (size_t)row * (size_t)t->ncols);
+    }
+    if (rename(tmp, path) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "rename %s to %s failed: %s", tmp, path, strerror(errno));
+    return r;
+}
+
+typedef struct {
+    const run_config *configs;
+    const int *done_row;
+    int n;
+} done_set;
+
+static bool keep_done_summary(const csv_table *t, int row, const void *ctx) {
+    (void)t;
+    const done_set *d = ctx;
+    for (int k = 0; k < d->n; k++)
+        if (d->done_row[k] == row) return true;
+    return false;
+}
+
+// A divergence row of a finished config; a config that was cut short runs again and writes
+// its rows again.
+static bool keep_done_divergence(const csv_table *t, int row, const void *ctx) {
+    const done_set *d = ctx;
+    const char *name = csv_at(t, row, csv_col(t, "config"));
+    for (int k = 0; k < d->n; k++)
+        if (d->done_row[k] >= 0 && strcmp(d->configs[k].name, name) == 0) return true;
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command
+// ---------------------------------------------------------------------------------------------
+
+// Config names identify rows (and resumed rows): they must be unique.
+static void check_unique_names(const case_file *c, const run_config *configs, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(configs[i].name, configs[j].name) == 0)
+                invar_die(INVAR_EXIT_INPUT, "%s: configs %d and %d have the same name '%s' "
+                          "(names are cut at %zu characters: shorten the model paths)",
+                          c->path, i + 1, j + 1, configs[i].name, sizeof configs[i].name - 1);
+}
+
 int cmd_run(int argc, char **argv) {
-    const char *case_path = NULL, *out_dir = DEFAULT_OUT, *backend = NULL;
-    bool quiet = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "-q") == 0) {
-            quiet = true;
-        } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
-            case_path = argv[++i];
-        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            out_dir = argv[++i];
-        } else if (strcmp(argv[i], "--attention-backend") == 0 && i + 1 < argc) {
-            backend = argv[++i];
-        } else {
-            fprintf(stderr, "invar run: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
+    run_args a = {.out_dir = DEFAULT_OUT};
+    int rc = parse_args(argc, argv, &a, "");
+    if (rc != -1) return rc;
+    char resume_cmd[4096], *resume_argv[MAX_ARGS];
+    if (a.resume) {
+        if (a.case_path || a.backend || a.model || strcmp(a.out_dir, DEFAULT_OUT) != 0) {
+            fprintf(stderr, "invar run: --resume DIR takes the run's options from "
+                    "DIR/meta.csv; only -q may be added\n");
             return INVAR_EXIT_INPUT;
         }
+        resume_args(a.resume, &a, resume_cmd, sizeof resume_cmd, resume_argv);
     }
-    if (!case_path || out_dir[0] == '\0') {
+    if (!a.case_path || a.out_dir[0] == '\0') {
         fprintf(stderr, "invar run: --case FILE is required\n");
         usage(stderr);
         return INVAR_EXIT_INPUT;
     }
 
     case_file *c = invar_calloc(1, sizeof *c, "case file");
-    char err[1024];
+    char err[1400];
     backend_selection sel;
-    if (!case_file_load(case_path, c, err, sizeof err) ||
-        !resolve_select_backend(c, backend, &sel, err, sizeof err)) {
+    if (!case_file_load(a.case_path, c, err, sizeof err) ||
+        (a.model && !case_file_set_model(c, a.model, err, sizeof err)) ||
+        !resolve_select_backend(c, a.backend, &sel, err, sizeof err)) {
         fprintf(stderr, "invar: error: %s\n", err);
         free(c);
         return INVAR_EXIT_INPUT;
@@ -127,24 +338,62 @@ int cmd_run(int argc, char **argv) {
     long n = matrix_count(c->axes);
     run_config *configs = invar_calloc((size_t)n, sizeof *configs, "configs");
     matrix_expand(c->axes, configs);
-
+    check_unique_names(c, configs, (int)n);
     resolved_config *resolved = runner_resolve(c, configs, (int)n, &sel);
-    make_dirs(out_dir);
-    write_meta(out_dir, c, argc, argv);
-    int ncols;
-    const char *const *header = runner_summary_header(&ncols);
-    runner_options o = {.console = stdout, .warnings = stderr, .quiet = quiet};
-    o.summary = open_report(out_dir, "summary.csv", header, ncols);
-    header = runner_divergence_header(&ncols);
-    o.divergence = open_report(out_dir, "divergence.csv", header, ncols);
 
-    if (!quiet) {
+    const char *out_dir = a.out_dir;
+    char summary_path[1100], divergence_path[1100];
+    report_name(summary_path, sizeof summary_path, out_dir, "summary.csv");
+    report_name(divergence_path, sizeof divergence_path, out_dir, "divergence.csv");
+    int summary_cols, divergence_cols;
+    const char *const *summary_header = runner_summary_header(&summary_cols);
+    const char *const *divergence_header = runner_divergence_header(&divergence_cols);
+    runner_options o = {.console = stdout, .warnings = stderr, .quiet = a.quiet,
+                        .progress = !a.quiet && isatty(1) == 1};
+    csv_table *done = NULL;
+    int *done_row = invar_calloc((size_t)n, sizeof *done_row, "finished rows");
+    if (!a.resume) {
+        make_dirs(out_dir);
+        write_meta(out_dir, c, argc, argv);
+        o.summary = open_report(summary_path, summary_header, summary_cols);
+        o.divergence = open_report(divergence_path, divergence_header, divergence_cols);
+    } else {
+        // No summary.csv yet (killed before it was created): nothing finished.
+        done = csv_table_read(summary_path, true, err, sizeof err);
+        if (!done && err[0]) invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", out_dir, err);
+        for (int k = 0; k < n; k++) done_row[k] = -1;
+        int usable = done ? done->nrows - (done->nrows > 0 && !ends_with_newline(summary_path))
+                          : 0;
+        if (done && !runner_match_done(c, configs, resolved, (int)n, &sel, done, usable,
+                                       done_row, err, sizeof err))
+            invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", out_dir, err);
+        csv_table *div = csv_table_read(divergence_path, true, err, sizeof err);
+        if (!div && err[0]) invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", out_dir, err);
+        done_set ds = {.configs = configs, .done_row = done_row, .n = (int)n};
+        // divergence.csv first: until summary.csv is rewritten, a kill leaves the old pair,
+        // which the next --resume filters the same way.
+        o.divergence = reopen_keeping(divergence_path, div, divergence_header, divergence_cols,
+                                      keep_done_divergence, &ds);
+        o.summary = reopen_keeping(summary_path, done, summary_header, summary_cols,
+                                   keep_done_summary, &ds);
+        csv_table_free(div);
+        o.done = done;
+        o.done_row = done_row;
+    }
+
+    if (!a.quiet) {
         const matrix_list *b = &c->axes[matrix_axis_find("attention_backends")];
         printf("case %s (%s): model %s, %d prompts of %d..%d tokens, %d new tokens, %ld configs; "
                "attention backend%s ", c->name, c->path, c->model, case_request_count(c),
                c->min_len, c->max_len, c->max_new_tokens, n, b->n == 1 ? "" : "s");
         for (int i = 0; i < b->n; i++) printf("%s%s", i ? ", " : "", b->value[i]);
         printf(" (from %s)\n", sel.where);
+    }
+    if (a.resume) {
+        int finished = 0;
+        for (int k = 0; k < n; k++) finished += done_row[k] >= 0;
+        printf("resuming %s: %d of %ld configs finished before, %ld to go\n", out_dir, finished,
+               n, n - finished);
     }
     run_totals t = runner_run(c, configs, resolved, (int)n, &sel, &o);
     close_report(o.summary);
@@ -153,7 +402,7 @@ int cmd_run(int argc, char **argv) {
     // re-rendered with `invar report render DIR`.
     if (!report_render(out_dir, err, sizeof err))
         invar_die(INVAR_EXIT_SYSTEM, "rendering the report in %s: %s", out_dir, err);
-    if (!quiet)
+    if (!a.quiet)
         printf("reports: %s/{summary.csv,divergence.csv,meta.csv,junit.xml,summary.md}\n", out_dir);
     if (t.merged > 0)
         printf("%d config%s had the effective settings of an earlier one and reused its run\n",
@@ -161,6 +410,8 @@ int cmd_run(int argc, char **argv) {
     printf("%d passed, %d failed, %d skipped\n", t.passed, t.failed, t.skipped);
     if (fflush(stdout) != 0)
         invar_die(INVAR_EXIT_SYSTEM, "writing stdout failed: %s", strerror(errno));
+    csv_table_free(done);
+    free(done_row);
     free(resolved);
     free(configs);
     free(c);

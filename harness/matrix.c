@@ -5,6 +5,7 @@
 #include <stdio.h>                       // snprintf
 #include <stdlib.h>                      // strtol
 #include <string.h>                      // strcmp, strlen, memcpy
+#include <sys/stat.h>                    // stat, S_ISDIR
 
 #include "../engine/attention_backend.h" // attention_backend_by_name, attention_backends
 #include "../engine/model_config.h"      // model_config_by_name
@@ -63,13 +64,17 @@ static void apply_chunked_prefill(run_config *c, const char *v) {
     c->chunked_prefill = strcmp(v, "on") == 0;
 }
 
+// A named config, or a directory: whether that directory is a valid checkpoint is checked
+// when the case is loaded (harness/case_file.c), where the message can name its file.
 static bool check_model(const char *v, char *why, int why_len) {
     model_config cfg;
-    if (model_config_by_name(v, &cfg)) return true;
-    snprintf(why, (size_t)why_len, "unknown model '%s'", v);
+    struct stat st;
+    if (model_config_by_name(v, &cfg) || (stat(v, &st) == 0 && S_ISDIR(st.st_mode))) return true;
+    snprintf(why, (size_t)why_len, "unknown model '%s' (not a named config, and no such "
+             "directory)", v);
     return false;
 }
-static void apply_model(run_config *c, const char *v) { copy_value(c->model, v); }
+static void apply_model(run_config *c, const char *v) { snprintf(c->model, sizeof c->model, "%s", v); }
 
 static bool check_backend(const char *v, char *why, int why_len) {
     if (strcmp(v, "auto") == 0 || attention_backend_by_name(v)) return true;
@@ -122,8 +127,8 @@ static const matrix_axis axes[] = {
     {"devices", NULL, "cpu, cuda, auto", "cpu", check_device, apply_device},
     {"kernel_sets", NULL, "a registered kernel set (invariant, reference)", NULL,
      check_kernel_set, apply_kernel_set},
-    {"models", "model", "named model configs (tiny, tiny-v2, small, v2-lite)", NULL, check_model,
-     apply_model},
+    {"models", "model", "named model configs (tiny, tiny-v2, small, v2-lite) or checkpoint "
+     "directories", NULL, check_model, apply_model},
     // The allowed names are the registry's: check_backend lists them.
     {"attention_backends", "backend", NULL, "auto",
      check_backend, apply_backend},
@@ -154,7 +159,8 @@ int matrix_axis_find(const char *key) {
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-bool matrix_split_list(const char *text, matrix_list *out, char *why, int why_len) {
+// Items of at most max_len - 1 characters.
+static bool split_list(const char *text, int max_len, matrix_list *out, char *why, int why_len) {
     out->n = 0;
     const char *p = text;
     for (;;) {
@@ -173,9 +179,9 @@ bool matrix_split_list(const char *text, matrix_list *out, char *why, int why_le
                      text);
             return false;
         }
-        if (len >= MATRIX_VALUE_LEN) {
+        if (len >= (size_t)max_len) {
             snprintf(why, (size_t)why_len, "item '%.*s' longer than %d characters", (int)len, b,
-                     MATRIX_VALUE_LEN - 1);
+                     max_len - 1);
             return false;
         }
         memcpy(out->value[out->n], b, len);
@@ -193,13 +199,19 @@ bool matrix_split_list(const char *text, matrix_list *out, char *why, int why_le
     }
 }
 
+bool matrix_split_list(const char *text, matrix_list *out, char *why, int why_len) {
+    return split_list(text, MATRIX_VALUE_LEN, out, why, why_len);
+}
+
 bool matrix_parse_axis(int axis, const char *text, matrix_list *out, char *why, int why_len) {
     const matrix_axis *a = matrix_axis_at(axis);
     if (!a) {
         snprintf(why, (size_t)why_len, "no matrix axis %d", axis);
         return false;
     }
-    if (!matrix_split_list(text, out, why, why_len)) return false;
+    // A model may be a checkpoint directory's path; every other value is a short name.
+    int max_len = strcmp(a->key, "models") == 0 ? MATRIX_MODEL_LEN : MATRIX_VALUE_LEN;
+    if (!split_list(text, max_len, out, why, why_len)) return false;
     for (int i = 0; i < out->n; i++) {
         char reason[160];
         if (!a->check(out->value[i], reason, sizeof reason)) {

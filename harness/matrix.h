@@ -10,12 +10,13 @@
 
 #define MATRIX_MAX_VALUES 16  // values in one list key
 #define MATRIX_VALUE_LEN 32   // longest value, with its terminator
+#define MATRIX_MODEL_LEN 256  // longest models value (a checkpoint directory), with its terminator
 #define MATRIX_MAX_AXES 16
 
 // One list as written in the case file, each value already checked by its axis.
 typedef struct {
     int n;
-    char value[MATRIX_MAX_VALUES][MATRIX_VALUE_LEN];
+    char value[MATRIX_MAX_VALUES][MATRIX_MODEL_LEN];  // MATRIX_VALUE_LEN but for models
     int line;                 // case-file line of the key; 0 when the default was taken
 } matrix_list;
 
@@ -23,10 +24,11 @@ typedef struct {
 // (harness/resolve.h) turns it into the settings that run: device "auto" and backend "auto"
 // picked, prefix caching and chunked prefill switched off where the backend needs it.
 typedef struct {
-    char name[200];                    // stable and unique within the case: "cpu/invariant/..."
+    char name[512];                    // stable and unique within the case: "cpu/invariant/..."
     char device[MATRIX_VALUE_LEN];     // cpu | cuda | auto
     char kernel_set[MATRIX_VALUE_LEN]; // a set name of kernels/registry.h
-    char model[MATRIX_VALUE_LEN];      // a named config of engine/model_config.h
+    char model[MATRIX_MODEL_LEN];      // a named config of engine/model_config.h, or a checkpoint
+                                       // directory (harness/case_file.h: case_model_open)
     char attention_backend[MATRIX_VALUE_LEN]; // a name of engine/attention_backend.h, or auto
     bool prefix_caching;
     bool force_prefix_caching;         // keep prefix caching on whatever the backend declares
@@ -54,7 +56,7 @@ const matrix_axis *matrix_axis_at(int i);
 int matrix_axis_find(const char *key);  // index, or -1
 
 // Splits "a, b ,c" into trimmed items. False (with why) for an empty item, too many items,
-// an item too long, or an item given twice.
+// an item too long (MATRIX_VALUE_LEN with its terminator), or an item given twice.
 bool matrix_split_list(const char *text, matrix_list *out, char *why, int why_len);
 
 // Splits and checks one axis's list.

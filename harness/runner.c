@@ -1,18 +1,20 @@
 // harness/runner.c — resolution of the matrix, bs=1 baselines, batched runs, a repeat, the
-// prefill-vs-decode check, bitwise comparison, verdicts and report rows (harness/runner.h).
+// prefill-vs-decode check, bitwise comparison, verdicts, report rows, progress on a terminal,
+// and the rows of an interrupted run taken over by a resumed one (harness/runner.h).
 #include "runner.h"
 
 #include <stdarg.h>                   // va_list, va_start, va_end
 #include <stdint.h>                   // int32_t, uint64_t
-#include <stdio.h>                    // fprintf, snprintf, vsnprintf
-#include <stdlib.h>                   // free
+#include <stdio.h>                    // fprintf, snprintf, vsnprintf, fileno
+#include <stdlib.h>                   // free, strtol
 #include <string.h>                   // memset, memcpy, strcmp, strlen
+#include <sys/ioctl.h>                // ioctl, TIOCGWINSZ, struct winsize
 #include <time.h>                     // clock_gettime, CLOCK_MONOTONIC
 #include <unistd.h>                   // sysconf
 
 #include "../engine/engine.h"         // engine_create, engine_generate, engine_destroy
-#include "../engine/model_config.h"   // model_config_by_name
-#include "../engine/weights.h"        // weights_synthetic
+#include "../engine/model_config.h"   // model_config
+#include "../engine/weights.h"        // weight_source
 #include "../kernels/check.h"         // invar_die, invar_calloc, invar_malloc
 #include "../kernels/registry.h"      // kernel_set_create, cuda_device_available
 #include "arrivals.h"                 // arrivals_schedule, arrival_pattern_name
@@ -57,6 +59,21 @@ const char *const *runner_divergence_header(int *ncols) {
     return divergence_header;
 }
 
+// Index of summary column `name` (one of summary_header).
+static int summary_col(const char *name) {
+    for (int i = 0; i < SUMMARY_COLS; i++)
+        if (strcmp(summary_header[i], name) == 0) return i;
+    invar_die(INVAR_EXIT_SYSTEM, "runner: no summary column '%s'", name);
+}
+
+// The verdict as the literal the runner uses; NULL for anything else (a row cut short).
+static const char *verdict_literal(const char *v) {
+    static const char *const verdicts[] = {"PASS", "FAIL", "SKIP"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(v, verdicts[i]) == 0) return verdicts[i];
+    return NULL;
+}
+
 // ---------------------------------------------------------------------------------------------
 // One config's outcome
 // ---------------------------------------------------------------------------------------------
@@ -85,6 +102,70 @@ typedef struct {
     engine_step_record *steps;
 } run_buffers;
 
+// ---------------------------------------------------------------------------------------------
+// Progress on a terminal
+// ---------------------------------------------------------------------------------------------
+
+// The live line: which config of how many, time so far and to go, what the config is doing.
+typedef struct {
+    bool on;
+    FILE *f;
+    int index, total;           // the running config (0-based), configs in the matrix
+    const char *name;           // the running config's name
+    double t0, config_t0;       // start of the run, of the running config
+    int ran, to_run;            // configs run so far; configs left to run (the running one too)
+    double ran_seconds;         // time of the configs run so far
+} progress;
+
+static double now_seconds(void) {
+    struct timespec t;
+    if (clock_gettime(CLOCK_MONOTONIC, &t) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "clock_gettime failed");
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void format_duration(double seconds, char *buf, size_t len) {
+    long t = (long)(seconds + 0.5);
+    if (t >= 3600) snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+}
+
+// A line longer than the terminal wraps, and \r then redraws only its last part.
+static int terminal_columns(FILE *f) {
+    struct winsize ws;
+    if (ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+    return 80;
+}
+
+// Redraws the live line with the running config's phase. The ETA is the mean time of the
+// configs run so far times the configs left, less what the running one has spent.
+__attribute__((format(printf, 2, 3)))
+static void progress_phase(progress *p, const char *fmt, ...) {
+    if (!p || !p->on) return;
+    char phase[96], elapsed[32], eta[32] = "-", line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(phase, sizeof phase, fmt, ap);
+    va_end(ap);
+    double now = now_seconds();
+    format_duration(now - p->t0, elapsed, sizeof elapsed);
+    if (p->ran > 0) {
+        double left = p->ran_seconds / p->ran * p->to_run - (now - p->config_t0);
+        format_duration(left > 0.0 ? left : 0.0, eta, sizeof eta);
+    }
+    int n = snprintf(line, sizeof line, "[%d/%d] %s elapsed, ETA %s  %-17s %s", p->index + 1,
+                     p->total, elapsed, eta, phase, p->name);
+    int width = terminal_columns(p->f) - 1;
+    fprintf(p->f, "\r\033[K%.*s", n < width ? n : width, line);
+    fflush(p->f);
+}
+
+static void progress_clear(const progress *p) {
+    if (!p->on) return;
+    fputs("\r\033[K", p->f);
+    fflush(p->f);
+}
+
 // What one config needs while it runs.
 typedef struct {
     const case_file *c;
@@ -97,14 +178,8 @@ typedef struct {
     int vocab;
     engine *eng;
     outcome *out;
+    progress *prog;
 } config_run;
-
-static double now_seconds(void) {
-    struct timespec t;
-    if (clock_gettime(CLOCK_MONOTONIC, &t) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "clock_gettime failed");
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static run_buffers buffers_alloc(int count, int max_new_tokens) {
     run_buffers b;
@@ -337,18 +412,22 @@ static bool run_comparisons(config_run *r) {
     buffers_poison(&base, count, T);
     for (int i = 0; i < count && ok; i++) {
         engine_stats st = {0};
+        progress_phase(r->prog, "baseline %d/%d", i + 1, count);
         ok = generate_checked(r, &r->alone[i], 1, 1, &base, i, "bs=1 baseline", &st);
         r->out->prefill_chunks += st.prefill_chunks;
     }
     if (ok) {
-        if (checks_prefill_vs_decode(r->rc)) ok = check_prefill_vs_decode(r, &base);
-        else r->out->prefill_vs_decode = r->rc->backend->prefill_equals_decode ? "not-checked"
+        if (checks_prefill_vs_decode(r->rc)) {
+            progress_phase(r->prog, "prefill-vs-decode");
+            ok = check_prefill_vs_decode(r, &base);
+        } else r->out->prefill_vs_decode = r->rc->backend->prefill_equals_decode ? "not-checked"
                                                                                : "not-declared";
     }
     for (int b = 0; b < c->n_batch_sizes && ok; b++) {
         int bs = c->batch_sizes[b];
         char label[32];
         snprintf(label, sizeof label, "bs=%d", bs);
+        progress_phase(r->prog, "%s", label);
         engine_stats st = {0};
         buffers_poison(&cur, count, T);
         if (!(ok = generate_checked(r, r->reqs, count, bs, &cur, 0, label, &st))) break;
@@ -367,6 +446,7 @@ static bool run_comparisons(config_run *r) {
         engine_stats st = {0};
         char label[32];
         snprintf(label, sizeof label, "bs=%d repeat", largest);
+        progress_phase(r->prog, "%s", label);
         buffers_poison(&cur, count, T);
         ok = generate_checked(r, r->reqs, count, largest, &cur, 0, label, &st);
         if (ok && compare_runs(r, &kept, &cur, "repeat") > 0) r->out->repeat_differs = true;
@@ -431,17 +511,56 @@ static void judge(const resolved_config *rc, outcome *out) {
     out->verdict = holds ? "PASS" : "FAIL";
 }
 
+// ---------------------------------------------------------------------------------------------
+// Models, opened once per run
+// ---------------------------------------------------------------------------------------------
+
+// A case has one seed, so a model's weights depend on its name alone: every config of a model
+// reads them from one source, and a checkpoint is mapped and validated once per run.
+typedef struct {
+    const char *name;
+    model_config cfg;
+    weight_source *w;
+} loaded_model;
+
+typedef struct {
+    loaded_model m[MATRIX_MAX_VALUES];  // a case has at most that many models
+    int n;
+} model_cache;
+
+static const loaded_model *model_get(model_cache *mc, const case_file *c, const char *name) {
+    for (int i = 0; i < mc->n; i++)
+        if (strcmp(mc->m[i].name, name) == 0) return &mc->m[i];
+    if (mc->n == MATRIX_MAX_VALUES)
+        invar_die(INVAR_EXIT_INPUT, "%s: more than %d models", c->path, MATRIX_MAX_VALUES);
+    loaded_model *m = &mc->m[mc->n];
+    char err[1024];
+    if (!case_model_open(name, c->seed, &m->cfg, &m->w, err, sizeof err))
+        invar_die(INVAR_EXIT_INPUT, "%s: model '%s': %s", c->path, name, err);
+    m->name = name;
+    mc->n++;
+    return m;
+}
+
+static void model_cache_free(model_cache *mc) {
+    for (int i = 0; i < mc->n; i++) mc->m[i].w->destroy(mc->m[i].w);
+    mc->n = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One config, run
+// ---------------------------------------------------------------------------------------------
+
 static void run_config_once(const case_file *c, const run_config *cfg,
-                            const resolved_config *rc, const runner_options *o, outcome *out) {
+                            const resolved_config *rc, const runner_options *o,
+                            const loaded_model *model, progress *prog, outcome *out) {
     double t0 = now_seconds();
     ops_set *ops = kernel_set_create(cfg->kernel_set, rc->device, out->threads);
     if (!ops)
         invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s", c->path,
                   cfg->name, cfg->kernel_set, rc->device);
 
-    model_config mc;
-    if (!model_config_by_name(cfg->model, &mc))
-        invar_die(INVAR_EXIT_INPUT, "%s: unknown model '%s'", c->path, cfg->model);
+    const model_config mc = model->cfg;
     prompt_spec spec = case_prompt_spec(c);
     prompt_set *prompts = prompts_generate(&spec, mc.vocab_size, c->seed);
     int count = prompts->count;
@@ -458,16 +577,16 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         .block_size = 64,
         .prompt_logprobs = checks_prefill_vs_decode(rc),
     };
-    weight_source *w = weights_synthetic(&mc, c->seed);
-    engine *eng = engine_create(&mc, w, ops, &limits, c->seed);
+    progress_phase(prog, "loading weights");
+    engine *eng = engine_create(&mc, model->w, ops, &limits, c->seed);
 
     config_run r = {.c = c, .cfg = cfg, .rc = rc, .o = o, .count = count, .reqs = reqs,
-                    .alone = alone, .vocab = mc.vocab_size, .eng = eng, .out = out};
+                    .alone = alone, .vocab = mc.vocab_size, .eng = eng, .out = out,
+                    .prog = prog};
     if (run_comparisons(&r)) judge(rc, out);
     else out->verdict = "FAIL";
 
     engine_destroy(eng);
-    w->destroy(w);
     ops->destroy(ops);
     free(reqs);
     free(alone);
@@ -556,67 +675,166 @@ static void print_outcome(const case_file *c, const run_config *cfg, const resol
     fflush(f);
 }
 
-static void summary_row(const case_file *c, const run_config *cfg, const resolved_config *rc,
-                        const backend_selection *sel, const outcome *out,
-                        const run_config *merged_into, csv_report *rep) {
-    if (!rep) return;
+// The text of one summary row; fields point into it or at static strings.
+typedef struct {
     char seed[32], count[16], requests[16], min_len[16], max_len[16], mnt[16], temp[32],
         topk[16], groups[16], prefix_len[16], warm[16], budget[16], threads[16], bs[128],
         budget_eff[16], compared[16], differing[16], req[16], step[16], field[32], bt[16],
         ot[16], blp[32], olp[32], delta[32], ulps[32], queries[32], hits[32], rate[32],
         chunks[32], secs[32];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
-    snprintf(count, sizeof count, "%d", c->count);
-    snprintf(requests, sizeof requests, "%d", case_request_count(c));
-    snprintf(min_len, sizeof min_len, "%d", c->min_len);
-    snprintf(max_len, sizeof max_len, "%d", c->max_len);
-    snprintf(mnt, sizeof mnt, "%d", c->max_new_tokens);
-    snprintf(temp, sizeof temp, "%.9g", (double)c->temperature);
-    snprintf(topk, sizeof topk, "%d", c->top_k);
-    snprintf(groups, sizeof groups, "%d", c->shared_prefix_groups);
-    snprintf(prefix_len, sizeof prefix_len, "%d", c->shared_prefix_len);
-    snprintf(warm, sizeof warm, "%d", c->warm_cache_repeats);
-    snprintf(budget, sizeof budget, "%d", cfg->max_num_batched_tokens);
-    snprintf(threads, sizeof threads, "%d", out->threads);
-    format_batch_sizes(c, bs, sizeof bs);
-    snprintf(budget_eff, sizeof budget_eff, "%d", rc->max_num_batched_tokens);
-    snprintf(compared, sizeof compared, "%d", out->compared);
-    snprintf(differing, sizeof differing, "%d", out->differing);
-    snprintf(queries, sizeof queries, "%ld", out->prefix_queries);
-    snprintf(hits, sizeof hits, "%ld", out->prefix_hits);
-    format_hit_rate(out->prefix_queries, out->prefix_hits, rate, sizeof rate);
-    snprintf(chunks, sizeof chunks, "%ld", out->prefill_chunks);
-    snprintf(secs, sizeof secs, "%.3f", out->seconds);
+} summary_text;
+
+static void summary_fields(const case_file *c, const run_config *cfg, const resolved_config *rc,
+                           const backend_selection *sel, const outcome *out,
+                           const run_config *merged_into, summary_text *t,
+                           const char *fields[SUMMARY_COLS]) {
+    snprintf(t->seed, sizeof t->seed, "%llu", (unsigned long long)c->seed);
+    snprintf(t->count, sizeof t->count, "%d", c->count);
+    snprintf(t->requests, sizeof t->requests, "%d", case_request_count(c));
+    snprintf(t->min_len, sizeof t->min_len, "%d", c->min_len);
+    snprintf(t->max_len, sizeof t->max_len, "%d", c->max_len);
+    snprintf(t->mnt, sizeof t->mnt, "%d", c->max_new_tokens);
+    snprintf(t->temp, sizeof t->temp, "%.9g", (double)c->temperature);
+    snprintf(t->topk, sizeof t->topk, "%d", c->top_k);
+    snprintf(t->groups, sizeof t->groups, "%d", c->shared_prefix_groups);
+    snprintf(t->prefix_len, sizeof t->prefix_len, "%d", c->shared_prefix_len);
+    snprintf(t->warm, sizeof t->warm, "%d", c->warm_cache_repeats);
+    snprintf(t->budget, sizeof t->budget, "%d", cfg->max_num_batched_tokens);
+    snprintf(t->threads, sizeof t->threads, "%d", out->threads);
+    format_batch_sizes(c, t->bs, sizeof t->bs);
+    snprintf(t->budget_eff, sizeof t->budget_eff, "%d", rc->max_num_batched_tokens);
+    snprintf(t->compared, sizeof t->compared, "%d", out->compared);
+    snprintf(t->differing, sizeof t->differing, "%d", out->differing);
+    snprintf(t->queries, sizeof t->queries, "%ld", out->prefix_queries);
+    snprintf(t->hits, sizeof t->hits, "%ld", out->prefix_hits);
+    format_hit_rate(out->prefix_queries, out->prefix_hits, t->rate, sizeof t->rate);
+    snprintf(t->chunks, sizeof t->chunks, "%ld", out->prefill_chunks);
+    snprintf(t->secs, sizeof t->secs, "%.3f", out->seconds);
     bool f = out->has_first;
     const divergence *d = &out->first;
-    snprintf(req, sizeof req, "%d", out->first_request);
-    snprintf(step, sizeof step, "%d", d->step);
-    diff_kind_name(d, field, sizeof field);
-    snprintf(bt, sizeof bt, "%d", d->base_token);
-    snprintf(ot, sizeof ot, "%d", d->other_token);
-    snprintf(blp, sizeof blp, "%.9g", (double)d->base_logprob);
-    snprintf(olp, sizeof olp, "%.9g", (double)d->other_logprob);
-    snprintf(delta, sizeof delta, "%.9g", d->abs_delta);
-    snprintf(ulps, sizeof ulps, "%lld", (long long)d->ulps);
+    snprintf(t->req, sizeof t->req, "%d", out->first_request);
+    snprintf(t->step, sizeof t->step, "%d", d->step);
+    diff_kind_name(d, t->field, sizeof t->field);
+    snprintf(t->bt, sizeof t->bt, "%d", d->base_token);
+    snprintf(t->ot, sizeof t->ot, "%d", d->other_token);
+    snprintf(t->blp, sizeof t->blp, "%.9g", (double)d->base_logprob);
+    snprintf(t->olp, sizeof t->olp, "%.9g", (double)d->other_logprob);
+    snprintf(t->delta, sizeof t->delta, "%.9g", d->abs_delta);
+    snprintf(t->ulps, sizeof t->ulps, "%lld", (long long)d->ulps);
     bool skipped = strcmp(out->verdict, "SKIP") == 0;
     // A skipped config has no effective settings, except the backend a refusal names.
     bool resolved = !skipped || rc->refused;
-    const char *fields[SUMMARY_COLS] = {
+    const char *row[SUMMARY_COLS] = {
         c->name, cfg->name, rc->device, cfg->kernel_set,
-        skipped ? "" : (rc->batch_invariant_mode ? "yes" : "no"), cfg->model, seed, count,
-        requests, min_len, max_len, mnt, temp, topk, groups, prefix_len, warm,
-        arrival_pattern_name(cfg->arrivals), budget, on_off(cfg->chunked_prefill),
-        on_off(cfg->prefix_caching), cfg->force_prefix_caching ? "true" : "false", threads, bs,
-        resolved && rc->backend ? rc->backend->name : cfg->attention_backend, sel->where,
+        skipped ? "" : (rc->batch_invariant_mode ? "yes" : "no"), cfg->model, t->seed, t->count,
+        t->requests, t->min_len, t->max_len, t->mnt, t->temp, t->topk, t->groups, t->prefix_len,
+        t->warm, arrival_pattern_name(cfg->arrivals), t->budget, on_off(cfg->chunked_prefill),
+        on_off(cfg->prefix_caching), cfg->force_prefix_caching ? "true" : "false", t->threads,
+        t->bs, resolved && rc->backend ? rc->backend->name : cfg->attention_backend, sel->where,
         skipped ? "" : on_off(rc->prefix_caching), skipped ? "" : on_off(rc->chunked_prefill),
-        skipped ? "" : budget_eff, rc->reason, merged_into ? merged_into->name : "",
-        out->expected, out->observed, out->verdict, compared, differing,
-        f ? out->first_batch : "", f ? req : "", f ? step : "", f ? field : "", f ? bt : "",
-        f ? ot : "", f ? blp : "", f ? olp : "", f ? delta : "", f ? ulps : "",
-        skipped ? "" : out->prefill_vs_decode, skipped ? "" : queries, skipped ? "" : hits,
-        skipped ? "" : rate, skipped ? "" : chunks, secs, out->note,
+        skipped ? "" : t->budget_eff, rc->reason, merged_into ? merged_into->name : "",
+        out->expected, out->observed, out->verdict, t->compared, t->differing,
+        f ? out->first_batch : "", f ? t->req : "", f ? t->step : "", f ? t->field : "",
+        f ? t->bt : "", f ? t->ot : "", f ? t->blp : "", f ? t->olp : "", f ? t->delta : "",
+        f ? t->ulps : "", skipped ? "" : out->prefill_vs_decode, skipped ? "" : t->queries,
+        skipped ? "" : t->hits, skipped ? "" : t->rate, skipped ? "" : t->chunks, t->secs,
+        out->note,
     };
+    memcpy(fields, row, sizeof row);
+}
+
+// One config's row. A config merged into one an interrupted run finished takes that row's
+// outcome (`outcome_from`: its cells): the columns from expected to note but the time, and the
+// threads it ran with.
+static void summary_row(const case_file *c, const run_config *cfg, const resolved_config *rc,
+                        const backend_selection *sel, const outcome *out,
+                        const run_config *merged_into, const char *const *outcome_from,
+                        csv_report *rep) {
+    if (!rep) return;
+    summary_text text;
+    const char *fields[SUMMARY_COLS];
+    summary_fields(c, cfg, rc, sel, out, merged_into, &text, fields);
+    if (outcome_from) {
+        int secs = summary_col("seconds");
+        for (int i = summary_col("expected"); i <= summary_col("note"); i++)
+            if (i != secs) fields[i] = outcome_from[i];
+        fields[summary_col("threads")] = outcome_from[summary_col("threads")];
+    }
     write_row(rep, fields);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resuming: the rows an interrupted run finished
+// ---------------------------------------------------------------------------------------------
+
+// The columns that say what was asked for: a finished row must hold what this run would write
+// there, or the case, the command or the machine changed since the run started.
+static const char *const requested_columns[] = {
+    "case", "config", "device", "kernel_set", "model", "seed", "prompts", "requests",
+    "min_len", "max_len", "max_new_tokens", "temperature", "top_k", "shared_prefix_groups",
+    "shared_prefix_len", "warm_cache_repeats", "arrivals", "max_num_batched_tokens",
+    "chunked_prefill", "prefix_caching", "force_prefix_caching", "batch_sizes",
+    "backend_selected_by", "merged_into",
+};
+
+bool runner_match_done(const case_file *c, const run_config *configs,
+                       const resolved_config *rs, int n, const backend_selection *sel,
+                       const csv_table *t, int usable_rows, int *done_row, char *err,
+                       int err_len) {
+    if (t->ncols != SUMMARY_COLS) {
+        snprintf(err, (size_t)err_len, "%s: %d columns where this invar writes %d: written by "
+                 "another version of invar; start a new run", t->path, t->ncols, SUMMARY_COLS);
+        return false;
+    }
+    for (int i = 0; i < SUMMARY_COLS; i++) {
+        if (strcmp(t->header[i], summary_header[i]) != 0) {
+            snprintf(err, (size_t)err_len, "%s: column %d is '%s' where this invar writes '%s': "
+                     "written by another version of invar; start a new run", t->path, i + 1,
+                     t->header[i], summary_header[i]);
+            return false;
+        }
+    }
+    for (int k = 0; k < n; k++) done_row[k] = -1;
+    int config_col = summary_col("config"), verdict_col = summary_col("verdict");
+    for (int r = 0; r < usable_rows && r < t->nrows; r++) {
+        const char *verdict = verdict_literal(csv_at(t, r, verdict_col));
+        if (!verdict) continue;  // never judged: the config runs again
+        const char *name = csv_at(t, r, config_col);
+        int k = 0;
+        while (k < n && strcmp(configs[k].name, name) != 0) k++;
+        if (k == n) {
+            snprintf(err, (size_t)err_len, "%s:%d: config '%s' is not in the case's matrix: the "
+                     "case or the command changed since the run started; start a new run",
+                     t->path, r + 2, name);
+            return false;
+        }
+        if (done_row[k] >= 0) {
+            snprintf(err, (size_t)err_len, "%s:%d: config '%s' reported twice (first at line "
+                     "%d)", t->path, r + 2, name, done_row[k] + 2);
+            return false;
+        }
+        // What this run would write for config k; the outcome columns are not compared.
+        outcome blank = {.verdict = verdict, .expected = "", .observed = "",
+                         .prefill_vs_decode = ""};
+        const run_config *merged_into = rs[k].merged_into >= 0 ? &configs[rs[k].merged_into]
+                                                               : NULL;
+        summary_text text;
+        const char *fields[SUMMARY_COLS];
+        summary_fields(c, &configs[k], &rs[k], sel, &blank, merged_into, &text, fields);
+        for (size_t i = 0; i < sizeof requested_columns / sizeof requested_columns[0]; i++) {
+            int col = summary_col(requested_columns[i]);
+            const char *was = csv_at(t, r, col), *now = fields[col] ? fields[col] : "";
+            if (strcmp(was, now) != 0) {
+                snprintf(err, (size_t)err_len, "%s:%d: config '%s': %s was '%s', would now be "
+                         "'%s': the case, the command or the machine changed since the run "
+                         "started; start a new run", t->path, r + 2, name, requested_columns[i],
+                         was, now);
+                return false;
+            }
+        }
+        done_row[k] = r;
+    }
+    return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -682,6 +900,18 @@ resolved_config *runner_resolve(const case_file *c, const run_config *configs, i
 // The case
 // ---------------------------------------------------------------------------------------------
 
+// The cells of config k's row in the interrupted run's summary, or NULL when it has none.
+static const char *const *done_cells(const runner_options *o, int k) {
+    if (!o->done || o->done_row[k] < 0) return NULL;
+    return (const char *const *)o->done->cells + (size_t)o->done_row[k] * (size_t)o->done->ncols;
+}
+
+static void count_verdict(run_totals *t, const char *verdict) {
+    if (strcmp(verdict, "PASS") == 0) t->passed++;
+    else if (strcmp(verdict, "SKIP") == 0) t->skipped++;
+    else t->failed++;
+}
+
 run_totals runner_run(const case_file *c, const run_config *configs,
                       const resolved_config *rs, int n, const backend_selection *sel,
                       const runner_options *o) {
@@ -689,16 +919,34 @@ run_totals runner_run(const case_file *c, const run_config *configs,
     if (fflush(o->console) != 0) invar_die(INVAR_EXIT_SYSTEM, "writing the console failed");
     resolve_print_warnings(rs, n, o->warnings);
 
+    progress prog = {.on = o->progress, .f = o->console, .total = n, .t0 = now_seconds()};
+    for (int k = 0; k < n; k++)
+        if (!rs[k].skip && rs[k].merged_into < 0 && !done_cells(o, k)) prog.to_run++;
+    model_cache models = {.n = 0};
     run_totals totals = {0};
     for (int k = 0; k < n; k++) {
         const run_config *cfg = &configs[k];
         const resolved_config *rc = &rs[k];
         outcome *out = &outs[k];
+        const char *const *done = done_cells(o, k);
+        if (done) {  // finished by the interrupted run: counted as it was reported
+            count_verdict(&totals, done[summary_col("verdict")]);
+            if (done[summary_col("merged_into")][0]) totals.merged++;
+            continue;
+        }
         const run_config *merged_into = NULL;
+        const char *const *outcome_from = NULL;
         if (rc->merged_into >= 0) {
-            *out = outs[rc->merged_into];
-            out->seconds = 0.0;
             merged_into = &configs[rc->merged_into];
+            outcome_from = done_cells(o, rc->merged_into);
+            if (outcome_from) {
+                *out = (outcome){.verdict = verdict_literal(outcome_from[summary_col("verdict")]),
+                                 .observed = outcome_from[summary_col("observed")],
+                                 .expected = "", .prefill_vs_decode = ""};
+            } else {
+                *out = outs[rc->merged_into];
+                out->seconds = 0.0;
+            }
             totals.merged++;
         } else {
             out->threads = cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -710,15 +958,21 @@ run_totals runner_run(const case_file *c, const run_config *configs,
                 snprintf(out->note, sizeof out->note, "%s", rc->skip_reason);
             } else {
                 out->expected = rc->expect_invariant ? "invariant" : "batch-variant";
-                run_config_once(c, cfg, rc, o, out);
+                prog.index = k;
+                prog.name = cfg->name;
+                prog.config_t0 = now_seconds();
+                run_config_once(c, cfg, rc, o, model_get(&models, c, cfg->model), &prog, out);
+                prog.ran++;
+                prog.to_run--;
+                prog.ran_seconds += out->seconds;
+                progress_clear(&prog);
             }
         }
         print_outcome(c, cfg, rc, out, merged_into, o);
-        summary_row(c, cfg, rc, sel, out, merged_into, o->summary);
-        if (strcmp(out->verdict, "PASS") == 0) totals.passed++;
-        else if (strcmp(out->verdict, "SKIP") == 0) totals.skipped++;
-        else totals.failed++;
+        summary_row(c, cfg, rc, sel, out, merged_into, outcome_from, o->summary);
+        count_verdict(&totals, out->verdict);
     }
+    model_cache_free(&models);
     free(outs);
     return totals;
 }

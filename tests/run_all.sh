@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/run_all.sh BUILD — what `make check` runs: every cmocka unit test binary, the kernel
-# checker, and the CI matrix; on a machine with a CUDA device also the CUDA kernel checks and
+# checker, the CI matrix, resuming a killed run and checkpoint directories as models; on a
+# machine with a CUDA device also the CUDA kernel checks and
 # the GPU matrix. Prints one closing line "N passed, N failed, N skipped" (suites, not cases).
 set -u
 BUILD=${1:-build}
@@ -54,6 +55,11 @@ else
     echo "=== SKIP: junit.xml validation: xmllint not available (Debian: libxml2-utils)"
     skipped=$((skipped + 1))
 fi
+
+# invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
+# directories as models give what the named configs give.
+suite "invar run --resume after SIGKILL (tests/test_resume.sh)" bash tests/test_resume.sh "$BUILD"
+suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/test_model_dir.sh "$BUILD"
 
 for c in gpu; do
     if [ "$gpu" = 1 ]; then

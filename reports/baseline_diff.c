@@ -182,22 +182,28 @@ static const char *const measurement_words[] = {
 static const char *const non_key_names[] = {"seed", "date", "host", "commit", "note", "notes",
                                             NULL};
 
-bool baseline_diff_is_key_column(const char *name) {
-    for (const char *const *n = non_key_names; *n; n++)
-        if (strcasecmp(name, *n) == 0) return false;
+// True when one of the words of `name` (split at '_', '-', '/', ' ' and '.'; compared without
+// case) is in the NULL-terminated list `words`. Words of 64 characters or more match nothing.
+static bool has_word(const char *name, const char *const *words) {
     char word[64];
     for (const char *p = name; *p;) {
         size_t n = strcspn(p, "_-/ .");
         if (n > 0 && n < sizeof word) {
             for (size_t i = 0; i < n; i++) word[i] = (char)tolower((unsigned char)p[i]);
             word[n] = '\0';
-            for (const char *const *m = measurement_words; *m; m++)
-                if (strcmp(word, *m) == 0) return false;
+            for (const char *const *w = words; *w; w++)
+                if (strcmp(word, *w) == 0) return true;
         }
         p += n;
         if (*p) p++;
     }
-    return true;
+    return false;
+}
+
+bool baseline_diff_is_key_column(const char *name) {
+    for (const char *const *n = non_key_names; *n; n++)
+        if (strcasecmp(name, *n) == 0) return false;
+    return !has_word(name, measurement_words);
 }
 
 // A rate (bigger is faster) rather than a time: its name says so.
@@ -214,19 +220,7 @@ static bool is_rate(const char *name) {
 static bool is_timing(const char *name, bool has_median) {
     if (has_median) return strcasestr(name, "median") != NULL;
     static const char *const units[] = {"us", "ms", "ns", "s", "seconds", NULL};
-    char word[64];
-    for (const char *p = name; *p;) {
-        size_t n = strcspn(p, "_-/ .");
-        if (n > 0 && n < sizeof word) {
-            for (size_t i = 0; i < n; i++) word[i] = (char)tolower((unsigned char)p[i]);
-            word[n] = '\0';
-            for (const char *const *u = units; *u; u++)
-                if (strcmp(word, *u) == 0) return true;
-        }
-        p += n;
-        if (*p) p++;
-    }
-    return false;
+    return has_word(name, units);
 }
 
 #define MAX_BENCH_COLS 64

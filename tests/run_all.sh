@@ -48,6 +48,16 @@ done
 # The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts
 # checked against summary.csv), Markdown, plots.
 suite "invar report render $REPORT/ci" "$BUILD/invar" report render "$REPORT/ci"
+# One <testcase> per summary.csv row (config rows never span lines: the runner writes no newline
+# inside a field).
+junit_matches_summary() {
+    local cases rows
+    cases=$(grep -c '<testcase' "$1/junit.xml")
+    rows=$(($(wc -l <"$1/summary.csv") - 1))
+    echo "junit.xml: $cases testcases; summary.csv: $rows config rows"
+    [ "$cases" = "$rows" ]
+}
+suite "junit.xml matches summary.csv" junit_matches_summary "$REPORT/ci"
 if xmllint --version >/dev/null 2>&1; then
     suite "junit.xml is well-formed (xmllint)" xmllint --noout "$REPORT/ci/junit.xml"
 else

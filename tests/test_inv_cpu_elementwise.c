@@ -12,29 +12,11 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
-#include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/f64/f64.h"     // f64_embedding, f64_residual_add, f64_silu_mul, f64_rel_l2_bf16
-#include "test_util.h"              // test_fill_*, test_poison, test_check_row_invariance
+#include "test_util.h"              // test_cpu_set, test_fill_*, test_check_row_invariance
 
 #define TOL_ONE_ROUNDING 4e-3
 #define TOL_TWO_ROUNDINGS 1e-2
-#define N_THREADS 4
-
-static ops_set *sets[N_THREADS];
-static const int sizes[] = {2, 3, 7, 16, 64};
-#define N_SIZES 5
-
-static int setup(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i] = inv_cpu_create(i + 1);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i]->destroy(sets[i]);
-    return 0;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Memory and the set's identity
@@ -42,7 +24,7 @@ static int teardown(void **state) {
 
 static void test_set_fields_and_memory(void **state) {
     (void)state;
-    ops_set *o = sets[2];
+    ops_set *o = test_cpu_set(2);
     assert_string_equal(o->name, "invariant");
     assert_string_equal(o->device, "cpu");
     assert_true(o->batch_invariant);
@@ -74,9 +56,10 @@ static void test_embedding_accuracy(void **state) {
     test_fill_bf16(table, VOCAB * D, 1, 1.0f);
     test_fill_i32(ids, T, 2, 0, VOCAB - 1);
     f64_embedding(ref, table, ids, T, D);
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         test_poison(out, sizeof out);
-        sets[s]->embedding(sets[s], out, table, ids, T, D);
+        ops_set *ops = test_cpu_set(s);
+        ops->embedding(ops, out, table, ids, T, D);
         assert_int_equal(test_unwritten_bf16(out, T * D), 0);
         assert_true(f64_rel_l2_bf16(out, ref, T * D) == 0.0);
     }
@@ -88,15 +71,16 @@ static void fill_ids(void *rows, size_t bytes, uint64_t seed) {
 
 static void run_embedding(void *ctx, int set, const void *in, void *out, int M) {
     (void)ctx;
-    sets[set]->embedding(sets[set], out, table, in, M, D);
+    ops_set *ops = test_cpu_set(set);
+    ops->embedding(ops, out, table, in, M, D);
 }
 
 static void test_embedding_invariance(void **state) {
     (void)state;
     test_fill_bf16(table, VOCAB * D, 1, 1.0f);
     test_row_check c = {"embedding", run_embedding, NULL, fill_ids, sizeof(int32_t),
-                        sizeof(bf16) * D, sizeof(bf16), N_THREADS, 3};
-    assert_int_equal(test_check_row_invariance(&c, sizes, N_SIZES), 0);
+                        sizeof(bf16) * D, sizeof(bf16), TEST_N_THREADS, 3};
+    assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -111,9 +95,10 @@ static void test_residual_add_accuracy(void **state) {
     test_fill_bf16(x0, N, 1, 2.0f);
     test_fill_bf16(y, N, 2, 1.0f);
     f64_residual_add(ref, x0, y, N);
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         memcpy(x, x0, sizeof(bf16) * N);
-        sets[s]->residual_add(sets[s], x, y, N);
+        ops_set *ops = test_cpu_set(s);
+        ops->residual_add(ops, x, y, N);
         assert_true(f64_rel_l2_bf16(x, ref, N) < TOL_ONE_ROUNDING);
         // In place, so every element written means: each is its sum rounded once.
         for (long i = 0; i < N; i++)
@@ -134,7 +119,8 @@ static void run_residual(void *ctx, int set, const void *in, void *out, int M) {
         memcpy(x + (long)m * D, rows + (long)m * 2 * D, sizeof(bf16) * D);
         memcpy(y + (long)m * D, rows + (long)m * 2 * D + D, sizeof(bf16) * D);
     }
-    sets[set]->residual_add(sets[set], x, y, (long)M * D);
+    ops_set *ops = test_cpu_set(set);
+    ops->residual_add(ops, x, y, (long)M * D);
     memcpy(out, x, sizeof(bf16) * M * D);
     free(y);
     free(x);
@@ -143,8 +129,8 @@ static void run_residual(void *ctx, int set, const void *in, void *out, int M) {
 static void test_residual_add_invariance(void **state) {
     (void)state;
     test_row_check c = {"residual_add", run_residual, NULL, test_fill_bytes_bf16, sizeof(bf16) * 2 * D,
-                        sizeof(bf16) * D, sizeof(bf16), N_THREADS, 5};
-    assert_int_equal(test_check_row_invariance(&c, sizes, N_SIZES), 0);
+                        sizeof(bf16) * D, sizeof(bf16), TEST_N_THREADS, 5};
+    assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -160,9 +146,10 @@ static void test_silu_mul_accuracy(void **state) {
     double *ref = test_alloc(sizeof(double) * M * I);
     test_fill_bf16(gu, (long)M * 2 * I, 1, 4.0f);
     f64_silu_mul(ref, gu, M, I);
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         test_poison(out, sizeof(bf16) * M * I);
-        sets[s]->silu_mul(sets[s], out, gu, M, I);
+        ops_set *ops = test_cpu_set(s);
+        ops->silu_mul(ops, out, gu, M, I);
         assert_int_equal(test_unwritten_bf16(out, (long)M * I), 0);
         assert_true(f64_rel_l2_bf16(out, ref, (long)M * I) < TOL_TWO_ROUNDINGS);
     }
@@ -173,14 +160,15 @@ static void test_silu_mul_accuracy(void **state) {
 
 static void run_silu(void *ctx, int set, const void *in, void *out, int M) {
     (void)ctx;
-    sets[set]->silu_mul(sets[set], out, in, M, I);
+    ops_set *ops = test_cpu_set(set);
+    ops->silu_mul(ops, out, in, M, I);
 }
 
 static void test_silu_mul_invariance(void **state) {
     (void)state;
     test_row_check c = {"silu_mul", run_silu, NULL, test_fill_bytes_bf16, sizeof(bf16) * 2 * I,
-                        sizeof(bf16) * I, sizeof(bf16), N_THREADS, 9};
-    assert_int_equal(test_check_row_invariance(&c, sizes, N_SIZES), 0);
+                        sizeof(bf16) * I, sizeof(bf16), TEST_N_THREADS, 9};
+    assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
 }
 
 int main(void) {
@@ -193,5 +181,5 @@ int main(void) {
         cmocka_unit_test(test_silu_mul_accuracy),
         cmocka_unit_test(test_silu_mul_invariance),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

@@ -11,27 +11,11 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
-#include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/f64/f64.h"     // f64_gemm, f64_rel_l2_*
-#include "test_util.h"              // test_fill_*, test_poison, test_unwritten_*, test_same_bits
+#include "test_util.h"              // test_cpu_set, test_fill_*, test_unwritten_*, test_same_bits
 
 #define TOL_F32 1e-5
 #define TOL_BF16 4e-3
-#define N_THREADS 4                 // sets with 1, 2, 3, 4 threads
-
-static ops_set *sets[N_THREADS];
-
-static int setup(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i] = inv_cpu_create(i + 1);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i]->destroy(sets[i]);
-    return 0;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Accuracy, strides, batch, written check
@@ -54,9 +38,10 @@ static void check_accuracy(bool y_f32, int batch, long pad) {
                    .batch = batch, .stride_x = stride_x, .stride_y = stride_y, .stride_w = stride_w};
     f64_gemm(&a, ref);
 
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         test_poison(y, y_elem * nb * stride_y);
-        sets[s]->gemm(sets[s], &a);
+        ops_set *ops = test_cpu_set(s);
+        ops->gemm(ops, &a);
         unsigned char *yb = y;
         for (int b = 0; b < nb; b++)
             for (int m = 0; m < M; m++) {
@@ -95,7 +80,8 @@ static void row_in_batch(const bf16 *x_row, const bf16 *w, int M, int pos, int s
     memcpy(x + (long)pos * INV_K, x_row, sizeof(bf16) * INV_K);
     test_poison(y, y_elem * M * INV_N);
     gemm_args a = {.y = y, .y_f32 = y_f32, .x = x, .w = w, .M = M, .N = INV_N, .K = INV_K};
-    sets[s]->gemm(sets[s], &a);
+    ops_set *ops = test_cpu_set(s);
+    ops->gemm(ops, &a);
     assert_int_equal(test_count_poisoned(y, y_elem, (long)M * INV_N), 0);
     memcpy(out_row, (unsigned char *)y + y_elem * pos * INV_N, y_elem * INV_N);
     free(y);
@@ -115,7 +101,7 @@ static void check_row_invariance(bool y_f32) {
         int M = sizes[i];
         int positions[] = {0, M / 2, M - 1};
         for (int p = 0; p < 3; p++)
-            for (int s = 0; s < N_THREADS; s++) {
+            for (int s = 0; s < TEST_N_THREADS; s++) {
                 row_in_batch(x_row, w, M, positions[p], s, 100 + 7 * i + p, y_f32, got);
                 if (!test_same_bits(alone, got, y_elem, INV_N, "gemm row vs alone")) {
                     fprintf(stderr, "M=%d pos=%d threads=%d\n", M, positions[p], s + 1);
@@ -124,7 +110,7 @@ static void check_row_invariance(bool y_f32) {
                 checked++;
             }
     }
-    assert_int_equal(checked, 7 * 3 * N_THREADS);
+    assert_int_equal(checked, 7 * 3 * TEST_N_THREADS);
     free(w);
 }
 
@@ -141,10 +127,11 @@ static void test_column_invariance(void **state) {
     test_fill_bf16(x, (long)M * INV_K, 31, 1.0f);
     test_fill_bf16(w, (long)INV_N * INV_K, 32, 0.05f);
     gemm_args all = {.y = y, .y_f32 = true, .x = x, .w = w, .M = M, .N = INV_N, .K = INV_K};
-    sets[1]->gemm(sets[1], &all);
+    ops_set *two_threads = test_cpu_set(1), *one_thread = test_cpu_set(0);
+    two_threads->gemm(two_threads, &all);
     for (int n = 0; n < INV_N; n++) {
         gemm_args one = {.y = y1, .y_f32 = true, .x = x, .w = w + (long)n * INV_K, .M = M, .N = 1, .K = INV_K};
-        sets[0]->gemm(sets[0], &one);
+        one_thread->gemm(one_thread, &one);
         for (int m = 0; m < M; m++) assert_memory_equal(&y1[m], &y[(long)m * INV_N + n], sizeof(float));
     }
     free(y);
@@ -163,12 +150,14 @@ static void test_thread_invariance(void **state) {
     test_fill_bf16(w, (long)N * K, 42, 0.05f);
     gemm_args a = {.y = y0, .x = x, .w = w, .M = M, .N = N, .K = K};
     test_poison(y0, sizeof(bf16) * M * N);
-    sets[0]->gemm(sets[0], &a);
+    ops_set *one_thread = test_cpu_set(0);
+    one_thread->gemm(one_thread, &a);
     assert_int_equal(test_unwritten_bf16(y0, (long)M * N), 0);
     a.y = y;
-    for (int s = 1; s < N_THREADS; s++) {
+    for (int s = 1; s < TEST_N_THREADS; s++) {
         test_poison(y, sizeof(bf16) * M * N);
-        sets[s]->gemm(sets[s], &a);
+        ops_set *ops = test_cpu_set(s);
+        ops->gemm(ops, &a);
         assert_true(test_same_bits(y0, y, sizeof(bf16), (long)M * N, "gemm threads"));
     }
     free(y);
@@ -188,5 +177,5 @@ int main(void) {
         cmocka_unit_test(test_column_invariance),
         cmocka_unit_test(test_thread_invariance),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

@@ -10,28 +10,12 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
-#include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/f64/f64.h"     // f64_logprobs, f64_rel_l2_f32
-#include "test_util.h"              // test_fill_*, test_poison, test_check_row_invariance
+#include "test_util.h"              // test_cpu_set, test_fill_*, test_check_row_invariance
 
 #define TOL_F32 1e-5
-#define N_THREADS 4
 
 enum { V = 1003, K = 5 };           // V mod 8 = 3: the tail of the lanes
-
-static ops_set *sets[N_THREADS];
-
-static int setup(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i] = inv_cpu_create(i + 1);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i]->destroy(sets[i]);
-    return 0;
-}
 
 // Outputs of one call.
 typedef struct {
@@ -68,9 +52,10 @@ static void test_accuracy(void **state) {
         want_token_lp[r] = lp[(long)r * V + want_token[r]];
         for (int j = 0; j < K; j++) want_topk_lp[r * K + j] = lp[(long)r * V + want_topk[r * K + j]];
     }
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         test_poison(&got, sizeof got);
-        sets[s]->logprobs(sets[s], &a);
+        ops_set *ops = test_cpu_set(s);
+        ops->logprobs(ops, &a);
         assert_int_equal(test_unwritten_i32(got.token, R), 0);
         assert_int_equal(test_unwritten_f32(got.token_logprob, R), 0);
         assert_int_equal(test_unwritten_i32(got.topk_ids, R * K), 0);
@@ -100,7 +85,8 @@ static void test_ties(void **state) {
     int32_t pos = 0;
     results got;
     logprobs_args a = args_for(logits, 1, &temp, &seed, &pos, &got);
-    sets[1]->logprobs(sets[1], &a);
+    ops_set *ops = test_cpu_set(1);
+    ops->logprobs(ops, &a);
     assert_int_equal(got.token[0], 300);
     int32_t want[K] = {300, 700, 900, 5, 6};
     assert_memory_equal(got.topk_ids, want, sizeof want);
@@ -155,7 +141,8 @@ static void run_rows(void *ctx, int set, const void *in, void *out, int M) {
     logprobs_args a = {.logits = logits, .R = M, .V = V, .k = K, .temperature = temp,
                        .noise_seed = seed, .position = pos, .token = token,
                        .token_logprob = token_lp, .topk_ids = ids, .topk_logprobs = topk_lp};
-    sets[set]->logprobs(sets[set], &a);
+    ops_set *ops = test_cpu_set(set);
+    ops->logprobs(ops, &a);
     unsigned char *o = out;
     for (int t = 0; t < M; t++) {
         unsigned char *r = o + (size_t)t * OUT_ROW;
@@ -176,10 +163,10 @@ static void run_rows(void *ctx, int set, const void *in, void *out, int M) {
 
 static void test_row_invariance(void **state) {
     (void)state;
-    static const int sizes[] = {2, 3, 7, 16, 64};
     for (uint64_t seed = 41; seed <= 42; seed++) {   // one greedy row, one sampled row
-        test_row_check c = {"logprobs", run_rows, NULL, fill_rows, IN_ROW, OUT_ROW, 4, N_THREADS, seed};
-        assert_int_equal(test_check_row_invariance(&c, sizes, 5), 0);
+        test_row_check c = {"logprobs", run_rows, NULL, fill_rows, IN_ROW, OUT_ROW, 4,
+                            TEST_N_THREADS, seed};
+        assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
     }
 }
 
@@ -189,5 +176,5 @@ int main(void) {
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_row_invariance),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

@@ -14,12 +14,10 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
-#include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/f64/f64.h"     // f64_mla_attention, f64_kv_cache_write, f64_rel_l2_bf16
-#include "test_util.h"              // test_fill_*, test_poison, test_unwritten_bf16
+#include "test_util.h"              // test_cpu_set, test_fill_*, test_poison, test_unwritten_bf16
 
 #define TOL_BF16 4e-3
-#define N_THREADS 4
 
 enum {
     H = 3, L = 128, R = 32,          // heads, latent and rope widths (L mod 8 = 0, R mod 8 = 0)
@@ -28,20 +26,6 @@ enum {
     BLOCK = 16,                      // tokens per cache block
     MAX_SEQS = 6, MAX_TOKENS = 64,
 };
-
-static ops_set *sets[N_THREADS];
-
-static int setup(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i] = inv_cpu_create(i + 1);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i]->destroy(sets[i]);
-    return 0;
-}
 
 // ---------------------------------------------------------------------------------------------
 // A step: sequences (cache contents named by a seed, so two steps can hold the same sequence in
@@ -157,7 +141,8 @@ static void step_free(step *s) {
 static void step_run(step *s, int set) {
     long n = (long)s->a.T * s->a.ld_out, row = (long)H * L, pad = s->a.ld_out - row;
     test_poison(s->out, sizeof(bf16) * n);
-    sets[set]->mla_attention(sets[set], &s->a);
+    ops_set *ops = test_cpu_set(set);
+    ops->mla_attention(ops, &s->a);
     for (int t = 0; t < s->a.T; t++) {
         assert_int_equal(test_unwritten_bf16(s->out + t * s->a.ld_out, row), 0);
         assert_int_equal(test_unwritten_bf16(s->out + t * s->a.ld_out + row, pad), pad);
@@ -183,7 +168,7 @@ static void test_accuracy(void **state) {
     step_build(&s, &spec);
     double *ref = test_alloc(sizeof(double) * spec.T * H * L);
     f64_mla_attention(&s.a, ref);
-    for (int set = 0; set < N_THREADS; set++) {
+    for (int set = 0; set < TEST_N_THREADS; set++) {
         step_run(&s, set);
         for (int t = 0; t < spec.T; t++)
             for (int h = 0; h < H; h++)
@@ -208,9 +193,10 @@ static void test_kv_cache_write(void **state) {
     test_fill_bf16(k_pe, T * LD_K, 2, 1.0f);
     for (int t = 0; t < T; t++) slot[t] = (t * 37 + 11) % SLOTS;     // distinct, scattered
     f64_kv_cache_write(ref, c_kv, LD_C, k_pe, LD_K, slot, T, L, R);
-    for (int set = 0; set < N_THREADS; set++) {
+    for (int set = 0; set < TEST_N_THREADS; set++) {
         test_poison(cache, sizeof(bf16) * SLOTS * SLOT);
-        sets[set]->kv_cache_write(sets[set], cache, c_kv, LD_C, k_pe, LD_K, slot, T, L, R);
+        ops_set *ops = test_cpu_set(set);
+        ops->kv_cache_write(ops, cache, c_kv, LD_C, k_pe, LD_K, slot, T, L, R);
         long written = 0;
         for (int i = 0; i < SLOTS; i++) {
             bool is_target = false;
@@ -284,7 +270,7 @@ static void check_position(int pos, bool cancelling, int kv_split) {
         prefill.tokens[prefill.T++] = (token_spec){1, p, p == pos ? q : 70 + (uint64_t)p};
     }
 
-    for (int set = 0; set < N_THREADS; set++) {
+    for (int set = 0; set < TEST_N_THREADS; set++) {
         token_output(&solo, 0, set, got);
         assert_true(test_same_bits(alone, got, sizeof(bf16), H * L, "attention alone, other thread count"));
         token_output(&decode, decode_index, set, got);
@@ -337,5 +323,5 @@ int main(void) {
         cmocka_unit_test(test_invariance),
         cmocka_unit_test(test_split_size),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

@@ -15,30 +15,12 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
-#include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/f64/f64.h"     // f64_moe_*, f64_rel_l2_*
-#include "test_util.h"              // test_fill_*, test_poison, test_check_row_invariance
+#include "test_util.h"              // test_cpu_set, test_fill_*, test_check_row_invariance
 
 #define TOL_F32 1e-5
 #define TOL_EXPERTS 1e-2
 #define TOL_COMBINE 4e-3
-#define N_THREADS 4
-
-static ops_set *sets[N_THREADS];
-static const int sizes[] = {2, 3, 7, 16, 64};
-#define N_SIZES 5
-
-static int setup(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i] = inv_cpu_create(i + 1);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i]->destroy(sets[i]);
-    return 0;
-}
 
 // ---------------------------------------------------------------------------------------------
 // moe_route
@@ -95,10 +77,11 @@ static void test_route_accuracy(void **state) {
         const gate_variant *g = &variants[v];
         moe_route_args a = route_args(g, x, T, ids, w);
         f64_moe_route(&a, want_ids, want_w);
-        for (int s = 0; s < N_THREADS; s++) {
+        for (int s = 0; s < TEST_N_THREADS; s++) {
             test_poison(ids, sizeof ids);
             test_poison(w, sizeof w);
-            sets[s]->moe_route(sets[s], &a);
+            ops_set *ops = test_cpu_set(s);
+            ops->moe_route(ops, &a);
             assert_int_equal(test_unwritten_i32(ids, T * g->k), 0);
             assert_int_equal(test_unwritten_f32(w, T * g->k), 0);
             if (memcmp(ids, want_ids, sizeof(int32_t) * T * g->k) != 0) {
@@ -122,7 +105,8 @@ static void run_route(void *ctx, int set, const void *in, void *out, int M) {
     test_poison(ids, sizeof(int32_t) * M * k);
     test_poison(w, sizeof(float) * M * k);
     moe_route_args a = route_args(route_variant, in, M, ids, w);
-    sets[set]->moe_route(sets[set], &a);
+    ops_set *ops = test_cpu_set(set);
+    ops->moe_route(ops, &a);
     unsigned char *o = out;
     for (int t = 0; t < M; t++) {
         memcpy(o + (size_t)t * 8 * k, ids + t * k, sizeof(int32_t) * k);
@@ -138,8 +122,8 @@ static void test_route_invariance(void **state) {
     for (int v = 0; v < N_VARIANTS; v++) {
         route_variant = &variants[v];
         test_row_check c = {variants[v].name, run_route, NULL, test_fill_bytes_bf16, sizeof(bf16) * RD,
-                            (size_t)8 * variants[v].k, 4, N_THREADS, 100 + (uint64_t)v};
-        assert_int_equal(test_check_row_invariance(&c, sizes, N_SIZES), 0);
+                            (size_t)8 * variants[v].k, 4, TEST_N_THREADS, 100 + (uint64_t)v};
+        assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
     }
 }
 
@@ -169,9 +153,10 @@ static void test_experts_accuracy(void **state) {
     moe_experts_args a = {.out = out, .x = x, .topk_ids = ids, .w_gate_up = w_gate_up,
                           .w_down = w_down, .T = T, .k = XK, .E = XE, .D = XD, .I = XI};
     f64_moe_experts(&a, ref);
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         test_poison(out, sizeof(bf16) * T * XK * XD);
-        sets[s]->moe_experts(sets[s], &a);
+        ops_set *ops = test_cpu_set(s);
+        ops->moe_experts(ops, &a);
         assert_int_equal(test_unwritten_bf16(out, (long)T * XK * XD), 0);
         for (int r = 0; r < T * XK; r++)
             assert_true(f64_rel_l2_bf16(out + (long)r * XD, ref + (long)r * XD, XD) < TOL_EXPERTS);
@@ -205,7 +190,8 @@ static void run_experts(void *ctx, int set, const void *in, void *out, int M) {
     }
     moe_experts_args a = {.out = out, .x = x, .topk_ids = ids, .w_gate_up = w_gate_up,
                           .w_down = w_down, .T = M, .k = XK, .E = XE, .D = XD, .I = XI};
-    sets[set]->moe_experts(sets[set], &a);
+    ops_set *ops = test_cpu_set(set);
+    ops->moe_experts(ops, &a);
     free(ids);
     free(x);
 }
@@ -214,8 +200,8 @@ static void test_experts_invariance(void **state) {
     (void)state;
     fill_experts();
     test_row_check c = {"moe_experts", run_experts, NULL, fill_expert_rows, EXPERT_ROW,
-                        sizeof(bf16) * XK * XD, sizeof(bf16), N_THREADS, 15};
-    assert_int_equal(test_check_row_invariance(&c, sizes, N_SIZES), 0);
+                        sizeof(bf16) * XK * XD, sizeof(bf16), TEST_N_THREADS, 15};
+    assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,9 +223,10 @@ static void test_combine_accuracy(void **state) {
     moe_combine_args a = {.out = out, .expert_out = eo, .topk_weights = w, .topk_ids = ids,
                           .T = T, .k = CK, .D = CD, .E = CE};
     f64_moe_combine(&a, ref);
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         test_poison(out, sizeof(bf16) * T * CD);
-        sets[s]->moe_combine(sets[s], &a);
+        ops_set *ops = test_cpu_set(s);
+        ops->moe_combine(ops, &a);
         assert_int_equal(test_unwritten_bf16(out, (long)T * CD), 0);
         assert_true(f64_rel_l2_bf16(out, ref, (long)T * CD) < TOL_COMBINE);
     }
@@ -279,7 +266,8 @@ static void run_combine(void *ctx, int set, const void *in, void *out, int M) {
     }
     moe_combine_args a = {.out = out, .expert_out = eo, .topk_weights = w, .topk_ids = ids,
                           .T = M, .k = CK, .D = CD, .E = CE};
-    sets[set]->moe_combine(sets[set], &a);
+    ops_set *ops = test_cpu_set(set);
+    ops->moe_combine(ops, &a);
     free(ids);
     free(w);
     free(eo);
@@ -288,8 +276,8 @@ static void run_combine(void *ctx, int set, const void *in, void *out, int M) {
 static void test_combine_invariance(void **state) {
     (void)state;
     test_row_check c = {"moe_combine", run_combine, NULL, fill_combine_rows, COMBINE_ROW,
-                        sizeof(bf16) * CD, sizeof(bf16), N_THREADS, 25};
-    assert_int_equal(test_check_row_invariance(&c, sizes, N_SIZES), 0);
+                        sizeof(bf16) * CD, sizeof(bf16), TEST_N_THREADS, 25};
+    assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
 }
 
 int main(void) {
@@ -301,5 +289,5 @@ int main(void) {
         cmocka_unit_test(test_combine_accuracy),
         cmocka_unit_test(test_combine_invariance),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

@@ -10,27 +10,11 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
-#include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/f64/f64.h"     // f64_rmsnorm, f64_rel_l2_bf16
-#include "test_util.h"              // test_fill_bf16, test_poison, test_check_row_invariance
+#include "test_util.h"              // test_cpu_set, test_fill_bf16, test_check_row_invariance
 
 #define TOL_BF16 1e-2
-#define N_THREADS 4
 #define EPS 1e-6f
-
-static ops_set *sets[N_THREADS];
-
-static int setup(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i] = inv_cpu_create(i + 1);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i]->destroy(sets[i]);
-    return 0;
-}
 
 static void check_accuracy(int M, int D, long pad) {
     long ld = D + pad;
@@ -40,9 +24,10 @@ static void check_accuracy(int M, int D, long pad) {
     test_fill_bf16(x, M * ld, 1, 2.0f);
     test_fill_bf16(w, D, 2, 1.5f);
     f64_rmsnorm(ref, x, ld, w, M, D, EPS);
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         test_poison(out, sizeof(bf16) * M * ld);
-        sets[s]->rmsnorm(sets[s], out, ld, x, ld, w, M, D, EPS);
+        ops_set *ops = test_cpu_set(s);
+        ops->rmsnorm(ops, out, ld, x, ld, w, M, D, EPS);
         for (int m = 0; m < M; m++) {
             assert_int_equal(test_unwritten_bf16(out + m * ld, D), 0);
             assert_int_equal(test_unwritten_bf16(out + m * ld + D, pad), pad);  // padding untouched
@@ -69,16 +54,16 @@ static bf16 weight[D_INV];
 
 static void run_rows(void *ctx, int set, const void *in, void *out, int M) {
     (void)ctx;
-    sets[set]->rmsnorm(sets[set], out, D_INV, in, D_INV, weight, M, D_INV, EPS);
+    ops_set *ops = test_cpu_set(set);
+    ops->rmsnorm(ops, out, D_INV, in, D_INV, weight, M, D_INV, EPS);
 }
 
 static void test_row_invariance(void **state) {
     (void)state;
     test_fill_bf16(weight, D_INV, 3, 1.0f);
-    static const int sizes[] = {2, 3, 7, 16, 64};
     test_row_check c = {"rmsnorm", run_rows, NULL, test_fill_bytes_bf16, sizeof(bf16) * D_INV,
-                        sizeof(bf16) * D_INV, sizeof(bf16), N_THREADS, 11};
-    assert_int_equal(test_check_row_invariance(&c, sizes, 5), 0);
+                        sizeof(bf16) * D_INV, sizeof(bf16), TEST_N_THREADS, 11};
+    assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
 }
 
 int main(void) {
@@ -86,5 +71,5 @@ int main(void) {
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_row_invariance),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

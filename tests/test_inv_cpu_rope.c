@@ -11,12 +11,10 @@
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 #include <math.h>                   // cos, sin, pow, fabs
 
-#include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/f64/f64.h"     // f64_rope, f64_rel_l2_bf16
-#include "test_util.h"              // test_fill_*, test_poison, test_check_row_invariance
+#include "test_util.h"              // test_cpu_set, test_fill_*, test_check_row_invariance
 
 #define TOL_BF16 4e-3
-#define N_THREADS 4
 
 enum {
     H = 4,                          // heads
@@ -25,24 +23,16 @@ enum {
     MAX_POS = 4096,
 };
 
-static ops_set *sets[N_THREADS];
 static float cos_table[MAX_POS * R / 2], sin_table[MAX_POS * R / 2];
 
 static int setup(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i] = inv_cpu_create(i + 1);
+    if (test_cpu_sets_setup(state) != 0) return -1;
     for (int p = 0; p < MAX_POS; p++)
         for (int i = 0; i < R / 2; i++) {
             double angle = p * pow(10000.0, -2.0 * i / R);
             cos_table[p * R / 2 + i] = (float)(1.1 * cos(angle));   // an mscale folded in
             sin_table[p * R / 2 + i] = (float)(1.1 * sin(angle));
         }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    for (int i = 0; i < N_THREADS; i++) sets[i]->destroy(sets[i]);
     return 0;
 }
 
@@ -55,9 +45,10 @@ static void check_accuracy(bool interleave) {
     test_fill_bf16(x0, n, 1, 1.0f);
     test_fill_i32(pos, T, 2, 0, MAX_POS - 1);
     f64_rope(ref, x0 + NOPE, H * HEAD, HEAD, T, H, R, pos, cos_table, sin_table, interleave);
-    for (int s = 0; s < N_THREADS; s++) {
+    for (int s = 0; s < TEST_N_THREADS; s++) {
         memcpy(x, x0, sizeof(bf16) * n);
-        sets[s]->rope(sets[s], x + NOPE, H * HEAD, HEAD, T, H, R, pos, cos_table, sin_table, interleave);
+        ops_set *ops = test_cpu_set(s);
+        ops->rope(ops, x + NOPE, H * HEAD, HEAD, T, H, R, pos, cos_table, sin_table, interleave);
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) {
                 const bf16 *head = x + ((long)t * H + h) * HEAD, *head0 = x0 + ((long)t * H + h) * HEAD;
@@ -104,7 +95,8 @@ static void run_rows(void *ctx, int set, const void *in, void *out, int M) {
         memcpy(x + (long)t * H * HEAD, b + (size_t)t * ROW_BYTES, sizeof(bf16) * H * HEAD);
         memcpy(&pos[t], b + (size_t)t * ROW_BYTES + sizeof(bf16) * H * HEAD, sizeof(int32_t));
     }
-    sets[set]->rope(sets[set], x + NOPE, H * HEAD, HEAD, M, H, R, pos, cos_table, sin_table, interleave_mode);
+    ops_set *ops = test_cpu_set(set);
+    ops->rope(ops, x + NOPE, H * HEAD, HEAD, M, H, R, pos, cos_table, sin_table, interleave_mode);
     memcpy(out, x, sizeof(bf16) * M * H * HEAD);
     free(pos);
     free(x);
@@ -112,10 +104,9 @@ static void run_rows(void *ctx, int set, const void *in, void *out, int M) {
 
 static void check_row_invariance(bool interleave) {
     interleave_mode = interleave;
-    static const int sizes[] = {2, 3, 7, 16, 64};
     test_row_check c = {"rope", run_rows, NULL, fill_rows, ROW_BYTES, sizeof(bf16) * H * HEAD,
-                        sizeof(bf16), N_THREADS, 7};
-    assert_int_equal(test_check_row_invariance(&c, sizes, 5), 0);
+                        sizeof(bf16), TEST_N_THREADS, 7};
+    assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
 }
 
 static void test_row_invariance_interleave(void **state) { (void)state; check_row_invariance(true); }
@@ -128,5 +119,5 @@ int main(void) {
         cmocka_unit_test(test_row_invariance_interleave),
         cmocka_unit_test(test_row_invariance_rotate_half),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, test_cpu_sets_teardown);
 }

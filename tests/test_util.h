@@ -1,19 +1,21 @@
 // tests/test_util.h — helpers shared by the unit tests (header-only: each test binary links
 // only its own test_*.c): seeded random fills that never produce zeros, output poisoning, the
-// "every element written" check and a bitwise comparison that says where two buffers differ.
+// "every element written" check, a bitwise comparison that says where two buffers differ, the
+// invariant CPU set at several thread counts, and the row-invariance check.
 //
 // Poison is the all-ones bit pattern: a NaN as bf16 (0xFFFF) and as fp32 (0xFFFFFFFF), -1 as
 // int32. An element still all ones after an op ran was not written.
 #ifndef INVAR_TESTS_TEST_UTIL_H
 #define INVAR_TESTS_TEST_UTIL_H
 
-#include <stdint.h>             // uint64_t, int32_t
-#include <stdio.h>              // fprintf
-#include <stdlib.h>             // malloc, abort
-#include <string.h>             // memset, memcmp
+#include <stdint.h>                 // uint64_t, int32_t
+#include <stdio.h>                  // fprintf
+#include <stdlib.h>                 // malloc, abort
+#include <string.h>                 // memset, memcmp
 
-#include "../kernels/bf16.h"    // float_to_bf16, invar_mix64, invar_uniform
-#include "../kernels/ops.h"     // bf16
+#include "../kernels/bf16.h"        // float_to_bf16, invar_mix64, invar_uniform
+#include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
+#include "../kernels/ops.h"         // bf16, ops_set
 
 // ---------------------------------------------------------------------------------------------
 // Random data
@@ -117,6 +119,36 @@ static inline int test_same_bits(const void *a, const void *b, size_t elem_size,
 }
 
 // ---------------------------------------------------------------------------------------------
+// The invariant CPU set at several thread counts
+// ---------------------------------------------------------------------------------------------
+
+// Results must not depend on the thread count either, so the CPU op tests run every op on sets
+// with 1 .. TEST_N_THREADS threads. A test binary makes them once: pass test_cpu_sets_setup and
+// test_cpu_sets_teardown to cmocka_run_group_tests (or call them from its own fixtures).
+enum { TEST_N_THREADS = 4 };
+
+// The sets live here, not in each test, so that one fixture serves every test binary.
+static inline ops_set **test_cpu_sets(void) {
+    static ops_set *sets[TEST_N_THREADS];
+    return sets;
+}
+
+// The invariant CPU set with i + 1 threads (0 <= i < TEST_N_THREADS).
+static inline ops_set *test_cpu_set(int i) { return test_cpu_sets()[i]; }
+
+static inline int test_cpu_sets_setup(void **state) {
+    (void)state;
+    for (int i = 0; i < TEST_N_THREADS; i++) test_cpu_sets()[i] = inv_cpu_create(i + 1);
+    return 0;
+}
+
+static inline int test_cpu_sets_teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < TEST_N_THREADS; i++) test_cpu_set(i)->destroy(test_cpu_set(i));
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Row invariance: one row alone vs the same row inside batches
 // ---------------------------------------------------------------------------------------------
 
@@ -143,6 +175,11 @@ typedef struct {
     int n_sets;              // run() is called with set = 0 .. n_sets-1
     uint64_t seed;
 } test_row_check;
+
+// The batch sizes most ops check a row inside: the smallest, odd ones (tails) and ones past a
+// lane block.
+static const int test_batch_sizes[] = {2, 3, 7, 16, 64};
+enum { TEST_N_BATCH_SIZES = (int)(sizeof test_batch_sizes / sizeof test_batch_sizes[0]) };
 
 // Computes a random row alone (M = 1, set 0), then inside batches of each size in `sizes` at
 // the first, middle and last position, surrounded by other random rows, on every set, and

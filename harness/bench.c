@@ -21,15 +21,18 @@
 #include "../kernels/bf16.h"     // float_to_bf16, invar_mix64, invar_uniform
 #include "../kernels/check.h"    // invar_die, invar_malloc
 #include "../kernels/registry.h" // kernel_set_create, cuda_device_available
+#include "bench_decode.h"        // bench_decode
 #include "commands.h"            // cmd_bench
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/cuda_timing.h"  // cuda_time_median_ms, cuda_copy_bandwidth_gbs
 #endif
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: invar bench [--device cuda] [--out DIR] [--quick]\n"
-               "  GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS).\n"
-               "  --out DIR   where bench_gemm.csv and bench_mla.csv go (default build/bench)\n"
+    fprintf(f, "usage: invar bench [--device cuda|cpu] [--out DIR] [--quick]\n"
+               "  cuda: GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS),\n"
+               "        then end-to-end decode tokens/s of the v2-lite-shaped model at batch 1, 32, 128.\n"
+               "  cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.\n"
+               "  --out DIR   where bench_gemm.csv, bench_mla.csv, bench_decode.csv go (default build/bench)\n"
                "  --quick     fewer repetitions (CI smoke run)\n");
 }
 
@@ -248,6 +251,12 @@ static int run_bench(const char *out_dir, bool quick) {
     bench_mla(inv, ref, &o, copy_gbs, m);
     fclose(m);
 
+    // End to end on DeepSeek-V2-Lite's dimensions (4 of its 27 layers), as issue 3 asks.
+    static const int decode_batches[] = {1, 32, 128};
+    FILE *d = open_csv(out_dir, "bench_decode.csv");
+    bench_decode("cuda", "v2-lite", decode_batches, quick ? 2 : 3, 128, quick ? 16 : 64, d);
+    fclose(d);
+
     printf("\nsummary: copy %.0f GB/s; GEMM geomean invariant/cuBLAS %.3f; CSVs in %s\n", copy_gbs, geo, out_dir);
     inv->destroy(inv);
     ref->destroy(ref);
@@ -275,8 +284,22 @@ int cmd_bench(int argc, char **argv) {
             return INVAR_EXIT_INPUT;
         }
     }
+    if (strcmp(device, "cpu") == 0) {
+        // Kernel timings are CUDA-event based; on the CPU only the end-to-end number is taken,
+        // on the CI-sized model.
+        static const int cpu_batches[] = {1, 8};
+        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
+            invar_die(INVAR_EXIT_SYSTEM, "bench: cannot create %s: %s", out_dir, strerror(errno));
+        char path[4096];
+        snprintf(path, sizeof path, "%s/bench_decode.csv", out_dir);
+        FILE *d = fopen(path, "w");
+        if (!d) invar_die(INVAR_EXIT_SYSTEM, "bench: cannot write %s: %s", path, strerror(errno));
+        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, d);
+        if (fclose(d) != 0) invar_die(INVAR_EXIT_SYSTEM, "bench: closing %s: %s", path, strerror(errno));
+        return 0;
+    }
     if (strcmp(device, "cuda") != 0) {
-        fprintf(stderr, "invar bench: only --device cuda is benchmarked (got '%s')\n", device);
+        fprintf(stderr, "invar bench: --device must be cuda or cpu (got '%s')\n", device);
         return INVAR_EXIT_INPUT;
     }
     char why[256];

@@ -1,0 +1,118 @@
+// harness/bench_decode.c — end-to-end decode tokens/s (harness/bench_decode.h).
+//
+// Decode time is taken as the difference of two generate calls over the same batch: one
+// generating `new_tokens`, one generating a single token. Both prefill the same prompts, so the
+// difference is the (new_tokens - 1) decode steps; tokens/s = B * (new_tokens - 1) / that time.
+// Wall-clock time: every step ends in a download of the sampled tokens, so the device is idle
+// when the clock is read. The median of three pairs is reported.
+#include "bench_decode.h"
+
+#include <stdint.h>                  // int32_t, uint64_t
+#include <stdlib.h>                  // free, qsort
+#include <time.h>                    // clock_gettime
+
+#include "../engine/engine.h"        // engine_*
+#include "../engine/model_config.h"  // model_config_by_name
+#include "../engine/weights.h"       // weights_synthetic
+#include "../kernels/bf16.h"         // invar_mix64
+#include "../kernels/check.h"        // invar_die, invar_malloc
+#include "../kernels/registry.h"     // kernel_set_create
+
+enum { REPEATS = 3 };
+
+static double now_s(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) invar_die(INVAR_EXIT_SYSTEM, "bench: clock_gettime failed");
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    engine_request *reqs;
+    engine_result *results;
+    engine_step_record *records;
+} batch;
+
+static batch make_batch(const model_config *c, int B, int prompt_len, int new_tokens, int32_t *tokens) {
+    batch b = {
+        .reqs = invar_malloc((size_t)B * sizeof *b.reqs, "bench requests"),
+        .results = invar_malloc((size_t)B * sizeof *b.results, "bench results"),
+        .records = invar_malloc((size_t)B * new_tokens * sizeof *b.records, "bench records"),
+    };
+    for (int i = 0; i < B; i++) {
+        int32_t *p = tokens + (long)i * prompt_len;
+        for (int j = 0; j < prompt_len; j++)
+            p[j] = (int32_t)(invar_mix64(((uint64_t)i << 32) | (uint64_t)j) % (uint64_t)c->vocab_size);
+        b.reqs[i] = (engine_request){.prompt = p, .prompt_len = prompt_len,
+                                     .max_new_tokens = new_tokens, .seed = (uint64_t)i};
+        b.results[i] = (engine_result){.steps = b.records + (long)i * new_tokens};
+    }
+    return b;
+}
+
+static double generate_seconds(engine *e, batch *b, int B, int new_tokens, const engine_sched *s) {
+    char err[256];
+    for (int i = 0; i < B; i++) b->reqs[i].max_new_tokens = new_tokens;
+    double t0 = now_s();
+    if (!engine_generate(e, b->reqs, B, s, b->results, NULL, err, sizeof err))
+        invar_die(INVAR_EXIT_SYSTEM, "bench: generate failed: %s", err);
+    return now_s() - t0;
+}
+
+// Decode tokens/s of one kernel set at batch B.
+static double decode_tokens_per_s(ops_set *ops, const model_config *c, weight_source *w, int B,
+                                  int prompt_len, int new_tokens) {
+    int budget = B * prompt_len < 8192 ? B * prompt_len : 8192;
+    engine_limits lim = {.max_num_seqs = B, .max_num_batched_tokens = budget,
+                         .max_model_len = prompt_len + new_tokens,
+                         .max_total_tokens = B * (prompt_len + new_tokens), .block_size = 64};
+    engine *e = engine_create(c, w, ops, &lim, 1);
+    int32_t *tokens = invar_malloc((size_t)B * prompt_len * sizeof *tokens, "bench prompts");
+    batch b = make_batch(c, B, prompt_len, new_tokens, tokens);
+    engine_sched s = {.max_num_seqs = B, .max_num_batched_tokens = budget,
+                      .chunked_prefill = true, .top_k = 5};
+    generate_seconds(e, &b, B, 2, &s);  // warm-up: first-touch scratch growth, caches
+    double rates[REPEATS];
+    for (int r = 0; r < REPEATS; r++) {
+        double full = generate_seconds(e, &b, B, new_tokens, &s);
+        double one = generate_seconds(e, &b, B, 1, &s);
+        rates[r] = (double)B * (new_tokens - 1) / (full - one > 1e-9 ? full - one : 1e-9);
+    }
+    qsort(rates, REPEATS, sizeof rates[0], compare_double);
+    free(b.reqs);
+    free(b.results);
+    free(b.records);
+    free(tokens);
+    engine_destroy(e);
+    return rates[REPEATS / 2];
+}
+
+void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
+                  int prompt_len, int new_tokens, FILE *csv) {
+    model_config c;
+    if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
+    weight_source *w = weights_synthetic(&c, 1);
+    printf("\nend-to-end decode, model %s (%d layers), prompts of %d tokens, %d new tokens\n", model,
+           c.num_hidden_layers, prompt_len, new_tokens);
+    printf("%6s %14s %14s %7s\n", "batch", "inv tok/s", "ref tok/s", "ratio");
+    fprintf(csv, "device,model,batch,prompt_len,new_tokens,invariant_tok_s,reference_tok_s,ratio\n");
+    ops_set *inv = kernel_set_create("invariant", device, 0);
+    ops_set *ref = kernel_set_create("reference", device, 0);
+    if (!inv || !ref) invar_die(INVAR_EXIT_INPUT, "bench: no kernel sets on device '%s'", device);
+    for (int i = 0; i < n_batch; i++) {
+        int B = batch_sizes[i];
+        double ti = decode_tokens_per_s(inv, &c, w, B, prompt_len, new_tokens);
+        double tr = decode_tokens_per_s(ref, &c, w, B, prompt_len, new_tokens);
+        printf("%6d %14.1f %14.1f %7.3f\n", B, ti, tr, ti / tr);
+        if (fprintf(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f\n", device, model, B, prompt_len,
+                    new_tokens, ti, tr, ti / tr) < 0 || fflush(csv) != 0)
+            invar_die(INVAR_EXIT_SYSTEM, "bench: writing the decode CSV failed");
+    }
+    inv->destroy(inv);
+    ref->destroy(ref);
+    w->destroy(w);
+}

@@ -16,13 +16,13 @@
 #include <stdio.h>               // printf, fprintf, fopen
 #include <stdlib.h>              // free
 #include <string.h>              // strcmp, strerror
-#include <sys/stat.h>            // mkdir
 
 #include "../kernels/bf16.h"     // float_to_bf16, invar_mix64, invar_uniform
 #include "../kernels/check.h"    // invar_die, invar_malloc
 #include "../kernels/registry.h" // kernel_set_create, cuda_device_available
 #include "bench_decode.h"        // bench_decode
 #include "commands.h"            // cmd_bench
+#include "host.h"                // host_make_dirs
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/cuda_timing.h"  // cuda_time_median_ms, cuda_copy_bandwidth_gbs
 #endif
@@ -233,8 +233,7 @@ static FILE *open_csv(const char *dir, const char *name) {
 
 static int run_bench(const char *out_dir, bool quick) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
-        invar_die(INVAR_EXIT_SYSTEM, "bench: cannot create %s: %s", out_dir, strerror(errno));
+    host_make_dirs(out_dir);
     ops_set *inv = kernel_set_create("invariant", "cuda", 0);
     ops_set *ref = kernel_set_create("reference", "cuda", 0);
     if (!inv || !ref) invar_die(INVAR_EXIT_SYSTEM, "bench: the CUDA kernel sets are not registered");
@@ -288,8 +287,7 @@ int cmd_bench(int argc, char **argv) {
         // Kernel timings are CUDA-event based; on the CPU only the end-to-end number is taken,
         // on the CI-sized model.
         static const int cpu_batches[] = {1, 8};
-        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
-            invar_die(INVAR_EXIT_SYSTEM, "bench: cannot create %s: %s", out_dir, strerror(errno));
+        host_make_dirs(out_dir);
         char path[4096];
         snprintf(path, sizeof path, "%s/bench_decode.csv", out_dir);
         FILE *d = fopen(path, "w");

@@ -9,7 +9,6 @@
 
 #include <stdint.h>                  // int32_t, uint64_t
 #include <stdlib.h>                  // free, qsort
-#include <time.h>                    // clock_gettime
 
 #include "../engine/engine.h"        // engine_*
 #include "../engine/model_config.h"  // model_config_by_name
@@ -17,14 +16,9 @@
 #include "../kernels/bf16.h"         // invar_mix64
 #include "../kernels/check.h"        // invar_die, invar_malloc
 #include "../kernels/registry.h"     // kernel_set_create
+#include "host.h"                     // host_seconds
 
 enum { REPEATS = 3 };
-
-static double now_s(void) {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) invar_die(INVAR_EXIT_SYSTEM, "bench: clock_gettime failed");
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int compare_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -57,10 +51,10 @@ static batch make_batch(const model_config *c, int B, int prompt_len, int new_to
 static double generate_seconds(engine *e, batch *b, int B, int new_tokens, const engine_sched *s) {
     char err[256];
     for (int i = 0; i < B; i++) b->reqs[i].max_new_tokens = new_tokens;
-    double t0 = now_s();
+    double t0 = host_seconds();
     if (!engine_generate(e, b->reqs, B, s, b->results, NULL, err, sizeof err))
         invar_die(INVAR_EXIT_SYSTEM, "bench: generate failed: %s", err);
-    return now_s() - t0;
+    return host_seconds() - t0;
 }
 
 // Decode tokens/s of one kernel set at batch B.

@@ -9,12 +9,11 @@
 // divergence.csv keeps the rows of those configs only, and the other configs run and append.
 #include "commands.h"
 
-#include <errno.h>                   // errno, EEXIST
+#include <errno.h>                   // errno
 #include <stdbool.h>                 // bool
 #include <stdio.h>                   // printf, fprintf, snprintf, fopen, fread, fseek, rename
 #include <stdlib.h>                  // free
 #include <string.h>                  // strcmp, strerror, strlen
-#include <sys/stat.h>                // mkdir, stat, S_ISDIR
 #include <unistd.h>                  // isatty
 #include <xxhash.h>                  // XXH64_createState, XXH64_update, XXH64_digest
 
@@ -25,6 +24,7 @@
 #include "../reports/render.h"       // report_render
 #include "../reports/run_meta.h"     // run_meta_write, run_meta_get
 #include "case_file.h"               // case_file_load, case_file_set_model
+#include "host.h"                    // host_make_dirs
 #include "matrix.h"                  // matrix_count, matrix_expand
 #include "resolve.h"                 // resolve_select_backend, RESOLVE_BACKEND_ENV
 #include "runner.h"                  // runner_resolve, runner_run, runner_match_done
@@ -101,25 +101,6 @@ static int parse_args(int argc, char **argv, run_args *a, const char *from) {
 // ---------------------------------------------------------------------------------------------
 // Report files
 // ---------------------------------------------------------------------------------------------
-
-// mkdir -p; exits 3 naming the directory on failure.
-static void make_dirs(const char *dir) {
-    char path[1024];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        invar_die(INVAR_EXIT_INPUT, "--out: path too long: %s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        struct stat st;
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            invar_die(INVAR_EXIT_SYSTEM, "mkdir %s failed: %s", path, strerror(errno));
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-            invar_die(INVAR_EXIT_SYSTEM, "%s is not a directory", path);
-        *p = saved;
-        if (saved == '\0') return;
-    }
-}
 
 static void report_name(char *buf, size_t len, const char *dir, const char *file) {
     if (snprintf(buf, len, "%s/%s", dir, file) >= (int)len)
@@ -353,7 +334,7 @@ int cmd_run(int argc, char **argv) {
     csv_table *done = NULL;
     int *done_row = invar_calloc((size_t)n, sizeof *done_row, "finished rows");
     if (!a.resume) {
-        make_dirs(out_dir);
+        host_make_dirs(out_dir);
         write_meta(out_dir, c, argc, argv);
         o.summary = open_report(summary_path, summary_header, summary_cols);
         o.divergence = open_report(divergence_path, divergence_header, divergence_cols);

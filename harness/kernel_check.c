@@ -1,4 +1,5 @@
 // harness/kernel_check.c — `invar kernels` (harness/kernel_check.h, harness/commands.h).
+#include "host.h"                   // host_seconds, host_make_dirs
 #include "kernel_check.h"
 
 #include <errno.h>                  // errno
@@ -6,8 +7,6 @@
 #include <stdio.h>                  // printf, fprintf, FILE
 #include <stdlib.h>                 // free, strtoull
 #include <string.h>                 // memcmp, strcmp, strerror
-#include <sys/stat.h>               // mkdir
-#include <time.h>                   // clock_gettime
 
 #include <csv.h>                    // csv_fwrite
 
@@ -221,12 +220,6 @@ typedef struct {
     double shape_start;
 } report;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void csv_field(FILE *f, const char *s, bool last) {
     if (csv_fwrite(f, s, strlen(s)) != 0)
         invar_die(INVAR_EXIT_SYSTEM, "kernels: writing kernels.csv: %s", strerror(errno));
@@ -282,10 +275,10 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     if (!r->invariant && ops->batch_invariant) note = "  <- must be stable";
     else if (!r->invariant) note = "  (expected of a reference set)";
     print_line(status, ops, op, shape->label, r, note);
-    write_row(rep, ops, op, shape->label, status, r, now_s() - rep->shape_start);
+    write_row(rep, ops, op, shape->label, status, r, host_seconds() - rep->shape_start);
     if (r->pass) rep->passed++;
     else rep->failed++;
-    rep->shape_start = now_s();
+    rep->shape_start = host_seconds();
 }
 
 static void usage(FILE *f) {
@@ -300,22 +293,6 @@ static void usage(FILE *f) {
             "did; 2: bad usage.\n\nops:");
     for (const op_entry *op = op_table(); op->name; op++) fprintf(f, " %s", op->name);
     fprintf(f, "\n");
-}
-
-// mkdir -p
-static void make_dirs(const char *dir) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        invar_die(INVAR_EXIT_INPUT, "kernels: --out path too long");
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot create %s: %s", path, strerror(errno));
-        *p = saved;
-        if (!saved) break;
-    }
 }
 
 static bool matches(const char *filter, const char *value) {
@@ -384,7 +361,7 @@ int cmd_kernels(int argc, char **argv) {
         return 2;
     }
 
-    make_dirs(out);
+    host_make_dirs(out);
     char csv_path[4200];
     snprintf(csv_path, sizeof csv_path, "%s/kernels.csv", out);
     report rep = {.seed = o.seed};
@@ -430,7 +407,7 @@ int cmd_kernels(int argc, char **argv) {
         for (const op_entry *op = op_table(); op->name; op++) {
             if (only && only != op) continue;
             check_result summary;
-            rep.shape_start = now_s();
+            rep.shape_start = host_seconds();
             int n = kernel_check_op(ops, op, &o, &summary);
             if (n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) &&
                 summary.invariant) {

@@ -9,7 +9,6 @@
 #include <stdlib.h>                   // free, strtol
 #include <string.h>                   // memset, memcpy, strcmp, strlen
 #include <sys/ioctl.h>                // ioctl, TIOCGWINSZ, struct winsize
-#include <time.h>                     // clock_gettime, CLOCK_MONOTONIC
 #include <unistd.h>                   // sysconf
 
 #include "../engine/engine.h"         // engine_create, engine_generate, engine_destroy
@@ -19,6 +18,7 @@
 #include "../kernels/registry.h"      // kernel_set_create, cuda_device_available
 #include "arrivals.h"                 // arrivals_schedule, arrival_pattern_name
 #include "compare.h"                  // compare_step, compare_results, divergence
+#include "host.h"                     // host_seconds
 #include "prompts.h"                  // prompts_generate
 
 // ---------------------------------------------------------------------------------------------
@@ -117,13 +117,6 @@ typedef struct {
     double ran_seconds;         // time of the configs run so far
 } progress;
 
-static double now_seconds(void) {
-    struct timespec t;
-    if (clock_gettime(CLOCK_MONOTONIC, &t) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "clock_gettime failed");
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void format_duration(double seconds, char *buf, size_t len) {
     long t = (long)(seconds + 0.5);
     if (t >= 3600) snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
@@ -147,7 +140,7 @@ static void progress_phase(progress *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(phase, sizeof phase, fmt, ap);
     va_end(ap);
-    double now = now_seconds();
+    double now = host_seconds();
     format_duration(now - p->t0, elapsed, sizeof elapsed);
     if (p->ran > 0) {
         double left = p->ran_seconds / p->ran * p->to_run - (now - p->config_t0);
@@ -554,7 +547,7 @@ static void model_cache_free(model_cache *mc) {
 static void run_config_once(const case_file *c, const run_config *cfg,
                             const resolved_config *rc, const runner_options *o,
                             const loaded_model *model, progress *prog, outcome *out) {
-    double t0 = now_seconds();
+    double t0 = host_seconds();
     ops_set *ops = kernel_set_create(cfg->kernel_set, rc->device, out->threads);
     if (!ops)
         invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s", c->path,
@@ -591,7 +584,7 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     free(reqs);
     free(alone);
     prompts_free(prompts);
-    out->seconds = now_seconds() - t0;
+    out->seconds = host_seconds() - t0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -919,7 +912,7 @@ run_totals runner_run(const case_file *c, const run_config *configs,
     if (fflush(o->console) != 0) invar_die(INVAR_EXIT_SYSTEM, "writing the console failed");
     resolve_print_warnings(rs, n, o->warnings);
 
-    progress prog = {.on = o->progress, .f = o->console, .total = n, .t0 = now_seconds()};
+    progress prog = {.on = o->progress, .f = o->console, .total = n, .t0 = host_seconds()};
     for (int k = 0; k < n; k++)
         if (!rs[k].skip && rs[k].merged_into < 0 && !done_cells(o, k)) prog.to_run++;
     model_cache models = {.n = 0};
@@ -960,7 +953,7 @@ run_totals runner_run(const case_file *c, const run_config *configs,
                 out->expected = rc->expect_invariant ? "invariant" : "batch-variant";
                 prog.index = k;
                 prog.name = cfg->name;
-                prog.config_t0 = now_seconds();
+                prog.config_t0 = host_seconds();
                 run_config_once(c, cfg, rc, o, model_get(&models, c, cfg->model), &prog, out);
                 prog.ran++;
                 prog.to_run--;

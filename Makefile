@@ -39,7 +39,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 
 ifeq ($(CUDA),1)
 CFLAGS_ALL += -DINVAR_CUDA -I$(CUDA_HOME)/include
-NVFLAGS  := -std=c++17 -O3 -lineinfo -DINVAR_CUDA \
+NVFLAGS  := -std=c++17 -O3 -lineinfo -DINVAR_CUDA -MMD -MP \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
             -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++

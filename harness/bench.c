@@ -1,7 +1,7 @@
 // harness/bench.c — `invar bench`: the invariant CUDA kernels against the reference set
 // (cuBLAS, split-count MLA), timed with CUDA events.
 //
-//   invar bench [--device cuda] [--out DIR] [--quick]
+//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode]
 //
 // GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, after
 // measuring the device-to-device copy bandwidth that the MLA numbers are compared with. Every
@@ -28,12 +28,13 @@
 #endif
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: invar bench [--device cuda|cpu] [--out DIR] [--quick]\n"
+    fprintf(f, "usage: invar bench [--device cuda|cpu] [--out DIR] [--quick] [--only gemm|mla|decode]\n"
                "  cuda: GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS),\n"
                "        then end-to-end decode tokens/s of the v2-lite-shaped model at batch 1, 32, 128.\n"
                "  cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.\n"
                "  --out DIR   where bench_gemm.csv, bench_mla.csv, bench_decode.csv go (default build/bench)\n"
-               "  --quick     fewer repetitions (CI smoke run)\n");
+               "  --quick     fewer repetitions (CI smoke run)\n"
+               "  --only S    one section (a kernel developer's tuning loop); the copy ceiling always runs\n");
 }
 
 #ifdef INVAR_CUDA
@@ -231,7 +232,7 @@ static FILE *open_csv(const char *dir, const char *name) {
     return f;
 }
 
-static int run_bench(const char *out_dir, bool quick) {
+static int run_bench(const char *out_dir, bool quick, const char *only) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
     host_make_dirs(out_dir);
     ops_set *inv = kernel_set_create("invariant", "cuda", 0);
@@ -241,20 +242,25 @@ static int run_bench(const char *out_dir, bool quick) {
     double copy_gbs = cuda_copy_bandwidth_gbs(inv, (size_t)1 << 30);
     printf("device-to-device copy: %.0f GB/s (1 GiB, read + write)\n\n", copy_gbs);
 
-    FILE *g = open_csv(out_dir, "bench_gemm.csv");
-    double geo = bench_gemm(inv, ref, &o, g);
-    fclose(g);
-    printf("GEMM geometric mean of speed ratio invariant / cuBLAS: %.3f\n", geo);
-
-    FILE *m = open_csv(out_dir, "bench_mla.csv");
-    bench_mla(inv, ref, &o, copy_gbs, m);
-    fclose(m);
-
-    // End to end on DeepSeek-V2-Lite's dimensions (4 of its 27 layers), as issue 3 asks.
-    static const int decode_batches[] = {1, 32, 128};
-    FILE *d = open_csv(out_dir, "bench_decode.csv");
-    bench_decode("cuda", "v2-lite", decode_batches, quick ? 2 : 3, 128, quick ? 16 : 64, d);
-    fclose(d);
+    double geo = 0.0;
+    if (!only || strcmp(only, "gemm") == 0) {
+        FILE *g = open_csv(out_dir, "bench_gemm.csv");
+        geo = bench_gemm(inv, ref, &o, g);
+        fclose(g);
+        printf("GEMM geometric mean of speed ratio invariant / cuBLAS: %.3f\n", geo);
+    }
+    if (!only || strcmp(only, "mla") == 0) {
+        FILE *m = open_csv(out_dir, "bench_mla.csv");
+        bench_mla(inv, ref, &o, copy_gbs, m);
+        fclose(m);
+    }
+    if (!only || strcmp(only, "decode") == 0) {
+        // End to end on DeepSeek-V2-Lite's dimensions (4 of its 27 layers), as issue 3 asks.
+        static const int decode_batches[] = {1, 32, 128};
+        FILE *d = open_csv(out_dir, "bench_decode.csv");
+        bench_decode("cuda", "v2-lite", decode_batches, quick ? 2 : 3, 128, quick ? 16 : 64, d);
+        fclose(d);
+    }
 
     printf("\nsummary: copy %.0f GB/s; GEMM geomean invariant/cuBLAS %.3f; CSVs in %s\n", copy_gbs, geo, out_dir);
     inv->destroy(inv);
@@ -265,6 +271,7 @@ static int run_bench(const char *out_dir, bool quick) {
 
 int cmd_bench(int argc, char **argv) {
     const char *device = "cuda", *out_dir = "build/bench";
+    const char *only = NULL;
     bool explicit_device = false, quick = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
@@ -274,6 +281,12 @@ int cmd_bench(int argc, char **argv) {
             out_dir = argv[++i];
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
+            if (strcmp(only, "gemm") != 0 && strcmp(only, "mla") != 0 && strcmp(only, "decode") != 0) {
+                fprintf(stderr, "invar bench: --only must be gemm, mla or decode (got '%s')\n", only);
+                return INVAR_EXIT_INPUT;
+            }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
@@ -306,10 +319,11 @@ int cmd_bench(int argc, char **argv) {
         return explicit_device ? INVAR_EXIT_INPUT : 0;
     }
 #ifdef INVAR_CUDA
-    return run_bench(out_dir, quick);
+    return run_bench(out_dir, quick, only);
 #else
     (void)out_dir;
     (void)quick;
+    (void)only;
     return INVAR_EXIT_INPUT;  // unreachable: without CUDA no device is available
 #endif
 }

@@ -61,6 +61,8 @@ typedef struct {
     int device;
     int num_sms;
     size_t smem_optin;      // most dynamic shared memory one block may opt into
+    bool wgmma;             // compute capability 9.0: the sm_90a code (wgmma) runs here
+    void *tensor_map_encode; // the driver's cuTensorMapEncodeTiled (NULL: no TMA loads)
     void *scratch[SCRATCH_SLOTS];
     size_t scratch_bytes[SCRATCH_SLOTS];
     cublasHandle_t cublas;  // reference set only; NULL in the invariant set

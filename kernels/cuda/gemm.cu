@@ -1,4 +1,6 @@
 // kernels/cuda/gemm.cu — the batch-invariant GEMM: bf16 in, fp32 accumulate on tensor cores.
+// This is the portable kernel (mma.sync, sm_80 and later); on sm_90a devices gemm_launch hands
+// every product to gemm_sm90.cu's wgmma kernel instead.
 //
 // The reduction order of one output element y[m][n] is the chain
 //     acc = 0;  for k0 = 0, 16, 32, ... < K:  acc = mma_m16n8k16(acc, x[m][k0:k0+16], w[n][k0:k0+16])
@@ -61,18 +63,11 @@ gemm_kernel(gemm_problem p) {
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *As = smem, *Bs = smem + STAGES * A_STAGE;
 
-    const int z = blockIdx.z;
-    int row_begin = 0, row_end = p.M;
-    const uint16_t *x = p.x, *w = p.w + (long)z * p.stride_w;
-    char *y = (char *)p.y;
-    if (p.group_offsets) {
-        row_begin = p.group_offsets[z];
-        row_end = p.group_offsets[z + 1];
-    } else {
-        x += (long)z * p.stride_x;
-        y += (long)z * p.stride_y * (p.y_f32 ? 4 : 2);
-    }
-    const int m0 = row_begin + blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const gemm_view v = gemm_view_of(p, blockIdx.z);
+    const uint16_t *x = v.x, *w = v.w;
+    char *y = v.y;
+    const int row_end = v.row_end;
+    const int m0 = v.row_begin + blockIdx.y * BM, n0 = blockIdx.x * BN;
     if (m0 >= row_end) return;  // grouped: this group has fewer rows than the grid allows
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -186,6 +181,10 @@ void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op) 
                    aligned16(p->w) && (batch <= 1 || p->group_offsets ||
                                        (p->stride_x % 8 == 0 && p->stride_w % 8 == 0)) &&
                    (!p->group_offsets || p->stride_w % 8 == 0);
+    if (c->wgmma) {
+        gemm_sm90_launch(c, p, batch, aligned, op);
+        return;
+    }
     long large_tiles = (long)((p->M + 127) / 128) * ((p->N + 127) / 128) * batch;
     // Skinny also for M <= 64 when the weights fit in L2: its 4 row-blocks then re-read them
     // from L2 (the medium tiles give too few CTAs there: 134 us vs 43 us at M=16, 1536x7168).

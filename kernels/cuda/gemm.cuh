@@ -3,7 +3,7 @@
 #ifndef INVAR_KERNELS_CUDA_GEMM_CUH
 #define INVAR_KERNELS_CUDA_GEMM_CUH
 
-#include <stdint.h>        // int32_t
+#include <stdint.h>        // int32_t, uint16_t
 #include "../ops.h"        // bf16
 #include "cuda_ctx.cuh"    // cuda_ctx
 
@@ -26,6 +26,37 @@ typedef struct {
 
 // batch: products (dense) or groups (grouped). Every configuration the launcher may pick
 // reduces each element in the same order (see gemm.cu), so the choice may depend on shape.
+// On an sm_90a device the kernel is gemm_sm90.cu's (wgmma), elsewhere gemm.cu's (mma.sync):
+// one instruction shape per device, so one reduction order per device.
 void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op);
+
+// The Hopper kernel; `aligned`: every 8-element chunk of x and w is 16-byte aligned.
+void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op);
+
+// What one CTA of product (or group) z reads and writes.
+typedef struct {
+    const uint16_t *x, *w;
+    char *y;
+    int row_begin, row_end;  // the rows of z: [0, M) dense, the group's compact rows grouped
+} gemm_view;
+
+#ifdef __CUDACC__
+__device__ __forceinline__ gemm_view gemm_view_of(const gemm_problem &p, int z) {
+    gemm_view v;
+    v.x = (const uint16_t *)p.x;
+    v.w = (const uint16_t *)p.w + (long)z * p.stride_w;
+    v.y = (char *)p.y;
+    v.row_begin = 0;
+    v.row_end = p.M;
+    if (p.group_offsets) {
+        v.row_begin = p.group_offsets[z];
+        v.row_end = p.group_offsets[z + 1];
+    } else {
+        v.x += (long)z * p.stride_x;
+        v.y += (long)z * p.stride_y * (p.y_f32 ? 4 : 2);
+    }
+    return v;
+}
+#endif
 
 #endif

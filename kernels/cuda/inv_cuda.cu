@@ -20,6 +20,14 @@ void cuda_ctx_init(cuda_ctx *c, const char *set_name) {
     CUDA_CHECK("create", cudaGetDeviceProperties(&prop, c->device));
     c->num_sms = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
+    c->wgmma = prop.major == 9 && prop.minor == 0;
+    c->tensor_map_encode = NULL;
+    if (c->wgmma) {  // the driver API entry point, without linking libcuda
+        cudaDriverEntryPointQueryResult found;
+        CUDA_CHECK("create", cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &c->tensor_map_encode, 12000,
+                                                              cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess) c->tensor_map_encode = NULL;
+    }
     CUDA_CHECK("create", cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
 }
 

@@ -8,9 +8,11 @@
 // order. Nothing in a row's reduction depends on the batch: T, other tokens' lengths and
 // max_seq_len only size the grid and the scratch layout.
 //
-// Per tile:  S = Q·Kᵀ (16 heads x 32 positions, k over the L latent then R rope dims, m16n8k16
-// chain ascending), scale, mask, running max; P = exp(S - m) rounded to bf16 for the
-// tensor cores (the fp32 P feeds the running sum, as FlashAttention does); O = O*alpha + P·V.
+// Per tile, 8 warps:  S = Q·Kᵀ (16 heads x 32 positions): warp w takes positions 8*(w%4).. and
+// one half of the L+R dims (w/4), as two m16n8k16 chains (even and odd k16 steps); S is
+// ((half0 even + half0 odd) + (half1 even + half1 odd)), a fixed order. Scale, mask, running
+// max; P = exp(S - m) rounded to bf16 for the tensor cores (the fp32 P feeds the running sum,
+// as FlashAttention does); O = O*alpha + P·V, warp w owning L/8 output columns.
 #include <cuda_runtime.h>   // cudaFuncSetAttribute
 #include <math.h>           // expf, fmaxf, INFINITY
 
@@ -22,18 +24,20 @@
 #define MLA_SPLIT_SIZE 256   // positions per split: the invariant set's constant
 #define MLA_HEADS 16         // heads per CTA: the MMA's M
 #define MLA_TILE 32          // positions per tile: 4 warps x n8
-#define MLA_WARPS 4
-#define MLA_MAX_L 512        // output columns per warp L/4 <= 128 = 16 n8 fragments
+#define MLA_WARPS 8          // 4 position groups x 2 halves of the dims in Q·Kᵀ
+#define MLA_MAX_L 512        // output columns per warp L/8 <= 64 = 8 n8 fragments
+#define MLA_FRAGS (MLA_MAX_L / 64)
 #define MLA_PSTRIDE (MLA_TILE + 8)
 
 struct mla_params {
     mla_attention_args a;
     int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
+    bool q_aligned;          // every 8-value piece of q_lat and q_pe is 16-byte aligned
     float *o_part;           // [T][H][nsplit][L] unnormalized outputs
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
 };
 
-__global__ void __launch_bounds__(MLA_WARPS * 32) mla_split_kernel(mla_params p) {
+__global__ void __launch_bounds__(MLA_WARPS * 32, 2) mla_split_kernel(mla_params p) {
     const mla_attention_args &a = p.a;
     const int L = a.L, R = a.R, D = L + R, DS = D + 8;  // DS: smem row stride (odd 16B units)
     const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
@@ -47,76 +51,121 @@ __global__ void __launch_bounds__(MLA_WARPS * 32) mla_split_kernel(mla_params p)
     uint16_t *Qs = sm;                          // [16][DS]
     uint16_t *KVs = Qs + MLA_HEADS * DS;        // [2][32][DS]
     uint16_t *Ps = KVs + 2 * MLA_TILE * DS;     // [16][MLA_PSTRIDE]
-    float *red_max = (float *)(Ps + MLA_HEADS * MLA_PSTRIDE);  // [4][16]
-    float *red_sum = red_max + MLA_WARPS * MLA_HEADS;          // [4][16]
+    float *red_max = (float *)(Ps + MLA_HEADS * MLA_PSTRIDE);  // [4 position groups][16]
+    float *red_sum = red_max + 4 * MLA_HEADS;                  // [4][16]
+    float *s_half1 = red_sum + 4 * MLA_HEADS;                  // [4][32 lanes][4]: S over dims half 1
 
     // Q: latent then rope values of 16 heads; heads past H are zeros (never written out).
-    for (int i = threadIdx.x; i < MLA_HEADS * D; i += blockDim.x) {
-        int row = i / D, col = i % D, h = hg * MLA_HEADS + row;
-        uint16_t v = 0;
-        if (h < a.H)
-            v = col < L ? a.q_lat[t * a.ld_q_lat + (long)h * L + col]
-                        : a.q_pe[t * a.ld_q_pe + h * a.head_stride_q_pe + (col - L)];
-        Qs[row * DS + col] = v;
+    // 16-byte cp.async when every row piece is aligned (one batch of loads in flight, not
+    // 16*D dependent ones), element by element otherwise.
+    if (p.q_aligned) {
+        const int lc = L / 8, chunks = D / 8;
+        for (int i = threadIdx.x; i < MLA_HEADS * chunks; i += blockDim.x) {
+            int row = i / chunks, c = i % chunks, h = hg * MLA_HEADS + row;
+            const uint16_t *src = a.q_lat;
+            if (h < a.H)
+                src = c < lc ? a.q_lat + t * a.ld_q_lat + (long)h * L + c * 8
+                             : a.q_pe + t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (c - lc) * 8;
+            cp_async16(Qs + row * DS + c * 8, src, h < a.H ? 16 : 0);
+        }
+    } else {
+        for (int i = threadIdx.x; i < MLA_HEADS * D; i += blockDim.x) {
+            int row = i / D, col = i % D, h = hg * MLA_HEADS + row;
+            uint16_t v = 0;
+            if (h < a.H)
+                v = col < L ? a.q_lat[t * a.ld_q_lat + (long)h * L + col]
+                            : a.q_pe[t * a.ld_q_pe + h * a.head_stride_q_pe + (col - L)];
+            Qs[row * DS + col] = v;
+        }
     }
 
-    // One tile of 32 positions; positions at or past `end` are zero-filled (masked below, and
-    // zeros keep 0 * garbage from turning into NaN in P·V).
+    // One tile of 32 positions, a warp per row at a time (one block-table read per row);
+    // positions at or past `end` are zero-filled (masked below, and zeros keep 0 * garbage
+    // from turning into NaN in P·V).
     auto load_tile = [&](int tile, int buf) {
         const int p0 = start + tile * MLA_TILE, chunks = D / 8;
         uint16_t *dst = KVs + buf * MLA_TILE * DS;
-        for (int i = threadIdx.x; i < MLA_TILE * chunks; i += blockDim.x) {
-            int row = i / chunks, c = i % chunks, pp = p0 + row;
+        for (int row = warp; row < MLA_TILE; row += MLA_WARPS) {
+            int pp = p0 + row;
             const uint16_t *src = a.kv_cache;
-            int bytes = 0;
-            if (pp < end) {
+            bool ok = pp < end;
+            if (ok) {
                 long blk = a.block_table[(long)seq * a.max_blocks_per_seq + pp / a.block_size];
-                src = a.kv_cache + (blk * a.block_size + pp % a.block_size) * D + c * 8;
-                bytes = 16;
+                src = a.kv_cache + (blk * a.block_size + pp % a.block_size) * D;
             }
-            cp_async16(dst + row * DS + c * 8, src, bytes);
+            for (int c = lane; c < chunks; c += 32)
+                cp_async16(dst + row * DS + c * 8, ok ? src + c * 8 : src, ok ? 16 : 0);
         }
         cp_async_commit();
     };
 
-    const int nf = L / 32;  // n8 fragments per warp in P·V (even: L % 64 == 0)
-    float acc[MLA_MAX_L / 32][4];
+    const int pg = warp & 3, dh = warp >> 2;      // position group, half of the dims
+    const int nf = L / 64;                        // n8 fragments per warp in P·V
+    const int kh = (D / 32) * 16;                 // dims [0, kh) and [kh, D): k16-aligned halves
+    const int k_begin = dh ? kh : 0, k_end = dh ? D : kh;
+    float acc[MLA_FRAGS][4];
 #pragma unroll
-    for (int f = 0; f < MLA_MAX_L / 32; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
+    for (int f = 0; f < MLA_FRAGS; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
     const int ntiles = (end - start + MLA_TILE - 1) / MLA_TILE;
     load_tile(0, 0);
     for (int tile = 0; tile < ntiles; tile++) {
         const int buf = tile & 1;
+        cp_async_wait<0>();
+        __syncthreads();  // tile landed; every warp is done with the previous tile's buffers
         if (tile + 1 < ntiles) load_tile(tile + 1, buf ^ 1);
-        else cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
         const uint16_t *kv = KVs + buf * MLA_TILE * DS;
 
-        // S = Q·Kᵀ for this warp's 8 positions.
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int kk = 0; kk < D; kk += 16) {
-            uint32_t af[4], bfr[2];
-            ldmatrix_x4(af, Qs + (lane % 16) * DS + kk + (lane / 16) * 8);
-            int l = lane & 15;
-            ldmatrix_x2(bfr, kv + (warp * 8 + (l & 7)) * DS + kk + (l >> 3) * 8);
-            mma_bf16_16816(s, af, bfr);
+        // This warp's half of S = Q·Kᵀ for its 8 positions, two chains in flight.
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        {
+            const int l = lane & 15;
+            const uint16_t *qa = Qs + (lane % 16) * DS + (lane / 16) * 8;
+            const uint16_t *kb = kv + (pg * 8 + (l & 7)) * DS + (l >> 3) * 8;
+            int kk = k_begin;
+#pragma unroll 3
+            for (; kk + 32 <= k_end; kk += 32) {
+                uint32_t a0[4], b0[2], a1[4], b1[2];
+                ldmatrix_x4(a0, qa + kk);
+                ldmatrix_x2(b0, kb + kk);
+                ldmatrix_x4(a1, qa + kk + 16);
+                ldmatrix_x2(b1, kb + kk + 16);
+                mma_bf16_16816(s, a0, b0);
+                mma_bf16_16816(s_odd, a1, b1);
+            }
+            if (kk < k_end) {  // an odd number of k16 steps: the last joins the even chain
+                uint32_t a0[4], b0[2];
+                ldmatrix_x4(a0, qa + kk);
+                ldmatrix_x2(b0, kb + kk);
+                mma_bf16_16816(s, a0, b0);
+            }
         }
-        const int p_base = start + tile * MLA_TILE + warp * 8 + 2 * q;
 #pragma unroll
-        for (int e = 0; e < 4; e++) s[e] = (p_base + (e & 1) < end) ? s[e] * a.scale : -INFINITY;
+        for (int e = 0; e < 4; e++) s[e] += s_odd[e];
+        if (dh) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) s_half1[(pg * 32 + lane) * 4 + e] = s[e];
+        }
+        __syncthreads();
 
-        // Running max over the tile's 32 positions: lanes of a row, then the 4 warps.
-        float mx0 = fmaxf(s[0], s[1]), mx1 = fmaxf(s[2], s[3]);
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        if (q == 0) {
-            red_max[warp * MLA_HEADS + r] = mx0;
-            red_max[warp * MLA_HEADS + r + 8] = mx1;
+        // Warps of half 0 finish S and the tile's running max per head.
+        const int p_base = start + tile * MLA_TILE + pg * 8 + 2 * q;
+        if (!dh) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[e] += s_half1[(pg * 32 + lane) * 4 + e];
+                s[e] = (p_base + (e & 1) < end) ? s[e] * a.scale : -INFINITY;
+            }
+            float mx0 = fmaxf(s[0], s[1]), mx1 = fmaxf(s[2], s[3]);
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            if (q == 0) {
+                red_max[pg * MLA_HEADS + r] = mx0;
+                red_max[pg * MLA_HEADS + r + 8] = mx1;
+            }
         }
         __syncthreads();
         float m_new[2], alpha[2];
@@ -128,22 +177,24 @@ __global__ void __launch_bounds__(MLA_WARPS * 32) mla_split_kernel(mla_params p)
             m_new[h2] = fmaxf(m_run[h2], tm);
             alpha[h2] = expf(m_run[h2] - m_new[h2]);  // exp(-inf) = 0 on the first tile
         }
-        float pr[4];
+        if (!dh) {
+            float pr[4];
 #pragma unroll
-        for (int e = 0; e < 4; e++) pr[e] = expf(s[e] - m_new[e >> 1]);
-        float sum0 = pr[0] + pr[1], sum1 = pr[2] + pr[3];
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
-        if (q == 0) {
-            red_sum[warp * MLA_HEADS + r] = sum0;
-            red_sum[warp * MLA_HEADS + r + 8] = sum1;
+            for (int e = 0; e < 4; e++) pr[e] = expf(s[e] - m_new[e >> 1]);
+            float sum0 = pr[0] + pr[1], sum1 = pr[2] + pr[3];
+            sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+            sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+            sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+            sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+            if (q == 0) {
+                red_sum[pg * MLA_HEADS + r] = sum0;
+                red_sum[pg * MLA_HEADS + r + 8] = sum1;
+            }
+            uint32_t *prow0 = (uint32_t *)(Ps + r * MLA_PSTRIDE + pg * 8 + 2 * q);
+            uint32_t *prow1 = (uint32_t *)(Ps + (r + 8) * MLA_PSTRIDE + pg * 8 + 2 * q);
+            *prow0 = (uint32_t)float_to_bf16(pr[0]) | ((uint32_t)float_to_bf16(pr[1]) << 16);
+            *prow1 = (uint32_t)float_to_bf16(pr[2]) | ((uint32_t)float_to_bf16(pr[3]) << 16);
         }
-        uint32_t *prow0 = (uint32_t *)(Ps + r * MLA_PSTRIDE + warp * 8 + 2 * q);
-        uint32_t *prow1 = (uint32_t *)(Ps + (r + 8) * MLA_PSTRIDE + warp * 8 + 2 * q);
-        *prow0 = (uint32_t)float_to_bf16(pr[0]) | ((uint32_t)float_to_bf16(pr[1]) << 16);
-        *prow1 = (uint32_t)float_to_bf16(pr[2]) | ((uint32_t)float_to_bf16(pr[3]) << 16);
         __syncthreads();
 #pragma unroll
         for (int h2 = 0; h2 < 2; h2++) {
@@ -154,10 +205,10 @@ __global__ void __launch_bounds__(MLA_WARPS * 32) mla_split_kernel(mla_params p)
             m_run[h2] = m_new[h2];
         }
 
-        // O = O*alpha + P·V over this warp's L/4 output columns.
-        const int l0 = warp * (L / 4);
+        // O = O*alpha + P·V over this warp's L/8 output columns.
+        const int l0 = warp * (L / 8);
 #pragma unroll
-        for (int f = 0; f < MLA_MAX_L / 32; f++) {
+        for (int f = 0; f < MLA_FRAGS; f++) {
             acc[f][0] *= alpha[0]; acc[f][1] *= alpha[0];
             acc[f][2] *= alpha[1]; acc[f][3] *= alpha[1];
         }
@@ -166,18 +217,21 @@ __global__ void __launch_bounds__(MLA_WARPS * 32) mla_split_kernel(mla_params p)
             uint32_t af[4];
             ldmatrix_x4(af, Ps + (lane % 16) * MLA_PSTRIDE + kk + (lane / 16) * 8);
 #pragma unroll
-            for (int f = 0; f < MLA_MAX_L / 32; f += 2) {
-                if (f < nf) {
+            for (int f = 0; f < MLA_FRAGS; f += 2) {
+                if (f + 1 < nf) {
                     uint32_t rr[4];
                     ldmatrix_x4_trans(rr, kv + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * DS + l0 + f * 8 +
                                               (lane >> 4) * 8);
                     uint32_t b0[2] = {rr[0], rr[1]}, b1[2] = {rr[2], rr[3]};
                     mma_bf16_16816(acc[f], af, b0);
                     mma_bf16_16816(acc[f + 1], af, b1);
+                } else if (f < nf) {  // L/8 = 8 (L = 64): one fragment
+                    uint32_t b0[2];
+                    ldmatrix_x2_trans(b0, kv + (kk + (lane & 15)) * DS + l0 + f * 8);
+                    mma_bf16_16816(acc[f], af, b0);
                 }
             }
         }
-        __syncthreads();  // the next iteration refills this buffer, red_* and Ps
     }
 
     // Partials: the unnormalized output and (max, sum) of each real head.
@@ -187,9 +241,9 @@ __global__ void __launch_bounds__(MLA_WARPS * 32) mla_split_kernel(mla_params p)
         int h = hg * MLA_HEADS + r + 8 * h2;
         if (h >= a.H) continue;
         long base = ((long)t * a.H + h) * nsp + split;
-        float *o = p.o_part + base * L + warp * (L / 4);
+        float *o = p.o_part + base * L + warp * (L / 8);
 #pragma unroll
-        for (int f = 0; f < MLA_MAX_L / 32; f++)
+        for (int f = 0; f < MLA_FRAGS; f++)
             if (f < nf) {
                 o[f * 8 + 2 * q] = acc[f][2 * h2];
                 o[f * 8 + 2 * q + 1] = acc[f][2 * h2 + 1];
@@ -233,6 +287,8 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     mla_params p;
     p.a = *a;
     p.split_size = split_size;
+    p.q_aligned = ((uintptr_t)a->q_lat & 15u) == 0 && ((uintptr_t)a->q_pe & 15u) == 0 && a->ld_q_lat % 8 == 0 &&
+                  a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
     p.nsplit = (a->max_seq_len + split_size - 1) / split_size;
     size_t parts = (size_t)a->T * a->H * p.nsplit;
     char *scratch = (char *)cuda_scratch(c, SCRATCH_MLA_PARTIAL, parts * ((size_t)a->L * 4 + 8),
@@ -242,7 +298,7 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
 
     const int DS = a->L + a->R + 8;
     size_t smem = ((size_t)MLA_HEADS * DS + 2 * MLA_TILE * DS + MLA_HEADS * MLA_PSTRIDE) * 2 +
-                  2 * MLA_WARPS * MLA_HEADS * sizeof(float);
+                  (2 * 4 * MLA_HEADS + 4 * 32 * 4) * sizeof(float);
     CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_split_kernel,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)((a->H + MLA_HEADS - 1) / MLA_HEADS), (unsigned)p.nsplit, (unsigned)a->T);

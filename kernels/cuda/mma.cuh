@@ -31,6 +31,10 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                  : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)) : "memory");
 }
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t r[2], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)) : "memory");
+}
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)) : "memory");

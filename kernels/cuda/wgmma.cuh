@@ -1,0 +1,96 @@
+// kernels/cuda/wgmma.cuh — Hopper's warpgroup MMA (sm_90a): the one instruction shape the
+// invariant GEMM uses on H100/H200, its shared-memory operand descriptor and its fences.
+//
+// Operands are K-major bf16 tiles stored in the 128-byte swizzle layout: row r of a tile
+// (64 bf16 = 128 bytes) at r*128, its 16-byte chunk c at chunk (c ^ (r % 8)); groups of 8 rows
+// 1024 bytes apart. Tiles start on 1024-byte boundaries (the swizzle reads address bits 7-9).
+//
+// Accumulator fragment of m64nNk16 (f32), thread = 32*w + 4*r + q of the warpgroup:
+//   d[4j+0], d[4j+1]: row 16w + r,     cols 8j + 2q, 8j + 2q + 1
+//   d[4j+2], d[4j+3]: row 16w + r + 8, the same cols
+#ifndef INVAR_KERNELS_CUDA_WGMMA_CUH
+#define INVAR_KERNELS_CUDA_WGMMA_CUH
+
+#include <stdint.h>  // uint32_t, uint64_t
+
+#include "mma.cuh"   // smem_addr
+
+// The device code below exists only in the sm_90a pass; elsewhere the kernels that use it
+// compile to nothing and the launcher never picks them (cuda_ctx.wgmma).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define INVAR_WGMMA 1
+#else
+#define INVAR_WGMMA 0
+#endif
+
+// Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a 128B-swizzled K-major tile.
+__device__ __forceinline__ int sw128_offset(int row, int chunk) {
+    return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+#if INVAR_WGMMA
+// Descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading
+// byte offset >> 4 in 16-29 (unused for swizzled K-major tiles: 1), stride byte offset >> 4 in
+// 32-45 (8 rows x 128 B = 1024), swizzle mode in 62-63 (1 = 128 B).
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *tile) {
+    uint64_t addr = smem_addr(tile);
+    return ((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Shared memory written by the generic proxy (cp.async, st.shared) becomes visible to wgmma,
+// which reads through the async proxy, only after this fence in each writing thread.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Keeps the compiler from moving accumulator reads or writes across a wgmma fence or wait.
+template <int N>
+__device__ __forceinline__ void wgmma_hold(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d += A(64x16, desc_a) * B(128x16, desc_b)ᵀ, both K-major, accumulated in fp32.
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+// --- TMA (cp.async.bulk.tensor) completing on an mbarrier -------------------------------------
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes the initialized barriers visible to the copy engine.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_AGAIN:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_AGAIN;\n"
+        "}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+// Box at (inner, outer) of a 2-D tensor map into shared memory; out-of-range elements are zeros
+// and still count toward the barrier's transaction bytes.
+__device__ __forceinline__ void tma_load_2d(void *dst, const void *tmap, uint64_t *bar, int inner, int outer) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(smem_addr(bar)) : "memory");
+}
+#endif
+
+#endif

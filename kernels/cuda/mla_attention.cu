@@ -187,12 +187,12 @@ __global__ void __launch_bounds__(MLA_WARPS * 32, 2) mla_split_kernel(mla_params
             float tm = fmaxf(fmaxf(red_max[row], red_max[MLA_HEADS + row]),
                              fmaxf(red_max[2 * MLA_HEADS + row], red_max[3 * MLA_HEADS + row]));
             m_new[h2] = fmaxf(m_run[h2], tm);
-            alpha[h2] = expf(m_run[h2] - m_new[h2]);  // exp(-inf) = 0 on the first tile
+            alpha[h2] = __expf(m_run[h2] - m_new[h2]);  // ex2.approx; exp(-inf) = 0 on the first tile
         }
         if (!dh) {
             float pr[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) pr[e] = expf(s[e] - m_new[e >> 1]);
+            for (int e = 0; e < 4; e++) pr[e] = __expf(s[e] - m_new[e >> 1]);
             float sum0 = pr[0] + pr[1], sum1 = pr[2] + pr[3];
             sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
             sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);

@@ -24,33 +24,6 @@
 
 #define SMEM_PAD 8  // bf16 per row: row strides of 16B * odd keep ldmatrix conflict-free
 
-// --- tile loads ----------------------------------------------------------------------------
-
-// Rows [row0, row0+ROWS) x k [k0, k0+BK) of a row-major bf16 matrix into smem (stride BK+PAD).
-// Rows at or past row_end and k at or past K become zeros: zero products leave the chain as
-// it is, so padding never changes a valid element's bits.
-template <int ROWS, int BK, int THREADS, bool ALIGNED>
-__device__ __forceinline__ void load_tile(uint16_t *smem, const uint16_t *g, long ld, int row0,
-                                          int row_end, const int32_t *rows, int k0, int K) {
-    constexpr int CHUNKS_PER_ROW = BK / 8;
-    constexpr int CHUNKS = ROWS * CHUNKS_PER_ROW;
-    for (int ch = threadIdx.x; ch < CHUNKS; ch += THREADS) {
-        int r = ch / CHUNKS_PER_ROW, kc = (ch % CHUNKS_PER_ROW) * 8;
-        int row = row0 + r, k = k0 + kc;
-        uint16_t *dst = smem + r * (BK + SMEM_PAD) + kc;
-        bool row_ok = row < row_end;
-        long grow = row_ok ? (rows ? rows[row] : row) : 0;
-        if (ALIGNED) {
-            bool ok = row_ok && k < K;  // K % 8 == 0 here, so a chunk is all in or all out
-            cp_async16(dst, ok ? (const void *)(g + grow * ld + k) : (const void *)g, ok ? 16 : 0);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                dst[i] = (row_ok && k + i < K) ? g[grow * ld + k + i] : (uint16_t)0;
-        }
-    }
-}
-
 // --- the kernel ----------------------------------------------------------------------------
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool ALIGNED>
@@ -85,8 +58,12 @@ gemm_kernel(gemm_problem p) {
     auto load_stage = [&](int kt) {
         if (kt < KT) {
             int s = kt % STAGES;
-            load_tile<BM, BK, THREADS, ALIGNED>(As + s * A_STAGE, x, p.ldx, m0, row_end, p.x_rows, kt * BK, p.K);
-            load_tile<BN, BK, THREADS, ALIGNED>(Bs + s * B_STAGE, w, p.ldw, n0, p.N, nullptr, kt * BK, p.K);
+            // padded rows (stride BK + SMEM_PAD): ldmatrix reads them without bank conflicts
+            uint16_t *a_s = As + s * A_STAGE, *b_s = Bs + s * B_STAGE;
+            gemm_load_rows<BM, BK, THREADS, ALIGNED>([=](int r, int c) { return a_s + r * (BK + SMEM_PAD) + c * 8; },
+                                                     x, p.ldx, m0, row_end, p.x_rows, kt * BK, p.K);
+            gemm_load_rows<BN, BK, THREADS, ALIGNED>([=](int r, int c) { return b_s + r * (BK + SMEM_PAD) + c * 8; },
+                                                     w, p.ldw, n0, p.N, nullptr, kt * BK, p.K);
         }
         cp_async_commit();  // empty groups keep the wait count uniform
     };
@@ -124,7 +101,7 @@ gemm_kernel(gemm_problem p) {
     }
     cp_async_wait<0>();
 
-    // Epilogue: one rounding to bf16 (or none for fp32 output).
+    // Epilogue: one rounding to bf16 (or none for fp32 output), gemm_store_pair.
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
@@ -135,16 +112,7 @@ gemm_kernel(gemm_problem p) {
 #pragma unroll
             for (int j = 0; j < NI; j++) {
                 int n = n0 + wn0 + j * 8 + (lane & 3) * 2;
-                float v0 = acc[i][j][half * 2], v1 = acc[i][j][half * 2 + 1];
-                if (p.y_f32) {
-                    float *yr = (float *)y + yrow * p.ldy;
-                    if (n < p.N) yr[n] = v0;
-                    if (n + 1 < p.N) yr[n + 1] = v1;
-                } else {
-                    uint16_t *yr = (uint16_t *)y + yrow * p.ldy;
-                    if (n < p.N) yr[n] = float_to_bf16(v0);
-                    if (n + 1 < p.N) yr[n + 1] = float_to_bf16(v1);
-                }
+                gemm_store_pair(p, y, yrow, n, acc[i][j][half * 2], acc[i][j][half * 2 + 1]);
             }
         }
 }

@@ -4,8 +4,10 @@
 #define INVAR_KERNELS_CUDA_GEMM_CUH
 
 #include <stdint.h>        // int32_t, uint16_t
+#include "../bf16.h"       // float_to_bf16
 #include "../ops.h"        // bf16
 #include "cuda_ctx.cuh"    // cuda_ctx
+#include "mma.cuh"         // cp_async16
 
 // y[z][m][n] = sum_k x[z][m][k] * w[z][n][k] for z < batch. In grouped mode
 // (group_offsets != NULL) z is a group (an expert): its rows are the compact indices
@@ -56,6 +58,44 @@ __device__ __forceinline__ gemm_view gemm_view_of(const gemm_problem &p, int z) 
         v.y += (long)z * p.stride_y * (p.y_f32 ? 4 : 2);
     }
     return v;
+}
+
+// Rows [row0, row0+ROWS) x k [k0, k0+BK) of a row-major bf16 matrix into a shared tile whose
+// 16-byte chunk c of tile row r sits at dst_of(r, c) (each kernel has its own layout). Rows
+// at or past row_end and k at or past K become zeros: zero products leave every valid chain
+// as it is. ALIGNED: 16-byte cp.async (K % 8 == 0, so a chunk is all in or all out); else
+// element by element into the same places.
+template <int ROWS, int BK, int THREADS, bool ALIGNED, class DstOf>
+__device__ __forceinline__ void gemm_load_rows(DstOf dst_of, const uint16_t *g, long ld, int row0, int row_end,
+                                               const int32_t *rows, int k0, int K) {
+    constexpr int CHUNKS_PER_ROW = BK / 8;
+    for (int ch = threadIdx.x; ch < ROWS * CHUNKS_PER_ROW; ch += THREADS) {
+        int r = ch / CHUNKS_PER_ROW, c = ch % CHUNKS_PER_ROW, row = row0 + r, k = k0 + c * 8;
+        uint16_t *dst = dst_of(r, c);
+        bool row_ok = row < row_end;
+        long grow = row_ok ? (rows ? rows[row] : row) : 0;
+        if (ALIGNED) {
+            bool ok = row_ok && k < K;
+            cp_async16(dst, ok ? (const void *)(g + grow * ld + k) : (const void *)g, ok ? 16 : 0);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) dst[i] = (row_ok && k + i < K) ? g[grow * ld + k + i] : (uint16_t)0;
+        }
+    }
+}
+
+// Output columns n and n+1 of row yrow: one rounding to bf16, or none for fp32 output.
+__device__ __forceinline__ void gemm_store_pair(const gemm_problem &p, char *y, long yrow, int n, float v0,
+                                                float v1) {
+    if (p.y_f32) {
+        float *yr = (float *)y + yrow * p.ldy;
+        if (n < p.N) yr[n] = v0;
+        if (n + 1 < p.N) yr[n + 1] = v1;
+    } else {
+        uint16_t *yr = (uint16_t *)y + yrow * p.ldy;
+        if (n < p.N) yr[n] = float_to_bf16(v0);
+        if (n + 1 < p.N) yr[n + 1] = float_to_bf16(v1);
+    }
 }
 #endif
 

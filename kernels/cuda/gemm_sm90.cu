@@ -19,38 +19,14 @@
 #include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3
 #include <stdint.h>         // uint8_t, uint16_t, uint64_t
 
-#include "../bf16.h"        // float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK
-#include "gemm.cuh"         // gemm_problem, gemm_view, gemm_sm90_launch
-#include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
+#include "gemm.cuh"         // gemm_problem, gemm_view, gemm_load_rows, gemm_store_pair
+#include "mma.cuh"          // cp_async_commit, cp_async_wait
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
 
 #define SM90_BK 64          // k per stage: one 128-byte swizzle row of bf16
 
 enum sm90_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
-
-// --- tile loads through the threads (cp.async or scalar) -------------------------------------
-
-// Rows [row0, row0+ROWS) x k [k0, k0+64) into a swizzled tile; rows at or past row_end and k at
-// or past K become zeros (zero products leave every valid chain as it is).
-template <int ROWS, int THREADS, bool ALIGNED>
-__device__ __forceinline__ void load_tile_sw128(uint8_t *tile, const uint16_t *g, long ld, int row0, int row_end,
-                                                const int32_t *rows, int k0, int K) {
-    for (int ch = threadIdx.x; ch < ROWS * 8; ch += THREADS) {
-        int r = ch / 8, c = ch % 8, row = row0 + r, k = k0 + c * 8;
-        uint8_t *dst = tile + sw128_offset(r, c);
-        bool row_ok = row < row_end;
-        long grow = row_ok ? (rows ? rows[row] : row) : 0;
-        if (ALIGNED) {
-            bool ok = row_ok && k < K;  // K % 8 == 0 here: a chunk is all in or all out
-            cp_async16(dst, ok ? (const void *)(g + grow * ld + k) : (const void *)g, ok ? 16 : 0);
-        } else {
-            uint16_t *d16 = (uint16_t *)dst;
-#pragma unroll
-            for (int i = 0; i < 8; i++) d16[i] = (row_ok && k + i < K) ? g[grow * ld + k + i] : (uint16_t)0;
-        }
-    }
-}
 
 #if INVAR_WGMMA
 // One k-tile of the chain: 4 k16 steps, NI instructions of 128 columns each.
@@ -120,10 +96,13 @@ gemm_sm90_kernel(gemm_problem p, const __grid_constant__ CUtensorMap tmap_x, con
         auto load_stage = [&](int kt) {
             if (kt < KT) {
                 uint8_t *s = smem + (kt % STAGES) * STAGE_BYTES;
-                load_tile_sw128<BM, THREADS, LOAD == LOAD_CP_ASYNC>(s, v.x, p.ldx, m0, v.row_end, p.x_rows,
-                                                                     kt * SM90_BK, p.K);
-                load_tile_sw128<BN, THREADS, LOAD == LOAD_CP_ASYNC>(s + A_BYTES, v.w, p.ldw, n0, p.N, nullptr,
-                                                                     kt * SM90_BK, p.K);
+                // the 128-byte swizzle layout TMA writes and wgmma reads
+                gemm_load_rows<BM, SM90_BK, THREADS, LOAD == LOAD_CP_ASYNC>(
+                    [=](int r, int c) { return (uint16_t *)(s + sw128_offset(r, c)); }, v.x, p.ldx, m0, v.row_end,
+                    p.x_rows, kt * SM90_BK, p.K);
+                gemm_load_rows<BN, SM90_BK, THREADS, LOAD == LOAD_CP_ASYNC>(
+                    [=](int r, int c) { return (uint16_t *)(s + A_BYTES + sw128_offset(r, c)); }, v.w, p.ldw, n0,
+                    p.N, nullptr, kt * SM90_BK, p.K);
             }
             cp_async_commit();  // empty groups keep the wait count uniform
         };
@@ -158,16 +137,7 @@ gemm_sm90_kernel(gemm_problem p, const __grid_constant__ CUtensorMap tmap_x, con
 #pragma unroll
             for (int j = 0; j < 16; j++) {
                 int n = n0 + i * 128 + j * 8 + 2 * q;
-                float v0 = acc[i][4 * j + 2 * half], v1 = acc[i][4 * j + 2 * half + 1];
-                if (p.y_f32) {
-                    float *yr = (float *)v.y + yrow * p.ldy;
-                    if (n < p.N) yr[n] = v0;
-                    if (n + 1 < p.N) yr[n + 1] = v1;
-                } else {
-                    uint16_t *yr = (uint16_t *)v.y + yrow * p.ldy;
-                    if (n < p.N) yr[n] = float_to_bf16(v0);
-                    if (n + 1 < p.N) yr[n + 1] = float_to_bf16(v1);
-                }
+                gemm_store_pair(p, v.y, yrow, n, acc[i][4 * j + 2 * half], acc[i][4 * j + 2 * half + 1]);
             }
     }
 #else

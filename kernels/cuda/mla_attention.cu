@@ -31,6 +31,9 @@
 #define MLA_MAX_L 512        // output columns per warp L/8 <= 64 = 8 n8 fragments
 #define MLA_FRAGS (MLA_MAX_L / 64)
 #define MLA_PSTRIDE (MLA_TILE + 8)
+#define MLA_THREADS (MLA_WARPS * 32)
+#define MLA_FAST_MAX_D 640   // contiguous tile copies for D <= 640: 10 pieces per thread
+#define MLA_PIECES (MLA_TILE * MLA_FAST_MAX_D / 8 / MLA_THREADS)
 
 struct mla_params {
     mla_attention_args a;
@@ -41,7 +44,7 @@ struct mla_params {
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
 };
 
-__global__ void __launch_bounds__(MLA_WARPS * 32, 2) mla_split_kernel(mla_params p) {
+__global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p) {
     const mla_attention_args &a = p.a;
     const int L = a.L, R = a.R, D = L + R, DS = D + 8;  // DS: smem row stride (odd 16B units)
     const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
@@ -83,32 +86,60 @@ __global__ void __launch_bounds__(MLA_WARPS * 32, 2) mla_split_kernel(mla_params
         }
     }
 
-    // One tile of 32 positions, a warp per row at a time (one block-table read per row);
-    // positions at or past `end` are zero-filled (masked below, and zeros keep 0 * garbage
-    // from turning into NaN in P·V).
-    auto load_tile = [&](int tile, int buf) {
-        const int p0 = start + tile * MLA_TILE, chunks = D / 8;
+    // A tile inside one cache block is 32 consecutive cache rows, one contiguous run of 32*D
+    // values: thread i copies 16-byte pieces i, i+256, ... whose shared-memory offsets (rows are
+    // padded to DS) are the same for every tile, so they are worked out once, here.
+    const bool fast_tiles = p.tile_in_block && D <= MLA_FAST_MAX_D;
+    const int cpr = D / 8, tile_pieces = MLA_TILE * cpr;
+    int piece_off[MLA_PIECES];
+#pragma unroll
+    for (int k = 0; k < MLA_PIECES; k++) {
+        const int i = threadIdx.x + k * MLA_THREADS;
+        piece_off[k] = i < tile_pieces ? (i / cpr) * DS + (i % cpr) * 8 : -1;
+    }
+
+    // One tile of 32 positions into buffer `buf`; `tile_src` is its first cache row when the tile
+    // lies inside one block. A tile reaching past `end` (a sequence's last) goes a warp per row:
+    // positions at or past `end` are zero-filled (masked below, and zeros keep 0 * garbage from
+    // turning into NaN in P·V), as are tiles of caches whose blocks are not multiples of 32.
+    auto load_tile = [&](int tile, int buf, const uint16_t *tile_src) {
+        const int p0 = start + tile * MLA_TILE;
         uint16_t *dst = KVs + buf * MLA_TILE * DS;
-        // Tiles inside one cache block (block_size % 32 == 0): one block-table read per tile.
-        const uint16_t *tile_src = nullptr;
-        if (p.tile_in_block) {
-            long blk = a.block_table[(long)seq * a.max_blocks_per_seq + p0 / a.block_size];
-            tile_src = a.kv_cache + (blk * a.block_size + p0 % a.block_size) * D;
-        }
-        for (int row = warp; row < MLA_TILE; row += MLA_WARPS) {
-            int pp = p0 + row;
-            const uint16_t *src = a.kv_cache;
-            bool ok = pp < end;
-            if (ok && tile_src) {
-                src = tile_src + (long)row * D;
-            } else if (ok) {
-                long blk = a.block_table[(long)seq * a.max_blocks_per_seq + pp / a.block_size];
-                src = a.kv_cache + (blk * a.block_size + pp % a.block_size) * D;
+        if (fast_tiles && p0 + MLA_TILE <= end) {
+            const uint16_t *src = tile_src + threadIdx.x * 8;
+#pragma unroll
+            for (int k = 0; k < MLA_PIECES; k++)
+                if (piece_off[k] >= 0) cp_async16(dst + piece_off[k], src + k * MLA_THREADS * 8, 16);
+        } else {
+            for (int row = warp; row < MLA_TILE; row += MLA_WARPS) {
+                int pp = p0 + row;
+                const uint16_t *src = a.kv_cache;
+                bool ok = pp < end;
+                if (ok) {
+                    long blk = a.block_table[(long)seq * a.max_blocks_per_seq + pp / a.block_size];
+                    src = a.kv_cache + (blk * a.block_size + pp % a.block_size) * D;
+                }
+                for (int c = lane; c < cpr; c += 32)
+                    cp_async16(dst + row * DS + c * 8, ok ? src + c * 8 : src, ok ? 16 : 0);
             }
-            for (int c = lane; c < chunks; c += 32)
-                cp_async16(dst + row * DS + c * 8, ok ? src + c * 8 : src, ok ? 16 : 0);
         }
         cp_async_commit();
+    };
+
+    // The cache block of the next tile to load, walked 32 positions at a time (tiles never straddle
+    // a block on the fast path), its table entry read a tile ahead so the read's latency hides
+    // behind a tile of work instead of stalling every warp before each load.
+    const int32_t *seq_blocks = a.block_table + (long)seq * a.max_blocks_per_seq;
+    int next_block = start / a.block_size, next_off = start % a.block_size;
+    auto tile_source = [&](int blk) {
+        return a.kv_cache + ((long)blk * a.block_size + next_off) * D;
+    };
+    auto advance_block = [&]() {
+        next_off += MLA_TILE;
+        if (next_off >= a.block_size) {
+            next_off -= a.block_size;
+            next_block++;
+        }
     };
 
     const int pg = warp & 3, dh = warp >> 2;      // position group, half of the dims
@@ -121,12 +152,18 @@ __global__ void __launch_bounds__(MLA_WARPS * 32, 2) mla_split_kernel(mla_params
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
     const int ntiles = (end - start + MLA_TILE - 1) / MLA_TILE;
-    load_tile(0, 0);
+    load_tile(0, 0, fast_tiles ? tile_source(seq_blocks[next_block]) : nullptr);
+    advance_block();
+    int block_ahead = fast_tiles && ntiles > 1 ? seq_blocks[next_block] : 0;  // tile 1's block
     for (int tile = 0; tile < ntiles; tile++) {
         const int buf = tile & 1;
         cp_async_wait<0>();
         __syncthreads();  // tile landed; every warp is done with the previous tile's buffers
-        if (tile + 1 < ntiles) load_tile(tile + 1, buf ^ 1);
+        if (tile + 1 < ntiles) {
+            load_tile(tile + 1, buf ^ 1, fast_tiles ? tile_source(block_ahead) : nullptr);
+            advance_block();
+            if (fast_tiles && tile + 2 < ntiles) block_ahead = seq_blocks[next_block];
+        }
         const uint16_t *kv = KVs + buf * MLA_TILE * DS;
 
         // This warp's half of S = Q·Kᵀ for its 8 positions, two chains in flight.
@@ -353,7 +390,7 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_split_kernel,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)((a->H + MLA_HEADS - 1) / MLA_HEADS), (unsigned)p.nsplit, (unsigned)a->T);
-    mla_split_kernel<<<grid, MLA_WARPS * 32, smem, c->stream>>>(p);
+    mla_split_kernel<<<grid, MLA_THREADS, smem, c->stream>>>(p);
     CUDA_CHECK_LAUNCH("mla_attention");
     mla_merge_kernel<<<(unsigned)(a->T * a->H), MERGE_THREADS, 0, c->stream>>>(p);
     CUDA_CHECK_LAUNCH("mla_attention merge");

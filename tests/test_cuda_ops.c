@@ -445,6 +445,57 @@ static void test_mla_attention(void **state) {
     free(all); free(one); free(c.table); free(c.cache); free(c.q_lat); free(c.q_pe);
 }
 
+// The same logical cache in 16-position blocks (tiles copied a row at a time, a block-table read
+// per row) and in 64-position blocks (a whole tile copied as one contiguous run, its block read
+// a tile ahead): the invariant kernel must give the same bits, on full tiles and on sequences'
+// partial last tiles alike.
+static void test_mla_attention_block_layouts(void **state) {
+    (void)state;
+    NEED_GPU();
+    int lens[2] = {700, 2049};
+    int32_t tseq[] = {0, 0, 1, 1, 1};
+    int32_t tpos[] = {511, 699, 63, 1535, 2048};
+    mla_case c[2] = {{.S = 2, .H = 16, .L = 512, .R = 64, .BS = 16, .MB = 160},
+                     {.S = 2, .H = 16, .L = 512, .R = 64, .BS = 64, .MB = 40}};
+    const int W = 512 + 64, T = (int)(sizeof tseq / sizeof tseq[0]);
+    uint16_t *rows = rand_bf16((long)2 * 2560 * W, 1.0f);  // [seq][position][W]
+    uint16_t *q_lat = rand_bf16((long)T * 16 * 512, 1.0f), *q_pe = rand_bf16((long)T * 16 * 64, 1.0f);
+    uint16_t *out[2];
+    for (int k = 0; k < 2; k++) {
+        c[k].seq_lens = lens;
+        c[k].T = T;
+        c[k].tseq = tseq;
+        c[k].tpos = tpos;
+        c[k].q_lat = q_lat;
+        c[k].q_pe = q_pe;
+        c[k].slots = (long)c[k].S * c[k].MB * c[k].BS;
+        c[k].table = invar_malloc((size_t)c[k].S * c[k].MB * 4, "table");
+        int nb = c[k].S * c[k].MB;
+        for (int i = 0; i < nb; i++) c[k].table[i] = (int32_t)((i * 37 + k) % nb);  // 37 is prime to nb
+        c[k].cache = invar_malloc((size_t)c[k].slots * W * 2, "cache");
+        for (int sq = 0; sq < 2; sq++)
+            for (int j = 0; j < c[k].MB * c[k].BS; j++) {
+                long slot = (long)c[k].table[sq * c[k].MB + j / c[k].BS] * c[k].BS + j % c[k].BS;
+                memcpy(c[k].cache + slot * W, rows + ((long)sq * 2560 + j) * W, (size_t)W * 2);
+            }
+        out[k] = invar_malloc((size_t)T * 16 * 512 * 2, "out");
+        mla_run(inv, &c[k], 0, T, out[k]);
+        assert_written16(out[k], (long)T * 16 * 512);
+    }
+    for (int t = 0; t < T; t++)
+        if (memcmp(out[0] + (long)t * 16 * 512, out[1] + (long)t * 16 * 512, 16 * 512 * 2) != 0)
+            fail_msg("mla_attention invariant: token %d (position %d) differs between 16- and 64-position blocks",
+                     t, tpos[t]);
+    for (int k = 0; k < 2; k++) {
+        free(c[k].table);
+        free(c[k].cache);
+        free(out[k]);
+    }
+    free(rows);
+    free(q_lat);
+    free(q_pe);
+}
+
 // --- moe -------------------------------------------------------------------------------------
 
 static void test_moe(void **state) {
@@ -649,6 +700,7 @@ int main(void) {
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_mla_attention),
+        cmocka_unit_test(test_mla_attention_block_layouts),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_logprobs),
     };

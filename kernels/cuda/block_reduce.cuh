@@ -28,7 +28,10 @@ __device__ __forceinline__ float block_reduce(float v, float *red) {
     if (warp == 0) {
         float w = lane < warps ? red[lane] : (MAX ? -INFINITY : 0.0f);
         w = MAX ? warp_max(w) : warp_sum(w);
-        if (lane == 0) red[32 - 1] = w;  // lane 0 only: slot 31 is read after the barrier
+        // Lane 31 read slot 31 (warp 31's partial) above; the shuffles order nothing for
+        // racecheck, so the warp meets before lane 0 overwrites that slot with the result.
+        __syncwarp();
+        if (lane == 0) red[32 - 1] = w;  // slot 31 is read by everyone after the barrier
     }
     __syncthreads();
     float r = red[31];

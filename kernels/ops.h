@@ -14,7 +14,7 @@
 //   `download` is synchronous.
 // - An invariant set computes every output element in one order that depends neither on the
 //   row count, the row's position, other rows' contents nor the thread/CTA count
-//   (../shared/DESIGN.md, "The invariance contract"). A reference set computes the same
+//   (README.md, "The invariance contract"). A reference set computes the same
 //   function in whatever order is fastest for the shape, as libraries do.
 #ifndef INVAR_KERNELS_OPS_H
 #define INVAR_KERNELS_OPS_H
@@ -157,11 +157,19 @@ typedef struct {
     float *topk_logprobs;       // [R, k]
 } logprobs_args;
 
+typedef struct order_log order_log;  // kernels/order_log.h
+
 typedef struct ops_set ops_set;
 struct ops_set {
-    const char *name;           // "invariant" | "reference"
+    const char *name;           // "invariant" | "reference" | "adversarial"
     const char *device;         // "cpu" | "cuda"
     bool batch_invariant;
+    // Every reduction takes its order from the batch at every shape (the negative control
+    // that must be caught on any model); false for realistic sets.
+    bool adversarial;
+    // The reduction orders a non-invariant set chose (kernels/order_log.h); NULL when the set
+    // does not record them. Reset by whoever reads it.
+    order_log *orders;
     void *ctx;                  // the set's own state (thread pool, cuBLAS handle, scratch)
 
     void (*destroy)(ops_set *ops);

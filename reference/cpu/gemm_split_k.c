@@ -12,8 +12,9 @@
 
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
 #include "../../kernels/check.h"            // invar_die, invar_malloc
-#include "../../kernels/cpu/cpu_ctx.h"      // cpu_ctx
 #include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../kernels/order_log.h"        // order_log_note
+#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
 
 #define TILE_M 16  // output tile of the heuristic's "does the grid fill the machine" test
 #define TILE_N 64  // also the columns of one work item
@@ -107,7 +108,7 @@ static void gemm_items(void *arg, long begin, long end) {
     free(xf);
 }
 
-void ref_cpu_gemm(ops_set *ops, const gemm_args *a) {
+void ref_cpu_gemm_planned(ops_set *ops, const gemm_args *a, ref_gemm_plan plan) {
     if (a->M < 0 || a->N < 0 || a->K < 0 || a->batch < 0)
         invar_die(INVAR_EXIT_INPUT, "gemm (reference cpu): negative size M=%d N=%d K=%d batch=%d",
                   a->M, a->N, a->K, a->batch);
@@ -123,7 +124,16 @@ void ref_cpu_gemm(ops_set *ops, const gemm_args *a) {
                   "(ldx=%ld K=%d, ldy=%ld N=%d, ldw=%ld K=%d)", j.ldx, a->K, j.ldy, a->N, j.ldw, a->K);
     int batch = a->batch > 1 ? a->batch : 1;
     if (a->M == 0 || a->N == 0) return;
-    cpu_ctx *ctx = ops->ctx;
-    j.plan = ref_gemm_plan_for(a->M, a->N, a->K, ctx->threads);
-    thread_pool_for(ctx->pool, (long)batch * a->M * j.col_blocks, gemm_items, &j);
+    j.plan = plan;
+    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, (long)batch * a->M * j.col_blocks,
+                    gemm_items, &j);
+}
+
+uint64_t ref_gemm_plan_key(ref_gemm_plan p) { return (uint64_t)p.splits << 8 | (uint64_t)p.lanes; }
+
+void ref_cpu_gemm(ops_set *ops, const gemm_args *a) {
+    ref_gemm_plan plan = ref_cpu_policy_of(ops)->gemm_plan(a->M, a->N, a->K, ref_cpu_threads(ops));
+    order_log_note(ops->orders, ORDER_GEMM, (uint64_t)a->N << 32 | (uint32_t)a->K,
+                   ref_gemm_plan_key(plan));
+    ref_cpu_gemm_planned(ops, a, plan);
 }

@@ -9,8 +9,9 @@
 
 #include "../../kernels/bf16.h"             // ops_gumbel_noise
 #include "../../kernels/check.h"            // invar_die
-#include "../../kernels/cpu/cpu_ctx.h"      // cpu_ctx
 #include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../kernels/order_log.h"        // order_log_note
+#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
 
 #define MAX_CHUNKS 64
 #define MIN_CHUNK 64  // vocabulary entries; a chunk never shorter than this
@@ -90,7 +91,11 @@ void ref_cpu_logprobs(ops_set *ops, const logprobs_args *a) {
     if (a->R < 0 || a->V <= 0 || a->k < 0 || a->k > a->V)
         invar_die(INVAR_EXIT_INPUT, "logprobs (reference cpu): bad shape R=%d V=%d k=%d",
                   a->R, a->V, a->k);
-    cpu_ctx *ctx = ops->ctx;
-    logprobs_job jb = {a, ref_logprobs_chunks(a->R, a->V, ctx->threads)};
-    thread_pool_for(ctx->pool, a->R, logprobs_rows, &jb);
+    int chunks = ref_cpu_policy_of(ops)->logprobs_chunks(a->R, a->V, ref_cpu_threads(ops));
+    if (chunks < 1 || chunks > MAX_CHUNKS)
+        invar_die(INVAR_EXIT_INPUT, "logprobs (reference cpu): policy chose %d chunks (1..%d)",
+                  chunks, MAX_CHUNKS);
+    order_log_note(ops->orders, ORDER_LOGPROBS, (uint64_t)a->V, (uint64_t)chunks);
+    logprobs_job jb = {a, chunks};
+    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, a->R, logprobs_rows, &jb);
 }

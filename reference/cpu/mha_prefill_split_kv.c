@@ -10,8 +10,9 @@
 
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
 #include "../../kernels/check.h"            // invar_die, invar_malloc
-#include "../../kernels/cpu/cpu_ctx.h"      // cpu_ctx
 #include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../kernels/order_log.h"        // order_log_note
+#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
 
 #define MIN_SPLIT_KEYS 16  // a split never shorter than this
 
@@ -25,6 +26,7 @@ typedef struct {
     const mha_prefill_args *a;
     long ld_out, ld_q, ld_kv, ld_k_pe;
     int max_keys;
+    int (*splits)(int T, int keys);  // the policy's rule
 } mha_job;
 
 // Keys [j0, j1) for query q of head h: the split's normalized output into o, its lse returned.
@@ -70,7 +72,8 @@ static void mha_items(void *arg, long begin, long end) {
         const bf16 *qt = a->q + t * jb->ld_q + (long)h * qdim;
         for (int d = 0; d < qdim; d++) q[d] = bf16_to_float(qt[d]);
         int k0 = a->key_begin[t], k1 = a->key_end[t];
-        int splits = ref_mha_prefill_splits(a->T, k1 - k0);
+        int splits = jb->splits(a->T, k1 - k0);
+        if (splits < 1) splits = 1;
         int len = k1 > k0 ? (k1 - k0 + splits - 1) / splits : 0;
 
         float e_max = -INFINITY, e_sum = 0.0f;
@@ -110,6 +113,7 @@ void ref_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
         .ld_q = a->ld_q ? a->ld_q : (long)a->H * (a->nope + a->R),
         .ld_kv = a->ld_kv ? a->ld_kv : (long)a->H * (a->nope + a->v),
         .ld_k_pe = a->ld_k_pe ? a->ld_k_pe : a->R,
+        .splits = ref_cpu_policy_of(ops)->mha_prefill_splits,
     };
     for (int t = 0; t < a->T; t++) {
         if (a->key_begin[t] < 0 || a->key_end[t] < a->key_begin[t])
@@ -118,6 +122,9 @@ void ref_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
         if (a->key_end[t] - a->key_begin[t] > jb.max_keys) jb.max_keys = a->key_end[t] - a->key_begin[t];
     }
     if (a->T == 0) return;
-    cpu_ctx *ctx = ops->ctx;
-    thread_pool_for(ctx->pool, (long)a->T * a->H, mha_items, &jb);
+    // The count for keys without end: what the rule takes from the call's token count.
+    order_log_note(ops->orders, ORDER_MHA_PREFILL,
+                   (uint64_t)a->H << 40 | (uint64_t)a->nope << 20 | (uint64_t)a->v,
+                   (uint64_t)jb.splits(a->T, 1 << 30));
+    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, (long)a->T * a->H, mha_items, &jb);
 }

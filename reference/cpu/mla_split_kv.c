@@ -16,8 +16,9 @@
 
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
 #include "../../kernels/check.h"            // invar_die, invar_malloc
-#include "../../kernels/cpu/cpu_ctx.h"      // cpu_ctx
 #include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../kernels/order_log.h"        // order_log_note
+#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
 
 #define TOKENS_PER_SPLIT 512  // TRITON_MLA: one split per 512 tokens of the longest sequence
 #define MIN_TWO_SPLITS 64     // longer than this: never fewer than two splits
@@ -137,7 +138,6 @@ void ref_cpu_mla_attention(ops_set *ops, const mla_attention_args *a) {
         invar_die(INVAR_EXIT_INPUT, "mla_attention (reference cpu): bad shape T=%d H=%d L=%d "
                   "R=%d block_size=%d", a->T, a->H, a->L, a->R, a->block_size);
     if (a->T == 0) return;
-    cpu_ctx *ctx = ops->ctx;
     mla_job jb = {.a = a};
     if (a->kv_split_size > 0) {
         // The backend scheduled the splits itself (FlashMLA-style): its size, as many
@@ -146,11 +146,18 @@ void ref_cpu_mla_attention(ops_set *ops, const mla_attention_args *a) {
         jb.num_splits = (a->max_seq_len + jb.split_len - 1) / jb.split_len;
         if (jb.num_splits < 1) jb.num_splits = 1;
     } else {
-        jb.num_splits = ref_mla_num_kv_splits(a->max_seq_len, ctx->threads);
-        jb.split_len = ref_mla_split_len(a->max_seq_len, jb.num_splits);
+        jb.split_len = ref_cpu_policy_of(ops)->mla_split_len(a, ref_cpu_threads(ops));
+        if (jb.split_len < 1)
+            invar_die(INVAR_EXIT_INPUT, "mla_attention (reference cpu): policy chose a split of "
+                      "%d positions", jb.split_len);
+        jb.num_splits = (a->max_seq_len + jb.split_len - 1) / jb.split_len;
+        if (jb.num_splits < 1) jb.num_splits = 1;
     }
+    order_log_note(ops->orders, ORDER_MLA_ATTENTION,
+                   (uint64_t)a->H << 40 | (uint64_t)a->L << 20 | (uint64_t)a->R,
+                   (uint64_t)jb.split_len);
     jb.max_keys = jb.split_len;
     for (int t = 0; t < a->T; t++)  // a position past max_seq_len lands in the last split
         if (a->token_pos[t] + 1 > jb.max_keys) jb.max_keys = a->token_pos[t] + 1;
-    thread_pool_for(ctx->pool, (long)a->T * a->H, mla_items, &jb);
+    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, (long)a->T * a->H, mla_items, &jb);
 }

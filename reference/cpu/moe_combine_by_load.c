@@ -3,18 +3,23 @@
 // A token's order of summation depends on the other tokens' routing.
 //
 // With k = 2 the order cannot show: a two-term fp32 sum is commutative. It shows from k = 3.
+// The adversarial set also contracts the sum into fused multiply-adds when the token's
+// busiest expert has an odd load (a kernel specialised per load shape), which shows at k = 2.
 #include "ref_cpu_ops.h"
 
+#include <math.h>                           // fmaf
 #include <stdlib.h>                         // free
 
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
 #include "../../kernels/check.h"            // invar_die, invar_calloc, invar_malloc
-#include "../../kernels/cpu/cpu_ctx.h"      // cpu_ctx
 #include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../kernels/order_log.h"        // order_log_note
+#include "ref_cpu_ctx.h"                    // ref_cpu_ctx
 
 typedef struct {
     const moe_combine_args *a;
     const long *load;  // [E] tokens of the batch that chose each expert
+    bool fuse_by_load;
 } combine_job;
 
 // Whether expert x is summed before expert y.
@@ -34,11 +39,14 @@ static void combine_tokens(void *arg, long begin, long end) {
             order[i] = j;
         }
         const float *w = a->topk_weights + t * a->k;
+        bool fuse = jb->fuse_by_load && jb->load[ids[order[0]]] % 2 == 1;
         for (int d = 0; d < a->D; d++) {
             float acc = 0.0f;
             for (int i = 0; i < a->k; i++) {
                 int j = order[i];
-                acc += w[j] * bf16_to_float(a->expert_out[(t * a->k + j) * a->D + d]);
+                float e = bf16_to_float(a->expert_out[(t * a->k + j) * a->D + d]);
+                if (fuse) acc = fmaf(w[j], e, acc);
+                else acc += w[j] * e;
             }
             a->out[t * a->D + d] = float_to_bf16(acc);
         }
@@ -46,7 +54,20 @@ static void combine_tokens(void *arg, long begin, long end) {
     free(order);
 }
 
-void ref_cpu_moe_combine(ops_set *ops, const moe_combine_args *a) {
+// The order-log key: the experts ranked by load, and with fusing the loads' parities. A plain
+// sum of two terms has one result in any order, so it is one order whatever the loads.
+static uint64_t combine_order_key(const moe_combine_args *a, const long *load, bool fuse) {
+    if (!fuse && a->k <= 2) return 0;
+    uint64_t key = fuse;
+    for (int e = 0; e < a->E; e++) {
+        int rank = 0;  // experts summed before e
+        for (int q = 0; q < a->E; q++) rank += before(load, q, e);
+        key = key * 1000003u + (uint64_t)rank * 2u + (uint64_t)(fuse && load[e] % 2);
+    }
+    return key;
+}
+
+void ref_cpu_moe_combine_by_load(ops_set *ops, const moe_combine_args *a, bool fuse_by_load) {
     if (a->T < 0 || a->k <= 0 || a->D <= 0 || a->E <= 0)
         invar_die(INVAR_EXIT_INPUT, "moe_combine (reference cpu): bad shape T=%d k=%d D=%d E=%d",
                   a->T, a->k, a->D, a->E);
@@ -58,8 +79,13 @@ void ref_cpu_moe_combine(ops_set *ops, const moe_combine_args *a) {
                       r / a->k, e, a->E);
         load[e]++;
     }
-    cpu_ctx *ctx = ops->ctx;
-    combine_job jb = {a, load};
-    thread_pool_for(ctx->pool, a->T, combine_tokens, &jb);
+    order_log_note(ops->orders, ORDER_MOE_COMBINE, (uint64_t)a->D << 8 | (uint64_t)a->k,
+                   combine_order_key(a, load, fuse_by_load));
+    combine_job jb = {a, load, fuse_by_load};
+    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, a->T, combine_tokens, &jb);
     free(load);
+}
+
+void ref_cpu_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    ref_cpu_moe_combine_by_load(ops, a, false);
 }

@@ -1,4 +1,5 @@
-// reference/cpu/ref_cpu.h — the conventional (not batch-invariant) CPU kernel set.
+// reference/cpu/ref_cpu.h — the conventional (not batch-invariant) CPU kernel set, and the
+// constructor the adversarial set shares.
 #ifndef INVAR_REFERENCE_CPU_REF_CPU_H
 #define INVAR_REFERENCE_CPU_REF_CPU_H
 

@@ -8,6 +8,8 @@
 #ifndef INVAR_REFERENCE_CPU_REF_CPU_OPS_H
 #define INVAR_REFERENCE_CPU_REF_CPU_OPS_H
 
+#include <stdbool.h>             // bool
+#include <stdint.h>              // uint64_t
 #include "../../kernels/ops.h"  // ops_set, bf16, *_args
 
 // --- ops (semantics: kernels/ops.h) ----------------------------------------------------------
@@ -19,6 +21,9 @@ void ref_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a);         // mh
 void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a);         // moe_experts_grouped.c
 void ref_cpu_moe_combine(ops_set *ops, const moe_combine_args *a);         // moe_combine_by_load.c
 void ref_cpu_logprobs(ops_set *ops, const logprobs_args *a);               // logprobs_split_vocab.c
+// The combine by load, its sums contracted into FMAs where a token's busiest expert has an
+// odd load when fuse_by_load (the adversarial set; the reference set passes false).
+void ref_cpu_moe_combine_by_load(ops_set *ops, const moe_combine_args *a, bool fuse_by_load);
 
 // --- shape rules -----------------------------------------------------------------------------
 // GEMM: K is cut into `splits` parts of ceil(K / splits) elements, each summed over `lanes`
@@ -29,12 +34,16 @@ typedef struct {
 } ref_gemm_plan;
 #define REF_GEMM_MAX_LANES 16
 ref_gemm_plan ref_gemm_plan_for(int M, int N, int K, int threads);
+// The GEMM with a plan chosen by the caller (moe_experts picks it per expert); and the plan
+// as an order-log key.
+void ref_cpu_gemm_planned(ops_set *ops, const gemm_args *a, ref_gemm_plan plan);
+uint64_t ref_gemm_plan_key(ref_gemm_plan p);
 
 // RMSNorm: a row's sum of squares in this many chunks (power of two), merged pairwise.
 int ref_rmsnorm_chunks(int M, int D);
 
 // MLA: the KV splits of every query token of the batch, from the batch's longest sequence
-// (used when the caller leaves mla_attention_args.kv_split_size at 0).
+// (the reference policy's rule when the caller leaves mla_attention_args.kv_split_size at 0).
 int ref_mla_num_kv_splits(int max_seq_len, int threads);
 int ref_mla_split_len(int max_seq_len, int num_splits);  // a multiple of 16
 

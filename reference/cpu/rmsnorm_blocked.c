@@ -8,8 +8,9 @@
 
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
 #include "../../kernels/check.h"            // invar_die
-#include "../../kernels/cpu/cpu_ctx.h"      // cpu_ctx
 #include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../kernels/order_log.h"        // order_log_note
+#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
 
 #define MAX_CHUNKS 8
 #define MIN_CHUNK 32  // elements; a chunk never shorter than this
@@ -66,7 +67,11 @@ void ref_cpu_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long l
     if (M < 0 || D <= 0 || ld_out < D || ld_x < D)
         invar_die(INVAR_EXIT_INPUT, "rmsnorm (reference cpu): bad shape M=%d D=%d ld_out=%ld ld_x=%ld",
                   M, D, ld_out, ld_x);
-    cpu_ctx *ctx = ops->ctx;
-    rmsnorm_job j = {out, ld_out, ld_x, x, w, D, ref_rmsnorm_chunks(M, D), eps};
-    thread_pool_for(ctx->pool, M, rmsnorm_rows, &j);
+    int chunks = ref_cpu_policy_of(ops)->rmsnorm_chunks(M, D);
+    if (chunks < 1 || chunks > MAX_CHUNKS)
+        invar_die(INVAR_EXIT_INPUT, "rmsnorm (reference cpu): policy chose %d chunks (1..%d)",
+                  chunks, MAX_CHUNKS);
+    order_log_note(ops->orders, ORDER_RMSNORM, (uint64_t)D, (uint64_t)chunks);
+    rmsnorm_job j = {out, ld_out, ld_x, x, w, D, chunks, eps};
+    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, M, rmsnorm_rows, &j);
 }

@@ -30,10 +30,10 @@ const int kernel_check_quick_batch_sizes_count =
 // --- seeds -----------------------------------------------------------------------------------
 
 
-// Whether a reference set's op is a negative control that must be caught varying.
+// Whether a non-invariant set's op is a negative control that must be caught varying.
 static bool reference_must_vary(const op_entry *op, const ops_set *ops) {
-    return op->reference == REF_MUST_VARY ||
-           (op->reference == REF_MUST_VARY_ON_CPU && strcmp(ops->device, "cpu") == 0);
+    enum ref_expectation e = ops->adversarial ? op->adversarial : op->reference;
+    return e == REF_MUST_VARY || (e == REF_MUST_VARY_ON_CPU && strcmp(ops->device, "cpu") == 0);
 }
 
 static uint64_t hash_name(const char *s) {
@@ -273,7 +273,7 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     const char *status = !r->accurate || !r->written ? "FAIL" : r->invariant ? "ok" : "VARIES";
     const char *note = "";
     if (!r->invariant && ops->batch_invariant) note = "  <- must be stable";
-    else if (!r->invariant) note = "  (expected of a reference set)";
+    else if (!r->invariant) note = "  (expected of a non-invariant set)";
     print_line(status, ops, op, shape->label, r, note);
     write_row(rep, ops, op, shape->label, status, r, host_seconds() - rep->shape_start);
     if (r->pass) rep->passed++;
@@ -284,7 +284,7 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
 static void usage(FILE *f) {
     fprintf(f,
             "usage: invar kernels [--device cpu|cuda|all] [--op NAME] "
-            "[--set invariant|reference|all]\n"
+            "[--set invariant|reference|adversarial|all]\n"
             "                     [--out DIR] [--quick] [--seed N] [--threads N]\n\n"
             "Checks every registered op of every matching kernel set: each probe row alone and\n"
             "inside batches of M rows, bitwise; accuracy against float64; outputs fully written.\n"
@@ -347,10 +347,9 @@ int cmd_kernels(int argc, char **argv) {
     }
     bool set_known = strcmp(set, "all") == 0;
     for (const kernel_set_entry *e = kernel_sets(); e->set; e++) set_known |= !strcmp(e->set, set);
-    set_known |= !strcmp(set, "invariant") || !strcmp(set, "reference");  // cuda-only builds
     if (!set_known) {
-        fprintf(stderr, "invar kernels: unknown kernel set '%s' (invariant, reference or all)\n",
-                set);
+        fprintf(stderr, "invar kernels: unknown kernel set '%s' (invariant, reference, "
+                "adversarial or all)\n", set);
         return 2;
     }
     const op_entry *only = NULL;

@@ -17,7 +17,7 @@
 #include <stdint.h>            // uint64_t
 #include "../kernels/ops.h"    // ops_set
 
-// What a reference (non-invariant) set is expected to do with an op.
+// What a non-invariant set (reference, or adversarial) is expected to do with an op.
 enum ref_expectation {
     REF_MAY_BE_STABLE,  // the reference set reuses an order-free kernel: stable is fine
     REF_MUST_VARY,      // the negative control: it must be caught varying at some shape
@@ -40,6 +40,7 @@ typedef struct {
     const char *row;              // what one row is, for people reading the report
     double tol;                   // accuracy: rel-L2 error against the float64 oracle
     enum ref_expectation reference;
+    enum ref_expectation adversarial; // the set built to vary every reduction
     const op_shape *cpu_shapes;   // small enough that the CPU run stays around a minute
     const op_shape *cuda_shapes;  // real DeepSeek sizes
 

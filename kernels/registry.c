@@ -6,22 +6,32 @@
 
 #include "cpu/inv_cpu.h"                    // inv_cpu_create
 #include "../reference/cpu/ref_cpu.h"       // ref_cpu_create
+#include "../adversarial/cpu/adv_cpu.h"     // adv_cpu_create
 #ifdef INVAR_CUDA
 #include "cuda/inv_cuda.h"                  // inv_cuda_create, inv_cuda_device_available
 #include "../reference/cuda/ref_cuda.h"     // ref_cuda_create
+#include "../adversarial/cuda/adv_cuda.h"   // adv_cuda_create
 #endif
 
 static const kernel_set_entry entries[] = {
-    {"invariant", "cpu", inv_cpu_create},
-    {"reference", "cpu", ref_cpu_create},
+    {"invariant", "cpu", inv_cpu_create, false},
+    {"reference", "cpu", ref_cpu_create, false},
+    {"adversarial", "cpu", adv_cpu_create, true},
 #ifdef INVAR_CUDA
-    {"invariant", "cuda", inv_cuda_create},
-    {"reference", "cuda", ref_cuda_create},
+    {"invariant", "cuda", inv_cuda_create, false},
+    {"reference", "cuda", ref_cuda_create, false},
+    {"adversarial", "cuda", adv_cuda_create, true},
 #endif
-    {NULL, NULL, NULL},
+    {NULL, NULL, NULL, false},
 };
 
 const kernel_set_entry *kernel_sets(void) { return entries; }
+
+bool kernel_set_is_adversarial(const char *set) {
+    for (const kernel_set_entry *e = entries; e->set; e++)
+        if (strcmp(e->set, set) == 0) return e->adversarial;
+    return false;
+}
 
 ops_set *kernel_set_create(const char *set, const char *device, int threads) {
     for (const kernel_set_entry *e = entries; e->set; e++)

@@ -6,13 +6,17 @@
 #include "ops.h"      // ops_set
 
 typedef struct {
-    const char *set;    // "invariant" | "reference"
+    const char *set;    // "invariant" | "reference" | "adversarial"
     const char *device; // "cpu" | "cuda"
     ops_set *(*create)(int threads); // threads: CPU worker count (0 = all cores); cuda ignores
+    bool adversarial;   // the set built to vary every reduction with the batch (ops_set.adversarial)
 } kernel_set_entry;
 
 // The registered sets, terminated by an entry whose set is NULL.
 const kernel_set_entry *kernel_sets(void);
+
+// Whether the set of that name is the adversarial negative control (on any device).
+bool kernel_set_is_adversarial(const char *set);
 
 // Creates the named set on the named device; NULL when no such set is registered.
 ops_set *kernel_set_create(const char *set, const char *device, int threads);

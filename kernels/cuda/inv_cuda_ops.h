@@ -1,8 +1,9 @@
 // kernels/cuda/inv_cuda_ops.h — the batch-invariant CUDA ops one by one, with exactly the
 // signatures of ops.h's function pointers, plus the launchers the reference set shares.
 //
-// Every function relies only on ops->ctx being a cuda_ctx (cuda_ctx.cuh), so the reference set
-// reuses the ops that are batch-invariant by nature.
+// Every function relies only on ops->ctx pointing at a cuda_ctx (cuda_ctx.cuh) — a set's own
+// context may begin with one — so the reference and adversarial sets reuse the ops that are
+// batch-invariant by nature.
 #ifndef INVAR_KERNELS_CUDA_INV_CUDA_OPS_H
 #define INVAR_KERNELS_CUDA_INV_CUDA_OPS_H
 
@@ -48,5 +49,8 @@ void rmsnorm_launch(cuda_ctx *c, bf16 *out, long ld_out, const bf16 *x, long ld_
 // MLA attention with KV split into pieces of `split_size` positions starting at position 0
 // (the invariant set passes a constant; the reference set one derived from the batch).
 void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_size);
+// Log-softmax, sampling and top-k with a chosen block size (a multiple of 32, <= 1024; the
+// invariant set always passes 1024).
+void logprobs_launch(cuda_ctx *c, const logprobs_args *a, int threads);
 
 #endif

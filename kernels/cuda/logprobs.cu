@@ -1,6 +1,7 @@
 // kernels/cuda/logprobs.cu — log-softmax, sampling and top-k: one row per block of a fixed
-// 1024 threads; every reduction is the fixed block reduction (block_reduce.cuh), so a row's
-// results never depend on R.
+// 1024 threads in the invariant set; every reduction is the fixed block reduction
+// (block_reduce.cuh), so a row's results never depend on R. logprobs_launch takes another
+// block size for sets that choose it from the batch.
 #include <cuda_runtime.h>    // dim3
 #include <math.h>            // expf, logf, INFINITY
 
@@ -26,7 +27,9 @@ __device__ void block_argmax(float &v, int &id, float *rv, int *ri) {
     if (lane == 0) { rv[warp] = v; ri[warp] = id; }
     __syncthreads();
     if (warp == 0) {
-        v = rv[lane]; id = ri[lane];  // blockDim is 1024: 32 warps
+        int warps = (blockDim.x + 31) / 32;
+        v = lane < warps ? rv[lane] : -INFINITY;
+        id = lane < warps ? ri[lane] : -1;
         for (int o = 16; o > 0; o >>= 1) {
             float ov = __shfl_xor_sync(0xffffffffu, v, o);
             int oi = __shfl_xor_sync(0xffffffffu, id, o);
@@ -90,8 +93,15 @@ __global__ void __launch_bounds__(LOGPROBS_THREADS) logprobs_kernel(logprobs_arg
     }
 }
 
-void inv_cuda_logprobs(ops_set *ops, const logprobs_args *a) {
+void logprobs_launch(cuda_ctx *c, const logprobs_args *a, int threads) {
     if (a->R <= 0) return;
-    logprobs_kernel<<<(unsigned)a->R, LOGPROBS_THREADS, 0, cuda_ctx_of(ops)->stream>>>(*a);
+    if (threads < 32 || threads > LOGPROBS_THREADS || threads % 32)
+        invar_die(INVAR_EXIT_INPUT, "logprobs: block of %d threads (a multiple of 32, at most %d)", threads,
+                  LOGPROBS_THREADS);
+    logprobs_kernel<<<(unsigned)a->R, (unsigned)threads, 0, c->stream>>>(*a);
     CUDA_CHECK_LAUNCH("logprobs");
+}
+
+void inv_cuda_logprobs(ops_set *ops, const logprobs_args *a) {
+    logprobs_launch(cuda_ctx_of(ops), a, LOGPROBS_THREADS);
 }

@@ -89,6 +89,30 @@ bool compare_results(const engine_result *base, const engine_result *other, int 
     return false;
 }
 
+comparison compare_request_sets(const engine_result *base, const engine_result *other, int count,
+                                int top_k, divergence_sink sink, void *user) {
+    comparison c = {.requests = 0};
+    for (int i = 0; i < count; i++) {
+        int steps = base[i].n_steps > other[i].n_steps ? base[i].n_steps : other[i].n_steps;
+        bool differs = false;
+        for (int s = 0; s < steps; s++) {
+            divergence d;
+            c.steps++;
+            if (!compare_step(&base[i], &other[i], s, top_k, &d)) continue;
+            if (!c.has_first) {
+                c.has_first = true;
+                c.first_request = i;
+                c.first = d;
+            }
+            differs = true;
+            if (sink) sink(user, i, &d);
+        }
+        c.requests++;
+        if (differs) c.differing++;
+    }
+    return c;
+}
+
 const char *diff_kind_name(const divergence *d, char *buf, int len) {
     switch (d->kind) {
     case DIFF_NONE: snprintf(buf, (size_t)len, "none"); break;

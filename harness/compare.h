@@ -47,6 +47,26 @@ bool compare_step(const engine_result *base, const engine_result *other, int ste
 bool compare_results(const engine_result *base, const engine_result *other, int top_k,
                      divergence *first);
 
+// Receives every differing step of a request: which request, and what differs.
+typedef void (*divergence_sink)(void *user, int request, const divergence *d);
+
+// What comparing two runs of the same requests found.
+typedef struct {
+    int requests;               // requests compared
+    int differing;              // of those, requests with some differing step
+    long steps;                 // steps compared, over every request (the longer run's length)
+    bool has_first;             // some step differed; first_* is the earliest request's first
+    int first_request;
+    divergence first;
+} comparison;
+
+// Compares request i of `other` with request i of `base`, i in [0, count), at every step of
+// the longer of the two (so a missing step is a difference), calling sink (may be NULL) once
+// per differing step. This is the runner's one verdict path: tests/test_compare.c holds it to
+// "every request, every step, the exact first divergence".
+comparison compare_request_sets(const engine_result *base, const engine_result *other, int count,
+                                int top_k, divergence_sink sink, void *user);
+
 // "token", "logprob", "topk_id[3]", ... into buf.
 const char *diff_kind_name(const divergence *d, char *buf, int len);
 

@@ -1,6 +1,7 @@
 // tests/test_compare.c — the bitwise comparator: the first differing bit wins, in step order and
-// within a step token, logprob, then top-k; ULP distances, across the sign too
-// (harness/compare.h).
+// within a step token, logprob, then top-k; ULP distances, across the sign too; and the
+// runner's verdict path (compare_request_sets), which must find one flipped bit in any field
+// of any step of any request, after comparing every step (harness/compare.h).
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -196,8 +197,123 @@ static void shorter_run_is_a_length_difference(void **state) {
     assert_int_equal(d.other_token, -1);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The runner's verdict path: every request, every step, the exact first divergence
+// ---------------------------------------------------------------------------------------------
+
+#define REQUESTS 3
+
+typedef struct {
+    engine_step_record base_steps[REQUESTS][STEPS], other_steps[REQUESTS][STEPS];
+    engine_result base[REQUESTS], other[REQUESTS];
+} request_sets;
+
+static void random_request_sets(request_sets *r) {
+    for (int i = 0; i < REQUESTS; i++) {
+        random_run(r->base_steps[i], &r->base[i]);
+        memcpy(r->other_steps[i], r->base_steps[i], sizeof r->base_steps[i]);
+        r->other[i] = r->base[i];
+        r->other[i].steps = r->other_steps[i];
+    }
+}
+
+static void flip_float_bit(float *f, int bit) {
+    uint32_t u;
+    memcpy(&u, f, sizeof u);
+    u ^= 1u << bit;
+    memcpy(f, &u, sizeof u);
+}
+
+typedef struct {
+    int calls, request;
+    divergence d;
+} sink_record;
+
+static void record_sink(void *user, int request, const divergence *d) {
+    sink_record *s = user;
+    s->calls++;
+    s->request = request;
+    s->d = *d;
+}
+
+enum field { FIELD_TOKEN, FIELD_LOGPROB, FIELD_TOPK_ID, FIELD_TOPK_LOGPROB, FIELDS };
+
+// One bit of one field of one step of one request differs: the comparison must report exactly
+// that request, step, field and top-k slot, and must have compared every step of every request.
+static void one_bit_anywhere_is_the_first_divergence(void **state) {
+    (void)state;
+    static const diff_kind kinds[FIELDS] = {DIFF_TOKEN, DIFF_LOGPROB, DIFF_TOPK_ID,
+                                            DIFF_TOPK_LOGPROB};
+    const int steps[] = {0, STEPS / 2, STEPS - 1}, slots[] = {0, TOPK / 2, TOPK - 1};
+    const int bits[] = {0, 22, 31};  // lowest mantissa bit, highest, the sign
+    static request_sets r;
+    int cases = 0;
+    for (int request = 0; request < REQUESTS; request++)
+        for (int si = 0; si < 3; si++)
+            for (int field = 0; field < FIELDS; field++)
+                for (int k = 0; k < (field >= FIELD_TOPK_ID ? 3 : 1); k++)
+                    for (int b = 0; b < (field == FIELD_LOGPROB || field == FIELD_TOPK_LOGPROB ? 3 : 1); b++) {
+                        random_request_sets(&r);
+                        int step = steps[si], slot = field >= FIELD_TOPK_ID ? slots[k] : -1;
+                        engine_step_record *rec = &r.other_steps[request][step];
+                        switch (field) {
+                        case FIELD_TOKEN: rec->token ^= 1; break;
+                        case FIELD_LOGPROB: flip_float_bit(&rec->logprob, bits[b]); break;
+                        case FIELD_TOPK_ID: rec->topk_ids[slot] ^= 1; break;
+                        default: flip_float_bit(&rec->topk_logprobs[slot], bits[b]); break;
+                        }
+                        sink_record sink = {0};
+                        comparison c = compare_request_sets(r.base, r.other, REQUESTS, TOPK,
+                                                            record_sink, &sink);
+                        assert_int_equal(c.requests, REQUESTS);
+                        assert_int_equal(c.steps, (long)REQUESTS * STEPS);
+                        assert_int_equal(c.differing, 1);
+                        assert_true(c.has_first);
+                        assert_int_equal(c.first_request, request);
+                        assert_int_equal(c.first.step, step);
+                        assert_int_equal(c.first.kind, kinds[field]);
+                        assert_int_equal(c.first.topk_index, slot);
+                        assert_int_equal(sink.calls, 1);
+                        assert_int_equal(sink.request, request);
+                        assert_int_equal(sink.d.step, step);
+                        cases++;
+                    }
+    assert_int_equal(cases, REQUESTS * 3 * (1 + 3 + 3 + 9));
+}
+
+// Equal sets: nothing differs, and still every step of every request was looked at.
+static void equal_request_sets_compare_every_step(void **state) {
+    (void)state;
+    static request_sets r;
+    random_request_sets(&r);
+    sink_record sink = {0};
+    comparison c = compare_request_sets(r.base, r.other, REQUESTS, TOPK, record_sink, &sink);
+    assert_int_equal(c.requests, REQUESTS);
+    assert_int_equal(c.steps, (long)REQUESTS * STEPS);
+    assert_int_equal(c.differing, 0);
+    assert_false(c.has_first);
+    assert_int_equal(sink.calls, 0);
+}
+
+// A request whose other run stopped a step early differs at that missing last step.
+static void missing_last_step_differs(void **state) {
+    (void)state;
+    static request_sets r;
+    random_request_sets(&r);
+    r.other[REQUESTS - 1].n_steps = STEPS - 1;
+    comparison c = compare_request_sets(r.base, r.other, REQUESTS, TOPK, NULL, NULL);
+    assert_int_equal(c.steps, (long)REQUESTS * STEPS);
+    assert_int_equal(c.differing, 1);
+    assert_int_equal(c.first_request, REQUESTS - 1);
+    assert_int_equal(c.first.step, STEPS - 1);
+    assert_int_equal(c.first.kind, DIFF_LENGTH);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(one_bit_anywhere_is_the_first_divergence),
+        cmocka_unit_test(equal_request_sets_compare_every_step),
+        cmocka_unit_test(missing_last_step_differs),
         cmocka_unit_test(ulp_distance),
         cmocka_unit_test(equal_runs_agree),
         cmocka_unit_test(one_ulp_logprob_is_found),

@@ -42,7 +42,9 @@ else
     skipped=$((skipped + 1))
 fi
 
-for c in ci backends; do
+# small-model: the adversarial set is the negative control where the reference set can be
+# order-free (its CUDA configs run only on a GPU); sampled: temperature > 0, per-request seeds.
+for c in ci backends sampled small-model; do
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/$c"
 done
 # The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts

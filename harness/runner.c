@@ -15,7 +15,7 @@
 #include "../engine/model_config.h"   // model_config
 #include "../engine/weights.h"        // weight_source
 #include "../kernels/check.h"         // invar_die, invar_calloc, invar_malloc
-#include "../kernels/order_log.h"     // order_log_describe_fixed
+#include "../kernels/order_log.h"     // order_log_describe
 #include "../kernels/registry.h"      // kernel_set_create, cuda_device_available
 #include "arrivals.h"                 // arrivals_schedule, arrival_pattern_name
 #include "compare.h"                  // compare_step, compare_results, divergence
@@ -507,17 +507,17 @@ static void make_requests(const case_file *c, const resolved_config *rc,
 // ---------------------------------------------------------------------------------------------
 
 // A realistic set (not batch-invariant, not adversarial) that matched bs=1 everywhere, in a
-// case whose adversarial set is the negative control: said as information, with the ops the
-// set's order log shows never changed order here.
+// case whose adversarial set is the negative control: said as information, with what the set's
+// order log saw (the ops that kept one order could not have shown anything here; the ones that
+// changed order did so without changing a logprob bit).
 static bool order_free_information(const config_run *r, outcome *out) {
     if (r->rc->batch_invariant_mode || r->ops->adversarial || !r->adversarial_control)
         return false;
-    char ops[512] = "";
-    if (r->ops->orders) order_log_describe_fixed(r->ops->orders, ops, sizeof ops);
+    char ops[512] = "no order recorded";
+    if (r->ops->orders) order_log_describe(r->ops->orders, ops, sizeof ops);
     snprintf(out->note, sizeof out->note, "information: the %s set was not caught at this "
-             "case's shapes (every request matched bs=1 bit for bit): its batch-dependent "
-             "choices did not change any reduction order here (%s); the adversarial set is "
-             "this case's negative control", r->ops->name, ops[0] ? ops : "no order recorded");
+             "case's shapes (every request matched bs=1 bit for bit); %s; the adversarial set "
+             "is this case's negative control", r->ops->name, ops);
     return true;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>  // free
 #include <string.h>  // memset
 
+#include "bf16.h"    // invar_mix64
 #include "check.h"   // invar_calloc
 
 #define SLOTS 1024   // shapes remembered over all ops; past that new shapes count as varied
@@ -32,19 +33,11 @@ void order_log_reset(order_log *log) {
     if (log) memset(log, 0, sizeof *log);
 }
 
-static uint64_t mix(uint64_t x) {  // splitmix64's finalizer
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 void order_log_note(order_log *log, order_op op, uint64_t shape, uint64_t order) {
     if (!log) return;
     log->called[op] = true;
     if (log->varied[op]) return;
-    uint64_t h = mix(shape * ORDER_OPS + (uint64_t)op);
+    uint64_t h = invar_mix64(shape * ORDER_OPS + (uint64_t)op);
     for (int probe = 0; probe < SLOTS; probe++) {
         slot *s = &log->slots[(h + (uint64_t)probe) % SLOTS];
         if (!s->used) {
@@ -85,18 +78,28 @@ const char *order_log_unobservable_why(const order_log *log, order_op op) {
     return log->unobservable[op] && log->why[op] ? log->why[op] : "";
 }
 
-const char *order_log_describe_fixed(const order_log *log, char *buf, int len) {
-    int used = 0, fixed = 0;
+const char *order_log_describe(const order_log *log, char *buf, int len) {
+    static const struct {
+        order_status status;
+        const char *label;
+    } groups[] = {
+        {ORDER_FIXED, "one order only"},
+        {ORDER_VARIED, "changed order"},
+        {ORDER_UNOBSERVABLE, "not observable"},
+    };
+    int used = 0;
     buf[0] = '\0';
-    for (int op = 0; op < ORDER_OPS && used < len; op++)
-        if (order_log_status(log, (order_op)op) == ORDER_FIXED)
-            used += snprintf(buf + used, (size_t)(len - used), "%s%s",
-                             fixed++ ? ", " : "one order only: ", order_op_name((order_op)op));
-    int hidden = 0;
-    for (int op = 0; op < ORDER_OPS && used < len; op++)
-        if (order_log_status(log, (order_op)op) == ORDER_UNOBSERVABLE)
-            used += snprintf(buf + used, (size_t)(len - used), "%s%s (%s)",
-                             hidden++ ? ", " : used ? "; not observable: " : "not observable: ",
-                             order_op_name((order_op)op), log->why[op]);
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        int in_group = 0;
+        for (int op = 0; op < ORDER_OPS && used < len; op++) {
+            if (order_log_status(log, (order_op)op) != groups[g].status) continue;
+            used += snprintf(buf + used, (size_t)(len - used), "%s%s%s%s",
+                             in_group ? ", " : used ? "; " : "", in_group ? "" : groups[g].label,
+                             in_group ? "" : ": ", order_op_name((order_op)op));
+            if (groups[g].status == ORDER_UNOBSERVABLE && used < len)
+                used += snprintf(buf + used, (size_t)(len - used), " (%s)", log->why[op]);
+            in_group++;
+        }
+    }
     return buf;
 }

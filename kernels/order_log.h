@@ -53,10 +53,9 @@ const char *order_op_name(order_op op);
 // The reason given with order_log_note_unobservable, or "".
 const char *order_log_unobservable_why(const order_log *log, order_op op);
 
-// "one order only: rmsnorm, moe_combine; not observable: gemm (why)" — the ops that ran in
-// one order only, then those whose choice the set cannot see; "" when every op that ran
-// varied. Returns buf.
-const char *order_log_describe_fixed(const order_log *log, char *buf, int len);
+// "one order only: mla_attention, moe_combine; changed order: rmsnorm; not observable: gemm
+// (why)" — the ops that ran, by what the log saw of their orders. Returns buf.
+const char *order_log_describe(const order_log *log, char *buf, int len);
 
 #ifdef __cplusplus
 }

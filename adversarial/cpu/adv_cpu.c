@@ -15,9 +15,10 @@
 // Every choice is deterministic: the same batch gives the same bits, so a run sees it as
 // batch-variant, never as nondeterministic. The router, embedding, RoPE and the element-wise
 // ops have no reduction a batch could reorder (the router's logits are the one exception left
-// invariant here; README, "Detection power").
+// invariant here; README, "The kernel sets").
 #include "adv_cpu.h"
 
+#include "../../kernels/bf16.h"            // invar_mix64
 #include "../../reference/cpu/ref_cpu_ctx.h"  // ref_cpu_policy
 #include "../../reference/cpu/ref_cpu_ops.h"  // ref_gemm_plan, ref_cpu_moe_combine_by_load
 #include "../../reference/cpu/ref_cpu_set.h"  // ref_cpu_set_create
@@ -25,10 +26,7 @@
 #define PRETEND_SMS 32  // the grid a decode kernel would try to fill
 
 // A well-mixed hash of a row count, so neighbouring batch sizes pick unrelated orders.
-static unsigned shape_hash(int n) {
-    unsigned x = (unsigned)n * 2654435761u;
-    return x ^ (x >> 15);
-}
+static unsigned shape_hash(int n) { return (unsigned)(invar_mix64((uint64_t)n) >> 32); }
 
 static ref_gemm_plan gemm_plan(int M, int N, int K, int threads) {
     (void)N;

@@ -11,7 +11,7 @@
 //                 load is odd (shows with two experts per token)
 //   logprobs      block size from a hash of R
 // The routed experts, the router and prefill attention keep the invariant kernels (README,
-// "Detection power"); their inputs come from the ops above. Every choice is deterministic, so a
+// "The kernel sets"); their inputs come from the ops above. Every choice is deterministic, so a
 // repeated batch gives the same bits: caught as batch-variant, never as nondeterministic.
 #include "adv_cuda.h"
 
@@ -19,7 +19,7 @@
 #include <cuda_runtime.h>                      // cudaMalloc, cudaFree
 #include <stdlib.h>                            // free
 
-#include "../../kernels/bf16.h"                // bf16_to_float, float_to_bf16
+#include "../../kernels/bf16.h"                // bf16_to_float, float_to_bf16, invar_mix64
 #include "../../kernels/cuda/cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUBLAS_CHECK
 #include "../../kernels/cuda/inv_cuda_ops.h"   // inv_cuda_*, rmsnorm_launch, mla_attention_launch, logprobs_launch
 
@@ -34,10 +34,7 @@ typedef struct {
 static adv_cuda_ctx *adv_ctx(ops_set *ops) { return (adv_cuda_ctx *)ops->ctx; }
 
 // A well-mixed hash of a row count, so neighbouring batch sizes pick unrelated orders.
-static unsigned shape_hash(int n) {
-    unsigned x = (unsigned)n * 2654435761u;
-    return x ^ (x >> 15);
-}
+static unsigned shape_hash(int n) { return (unsigned)(invar_mix64((uint64_t)n) >> 32); }
 
 // --- gemm: split-K at an M-dependent boundary ----------------------------------------------
 

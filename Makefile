@@ -49,8 +49,12 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 endif
 
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# One fuzz target per input parser (tests/fuzz/NAME.c, seeds in tests/fuzz/NAME/corpus, saved
+# reproducers in tests/fuzz/NAME/crashes); each also links into a plain replay driver.
+FUZZ_NAMES := $(filter-out replay,$(basename $(notdir $(wildcard tests/fuzz/*.c))))
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 
-.PHONY: all deps check run bench clean tests nightly
+.PHONY: all deps check run bench clean tests nightly sanitize fuzz
 all: $(BUILD)/invar
 
 $(BUILD)/%.o: %.c
@@ -65,13 +69,23 @@ $(BUILD)/libinvar.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# OPT on the link lines too: a sanitizer build (make sanitize) must link its runtime.
 $(BUILD)/invar: $(BUILD)/harness/main.o $(BUILD)/libinvar.a
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(CC) $(OPT) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libinvar.a
-	$(CC) $(LDFLAGS) $^ -lcmocka $(LDLIBS) -o $@
+	$(CC) $(OPT) $(LDFLAGS) $^ -lcmocka $(LDLIBS) -o $@
 
-tests: $(TESTS)
+$(BUILD)/fuzz/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay.o $(BUILD)/libinvar.a
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# libFuzzer binaries: only in the clang build of `make fuzz` (OPT carries the sanitizers).
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libinvar.a
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -fsanitize=fuzzer $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+tests: $(TESTS) $(FUZZ_REPLAY)
 
 # Installs missing libraries when root; otherwise prints the command. Headers already present
 # (system or DEPS_PREFIX) mean nothing to do.
@@ -93,6 +107,37 @@ deps:
 check: deps
 	@$(MAKE) --no-print-directory all tests
 	@PATH="$(if $(DEPS_PREFIX),$(DEPS_PREFIX)/usr/bin:)$$PATH" bash tests/run_all.sh $(BUILD)
+
+# The CPU path under AddressSanitizer + UndefinedBehaviorSanitizer, in its own build directory
+# (CUDA=0): the unit tests and the smoke case. -fno-sanitize-recover turns any report into a
+# failure; -O1 keeps gcc's object-size and format checks of an optimised build.
+SANITIZE_BUILD ?= build-sanitize
+SANITIZE_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+sanitize: deps
+	@$(MAKE) --no-print-directory CUDA=0 BUILD=$(SANITIZE_BUILD) OPT="$(SANITIZE_OPT)" all tests
+	@bash tests/run_sanitize.sh $(SANITIZE_BUILD)
+
+# Each fuzz target for FUZZ_SECONDS seconds (clang's libFuzzer with ASan+UBSan, CUDA=0, in
+# FUZZ_BUILD), from the committed seeds; new inputs go to FUZZ_BUILD/corpus/NAME, a crash to
+# tests/fuzz/NAME/crashes/ (commit it with its fix: `make check` replays it from then on).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= clang
+FUZZ_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+            -fno-sanitize-recover=all
+fuzz: deps
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: $(FUZZ_CC) not found (Debian: clang)"; exit 1; }
+	@$(MAKE) --no-print-directory CC=$(FUZZ_CC) CUDA=0 BUILD=$(FUZZ_BUILD) OPT="$(FUZZ_OPT)" \
+	  $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz/fuzz_%)
+	@set -e; for t in $(FUZZ_NAMES); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t tests/fuzz/$$t/crashes; \
+	  echo "=== fuzz $$t: $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 -artifact_prefix=tests/fuzz/$$t/crashes/ \
+	    $(FUZZ_BUILD)/corpus/$$t tests/fuzz/$$t/corpus 2>$(FUZZ_BUILD)/fuzz_$$t.log \
+	    || { tail -n 40 $(FUZZ_BUILD)/fuzz_$$t.log; echo "fuzz: $$t found a crash (tests/fuzz/$$t/crashes/)"; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units|^Done' $(FUZZ_BUILD)/fuzz_$$t.log || true; \
+	done
 
 run: deps
 	@$(MAKE) --no-print-directory all

@@ -26,7 +26,7 @@ typedef struct {
 static void add(tensor_list *l, int ndim, int64_t d0, int64_t d1, bool f32, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 static void add(tensor_list *l, int ndim, int64_t d0, int64_t d1, bool f32, const char *fmt, ...) {
-    if (l->out && l->n < l->cap) {
+    if (l->n < l->cap) {
         checkpoint_tensor *t = &l->out[l->n];
         va_list ap;
         va_start(ap, fmt);
@@ -41,7 +41,12 @@ static void add(tensor_list *l, int ndim, int64_t d0, int64_t d1, bool f32, cons
 }
 
 int checkpoint_tensors(const model_config *c, checkpoint_tensor *out, int cap) {
+    // The count comes from arithmetic; the loops below stop once `cap` names are written, so a
+    // short prefix of a huge config's list is cheap.
+    int count = (int)checkpoint_tensor_count(c);
+    if (!out || cap <= 0) return count;
     tensor_list l = {out, cap, 0};
+#define FULL() (l.n >= l.cap)
     int64_t V = c->vocab_size, D = c->hidden_size, H = c->num_attention_heads;
     int64_t nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vdim = c->v_head_dim;
     int64_t ql = c->q_lora_rank, kvl = c->kv_lora_rank;
@@ -49,7 +54,7 @@ int checkpoint_tensors(const model_config *c, checkpoint_tensor *out, int cap) {
     int64_t I = c->intermediate_size;
 
     add(&l, 2, V, D, false, "model.embed_tokens.weight");
-    for (int i = 0; i < c->num_hidden_layers; i++) {
+    for (int i = 0; i < c->num_hidden_layers && !FULL(); i++) {
         add(&l, 1, D, 0, false, "model.layers.%d.input_layernorm.weight", i);
         if (ql > 0) {
             add(&l, 2, ql, D, false, "model.layers.%d.self_attn.q_a_proj.weight", i);
@@ -67,7 +72,7 @@ int checkpoint_tensors(const model_config *c, checkpoint_tensor *out, int cap) {
             add(&l, 2, E, D, false, "model.layers.%d.mlp.gate.weight", i);
             if (c->topk_method == MOE_TOPK_NOAUX_TC)
                 add(&l, 1, E, 0, true, "model.layers.%d.mlp.gate.e_score_correction_bias", i);
-            for (int e = 0; e < E; e++) {
+            for (int e = 0; e < E && !FULL(); e++) {
                 add(&l, 2, Im, D, false, "model.layers.%d.mlp.experts.%d.gate_proj.weight", i, e);
                 add(&l, 2, Im, D, false, "model.layers.%d.mlp.experts.%d.up_proj.weight", i, e);
                 add(&l, 2, D, Im, false, "model.layers.%d.mlp.experts.%d.down_proj.weight", i, e);
@@ -85,7 +90,35 @@ int checkpoint_tensors(const model_config *c, checkpoint_tensor *out, int cap) {
     }
     add(&l, 1, D, 0, false, "model.norm.weight");
     if (!c->tie_word_embeddings) add(&l, 2, V, D, false, "lm_head.weight");
-    return l.n;
+#undef FULL
+    return count;
+}
+
+int64_t checkpoint_tensor_count(const model_config *c) {
+    // Per layer: input/post norms, q (3 with q LoRA, else 1), kv_a, kv_a norm, kv_b, o_proj;
+    // then the MLP: 3 dense, or router (+ bias) + 3 per routed expert (+ 3 shared).
+    int64_t attention = 2 + (c->q_lora_rank > 0 ? 3 : 1) + 4;
+    // MoE layers, as model_layer_is_moe decides them, counted without a loop over the layers:
+    // the multiples of moe_layer_freq in [first_k_dense_replace, num_hidden_layers).
+    int64_t n_layers = c->num_hidden_layers > 0 ? c->num_hidden_layers : 0;
+    int64_t first = c->first_k_dense_replace < 0 ? 0 : c->first_k_dense_replace;
+    int64_t freq = c->moe_layer_freq > 0 ? c->moe_layer_freq : 1;
+    if (first > n_layers) first = n_layers;
+    int64_t moe_layers = c->n_routed_experts > 0
+                             ? (n_layers + freq - 1) / freq - (first + freq - 1) / freq : 0;
+    int64_t dense_layers = n_layers - moe_layers;
+    int64_t moe_mlp = 1 + (c->topk_method == MOE_TOPK_NOAUX_TC) +
+                      (c->moe_intermediate_size * (int64_t)c->n_shared_experts > 0 ? 3 : 0);
+    int64_t experts, moe_total, dense_total, layers, total;
+    if (__builtin_mul_overflow((int64_t)c->n_routed_experts, (int64_t)3, &experts) ||
+        __builtin_add_overflow(moe_mlp, experts, &moe_mlp) ||
+        __builtin_add_overflow(moe_mlp, attention, &moe_mlp) ||
+        __builtin_mul_overflow(moe_layers, moe_mlp, &moe_total) ||
+        __builtin_mul_overflow(dense_layers, attention + 3, &dense_total) ||
+        __builtin_add_overflow(moe_total, dense_total, &layers) ||
+        __builtin_add_overflow(layers, (int64_t)(2 + !c->tie_word_embeddings), &total))
+        return -1;
+    return total;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,7 +422,20 @@ bool checkpoint_open(const char *dir, model_config *cfg, weight_source **out, ch
     ck->fp8_block_n = info.fp8_block_n;
     ck->fp8_block_k = info.fp8_block_k;
 
-    int n = checkpoint_tensors(cfg, NULL, 0);
+    // The config against the headers before any list is built from it. A config asking for
+    // more tensors than the files hold (num_hidden_layers = 10^6) cannot match: only the first
+    // n_entries + 1 names are listed, one of which is missing, so the message names the first
+    // missing tensor and the fields, at once and in memory bounded by the files.
+    int64_t want = checkpoint_tensor_count(cfg);
+    if (want < 0) {
+        snprintf(err, (size_t)err_len, "%s: fields 'num_hidden_layers' = %d and "
+                 "'n_routed_experts' = %d need more than 2^63 tensors", path,
+                 cfg->num_hidden_layers, cfg->n_routed_experts);
+        checkpoint_free(ck);
+        return false;
+    }
+    bool too_many = want > ck->n_entries;
+    int n = too_many ? ck->n_entries + 1 : (int)want;
     checkpoint_tensor *need = invar_malloc((size_t)n * sizeof *need, "tensor list");
     checkpoint_tensors(cfg, need, n);
     bool ok = true;
@@ -398,6 +444,15 @@ bool checkpoint_open(const char *dir, model_config *cfg, weight_source **out, ch
         if (ok) ck->bytes_total += find(ck, need[i].name)->t->nbytes;
     }
     free(need);
+    if (ok && too_many)
+        invar_die(INVAR_EXIT_SYSTEM, "%s: %d distinct tensor names all found among %d", dir, n,
+                  ck->n_entries);
+    if (!ok && too_many) {
+        size_t used = strnlen(err, (size_t)err_len);
+        snprintf(err + used, (size_t)err_len - used, "; %s: fields 'num_hidden_layers' = %d and "
+                 "'n_routed_experts' = %d need %lld tensors, the files hold %d", path,
+                 cfg->num_hidden_layers, cfg->n_routed_experts, (long long)want, ck->n_entries);
+    }
     if (!ok) {
         checkpoint_free(ck);
         return false;

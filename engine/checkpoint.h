@@ -18,8 +18,14 @@ typedef struct {
 
 // The tensors a model with config `c` reads, with Hugging Face DeepSeek names and shapes, in
 // load order (embedding, layers, final norm, lm_head unless tied). Returns how many; fills
-// out[0, min(count, cap)) when out is non-NULL.
+// out[0, min(count, cap)) when out is non-NULL. Only for configs whose count fits an int: a
+// named config, or one checkpoint_open accepted (never more tensors than its files hold).
 int checkpoint_tensors(const model_config *c, checkpoint_tensor *out, int cap);
+
+// How many tensors checkpoint_tensors lists for `c`, computed without listing them, in checked
+// 64-bit arithmetic: -1 when the count does not fit int64_t. Cheap for any config, so a config
+// can be held against a checkpoint's headers before anything is built from it.
+int64_t checkpoint_tensor_count(const model_config *c);
 
 // Opens checkpoint directory `dir`: reads config.json into *cfg, maps the safetensors files and
 // checks that every tensor the config needs is there with its shape and a float dtype (BF16,

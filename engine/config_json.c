@@ -11,10 +11,10 @@
 #include <math.h>          // floor, log, isfinite
 #include <stdarg.h>        // va_list
 #include <stdio.h>         // fopen, fread, snprintf, vsnprintf
-#include <stdlib.h>        // free
+#include <stdlib.h>        // free, qsort
 #include <string.h>        // strcmp, strrchr, strerror, memset
 
-#include "../kernels/check.h"  // invar_malloc
+#include "../kernels/check.h"  // invar_malloc, invar_calloc
 
 typedef struct {
     const char *path;
@@ -243,6 +243,43 @@ static bool parse_unsupported(reader *r, const cJSON *root, const model_config *
 }
 
 // ---------------------------------------------------------------------------------------------
+// Duplicate keys. cJSON keeps every copy and finds the first; Python's json (so transformers)
+// keeps the last. A file the two would read as different models is refused.
+// ---------------------------------------------------------------------------------------------
+
+static int key_ptr_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+// The first key (in sorted order) that `node` or an object inside it holds twice, written as
+// its dotted path into `where`; false when there is none. Sorting keeps a hostile file of
+// many keys linear-logarithmic.
+static bool find_duplicate_key(const cJSON *node, const char *prefix, char *where, size_t len) {
+    if (!cJSON_IsObject(node) && !cJSON_IsArray(node)) return false;
+    if (cJSON_IsObject(node)) {
+        int n = cJSON_GetArraySize(node);
+        if (n > 1) {
+            const char **keys = invar_calloc((size_t)n, sizeof *keys, "config.json keys");
+            int i = 0;
+            for (const cJSON *k = node->child; k; k = k->next) keys[i++] = k->string;
+            qsort(keys, (size_t)n, sizeof *keys, key_ptr_cmp);
+            for (i = 1; i < n && strcmp(keys[i - 1], keys[i]) != 0; i++) {}
+            if (i < n) snprintf(where, len, "%s%s%s", prefix, prefix[0] ? "." : "", keys[i]);
+            free(keys);
+            if (i < n) return true;
+        }
+    }
+    int index = 0;
+    for (const cJSON *k = node->child; k; k = k->next, index++) {
+        char inner[256];
+        if (cJSON_IsObject(node)) snprintf(inner, sizeof inner, "%s%s%s", prefix, prefix[0] ? "." : "", k->string);
+        else snprintf(inner, sizeof inner, "%s[%d]", prefix, index);
+        if (find_duplicate_key(k, inner, where, len)) return true;
+    }
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Parse
 // ---------------------------------------------------------------------------------------------
 
@@ -357,7 +394,11 @@ bool config_json_parse(const char *text, size_t len, const char *path, model_con
         snprintf(err, (size_t)err_len, "%s: not a JSON object", path);
         return false;
     }
-    bool ok = parse_root(&r, root, out, info);
+    char duplicate[256];
+    bool ok = !find_duplicate_key(root, "", duplicate, sizeof duplicate) ||
+              bad(&r, duplicate, "appears more than once (transformers would take the last "
+                  "value, invar the first: refused)");
+    ok = ok && parse_root(&r, root, out, info);
     cJSON_Delete(root);
     if (!ok) return false;
     char why[256];

@@ -240,8 +240,13 @@ static void load_layer(loader *l, int i, layer_weights *w) {
         w->experts_gate_up = device_bf16(l->e, (size_t)(E * 2 * Im * D), "routed experts gate_up");
         w->experts_down = device_bf16(l->e, (size_t)(E * D * Im), "routed experts down");
         for (int64_t e = 0; e < E; e++) {
-            char expert[160];
-            snprintf(expert, sizeof expert, "%s.mlp.experts.%ld", p, (long)e);
+            // Sized for p and any expert index; the check keeps a future longer prefix from
+            // reading a truncated name as another tensor.
+            char expert[sizeof p + 48];
+            int len = snprintf(expert, sizeof expert, "%s.mlp.experts.%ld", p, (long)e);
+            if (len < 0 || (size_t)len >= sizeof expert)
+                invar_die(INVAR_EXIT_SYSTEM, "tensor name '%s.mlp.experts.%ld' does not fit", p,
+                          (long)e);
             load_gate_up(l, w->experts_gate_up + e * 2 * Im * D, expert, Im, D);
             int64_t shape[2] = {D, Im};
             snprintf(name, sizeof name, "%s.down_proj.weight", expert);

@@ -261,6 +261,29 @@ bool model_config_validate(const model_config *c, char *err, int err_len) {
         REQUIRE(c->moe_layer_freq > 0, "moe_layer_freq", "must be positive");
         REQUIRE(c->n_shared_experts >= 0, "n_shared_experts", "must not be negative");
     }
+    // The caps (model_config.h), checked here so that every config the engine sees, named or
+    // read from config.json, keeps its size arithmetic in range.
+#define CAP(value, cap, field)                                                           \
+    do {                                                                                 \
+        if ((value) > (cap)) {                                                           \
+            snprintf(err, (size_t)err_len, "field '%s' = %d exceeds the cap %d (far above " \
+                     "any real model; see README, Checkpoints)", field, (value), (cap));     \
+            return false;                                                                \
+        }                                                                                \
+    } while (0)
+    CAP(c->num_hidden_layers, MODEL_MAX_LAYERS, "num_hidden_layers");
+    CAP(c->n_routed_experts, MODEL_MAX_EXPERTS, "n_routed_experts");
+    CAP(c->n_shared_experts, MODEL_MAX_EXPERTS, "n_shared_experts");
+    CAP(c->num_attention_heads, MODEL_MAX_HEADS, "num_attention_heads");
+    CAP(c->vocab_size, MODEL_MAX_VOCAB, "vocab_size");
+    CAP(c->hidden_size, MODEL_MAX_DIM, "hidden_size");
+    CAP(c->intermediate_size, MODEL_MAX_DIM, "intermediate_size");
+    CAP(c->moe_intermediate_size, MODEL_MAX_DIM, "moe_intermediate_size");
+    CAP(c->q_lora_rank, MODEL_MAX_DIM, "q_lora_rank");
+    CAP(c->kv_lora_rank, MODEL_MAX_DIM, "kv_lora_rank");
+    CAP(c->qk_nope_head_dim, MODEL_MAX_DIM, "qk_nope_head_dim");
+    CAP(c->v_head_dim, MODEL_MAX_DIM, "v_head_dim");
+#undef CAP
     if (c->rope_yarn) {
         REQUIRE(c->rope_factor > 0, "rope_scaling.factor", "must be positive");
         REQUIRE(c->rope_original_max_position_embeddings > 0,

@@ -53,6 +53,16 @@ double model_softmax_scale(const model_config *c);
 // cos/sin tables [positions, rope_dim/2] for RoPE with YaRN (frequency blend and mscale).
 void model_rope_tables(const model_config *c, int positions, float *cos_out, float *sin_out);
 
+// Caps on a config's sizes, far above any published model (DeepSeek-V3: 61 layers, 256 routed
+// experts, vocab 129280, hidden 7168), so only a corrupt or hostile config meets them. They keep
+// every tensor's element count and the tensor count well inside 64-bit arithmetic. README
+// ("Checkpoints") lists them.
+#define MODEL_MAX_LAYERS 65536       // num_hidden_layers
+#define MODEL_MAX_EXPERTS 65536      // n_routed_experts, n_shared_experts
+#define MODEL_MAX_HEADS 65536        // num_attention_heads
+#define MODEL_MAX_VOCAB (1 << 24)    // vocab_size
+#define MODEL_MAX_DIM (1 << 20)      // hidden and intermediate sizes, LoRA ranks, head dims
+
 // Checks the config for values the engine cannot run; on a problem writes a message naming
 // the field into `err` and returns false.
 bool model_config_validate(const model_config *c, char *err, int err_len);

@@ -28,6 +28,14 @@ for t in "$BUILD"/tests/test_*; do
     suite "$(basename "$t")" "$t"
 done
 
+# Every fuzz target's seed corpus and saved reproducers through the plain replay driver
+# (tests/fuzz/replay.c): a parser that crashes on one of them fails here, without clang.
+for r in "$BUILD"/fuzz/replay_*; do
+    [ -x "$r" ] || continue
+    name=${r##*/replay_}
+    suite "fuzz replay: $name (tests/fuzz/$name)" "$r" "tests/fuzz/$name"
+done
+
 gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     gpu=1

@@ -315,6 +315,11 @@ static void test_bad_values(void **state) {
         {"quantization_config", "{\"quant_method\": \"awq\"}", "unsupported"},
         {"quantization_config", "{\"quant_method\": \"fp8\", \"weight_block_size\": [128]}", "rows"},
         {"n_group", "3", "divide"},
+        // Caps (README, Checkpoints): far above any real model, so size arithmetic stays in range.
+        {"n_routed_experts", "1073741824", "cap 65536"},
+        {"num_hidden_layers", "1000000", "cap 65536"},
+        {"vocab_size", "2147483647", "cap"},
+        {"hidden_size", "2097152", "cap"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *t = tree(v3_hub);
@@ -344,6 +349,26 @@ static void test_bad_values(void **state) {
     assert_non_null(strstr(err, PATH));
     assert_false(config_json_parse("[1]", 3, PATH, &c, NULL, err, sizeof err));
     assert_false(config_json_parse("", 0, PATH, &c, NULL, err, sizeof err));
+}
+
+// A key given twice is refused naming it: transformers (Python's json) would take the last
+// value and cJSON the first, so the two would read different models.
+static void test_duplicate_keys(void **state) {
+    (void)state;
+    model_config c;
+    char err[512], text[4096];
+    snprintf(text, sizeof text, "{\"num_hidden_layers\": 1000, %s", v3_hub + 1);
+    assert_false(config_json_parse(text, strlen(text), PATH, &c, NULL, err, sizeof err));
+    assert_non_null(strstr(err, PATH));
+    assert_non_null(strstr(err, "field 'num_hidden_layers' appears more than once"));
+    // Inside a nested object too, named by its path.
+    cJSON *t = tree(v3_hub);
+    cJSON_AddItemToObject(cJSON_GetObjectItem(t, "rope_scaling"), "factor", cJSON_CreateNumber(8));
+    expect_error(t, "rope_scaling.factor", "more than once");
+    // The same key in two different objects is no duplicate.
+    t = tree(v3_hub);
+    cJSON_AddItemToObject(cJSON_GetObjectItem(t, "rope_scaling"), "rope_theta", cJSON_CreateNumber(10000));
+    assert_true(parse_tree(t, &c, NULL, err, sizeof err));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -447,6 +472,7 @@ int main(void) {
         cmocka_unit_test(test_transformers_defaults),
         cmocka_unit_test(test_missing_required_fields),
         cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_named_configs_round_trip),
         cmocka_unit_test(test_format_refuses_what_transformers_cannot_express),
         cmocka_unit_test(test_load_file),

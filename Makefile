@@ -2,7 +2,7 @@
 #
 #   make            build/invar (with CUDA when nvcc is found, CPU-only otherwise)
 #   make check      unit tests + kernel checks + the CI matrix (cases/ci.ini)
-#   make run        the CI matrix, reports under build/report
+#   make run        the CI matrix, reports under build/report/run
 #   make deps       installs missing libraries with apt-get (as root) or prints the command
 #
 # Libraries provided another way (the GPU host has no package registry): DEPS_PREFIX=/tmp/deps
@@ -141,7 +141,7 @@ fuzz: deps
 
 run: deps
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/invar run --case cases/ci.ini --out $(BUILD)/report
+	$(BUILD)/invar run --case cases/ci.ini --out $(BUILD)/report/run
 
 # The nightly matrix into a dated report directory, diffed against the latest earlier one that
 # finished (has junit.xml); exit 1 on a failed expectation or a regression.

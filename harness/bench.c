@@ -21,6 +21,7 @@
 #include "../kernels/check.h"    // invar_die, invar_malloc
 #include "../kernels/registry.h" // kernel_set_create, cuda_device_available
 #include "bench_decode.h"        // bench_decode
+#include "cli_args.h"            // cli_take_once
 #include "commands.h"            // cmd_bench
 #include "host.h"                // host_make_dirs
 #ifdef INVAR_CUDA
@@ -280,19 +281,20 @@ static int run_bench(const char *out_dir, bool quick, const char *only) {
 #endif
 
 int cmd_bench(int argc, char **argv) {
-    const char *device = "cuda", *out_dir = "build/bench";
+    // NULL: not given (each flag is taken once, harness/cli_args.h); defaults after parsing.
+    const char *device = NULL, *out_dir = NULL;
     const char *only = NULL;
-    bool explicit_device = false, quick = false;
+    bool quick = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            device = argv[++i];
-            explicit_device = true;
+            if (!cli_take_once("invar bench", "--device", &device, argv[++i]))
+                return INVAR_EXIT_INPUT;
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            out_dir = argv[++i];
+            if (!cli_take_once("invar bench", "--out", &out_dir, argv[++i])) return INVAR_EXIT_INPUT;
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
-            only = argv[++i];
+            if (!cli_take_once("invar bench", "--only", &only, argv[++i])) return INVAR_EXIT_INPUT;
             if (strcmp(only, "gemm") != 0 && strcmp(only, "mla") != 0 && strcmp(only, "decode") != 0) {
                 fprintf(stderr, "invar bench: --only must be gemm, mla or decode (got '%s')\n", only);
                 return INVAR_EXIT_INPUT;
@@ -306,6 +308,9 @@ int cmd_bench(int argc, char **argv) {
             return INVAR_EXIT_INPUT;
         }
     }
+    bool explicit_device = device != NULL;
+    if (!device) device = "cuda";
+    if (!out_dir) out_dir = "build/bench";
     if (strcmp(device, "cpu") == 0) {
         // Kernel timings are CUDA-event based; on the CPU only the end-to-end number is taken,
         // on the CI-sized model.

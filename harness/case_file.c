@@ -9,6 +9,7 @@
 #include "case_file.h"
 
 #include <errno.h>                   // errno, ERANGE
+#include <limits.h>                  // PATH_MAX
 #include <ini.h>                     // ini_parse_stream
 #include <math.h>                    // isfinite
 #include <stdarg.h>                  // va_list, va_start, va_end
@@ -51,6 +52,7 @@ static const case_key keys[] = {
     INT("prompts", max_len, 1, 65536, NULL),
     INT("prompts", max_new_tokens, 1, 4096, NULL),
     {"prompts", "temperature", KEY_FLOAT, offsetof(case_file, temperature), 0, 0, 0, "0"},
+    // 0 is allowed: only the chosen token and its logprob are compared at each step.
     INT("prompts", top_k, 0, ENGINE_MAX_TOPK, "5"),
     INT("prompts", shared_prefix_groups, 0, 4096, "0"),
     INT("prompts", shared_prefix_len, 0, 65536, "0"),
@@ -447,7 +449,11 @@ static bool check_case(parse_state *s) {
 
 bool case_file_load(const char *path, case_file *out, char *err, int err_len) {
     memset(out, 0, sizeof *out);
-    snprintf(out->path, sizeof out->path, "%s", path);
+    if (snprintf(out->path, sizeof out->path, "%s", path) >= (int)sizeof out->path) {
+        snprintf(err, (size_t)err_len, "%.200s...: path too long (%zu characters; at most %d)",
+                 path, strlen(path), PATH_MAX - 1);
+        return false;
+    }
     parse_state s = {.c = out, .err = err, .err_len = err_len};
     if (err_len > 0) err[0] = '\0';
     s.f = fopen(path, "r");

@@ -15,6 +15,7 @@
 #ifndef INVAR_HARNESS_CASE_FILE_H
 #define INVAR_HARNESS_CASE_FILE_H
 
+#include <limits.h>                 // PATH_MAX
 #include <stdbool.h>                // bool
 #include <stdint.h>                 // uint64_t
 
@@ -26,7 +27,7 @@
 #define CASE_MAX_KEYS 64  // distinct keys remembered for line numbers
 
 typedef struct {
-    char path[512];                   // the file, for messages
+    char path[PATH_MAX];              // the file, for messages
     // [case]
     char name[64];
     char model[256];                  // [case] model, or the [matrix] models list, for messages
@@ -36,7 +37,8 @@ typedef struct {
     int min_len, max_len;             // prompt lengths are drawn in [min_len, max_len]
     int max_new_tokens;
     float temperature;                // 0: greedy
-    int top_k;                        // logprobs recorded per step
+    int top_k;                        // top-k logprobs compared per step; 0: only the chosen
+                                      // token and its logprob
     int shared_prefix_groups;         // 0: no shared prefixes
     int shared_prefix_len;
     int warm_cache_repeats;           // copies of prompt 0 arriving after it finished
@@ -54,7 +56,8 @@ typedef struct {
 } case_file;
 
 // Parses and checks `path`. False with a message "path:line: ..." in err on any problem
-// (a missing file is "path: cannot open: ...").
+// (a missing file is "path: cannot open: ...", a path of PATH_MAX characters or more
+// "path: path too long ...").
 bool case_file_load(const char *path, case_file *out, char *err, int err_len);
 
 // Line at which [section] key was set; 0 when it took its default.

@@ -10,6 +10,7 @@
 #include <stdlib.h>    // strtoull, free
 #include <string.h>    // strcmp
 
+#include "cli_args.h"                    // cli_take_once
 #include "commands.h"                    // cmd_model
 #include "../kernels/bf16.h"             // bf16_to_float
 #include "../kernels/check.h"            // invar_malloc
@@ -56,7 +57,8 @@ static int model_write(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
-        *dst = argv[++i];
+        if (!cli_take_once("invar model write", argv[i], dst, argv[i + 1])) return 2;
+        i++;
     }
     if (!config || !out || !seed_s) {
         fprintf(stderr, "invar model write: --config, --seed and --out are required\n");

@@ -10,19 +10,23 @@
 #include "../kernels/check.h"           // INVAR_EXIT_INPUT
 #include "../reports/baseline_diff.h"   // baseline_diff, BASELINE_DIFF_DEFAULT_THRESHOLD
 #include "../reports/render.h"          // report_render_dir
+#include "cli_args.h"                   // cli_take_once
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: invar report render DIR\n"
             "       invar report plot DIR\n"
-            "       invar report diff BASE_DIR NEW_DIR [--threshold PERCENT]\n"
+            "       invar report diff BASE_DIR NEW_DIR [--threshold PERCENT] [--partial]\n"
             "\n"
             "  render  DIR/junit.xml, DIR/summary.md and DIR/plots/*.png from the CSVs in DIR\n"
             "          (summary.csv, divergence.csv, kernels.csv, bench_*.csv, meta.csv)\n"
             "  plot    DIR/plots/*.png only (gnuplot; skipped with a message without it)\n"
             "  diff    configs and kernel checks that passed in BASE_DIR and fail in NEW_DIR,\n"
             "          fixed, new and vanished ones, and benchmark medians slower than\n"
-            "          PERCENT (default %.0f); writes NEW_DIR/diff.md\n"
+            "          PERCENT (default %.0f); writes NEW_DIR/diff.md. A config or check of\n"
+            "          BASE_DIR missing from NEW_DIR is a regression, unless --partial says\n"
+            "          NEW_DIR covers only part of the matrix. An unreadable summary.csv or\n"
+            "          kernels.csv (no config/op or verdict column, no rows) is exit 2\n"
             "\n"
             "exit: 0 done (diff: no regression), 1 diff found a regression, 2 bad input or\n"
             "usage, 3 a file could not be written\n",
@@ -40,8 +44,14 @@ static int diff(int argc, char **argv) {
     const char *dirs[2] = {NULL, NULL};
     int ndirs = 0;
     double threshold = BASELINE_DIFF_DEFAULT_THRESHOLD;
+    const char *threshold_text = NULL;
+    bool partial = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--threshold") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--partial") == 0) {
+            partial = true;
+        } else if (strcmp(argv[i], "--threshold") == 0 && i + 1 < argc) {
+            if (!cli_take_once("invar report diff", "--threshold", &threshold_text, argv[i + 1]))
+                return INVAR_EXIT_INPUT;
             char *end;
             threshold = strtod(argv[++i], &end);
             if (end == argv[i] || *end != '\0' || !(threshold >= 0)) {
@@ -49,6 +59,9 @@ static int diff(int argc, char **argv) {
                         argv[i]);
                 return INVAR_EXIT_INPUT;
             }
+        } else if (argv[i][0] == '\0') {
+            fprintf(stderr, "invar report diff: an empty directory name\n");
+            return INVAR_EXIT_INPUT;
         } else if (argv[i][0] != '-' && ndirs < 2) {
             dirs[ndirs++] = argv[i];
         } else {
@@ -63,7 +76,7 @@ static int diff(int argc, char **argv) {
         return INVAR_EXIT_INPUT;
     }
     char err[2048];
-    int code = baseline_diff(dirs[0], dirs[1], threshold, stdout, NULL, err, sizeof err);
+    int code = baseline_diff(dirs[0], dirs[1], threshold, partial, stdout, NULL, err, sizeof err);
     if (code >= 2) fprintf(stderr, "invar report diff: error: %s\n", err);
     else printf("wrote %s/diff.md\n", dirs[1]);
     return code;

@@ -10,32 +10,38 @@
 #include "commands.h"
 
 #include <errno.h>                   // errno
+#include <limits.h>                  // PATH_MAX
 #include <stdbool.h>                 // bool
 #include <stdio.h>                   // printf, fprintf, snprintf, fopen, fread, fseek, rename
-#include <stdlib.h>                  // free
-#include <string.h>                  // strcmp, strerror, strlen
-#include <unistd.h>                  // isatty
+#include <stdlib.h>                  // free, realpath, malloc
+#include <string.h>                  // strcmp, strerror, strlen, strdup
+#include <unistd.h>                  // isatty, chdir, unlink
 #include <xxhash.h>                  // XXH64_createState, XXH64_update, XXH64_digest
 
 #include "../kernels/check.h"        // invar_die, invar_calloc
 #include "../kernels/registry.h"     // cuda_device_describe
 #include "../reports/csv_read.h"     // csv_table_read, csv_at, csv_table_free
 #include "../reports/csv_report.h"   // csv_report_open, csv_report_row, csv_report_close
-#include "../reports/render.h"       // report_render
+#include "../engine/model_config.h"  // model_config_by_name
+#include "../reports/render.h"       // report_render_run
 #include "../reports/run_meta.h"     // run_meta_write, run_meta_get
 #include "case_file.h"               // case_file_load, case_file_set_model
+#include "checkpoint_id.h"           // checkpoint_id_compute, checkpoint_id_same
+#include "cli_args.h"                // cli_take_once
 #include "host.h"                    // host_make_dirs
 #include "matrix.h"                  // matrix_count, matrix_expand
 #include "resolve.h"                 // resolve_select_backend, RESOLVE_BACKEND_ENV
 #include "runner.h"                  // runner_resolve, runner_run, runner_match_done
 
-#define DEFAULT_OUT "build/report"
+// Each report kind has its own default directory (`invar kernels`: build/report/kernels), so
+// one command never overwrites or renders another's files.
+#define DEFAULT_OUT "build/report/run"
 #define MAX_ARGS 64                  // arguments of a command line read back from meta.csv
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: invar run --case FILE [--model NAME|DIR] [--attention-backend NAME]\n"
-            "                 [--out DIR] [-q]\n"
+            "                 [--out DIR] [--hash-weights] [-q]\n"
             "       invar run --resume DIR [-q]\n"
             "\n"
             "Runs every config of the case file's matrix: each prompt alone (bs=1), then all\n"
@@ -49,10 +55,16 @@ static void usage(FILE *f) {
             "                            the case's attention_backends and %s\n"
             "  --out DIR                 reports: DIR/summary.csv, DIR/divergence.csv,\n"
             "                            DIR/meta.csv, DIR/junit.xml, DIR/summary.md\n"
-            "                            (default %s)\n"
+            "                            (default %s; a directory of its own: other\n"
+            "                            files in it are left alone)\n"
             "  --resume DIR              continue the interrupted run that writes DIR, with its\n"
-            "                            options (from DIR/meta.csv): configs it finished are\n"
-            "                            kept, the others run; refused if the case file changed\n"
+            "                            options (from DIR/meta.csv), started where it was\n"
+            "                            started: configs it finished are kept, the others run;\n"
+            "                            refused if the case file or a checkpoint changed\n"
+            "  --hash-weights            also record each checkpoint safetensors file's full\n"
+            "                            content xxh64 in meta.csv (reads every byte), which\n"
+            "                            --resume then checks too; without it, size, mtime and\n"
+            "                            header hash\n"
             "  -q                        print only failing and skipped configs, and the totals\n"
             "\n"
             "On a terminal a live line shows config i of N, elapsed time, ETA and the phase.\n"
@@ -66,31 +78,37 @@ static void usage(FILE *f) {
 // ---------------------------------------------------------------------------------------------
 
 typedef struct {
-    const char *case_path, *out_dir, *backend, *model, *resume;
-    bool quiet;
+    const char *case_path, *out_dir, *backend, *model, *resume;  // NULL: not given
+    bool quiet, hash_weights;
 } run_args;
 
 // Parses argv[1 ..). Returns -1 when the run goes on, else the exit code (0 after --help).
 // `from` names where the arguments came from in messages ("" for the command line).
 static int parse_args(int argc, char **argv, run_args *a, const char *from) {
+    // "invar run" or "invar run: DIR/meta.csv: command_line" (`from` without its ": ").
+    char command[PATH_MAX + 64];
+    int n = snprintf(command, sizeof command, "invar run%s%s", from[0] ? ": " : "", from);
+    if (from[0] && n >= 2 && n < (int)sizeof command) command[n - 2] = '\0';
     for (int i = 1; i < argc; i++) {
+        const char **slot = strcmp(argv[i], "--case") == 0                ? &a->case_path
+                            : strcmp(argv[i], "--out") == 0               ? &a->out_dir
+                            : strcmp(argv[i], "--attention-backend") == 0 ? &a->backend
+                            : strcmp(argv[i], "--model") == 0             ? &a->model
+                            : strcmp(argv[i], "--resume") == 0            ? &a->resume
+                                                                          : NULL;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
         } else if (strcmp(argv[i], "-q") == 0) {
             a->quiet = true;
-        } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
-            a->case_path = argv[++i];
-        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            a->out_dir = argv[++i];
-        } else if (strcmp(argv[i], "--attention-backend") == 0 && i + 1 < argc) {
-            a->backend = argv[++i];
-        } else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-            a->model = argv[++i];
-        } else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc) {
-            a->resume = argv[++i];
+        } else if (strcmp(argv[i], "--hash-weights") == 0) {
+            a->hash_weights = true;
+        } else if (slot && i + 1 < argc) {
+            if (!cli_take_once(command, argv[i], slot, argv[i + 1])) return INVAR_EXIT_INPUT;
+            i++;
         } else {
-            fprintf(stderr, "invar run: %sunknown or incomplete option '%s'\n", from, argv[i]);
+            fprintf(stderr, "invar run: %s%s option '%s'\n", from,
+                    slot ? "missing value for" : "unknown", argv[i]);
             usage(stderr);
             return INVAR_EXIT_INPUT;
         }
@@ -124,8 +142,40 @@ static void close_report(csv_report *r) {
     if (!csv_report_close(r, err, sizeof err)) invar_die(INVAR_EXIT_SYSTEM, "%s", err);
 }
 
+// The identities of the case's checkpoint directories (named configs have none), as meta.csv
+// rows "checkpoint:DIR".
+typedef struct {
+    int n;
+    char *key[MATRIX_MAX_VALUES], *value[MATRIX_MAX_VALUES];
+} checkpoint_ids;
+
+static void identify_checkpoints(const case_file *c, bool full, checkpoint_ids *ids) {
+    const matrix_list *models = &c->axes[matrix_axis_find("models")];
+    ids->n = 0;
+    for (int m = 0; m < models->n; m++) {
+        model_config cfg;
+        if (model_config_by_name(models->value[m], &cfg)) continue;
+        char err[PATH_MAX + 256];
+        size_t key_len = strlen("checkpoint:") + strlen(models->value[m]) + 1;
+        char *key = invar_calloc(key_len, 1, "checkpoint key");
+        snprintf(key, key_len, "checkpoint:%s", models->value[m]);
+        if (!checkpoint_id_compute(models->value[m], full, &ids->value[ids->n], err, sizeof err))
+            invar_die(INVAR_EXIT_INPUT, "%s", err);
+        ids->key[ids->n++] = key;
+    }
+}
+
+static void free_checkpoint_ids(checkpoint_ids *ids) {
+    for (int i = 0; i < ids->n; i++) {
+        free(ids->key[i]);
+        free(ids->value[i]);
+    }
+    ids->n = 0;
+}
+
 // DIR/meta.csv: commit, date, host, device and versions, case file and hash, command line.
-static void write_meta(const char *out_dir, const case_file *c, int argc, char **argv) {
+static void write_meta(const char *out_dir, const case_file *c, const checkpoint_ids *ids,
+                       int argc, char **argv) {
     cuda_device_info dev;
     bool cuda = cuda_device_describe(&dev);
     run_meta_input in = {.device = cuda ? dev.name : "cpu",
@@ -134,7 +184,9 @@ static void write_meta(const char *out_dir, const case_file *c, int argc, char *
                          .cublas = cuda ? dev.cublas : NULL,
                          .compute_capability = cuda ? dev.compute_capability : NULL,
                          .case_path = c->path, .argc = argc, .argv = argv,
-                         .has_seed = true, .seed = c->seed};
+                         .has_seed = true, .seed = c->seed, .n_extra = ids->n,
+                         .extra_keys = (const char *const *)ids->key,
+                         .extra_values = (const char *const *)ids->value};
     char err[512];
     if (!run_meta_write(out_dir, &in, err, sizeof err))
         invar_die(INVAR_EXIT_SYSTEM, "writing %s/meta.csv: %s", out_dir, err);
@@ -183,32 +235,41 @@ static bool case_xxh64(const char *path, char *hex, size_t len) {
     return ok;
 }
 
-// The interrupted run's options, from DIR/meta.csv; its --out becomes DIR. Exits 2 when the
-// directory holds no run, or the case file is gone or changed.
-static void resume_args(const char *dir, run_args *a, char *cmd, size_t cmd_len, char **argv) {
-    char path[1100], err[1400];
+// The interrupted run's options, from DIR/meta.csv; its --out becomes DIR, made absolute, and
+// the process moves to the run's working directory, so the relative paths of its command line
+// and case file mean what they meant then. Exits 2 when the directory holds no run, or the
+// case file is gone or changed. Returns meta.csv for the checkpoint check (checkpoints_unchanged).
+static csv_table *resume_args(const char *dir, run_args *a, char **cmd, char **argv,
+                              char *abs_dir) {
+    char path[PATH_MAX], err[PATH_MAX + 256];
     report_name(path, sizeof path, dir, "meta.csv");
     csv_table *meta = csv_table_read(path, false, err, sizeof err);
     if (!meta) invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", dir, err);
-    snprintf(cmd, cmd_len, "%s", run_meta_get(meta, "command_line"));
-    char case_path[512], want[32], have[32];
-    snprintf(case_path, sizeof case_path, "%s", run_meta_get(meta, "case_file"));
-    snprintf(want, sizeof want, "%s", run_meta_get(meta, "case_xxh64"));
-    csv_table_free(meta);
+    if (!realpath(dir, abs_dir))
+        invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", dir, strerror(errno));
+    *cmd = strdup(run_meta_get(meta, "command_line"));
+    if (!*cmd) invar_die(INVAR_EXIT_SYSTEM, "out of memory");
+    const char *cwd = run_meta_get(meta, "working_directory");  // "": meta.csv of an older invar
+    if (cwd[0] && chdir(cwd) != 0)
+        invar_die(INVAR_EXIT_INPUT, "--resume %s: cannot go to the run's working directory %s "
+                  "(%s: working_directory): %s", dir, cwd, path, strerror(errno));
+    const char *case_path = run_meta_get(meta, "case_file");
+    const char *want = run_meta_get(meta, "case_xxh64");
 
-    int argc = split_command_line(cmd, argv, MAX_ARGS);
+    int argc = split_command_line(*cmd, argv, MAX_ARGS);
     run_args orig = {0};
-    char from[1200];
-    snprintf(from, sizeof from, "%s: command_line: ", path);
+    char from[PATH_MAX + 32];
+    snprintf(from, sizeof from, "%s: command_line: ", path);  // only for messages: may be cut
     if (argc < 1 || strcmp(argv[0], "run") != 0)
         invar_die(INVAR_EXIT_INPUT, "%s: command_line '%s' is not an `invar run` command line",
-                  path, cmd);
+                  path, run_meta_get(meta, "command_line"));
     if (parse_args(argc, argv, &orig, from) != -1 || !orig.case_path || orig.resume)
         invar_die(INVAR_EXIT_INPUT, "%s: command_line: cannot take the options of the run "
                   "back (no --case, or --resume)", path);
     if (strcmp(orig.case_path, case_path) != 0)
         invar_die(INVAR_EXIT_INPUT, "%s: case_file '%s' is not the command line's --case '%s'",
                   path, case_path, orig.case_path);
+    char have[32];
     if (!case_xxh64(case_path, have, sizeof have))
         invar_die(INVAR_EXIT_INPUT, "--resume %s: case file %s: cannot read: %s", dir, case_path,
                   strerror(errno));
@@ -218,7 +279,27 @@ static void resume_args(const char *dir, run_args *a, char *cmd, size_t cmd_len,
     a->case_path = orig.case_path;
     a->backend = orig.backend;
     a->model = orig.model;
-    a->out_dir = dir;
+    a->hash_weights = orig.hash_weights;
+    a->out_dir = abs_dir;
+    return meta;
+}
+
+// Exits 2 when a checkpoint directory of the run is not what meta.csv recorded at its start:
+// the finished configs ran on other weights, and one report must not mix the two.
+static void checkpoints_unchanged(const char *dir, const csv_table *meta,
+                                  const checkpoint_ids *now) {
+    for (int i = 0; i < now->n; i++) {
+        const char *was = run_meta_get(meta, now->key[i]);
+        const char *model = now->key[i] + strlen("checkpoint:");
+        if (!was[0])
+            invar_die(INVAR_EXIT_INPUT, "--resume %s: meta.csv records no identity of checkpoint "
+                      "%s (written by an older invar), so a change cannot be ruled out; start a "
+                      "new run", dir, model);
+        char what[PATH_MAX + 256];
+        if (!checkpoint_id_same(was, now->value[i], what, sizeof what))
+            invar_die(INVAR_EXIT_INPUT, "--resume %s: checkpoint %s changed since the run "
+                      "started: %s; start a new run", dir, model, what);
+    }
 }
 
 // Whether the file ends with a newline: a run killed while writing a row leaves it without.
@@ -237,8 +318,9 @@ static csv_report *reopen_keeping(const char *path, const csv_table *t,
                                   const char *const *header, int ncols,
                                   bool (*keep)(const csv_table *t, int row, const void *ctx),
                                   const void *ctx) {
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.resume", path);
+    char tmp[PATH_MAX + 16];
+    if (snprintf(tmp, sizeof tmp, "%s.resume", path) >= (int)sizeof tmp)
+        invar_die(INVAR_EXIT_INPUT, "%s.resume: path too long", path);
     csv_report *r = open_report(tmp, header, ncols);
     for (int row = 0; t && row < t->nrows; row++) {
         if (!keep(t, row, ctx)) continue;
@@ -277,6 +359,19 @@ static bool keep_done_divergence(const csv_table *t, int row, const void *ctx) {
 // The command
 // ---------------------------------------------------------------------------------------------
 
+// junit.xml and summary.md of an earlier run in the directory: until this run renders its own,
+// they would describe another run's summary.csv (a kill would leave the pair).
+static void remove_stale_renders(const char *out_dir) {
+    static const char *const rendered[] = {"junit.xml", "summary.md"};
+    for (size_t i = 0; i < sizeof rendered / sizeof rendered[0]; i++) {
+        char path[PATH_MAX];
+        report_name(path, sizeof path, out_dir, rendered[i]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            invar_die(INVAR_EXIT_SYSTEM, "removing the earlier %s failed: %s", path,
+                      strerror(errno));
+    }
+}
+
 // Config names identify rows (and resumed rows): they must be unique.
 static void check_unique_names(const case_file *c, const run_config *configs, int n) {
     for (int i = 0; i < n; i++)
@@ -288,23 +383,25 @@ static void check_unique_names(const case_file *c, const run_config *configs, in
 }
 
 int cmd_run(int argc, char **argv) {
-    run_args a = {.out_dir = DEFAULT_OUT};
+    run_args a = {0};
     int rc = parse_args(argc, argv, &a, "");
     if (rc != -1) return rc;
-    char resume_cmd[4096], *resume_argv[MAX_ARGS];
+    char *resume_cmd = NULL, *resume_argv[MAX_ARGS], resume_dir[PATH_MAX];
+    csv_table *resume_meta = NULL;
     if (a.resume) {
-        if (a.case_path || a.backend || a.model || strcmp(a.out_dir, DEFAULT_OUT) != 0) {
+        if (a.case_path || a.backend || a.model || a.out_dir || a.hash_weights) {
             fprintf(stderr, "invar run: --resume DIR takes the run's options from "
                     "DIR/meta.csv; only -q may be added\n");
             return INVAR_EXIT_INPUT;
         }
-        resume_args(a.resume, &a, resume_cmd, sizeof resume_cmd, resume_argv);
+        resume_meta = resume_args(a.resume, &a, &resume_cmd, resume_argv, resume_dir);
     }
-    if (!a.case_path || a.out_dir[0] == '\0') {
+    if (!a.case_path) {
         fprintf(stderr, "invar run: --case FILE is required\n");
         usage(stderr);
         return INVAR_EXIT_INPUT;
     }
+    if (!a.out_dir) a.out_dir = DEFAULT_OUT;
 
     case_file *c = invar_calloc(1, sizeof *c, "case file");
     char err[1400];
@@ -321,9 +418,13 @@ int cmd_run(int argc, char **argv) {
     matrix_expand(c->axes, configs);
     check_unique_names(c, configs, (int)n);
     resolved_config *resolved = runner_resolve(c, configs, (int)n, &sel);
+    checkpoint_ids ids;
+    identify_checkpoints(c, a.hash_weights, &ids);
+    if (resume_meta) checkpoints_unchanged(a.resume, resume_meta, &ids);
+    csv_table_free(resume_meta);
 
     const char *out_dir = a.out_dir;
-    char summary_path[1100], divergence_path[1100];
+    char summary_path[PATH_MAX], divergence_path[PATH_MAX];
     report_name(summary_path, sizeof summary_path, out_dir, "summary.csv");
     report_name(divergence_path, sizeof divergence_path, out_dir, "divergence.csv");
     int summary_cols, divergence_cols;
@@ -335,7 +436,8 @@ int cmd_run(int argc, char **argv) {
     int *done_row = invar_calloc((size_t)n, sizeof *done_row, "finished rows");
     if (!a.resume) {
         host_make_dirs(out_dir);
-        write_meta(out_dir, c, argc, argv);
+        remove_stale_renders(out_dir);
+        write_meta(out_dir, c, &ids, argc, argv);
         o.summary = open_report(summary_path, summary_header, summary_cols);
         o.divergence = open_report(divergence_path, divergence_header, divergence_cols);
     } else {
@@ -381,7 +483,7 @@ int cmd_run(int argc, char **argv) {
     close_report(o.divergence);
     // JUnit XML, Markdown and plots are rendered from the CSVs, so any old report can be
     // re-rendered with `invar report render DIR`.
-    if (!report_render(out_dir, err, sizeof err))
+    if (!report_render_run(out_dir, err, sizeof err))
         invar_die(INVAR_EXIT_SYSTEM, "rendering the report in %s: %s", out_dir, err);
     if (!a.quiet)
         printf("reports: %s/{summary.csv,divergence.csv,meta.csv,junit.xml,summary.md}\n", out_dir);
@@ -392,6 +494,8 @@ int cmd_run(int argc, char **argv) {
     if (fflush(stdout) != 0)
         invar_die(INVAR_EXIT_SYSTEM, "writing stdout failed: %s", strerror(errno));
     csv_table_free(done);
+    free_checkpoint_ids(&ids);
+    free(resume_cmd);
     free(done_row);
     free(resolved);
     free(configs);

@@ -14,6 +14,7 @@
 #include "../kernels/bf16.h"        // invar_mix64
 #include "../kernels/check.h"       // invar_die, invar_malloc
 #include "../kernels/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available
+#include "cli_args.h"               // cli_take_once
 
 // --- batch sizes -----------------------------------------------------------------------------
 
@@ -25,6 +26,8 @@ const int kernel_check_quick_batch_sizes[] = {2, 7, 64, 256, 1024};
 const int kernel_check_quick_batch_sizes_count =
     (int)(sizeof kernel_check_quick_batch_sizes / sizeof kernel_check_quick_batch_sizes[0]);
 
+// Its own default directory: `invar run` writes build/report/run, and neither renders the other.
+#define DEFAULT_KERNELS_OUT "build/report/kernels"
 #define PROBES 4  // rows checked per batch: first, middle, last, and one at random
 
 // --- seeds -----------------------------------------------------------------------------------
@@ -288,7 +291,8 @@ static void usage(FILE *f) {
             "                     [--out DIR] [--quick] [--seed N] [--threads N]\n\n"
             "Checks every registered op of every matching kernel set: each probe row alone and\n"
             "inside batches of M rows, bitwise; accuracy against float64; outputs fully written.\n"
-            "Writes DIR/kernels.csv (default DIR: build/report). Exit 0: every expectation held;\n"
+            "Writes DIR/kernels.csv (default DIR: " DEFAULT_KERNELS_OUT "). Exit 0: every\n"
+            "expectation held;\n"
             "1: an invariant op varied or was inaccurate, or a reference op meant to vary never\n"
             "did; 2: bad usage.\n\nops:");
     for (const op_entry *op = op_table(); op->name; op++) fprintf(f, " %s", op->name);
@@ -306,7 +310,9 @@ static int count_shapes(const op_shape *s, bool quick) {
 }
 
 int cmd_kernels(int argc, char **argv) {
-    const char *device = "all", *set = "all", *op_name = NULL, *out = "build/report";
+    // NULL: not given (each flag is taken once, harness/cli_args.h); defaults after parsing.
+    const char *device = NULL, *set = NULL, *op_name = NULL, *out = NULL, *seed = NULL,
+               *threads_text = NULL;
     check_opts o = {.seed = 20240611};
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -317,15 +323,15 @@ int cmd_kernels(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--quick") == 0) {
             o.quick = true;
-        } else if (has_value && strcmp(a, "--device") == 0) {
-            device = argv[++i];
-        } else if (has_value && strcmp(a, "--set") == 0) {
-            set = argv[++i];
-        } else if (has_value && strcmp(a, "--op") == 0) {
-            op_name = argv[++i];
-        } else if (has_value && strcmp(a, "--out") == 0) {
-            out = argv[++i];
+        } else if (has_value && (strcmp(a, "--device") == 0 || strcmp(a, "--set") == 0 ||
+                                 strcmp(a, "--op") == 0 || strcmp(a, "--out") == 0)) {
+            const char **slot = a[2] == 'd' ? &device : a[2] == 's' ? &set
+                                : a[2] == 'o' && a[3] == 'p' ? &op_name : &out;
+            if (!cli_take_once("invar kernels", a, slot, argv[++i])) return 2;
         } else if (has_value && (strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0)) {
+            if (!cli_take_once("invar kernels", a, a[2] == 's' ? &seed : &threads_text,
+                               argv[i + 1]))
+                return 2;
             char *end;
             errno = 0;
             unsigned long long v = strtoull(argv[++i], &end, 10);
@@ -341,6 +347,9 @@ int cmd_kernels(int argc, char **argv) {
             return 2;
         }
     }
+    if (!device) device = "all";
+    if (!set) set = "all";
+    if (!out) out = DEFAULT_KERNELS_OUT;
     if (!matches(device, "cpu") && !matches(device, "cuda")) {
         fprintf(stderr, "invar kernels: unknown device '%s' (cpu, cuda or all)\n", device);
         return 2;
@@ -362,7 +371,8 @@ int cmd_kernels(int argc, char **argv) {
 
     host_make_dirs(out);
     char csv_path[4200];
-    snprintf(csv_path, sizeof csv_path, "%s/kernels.csv", out);
+    if (snprintf(csv_path, sizeof csv_path, "%s/kernels.csv", out) >= (int)sizeof csv_path)
+        invar_die(INVAR_EXIT_INPUT, "kernels: --out %s: path too long", out);
     report rep = {.seed = o.seed};
     rep.csv = fopen(csv_path, "w");
     if (!rep.csv) invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot write %s: %s", csv_path,

@@ -39,7 +39,8 @@ bool resolve_select_backend(case_file *c, const char *flag, backend_selection *s
         if (!select_one(c, flag, sel->where, err, err_len)) return false;
     } else if (in_case->line > 0) {
         sel->origin = SELECTED_BY_CASE;
-        snprintf(sel->where, sizeof sel->where, "%s:%d", c->path, in_case->line);
+        // A case path may be up to PATH_MAX long; where (a message) keeps its first 560.
+        snprintf(sel->where, sizeof sel->where, "%.560s:%d", c->path, in_case->line);
     } else if (env && env[0] != '\0') {
         sel->origin = SELECTED_BY_ENV;
         snprintf(sel->where, sizeof sel->where, "%s", RESOLVE_BACKEND_ENV);

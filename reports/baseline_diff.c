@@ -3,6 +3,7 @@
 
 #include <ctype.h>             // tolower
 #include <errno.h>             // errno
+#include <limits.h>            // PATH_MAX
 #include <stdlib.h>            // free
 #include <string.h>            // strcmp, strlen, strerror, strcspn
 #include <strings.h>           // strcasecmp, strcasestr
@@ -32,6 +33,35 @@ static void report_dir_free(report_dir *d) {
     for (int i = 0; i < N_TABLES; i++) csv_table_free(d->t[i]);
 }
 
+// A summary.csv or kernels.csv the diff can read: the column that names its checks, at least
+// one row, and a name in every row. Anything else (random bytes, a header alone, another
+// file's columns) would make every baseline check "vanished" and hide a regression.
+static bool verdict_table_usable(const csv_table *t, const char *name_col, const char *writer,
+                                 char *err, int len) {
+    if (!t) return true;
+    int col = csv_col(t, name_col);
+    if (col < 0 || csv_col_any(t, (const char *const[]){"verdict", "status", "pass", NULL}) < 0) {
+        // The header's text is not quoted: random bytes would go to the terminal.
+        snprintf(err, (size_t)len, "%s: not a report of %s: no '%s' column in its header "
+                 "(%d column%s)", t->path, writer, col < 0 ? name_col : "verdict", t->ncols,
+                 t->ncols == 1 ? "" : "s");
+        return false;
+    }
+    if (t->nrows == 0) {
+        snprintf(err, (size_t)len, "%s: a header and no rows: the run wrote nothing to compare",
+                 t->path);
+        return false;
+    }
+    for (int r = 0; r < t->nrows; r++) {
+        if (csv_at(t, r, col)[0] == '\0') {
+            snprintf(err, (size_t)len, "%s: row %d (line %d at the earliest): empty '%s'", t->path,
+                     r + 1, r + 2, name_col);
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool report_dir_load(report_dir *d, const char *dir, char *err, int len) {
     d->dir = dir;
     struct stat st;
@@ -43,7 +73,7 @@ static bool report_dir_load(report_dir *d, const char *dir, char *err, int len) 
     }
     bool any = false;
     for (int i = 0; i < N_TABLES; i++) {
-        char path[1200];
+        char path[PATH_MAX];
         if (!report_path(path, sizeof path, dir, table_files[i])) {
             snprintf(err, (size_t)len, "%s: path too long", dir);
             return false;
@@ -52,10 +82,13 @@ static bool report_dir_load(report_dir *d, const char *dir, char *err, int len) 
         if (!d->t[i] && err[0]) return false;
         any |= d->t[i] && i != T_META;
     }
-    if (!any)
+    if (!any) {
         snprintf(err, (size_t)len, "%s: no report CSV (summary.csv, kernels.csv, bench_gemm.csv, "
                  "bench_mla.csv)", dir);
-    return any;
+        return false;
+    }
+    return verdict_table_usable(d->t[T_SUMMARY], "config", "invar run", err, len) &&
+           verdict_table_usable(d->t[T_KERNELS], "op", "invar kernels", err, len);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -356,7 +389,7 @@ static void checks_of(const report_dir *b, const report_dir *n, int table, FILE 
     free(cn);
 }
 
-int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pct,
+int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pct, bool partial,
                   FILE *console, diff_result *out, char *err, int len) {
     diff_result r = {0};
     if (out) *out = r;
@@ -394,21 +427,25 @@ int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pc
     }
     if (fclose(md_f) != 0) invar_die(INVAR_EXIT_SYSTEM, "diff: writing to memory failed");
 
-    int regressions = r.regressions + r.slower;
+    // A check that vanished is no longer known to pass: a regression, unless the new report
+    // covers only part of the matrix on purpose (--partial).
+    int vanished_regressions = partial ? 0 : r.vanished;
+    int regressions = r.regressions + r.slower + vanished_regressions;
     char totals[512];
     snprintf(totals, sizeof totals,
-             "%d regression%s (%d failing now, %d benchmark median%s slower than %.3g%%), "
-             "%d fixed, %d still failing, %d now skipped, %d new, %d vanished; "
+             "%d regression%s (%d failing now, %d vanished, %d benchmark median%s slower than "
+             "%.3g%%), %d fixed, %d still failing, %d now skipped, %d new, %d vanished%s; "
              "%d benchmark medians compared, %d faster",
-             regressions, regressions == 1 ? "" : "s", r.regressions, r.slower,
-             r.slower == 1 ? "" : "s", threshold_pct, r.fixed, r.still_failing, r.now_skipped,
-             r.added, r.vanished, r.bench_compared, r.faster);
+             regressions, regressions == 1 ? "" : "s", r.regressions, vanished_regressions,
+             r.slower, r.slower == 1 ? "" : "s", threshold_pct, r.fixed, r.still_failing,
+             r.now_skipped, r.added, r.vanished, partial ? " (--partial: not regressions)" : "",
+             r.bench_compared, r.faster);
     if (console) {
         fprintf(console, "diff %s -> %s: %s\n", base_dir, new_dir, totals);
         fflush(console);
     }
 
-    char path[1200];
+    char path[PATH_MAX];
     report_file rf;
     bool ok = report_path(path, sizeof path, new_dir, "diff.md");
     if (!ok) snprintf(err, (size_t)len, "%s/diff.md: path too long", new_dir);

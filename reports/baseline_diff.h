@@ -26,10 +26,13 @@ typedef struct {
 } diff_result;
 
 // Compares the two directories. Returns 0 (no regression), 1 (a regression: a check that
-// fails now, or a benchmark slower than threshold_pct percent), 2 (bad input: a directory
-// missing, no report CSV in it, summary.csv on one side only, a CSV that does not parse) or
-// 3 (diff.md could not be written), with the cause in err for 2 and 3. console may be NULL.
-int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pct,
+// fails now, a check of the baseline missing from the new report unless `partial` (the new
+// report covers only part of the matrix), or a benchmark slower than threshold_pct percent),
+// 2 (bad input: a directory missing, no report CSV in it, summary.csv on one side only, a CSV
+// that does not parse, a summary.csv or kernels.csv without its name or verdict column, with
+// no rows or a row without a name) or 3 (diff.md could not be written), with the cause in err
+// (naming the file) for 2 and 3. console may be NULL.
+int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pct, bool partial,
                   FILE *console, diff_result *out, char *err, int len);
 
 // Whether a benchmark column is a key (true) or a measurement (false): a column is a

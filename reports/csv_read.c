@@ -78,6 +78,7 @@ csv_table *csv_table_read(const char *path, bool optional, char *err, int err_le
         return NULL;
     }
     csv_table *t = invar_calloc(1, sizeof *t, "csv table");
+    // fopen took the path, so it is shorter than PATH_MAX and fits.
     snprintf(t->path, sizeof t->path, "%s", path);
     reader r = {.t = t};
     struct csv_parser p;

@@ -4,10 +4,11 @@
 #ifndef INVAR_REPORTS_CSV_READ_H
 #define INVAR_REPORTS_CSV_READ_H
 
+#include <limits.h>   // PATH_MAX
 #include <stdbool.h>  // bool
 
 typedef struct {
-    char path[512];
+    char path[PATH_MAX];
     int ncols, nrows;   // header columns; data rows (the header not counted)
     char **header;      // ncols names
     char **cells;       // nrows * ncols values, row-major; a short row is padded with ""

@@ -3,6 +3,7 @@
 
 #include <csv.h>                // csv_fwrite
 #include <errno.h>              // errno
+#include <limits.h>             // PATH_MAX
 #include <stdio.h>              // FILE, fopen, fputc, fflush, fclose, snprintf
 #include <stdlib.h>             // free
 #include <string.h>             // strlen, strerror
@@ -11,7 +12,7 @@
 
 struct csv_report {
     FILE *f;
-    char path[512];
+    char path[PATH_MAX];
     int ncols;
 };
 
@@ -40,7 +41,12 @@ static bool write_line(csv_report *r, const char *const *fields, char *err, int 
 csv_report *csv_report_open(const char *path, const char *const *header, int ncols, char *err,
                             int err_len) {
     csv_report *r = invar_calloc(1, sizeof *r, "csv report");
-    snprintf(r->path, sizeof r->path, "%s", path);
+    if (snprintf(r->path, sizeof r->path, "%s", path) >= (int)sizeof r->path) {
+        snprintf(err, (size_t)err_len, "%s: path too long (at most %d characters)", path,
+                 PATH_MAX - 1);
+        free(r);
+        return NULL;
+    }
     r->ncols = ncols;
     errno = 0;
     r->f = fopen(path, "w");

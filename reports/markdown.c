@@ -1,6 +1,7 @@
 // reports/markdown.c — the Markdown summary (reports/markdown.h).
 #include "markdown.h"
 
+#include <limits.h>            // PATH_MAX
 #include <stdio.h>             // FILE, fprintf, fputs, fputc, snprintf
 #include <stdlib.h>            // free
 #include <string.h>            // strchr, strcmp, strlen, strncmp, strstr
@@ -477,9 +478,10 @@ static const char *const plot_files[][2] = {
 static void write_plots(FILE *f, const char *plots_dir) {
     bool any = false;
     for (size_t i = 0; plots_dir && i < sizeof plot_files / sizeof plot_files[0]; i++) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s", plots_dir, plot_files[i][0]);
-        if (access(path, R_OK) != 0) continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", plots_dir, plot_files[i][0]) >= (int)sizeof path ||
+            access(path, R_OK) != 0)
+            continue;
         if (!any) fputs("## Plots\n\n", f);
         any = true;
         fprintf(f, "![%s](plots/%s)\n\n", plot_files[i][1], plot_files[i][0]);

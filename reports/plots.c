@@ -3,6 +3,7 @@
 
 #include <errno.h>             // errno, EEXIST
 #include <fcntl.h>             // open, O_WRONLY, O_CREAT, O_TRUNC
+#include <limits.h>            // PATH_MAX
 #include <math.h>              // isnan, NAN
 #include <stdio.h>             // FILE, fopen, fprintf, popen, snprintf
 #include <stdlib.h>            // getenv, qsort, free, strtol
@@ -84,14 +85,17 @@ static bool run_gnuplot(const char *plots_dir, const char *script, char *err, in
 // ---------------------------------------------------------------------------------------------
 
 typedef struct {
-    char dir[1024];      // DIR/plots
+    char dir[PATH_MAX];  // DIR/plots
     bool cairo;
     int drawn;
 } plot_ctx;
 
 static FILE *open_in(const plot_ctx *p, const char *name, char *err, int len) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", p->dir, name);
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", p->dir, name) >= (int)sizeof path) {
+        snprintf(err, (size_t)len, "%s/%s: path too long", p->dir, name);
+        return NULL;
+    }
     errno = 0;
     FILE *f = fopen(path, "w");
     if (!f) snprintf(err, (size_t)len, "%s: open failed: %s", path, strerror(errno));
@@ -107,9 +111,9 @@ static bool close_in(const plot_ctx *p, FILE *f, const char *name, char *err, in
 }
 
 static void remove_in(const plot_ctx *p, const char *name) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", p->dir, name);
-    unlink(path);
+    char path[PATH_MAX];
+    // A name that does not fit names no file to remove.
+    if (snprintf(path, sizeof path, "%s/%s", p->dir, name) < (int)sizeof path) unlink(path);
 }
 
 // A gnuplot single-quoted string: only ' needs escaping (doubled). A tic label is also a
@@ -659,10 +663,11 @@ bool plots_render(const char *dir, const plot_inputs *in, int *drawn, char *err,
                                             "throughput", "tokens_per_s", "tok_s", NULL};
     bool ok = invariance_matrix(&p, in->summary, in->divergence, err, len) &&
               divergence_by_step(&p, in->divergence, err, len) &&
-              bench_plot(&p, in->bench_gemm, "bench_gemm", "GEMM throughput", gemm_rates, err,
-                         len) &&
-              bench_plot(&p, in->bench_mla, "bench_mla", "MLA decode attention throughput",
-                         mla_rates, err, len);
+              (in->bench_foreign ||
+               (bench_plot(&p, in->bench_gemm, "bench_gemm", "GEMM throughput", gemm_rates, err,
+                           len) &&
+                bench_plot(&p, in->bench_mla, "bench_mla", "MLA decode attention throughput",
+                           mla_rates, err, len)));
     if (drawn) *drawn = p.drawn;
     return ok;
 }

@@ -16,6 +16,7 @@
 
 typedef struct {
     const csv_table *summary, *divergence, *bench_gemm, *bench_mla;  // any may be NULL
+    bool bench_foreign;  // the bench plots belong to another command: neither drawn nor removed
 } plot_inputs;
 
 // Draws the plots into DIR/plots. False with the cause in err when a file cannot be written

@@ -2,6 +2,7 @@
 #include "render.h"
 
 #include <errno.h>         // errno
+#include <limits.h>        // PATH_MAX
 #include <stdio.h>         // FILE, fprintf, snprintf
 #include <string.h>        // strerror
 #include <sys/stat.h>      // stat, S_ISDIR
@@ -21,7 +22,11 @@ static void free_tables(csv_table **t) {
     for (int i = 0; i < N_TABLES; i++) csv_table_free(t[i]);
 }
 
-int report_render_dir(const char *dir, render_what what, FILE *console, char *err, int len) {
+// `run_only`: read summary.csv, divergence.csv and meta.csv only (what `invar run` writes), so
+// other CSVs in the directory (an earlier kernels.csv, bench_*.csv) are never rendered into
+// the run's junit.xml and summary.md, nor their plots touched.
+static int render(const char *dir, render_what what, bool run_only, FILE *console, char *err,
+                  int len) {
     struct stat st;
     errno = 0;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -32,7 +37,8 @@ int report_render_dir(const char *dir, render_what what, FILE *console, char *er
     csv_table *t[N_TABLES] = {0};
     bool any = false;
     for (int i = 0; i < N_TABLES; i++) {
-        char path[1200];
+        if (run_only && i != T_SUMMARY && i != T_DIVERGENCE && i != T_META) continue;
+        char path[PATH_MAX];
         if (!report_path(path, sizeof path, dir, table_files[i])) {
             snprintf(err, (size_t)len, "%s: path too long", dir);
             free_tables(t);
@@ -51,20 +57,25 @@ int report_render_dir(const char *dir, render_what what, FILE *console, char *er
         return 2;
     }
 
-    char path[1200], plots_dir[1200];
-    snprintf(plots_dir, sizeof plots_dir, "%s/plots", dir);
+    char path[PATH_MAX], plots_dir[PATH_MAX];
+    if (!report_path(plots_dir, sizeof plots_dir, dir, "plots") ||
+        !report_path(path, sizeof path, dir, "summary.md")) {
+        snprintf(err, (size_t)len, "%s: path too long", dir);
+        free_tables(t);
+        return 2;
+    }
     int drawn = 0;
-    plot_inputs in = {t[T_SUMMARY], t[T_DIVERGENCE], t[T_GEMM], t[T_MLA]};
+    plot_inputs in = {t[T_SUMMARY], t[T_DIVERGENCE], t[T_GEMM], t[T_MLA], .bench_foreign = run_only};
     bool ok = plots_render(dir, &in, &drawn, err, len);
     if (ok && console && drawn) fprintf(console, "wrote %d plot%s in %s\n", drawn,
                                         drawn == 1 ? "" : "s", plots_dir);
     if (ok && what == RENDER_ALL && (t[T_SUMMARY] || t[T_KERNELS])) {
-        snprintf(path, sizeof path, "%s/junit.xml", dir);
+        report_path(path, sizeof path, dir, "junit.xml");  // fits: "summary.md" did
         ok = junit_write(path, t[T_SUMMARY], t[T_KERNELS], t[T_META], err, len);
         if (ok && console) fprintf(console, "wrote %s\n", path);
     }
     if (ok && what == RENDER_ALL) {
-        snprintf(path, sizeof path, "%s/summary.md", dir);
+        report_path(path, sizeof path, dir, "summary.md");
         ok = markdown_write(path, t[T_SUMMARY], t[T_KERNELS], t[T_META], plots_dir, err, len);
         if (ok && console) fprintf(console, "wrote %s\n", path);
     }
@@ -72,6 +83,10 @@ int report_render_dir(const char *dir, render_what what, FILE *console, char *er
     return ok ? 0 : 3;
 }
 
-bool report_render(const char *dir, char *err, int len) {
-    return report_render_dir(dir, RENDER_ALL, NULL, err, len) == 0;
+int report_render_dir(const char *dir, render_what what, FILE *console, char *err, int len) {
+    return render(dir, what, false, console, err, len);
+}
+
+bool report_render_run(const char *dir, char *err, int len) {
+    return render(dir, RENDER_ALL, true, NULL, err, len) == 0;
 }

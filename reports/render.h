@@ -18,7 +18,9 @@ typedef enum {
 // console (may be NULL) gets one line per file written.
 int report_render_dir(const char *dir, render_what what, FILE *console, char *err, int len);
 
-// report_render_dir(dir, RENDER_ALL, NULL, ...) == 0: for `invar run` at the end of a run.
-bool report_render(const char *dir, char *err, int len);
+// For `invar run` at the end of a run: junit.xml, summary.md and the plots from the files the
+// run owns (summary.csv, divergence.csv, meta.csv) only; other CSVs in DIR are left alone and
+// not rendered. True when done.
+bool report_render_run(const char *dir, char *err, int len);
 
 #endif

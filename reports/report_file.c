@@ -3,7 +3,7 @@
 
 #include <errno.h>      // errno
 #include <stdio.h>      // fopen, fflush, ferror, fclose, rename, remove, snprintf
-#include <string.h>     // strerror
+#include <string.h>     // strerror, strlen
 #include <unistd.h>     // fsync, fileno, getpid
 
 static bool fail(const report_file *rf, const char *what, char *err, int err_len) {
@@ -17,8 +17,14 @@ bool report_path(char *buf, int len, const char *dir, const char *name) {
 }
 
 bool report_file_open(report_file *rf, const char *path, char *err, int err_len) {
-    snprintf(rf->path, sizeof rf->path, "%s", path);
-    snprintf(rf->tmp, sizeof rf->tmp, "%s.tmp.%ld", path, (long)getpid());
+    rf->f = NULL;
+    if (snprintf(rf->path, sizeof rf->path, "%s", path) >= (int)sizeof rf->path ||
+        snprintf(rf->tmp, sizeof rf->tmp, "%s.tmp.%ld", path, (long)getpid()) >=
+            (int)sizeof rf->tmp) {
+        snprintf(err, (size_t)err_len, "%s: path too long (%zu characters, at most %d)", path,
+                 strlen(path), PATH_MAX - 1);
+        return false;
+    }
     errno = 0;
     rf->f = fopen(rf->tmp, "w");
     if (!rf->f) return fail(rf, "open (temporary file)", err, err_len);

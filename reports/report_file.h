@@ -4,16 +4,18 @@
 #ifndef INVAR_REPORTS_REPORT_FILE_H
 #define INVAR_REPORTS_REPORT_FILE_H
 
+#include <limits.h>   // PATH_MAX
 #include <stdbool.h>  // bool
 #include <stdio.h>    // FILE
 
 typedef struct {
     FILE *f;           // write the contents here
-    char path[1024];   // the final name
-    char tmp[1100];    // the temporary name
+    char path[PATH_MAX];     // the final name
+    char tmp[PATH_MAX + 32]; // the temporary name
 } report_file;
 
-// Opens the temporary file. False with "PATH: ... failed: cause" in err.
+// Opens the temporary file. False with "PATH: ... failed: cause" in err (a path of PATH_MAX
+// characters or more: "PATH: path too long").
 bool report_file_open(report_file *rf, const char *path, char *err, int err_len);
 
 // Checks every write went through, closes and renames over the final name. On any failure

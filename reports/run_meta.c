@@ -3,10 +3,12 @@
 
 #include <csv.h>            // csv_fwrite
 #include <errno.h>          // errno
+#include <limits.h>         // PATH_MAX
+#include <stdlib.h>         // free
 #include <stdio.h>          // FILE, popen, pclose, fgets, fopen, fread, snprintf
 #include <string.h>         // strlen, strncmp, strchr, strcspn, strspn, strcat, strerror, strcmp
 #include <time.h>           // time, gmtime_r, strftime
-#include <unistd.h>         // gethostname
+#include <unistd.h>         // gethostname, getcwd
 #include <xxhash.h>         // XXH64_createState, XXH64_update, XXH64_digest
 
 #include "report_file.h"    // report_file_open, report_file_commit
@@ -88,23 +90,35 @@ static bool file_xxh64(const char *path, char *hex, int len, char *err, int err_
 }
 
 // The command line as a shell would need it back: arguments with odd characters single-quoted.
-static void join_argv(int argc, char *const *argv, char *buf, int len) {
-    int n = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < argc && n < len; i++) {
+// Written whole however long (paths of up to PATH_MAX characters), so --resume can read it back;
+// NULL when memory runs out.
+static char *join_argv(int argc, char *const *argv) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         bool plain = a[0] != '\0' && a[strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
                                                  "VWXYZ0123456789-_=./:,+@%")] == '\0';
-        if (i > 0 && n < len) n += snprintf(buf + n, (size_t)(len - n), " ");
+        if (i > 0) fputc(' ', f);
         if (plain) {
-            n += snprintf(buf + n, (size_t)(len - n), "%s", a);
+            fputs(a, f);
             continue;
         }
-        if (n < len) n += snprintf(buf + n, (size_t)(len - n), "'");
-        for (const char *p = a; *p && n < len; p++)
-            n += snprintf(buf + n, (size_t)(len - n), *p == '\'' ? "'\\''" : "%c", *p);
-        if (n < len) n += snprintf(buf + n, (size_t)(len - n), "'");
+        fputc('\'', f);
+        for (const char *p = a; *p; p++) {
+            if (*p == '\'') fputs("'\\''", f);
+            else fputc(*p, f);
+        }
+        fputc('\'', f);
     }
+    bool ok = !ferror(f);
+    if (fclose(f) != 0 || !ok) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -121,7 +135,8 @@ static void put_row(FILE *f, const char *key, const char *value) {
 }
 
 bool run_meta_write(const char *dir, const run_meta_input *in, char *err, int len) {
-    char commit[128], date[64], host[256], cpu[256], hash[32] = "-", seed[32] = "-", cmd[4096];
+    char commit[128], date[64], host[256], cpu[256], hash[32] = "-", seed[32] = "-";
+    char cwd[PATH_MAX];
     git_commit(commit, sizeof commit);
     time_t now = time(NULL);
     struct tm utc;
@@ -135,15 +150,27 @@ bool run_meta_write(const char *dir, const run_meta_input *in, char *err, int le
     cpu_model(cpu, sizeof cpu);
     if (in->case_path && !file_xxh64(in->case_path, hash, sizeof hash, err, len)) return false;
     if (in->has_seed) snprintf(seed, sizeof seed, "%llu", (unsigned long long)in->seed);
-    join_argv(in->argc, in->argv, cmd, sizeof cmd);
+    // Relative paths of the command line and the case file mean what they meant here.
+    if (!getcwd(cwd, sizeof cwd)) {
+        snprintf(err, (size_t)len, "getcwd failed: %s", strerror(errno));
+        return false;
+    }
 
-    char path[1024];
+    char path[PATH_MAX];
     if (!report_path(path, sizeof path, dir, "meta.csv")) {
         snprintf(err, (size_t)len, "%s/meta.csv: path too long", dir);
         return false;
     }
+    char *cmd = join_argv(in->argc, in->argv);
+    if (!cmd) {
+        snprintf(err, (size_t)len, "%s: out of memory for the command line", path);
+        return false;
+    }
     report_file rf;
-    if (!report_file_open(&rf, path, err, len)) return false;
+    if (!report_file_open(&rf, path, err, len)) {
+        free(cmd);
+        return false;
+    }
     put_row(rf.f, "key", "value");
     put_row(rf.f, "invar_commit", commit);
     put_row(rf.f, "date_utc", date);
@@ -158,6 +185,9 @@ bool run_meta_write(const char *dir, const run_meta_input *in, char *err, int le
     put_row(rf.f, "case_xxh64", hash);
     put_row(rf.f, "command_line", cmd);
     put_row(rf.f, "seed", seed);
+    put_row(rf.f, "working_directory", cwd);
+    for (int i = 0; i < in->n_extra; i++) put_row(rf.f, in->extra_keys[i], in->extra_values[i]);
+    free(cmd);
     return report_file_commit(&rf, err, len);
 }
 

@@ -1,7 +1,10 @@
 // reports/run_meta.h — DIR/meta.csv: what a report was made from, so two reports can always be
 // told apart and reproduced. key,value rows:
 //   invar_commit, date_utc, host, device, cpu_model, driver, cuda_runtime, cublas,
-//   compute_capability, case_file, case_xxh64, command_line, seed
+//   compute_capability, case_file, case_xxh64, command_line, seed, working_directory (where the
+//   run started: relative paths of the command line and the case file are relative to it),
+//   then the caller's extra rows (`invar run`: "checkpoint:DIR" per checkpoint directory,
+//   harness/checkpoint_id.h)
 // Written at the start of a run (harness/cmd_run.c) and read back by the report writers.
 #ifndef INVAR_REPORTS_RUN_META_H
 #define INVAR_REPORTS_RUN_META_H
@@ -25,6 +28,9 @@ typedef struct {
     char *const *argv;
     bool has_seed;
     uint64_t seed;
+    int n_extra;                     // rows after the fixed ones
+    const char *const *extra_keys;
+    const char *const *extra_values;
 } run_meta_input;
 
 // Writes DIR/meta.csv (temporary name, then rename). False with the file and cause in err;

@@ -5,7 +5,7 @@
 # the GPU matrix. Prints one closing line "N passed, N failed, N skipped" (suites, not cases).
 set -u
 BUILD=${1:-build}
-REPORT="$BUILD/report"
+REPORT="$BUILD/report"  # each report kind in its own directory: run/CASE, kernels/DEVICE
 passed=0 failed=0 skipped=0
 failures=()
 
@@ -41,9 +41,9 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
     gpu=1
 fi
 
-suite "invar kernels --device cpu" "$BUILD/invar" kernels --device cpu --out "$REPORT/kernels-cpu"
+suite "invar kernels --device cpu" "$BUILD/invar" kernels --device cpu --out "$REPORT/kernels/cpu"
 if [ "$gpu" = 1 ]; then
-    suite "invar kernels --device cuda" "$BUILD/invar" kernels --device cuda --out "$REPORT/kernels-cuda"
+    suite "invar kernels --device cuda" "$BUILD/invar" kernels --device cuda --out "$REPORT/kernels/cuda"
 else
     echo
     echo "=== SKIP: invar kernels --device cuda: no CUDA device (nvidia-smi lists no GPU)"
@@ -53,11 +53,11 @@ fi
 # small-model: the adversarial set is the negative control where the reference set can be
 # order-free (its CUDA configs run only on a GPU); sampled: temperature > 0, per-request seeds.
 for c in ci backends sampled small-model; do
-    suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/$c"
+    suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
 # The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts
 # checked against summary.csv), Markdown, plots.
-suite "invar report render $REPORT/ci" "$BUILD/invar" report render "$REPORT/ci"
+suite "invar report render $REPORT/run/ci" "$BUILD/invar" report render "$REPORT/run/ci"
 # One <testcase> per summary.csv row (config rows never span lines: the runner writes no newline
 # inside a field).
 junit_matches_summary() {
@@ -67,9 +67,9 @@ junit_matches_summary() {
     echo "junit.xml: $cases testcases; summary.csv: $rows config rows"
     [ "$cases" = "$rows" ]
 }
-suite "junit.xml matches summary.csv" junit_matches_summary "$REPORT/ci"
+suite "junit.xml matches summary.csv" junit_matches_summary "$REPORT/run/ci"
 if xmllint --version >/dev/null 2>&1; then
-    suite "junit.xml is well-formed (xmllint)" xmllint --noout "$REPORT/ci/junit.xml"
+    suite "junit.xml is well-formed (xmllint)" xmllint --noout "$REPORT/run/ci/junit.xml"
 else
     echo
     echo "=== SKIP: junit.xml validation: xmllint not available (Debian: libxml2-utils)"
@@ -80,10 +80,11 @@ fi
 # directories as models give what the named configs give.
 suite "invar run --resume after SIGKILL (tests/test_resume.sh)" bash tests/test_resume.sh "$BUILD"
 suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/test_model_dir.sh "$BUILD"
+suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
 
 for c in gpu; do
     if [ "$gpu" = 1 ]; then
-        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/$c"
+        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
     else
         echo
         echo "=== SKIP: invar run --case cases/$c.ini: no CUDA device (nvidia-smi lists no GPU)"

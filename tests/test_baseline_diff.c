@@ -121,7 +121,7 @@ static void flags_regression_and_slowdown(void **state) {
     char err[1024];
     FILE *devnull = fopen("/dev/null", "w");
     assert_non_null(devnull);
-    int rc = baseline_diff(d.base, d.now, BASELINE_DIFF_DEFAULT_THRESHOLD, devnull, &r, err,
+    int rc = baseline_diff(d.base, d.now, BASELINE_DIFF_DEFAULT_THRESHOLD, false, devnull, &r, err,
                            sizeof err);
     assert_int_equal(rc, 1);
     assert_int_equal(r.regressions, 1);
@@ -144,7 +144,7 @@ static void flags_regression_and_slowdown(void **state) {
     assert_non_null(strstr(md, "+10.0%"));
 
     // With a threshold above the slowdown, only the config regression is left.
-    rc = baseline_diff(d.base, d.now, 15.0, devnull, &r, err, sizeof err);
+    rc = baseline_diff(d.base, d.now, 15.0, false, devnull, &r, err, sizeof err);
     assert_int_equal(rc, 1);
     assert_int_equal(r.slower, 0);
     assert_int_equal(r.regressions, 1);
@@ -167,12 +167,12 @@ static void small_slowdown_is_not_a_regression(void **state) {
     char err[1024];
     FILE *devnull = fopen("/dev/null", "w");
     assert_non_null(devnull);
-    assert_int_equal(baseline_diff(d.base, d.now, 5.0, devnull, &r, err, sizeof err), 0);
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, devnull, &r, err, sizeof err), 0);
     assert_int_equal(r.slower, 0);
     assert_int_equal(r.regressions, 0);
     // A 20% speed-up is reported, not a regression.
     write_bench(d.now, seed, (int)(seed % 6), 0.8);
-    assert_int_equal(baseline_diff(d.base, d.now, 5.0, devnull, &r, err, sizeof err), 0);
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, devnull, &r, err, sizeof err), 0);
     assert_int_equal(r.faster, 1);
     assert_non_null(strstr(slurp(d.now, "diff.md"), "faster than 5%"));
     assert_int_equal(fclose(devnull), 0);
@@ -186,17 +186,51 @@ static void bad_input_exits_2(void **state) {
     diff_result r;
     char err[1024], missing[128];
     snprintf(missing, sizeof missing, "%s/no-such-dir", d.root);
-    assert_int_equal(baseline_diff(missing, d.now, 5.0, NULL, &r, err, sizeof err), 2);
+    assert_int_equal(baseline_diff(missing, d.now, 5.0, false, NULL, &r, err, sizeof err), 2);
     assert_non_null(strstr(err, missing));
     // Empty directories: no report CSV.
-    assert_int_equal(baseline_diff(d.base, d.now, 5.0, NULL, &r, err, sizeof err), 2);
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, NULL, &r, err, sizeof err), 2);
     assert_non_null(strstr(err, "no report CSV"));
     // summary.csv on one side only names the missing file.
     const char *names[] = {"cpu/a"}, *verdicts[] = {"PASS"};
     write_summary(d.base, names, verdicts, 1, fresh_seed());
     write_bench(d.now, fresh_seed(), -1, 1.0);
-    assert_int_equal(baseline_diff(d.base, d.now, 5.0, NULL, &r, err, sizeof err), 2);
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, NULL, &r, err, sizeof err), 2);
     assert_non_null(strstr(err, "new/summary.csv"));
+    remove_dirs(&d);
+}
+
+// Issue 12, defect 4: a summary.csv that cannot be read as a report is exit 2 naming it, never
+// "every config vanished, no regression"; a vanished config is a regression unless `partial`.
+static void unreadable_report_and_vanished_configs(void **state) {
+    (void)state;
+    dirs d;
+    make_dirs(&d);
+    const char *names[] = {"cpu/a", "cpu/b"}, *verdicts[] = {"PASS", "PASS"};
+    write_summary(d.base, names, verdicts, 2, fresh_seed());
+    static const char *const bad[][2] = {
+        {"\x01\x9c\xff garbage\x02\n\x17\xfe\n", "no 'config' column"},
+        {"case,config,device,verdict\n", "a header and no rows"},
+        {"case,device,verdict\nnightly,cpu,PASS\n", "no 'config' column"},
+        {"case,config,device,verdict\nnightly,,cpu,PASS\n", "empty 'config'"},
+    };
+    diff_result r;
+    char err[1024], want[256];
+    snprintf(want, sizeof want, "%s/summary.csv", d.now);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(d.now, "summary.csv", bad[i][0]);
+        assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, NULL, &r, err, sizeof err), 2);
+        assert_non_null(strstr(err, want));
+        assert_non_null(strstr(err, bad[i][1]));
+    }
+    const char *part[] = {"cpu/a"};
+    write_summary(d.now, part, verdicts, 1, fresh_seed());
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, NULL, &r, err, sizeof err), 1);
+    assert_int_equal(r.vanished, 1);
+    assert_int_equal(r.regressions, 0);
+    assert_non_null(strstr(slurp(d.now, "diff.md"), "1 regression (0 failing now, 1 vanished"));
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, true, NULL, &r, err, sizeof err), 0);
+    assert_int_equal(r.vanished, 1);
     remove_dirs(&d);
 }
 
@@ -216,6 +250,7 @@ int main(void) {
         cmocka_unit_test(flags_regression_and_slowdown),
         cmocka_unit_test(small_slowdown_is_not_a_regression),
         cmocka_unit_test(bad_input_exits_2),
+        cmocka_unit_test(unreadable_report_and_vanished_configs),
         cmocka_unit_test(key_columns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,8 @@
 #include <cmocka.h>   // cmocka test API
 
 #include <stdio.h>    // FILE, fdopen, fputs, fclose, snprintf
-#include <stdlib.h>   // mkstemp
+#include <limits.h>   // PATH_MAX
+#include <stdlib.h>   // mkstemp, calloc, malloc, free
 #include <string.h>   // strstr, strncmp, strchr, strlen, memcpy, memset
 #include <unistd.h>   // unlink
 
@@ -266,6 +267,39 @@ static void syntax_error(void **state) {
     expect_error_replacing(6, "[prompts\n", "syntax error");
 }
 
+// top_k = 0 is valid: only the chosen token and its logprob are compared (README, case files).
+static void top_k_zero_compares_the_chosen_token_only(void **state) {
+    (void)state;
+    char text[2048], path[64], err[512];
+    replace_line(text, sizeof text, 11, "top_k = 0\n");
+    write_case(text, path, sizeof path);
+    case_file *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    bool ok = case_file_load(path, c, err, sizeof err);
+    if (!ok) fail_msg("%s", err);
+    assert_int_equal(c->top_k, 0);
+    free(c);
+    unlink(path);
+    expect_error_replacing(11, "top_k = -1\n", "[prompts] top_k: bad number '-1'");
+}
+
+// A path of PATH_MAX characters or more is refused by name, never cut (issue 12, defect 7).
+static void path_too_long(void **state) {
+    (void)state;
+    char *path = malloc(PATH_MAX + 16), err[1024];
+    assert_non_null(path);
+    memset(path, 'a', PATH_MAX + 15);
+    path[0] = '/';
+    path[PATH_MAX + 15] = '\0';
+    case_file *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    assert_false(case_file_load(path, c, err, sizeof err));
+    assert_non_null(strstr(err, "path too long"));
+    assert_int_equal(strncmp(err, "/aaaa", 5), 0);
+    free(c);
+    free(path);
+}
+
 static void missing_file(void **state) {
     (void)state;
     case_file c;
@@ -329,6 +363,8 @@ int main(void) {
         cmocka_unit_test(duplicate_key),
         cmocka_unit_test(syntax_error),
         cmocka_unit_test(missing_file),
+        cmocka_unit_test(top_k_zero_compares_the_chosen_token_only),
+        cmocka_unit_test(path_too_long),
         cmocka_unit_test(missing_required_key),
         cmocka_unit_test(conflicting_settings),
         cmocka_unit_test(run_exits_2_on_bad_input),

@@ -137,4 +137,50 @@ case_file truncated "model = $work/truncated"
 expect_refusal "a truncated safetensors file" "safetensors" --case "$work/truncated.ini"
 expect_refusal "an unknown model name" "unknown model 'no-such-model'" \
     --case "$work/named.ini" --model no-such-model
+# --resume refuses a checkpoint that changed since the run started (issue 12, defect 5), naming
+# the file and what changed, and leaves the report as it was; unchanged, it resumes.
+cp -r "$work/ckpt" "$work/moving"
+case_file moving "model = $work/moving"
+run moving --case "$work/moving.ini" --hash-weights
+grep -q "^\"checkpoint:$work/moving\",.*config.json: xxh64=.*header_xxh64=.* xxh64=" \
+    "$work/moving/meta.csv" || fail "meta.csv lacks the checkpoint identity"
+cp "$work/moving/summary.csv" "$work/moving.summary.before"
+resume_refused() {  # resume_refused WHAT PATTERN
+    "$INVAR" run -q --resume "$work/moving" >"$work/moving-resume.log" 2>&1
+    local rc=$?
+    [ "$rc" = 2 ] || { cat "$work/moving-resume.log"; fail "$1: --resume exited $rc, not 2"; }
+    grep -q -- "$2" "$work/moving-resume.log" || { cat "$work/moving-resume.log"; fail "$1: no '$2'"; }
+    cmp -s "$work/moving.summary.before" "$work/moving/summary.csv" || fail "$1: summary.csv changed"
+    echo "refused ($1): $(grep -m1 -- "$2" "$work/moving-resume.log")"
+}
+"$INVAR" run -q --resume "$work/moving" >"$work/moving-resume.log" 2>&1 ||
+    { cat "$work/moving-resume.log"; fail "--resume of an unchanged checkpoint failed"; }
+cp "$work/moving.summary.before" "$work/moving/summary.csv"
+st="$(ls "$work/moving"/*.safetensors | head -n 1)"
+cp -p "$st" "$work/st.orig"
+# Same size, same mtime, same header: one byte of the weights flipped; --hash-weights sees it.
+python3 - "$st" <<'PY'
+import os, sys
+p = sys.argv[1]
+with open(p, "r+b") as f:
+    f.seek(-1, os.SEEK_END)
+    b = f.read(1)
+    f.seek(-1, os.SEEK_END)
+    f.write(bytes([b[0] ^ 1]))
+PY
+touch -r "$work/st.orig" "$st"
+resume_refused "weights rewritten in place" "checkpoint $work/moving changed since the run started: $(basename "$st"): content xxh64 was"
+cp -p "$work/st.orig" "$st"
+touch "$st"
+resume_refused "a safetensors file touched" "$(basename "$st"): mtime was"
+cp -p "$work/st.orig" "$st"
+cp "$work/moving/config.json" "$work/config.orig"
+echo " " >>"$work/moving/config.json"
+resume_refused "config.json edited" "config.json: content xxh64 was"
+cp "$work/config.orig" "$work/moving/config.json"
+cp -p "$st" "$work/moving/extra.safetensors"
+resume_refused "a safetensors file added" "extra.safetensors: new"
+rm "$work/moving/extra.safetensors"
+"$INVAR" run -q --resume "$work/moving" >"$work/moving-resume.log" 2>&1 ||
+    { cat "$work/moving-resume.log"; fail "--resume after restoring the checkpoint failed"; }
 echo "model directories: OK"

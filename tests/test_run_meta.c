@@ -7,10 +7,11 @@
 #include <cmocka.h>   // cmocka test API
 
 #include <stdio.h>    // FILE, fopen, fprintf, fclose, snprintf
-#include <stdlib.h>   // mkdtemp, system
-#include <string.h>   // strlen, strstr, strcmp
+#include <limits.h>   // PATH_MAX
+#include <stdlib.h>   // mkdtemp, system, malloc, free
+#include <string.h>   // strlen, strstr, strcmp, memset
 #include <time.h>     // time
-#include <unistd.h>   // getpid
+#include <unistd.h>   // getpid, getcwd
 #include <xxhash.h>   // XXH64
 
 #include "../kernels/bf16.h"        // invar_mix64
@@ -20,6 +21,7 @@
 static const char *const keys[] = {
     "invar_commit", "date_utc", "host", "device", "cpu_model", "driver", "cuda_runtime",
     "cublas", "compute_capability", "case_file", "case_xxh64", "command_line", "seed",
+    "working_directory",
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -36,9 +38,36 @@ static csv_table *read_meta(const char *dir) {
     assert_non_null(t);
     assert_int_equal(t->ncols, 2);
     assert_string_equal(t->header[0], "key");
-    assert_int_equal(t->nrows, NKEYS);
+    assert_true(t->nrows >= NKEYS);  // the caller's extra rows follow
     for (int k = 0; k < NKEYS; k++) assert_true(run_meta_get(t, keys[k])[0] != '\0');
     return t;
+}
+
+// Issue 12: where the run started (for --resume from elsewhere), the caller's extra rows
+// (checkpoint identities) and a command line of PATH_MAX-long paths, kept whole.
+static void working_directory_extra_rows_and_long_command_lines(void **state) {
+    (void)state;
+    char dir[] = "/tmp/invar_test_meta_XXXXXX", err[1024], cwd[PATH_MAX];
+    assert_non_null(mkdtemp(dir));
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    char *long_arg = malloc(PATH_MAX);
+    assert_non_null(long_arg);
+    memset(long_arg, 'p', PATH_MAX - 1);
+    long_arg[PATH_MAX - 1] = '\0';
+    char *argv[] = {"run", "--case", long_arg, "--out", long_arg};
+    const char *extra_keys[] = {"checkpoint:/m/ckpt"};
+    const char *extra_values[] = {"config.json: xxh64=0123456789abcdef"};
+    run_meta_input in = {.device = "cpu", .argc = 5, .argv = argv, .n_extra = 1,
+                         .extra_keys = extra_keys, .extra_values = extra_values};
+    assert_true(run_meta_write(dir, &in, err, sizeof err));
+    csv_table *t = read_meta(dir);
+    assert_string_equal(run_meta_get(t, "working_directory"), cwd);
+    assert_string_equal(run_meta_get(t, "checkpoint:/m/ckpt"), extra_values[0]);
+    const char *cmd = run_meta_get(t, "command_line");
+    assert_int_equal(strlen(cmd), strlen("run --case ") + 2 * (PATH_MAX - 1) + strlen(" --out "));
+    csv_table_free(t);
+    free(long_arg);
+    remove_dir(dir);
 }
 
 static void cpu_run_writes_every_key(void **state) {
@@ -123,6 +152,7 @@ static void unreadable_case_file_is_an_error(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cpu_run_writes_every_key),
+        cmocka_unit_test(working_directory_extra_rows_and_long_command_lines),
         cmocka_unit_test(cuda_strings_are_kept),
         cmocka_unit_test(unreadable_case_file_is_an_error),
     };

@@ -53,7 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     write_file(new_dir, file, new_data, new_len);
 
     diff_result r;
-    int rc = baseline_diff(base, new_dir, BASELINE_DIFF_DEFAULT_THRESHOLD, NULL, &r, err, sizeof err);
+    bool partial = (data[0] >> 7) & 1;  // the file choice uses the low bits
+    int rc = baseline_diff(base, new_dir, BASELINE_DIFF_DEFAULT_THRESHOLD, partial, NULL, &r, err,
+                           sizeof err);
     fuzz_require(rc >= 0 && rc <= 3, "baseline_diff returned an undocumented code");
     remove_dir(base);
     remove_dir(new_dir);

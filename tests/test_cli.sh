@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# tests/test_cli.sh BUILD — the command line under bad and awkward input (issue 12): an empty
+# --out and a repeated single-valued flag are exit 2 with a message naming the flag; case paths
+# up to PATH_MAX (with spaces and non-ASCII characters) run and longer ones are exit 2; --resume
+# with a relative case path works from another directory; `invar run` and `invar kernels` have
+# their own default report directories and a run never renders another command's CSV; `report
+# diff` refuses unreadable reports and counts vanished configs unless --partial; top_k = 0 runs.
+# About 5 s on 2 cores.
+set -u
+BUILD=${1:-build}
+INVAR="$(cd "$(dirname "$BUILD/invar")" && pwd)/invar"
+[ -x "$INVAR" ] || { echo "FAIL: $INVAR not built"; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/invar-cli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# expect RC PATTERN ARGS...: invar ARGS exits RC and prints PATTERN (grep -E) on stdout/stderr.
+expect() {
+    local want=$1 pattern=$2
+    shift 2
+    "$INVAR" "$@" >"$work/out.log" 2>&1
+    local rc=$?
+    [ "$rc" = "$want" ] || { cat "$work/out.log"; fail "invar $*: exit $rc, not $want"; }
+    grep -aEq -- "$pattern" "$work/out.log" || { cat "$work/out.log"; fail "invar $*: no '$pattern'"; }
+    echo "ok: invar $(printf '%.80s' "$*") -> $rc: $(grep -aEm1 -- "$pattern" "$work/out.log" | cut -c1-110)"
+}
+
+# A case that runs in a fraction of a second; top_k = 0: only the chosen token and its logprob.
+write_case() {
+    cat >"$1" <<'INI'
+[case]
+name = cli
+model = tiny
+seed = 5
+
+[prompts]
+count = 2
+min_len = 10
+max_len = 20
+max_new_tokens = 2
+top_k = 0
+
+[matrix]
+devices = cpu
+kernel_sets = invariant, reference
+batch_sizes = 2
+threads = 1
+INI
+}
+write_case "$work/case.ini"
+
+# Defect 8: an empty --out names --out, not --case.
+expect 2 "invar run: --out: empty value" run --case "$work/case.ini" --out ""
+expect 2 "invar run: --case: empty value" run --case ""
+# Defect 12: repeated single-valued flags are refused, naming both values.
+expect 2 "--case given twice \('$work/case.ini', then 'other.ini'\)" \
+    run --case "$work/case.ini" --case other.ini --out "$work/x"
+expect 2 "--out given twice" run --case "$work/case.ini" --out "$work/a" --out "$work/b"
+expect 2 "--model given twice" run --case "$work/case.ini" --model tiny --model tiny
+expect 2 "--attention-backend given twice" run --case "$work/case.ini" \
+    --attention-backend auto --attention-backend mla-split
+expect 2 "--resume given twice" run --resume "$work/a" --resume "$work/b"
+expect 2 "--op given twice" kernels --op rmsnorm --op gemm
+expect 2 "--out given twice" kernels --out "$work/k1" --out "$work/k2"
+expect 2 "--threshold given twice" report diff "$work/a" "$work/b" --threshold 5 --threshold 6
+expect 2 "--out given twice" bench --device cpu --out "$work/b1" --out "$work/b2"
+expect 2 "--seed given twice" model write --config tiny --seed 1 --seed 2 --out "$work/m"
+[ -e "$work/x" ] || [ -e "$work/a" ] || [ -e "$work/k1" ] || [ -e "$work/m" ] &&
+    fail "a refused command created its output directory"
+
+# top_k = 0 runs, and the reference set is still caught (on the chosen tokens' logprobs).
+expect 0 "2 passed, 0 failed" run --case "$work/case.ini" --out "$work/topk0"
+
+# Defect 7: a case path of about 3000 characters, with spaces and non-ASCII characters, runs;
+# one over PATH_MAX is exit 2 with "path too long".
+long="$work"
+while [ ${#long} -lt 2900 ]; do long="$long/répertoire avec espaces ünd $(printf 'x%.0s' $(seq 1 150))"; done
+mkdir -p "$long" || fail "mkdir of a ${#long}-character path"
+write_case "$long/cas é.ini"
+expect 0 "2 passed, 0 failed" run -q --case "$long/cas é.ini" --out "$work/long"
+grep -Fq "$long/cas é.ini" "$work/long/meta.csv" || fail "meta.csv lacks the whole long case path"
+expect 0 "resuming .*: 2 of 2 configs finished before" run -q --resume "$work/long"
+too_long="$long$(printf '/%0200d' $(seq 1 7))/c.ini"
+expect 2 "path too long" run --case "$too_long" --out "$work/too-long"
+[ -e "$work/too-long" ] && fail "a refused run created its --out directory"
+
+# Defect 11: a relative case path, resumed from another directory.
+mkdir -p "$work/proj/cases" "$work/elsewhere"
+write_case "$work/proj/cases/rel.ini"
+(cd "$work/proj" && "$INVAR" run -q --case cases/rel.ini --out reports/rel >"$work/rel.log" 2>&1) ||
+    { cat "$work/rel.log"; fail "the run with a relative case path failed"; }
+(cd "$work/elsewhere" && "$INVAR" run -q --resume ../proj/reports/rel >"$work/rel-resume.log" 2>&1) ||
+    { cat "$work/rel-resume.log"; fail "--resume with a relative case path from another directory failed"; }
+grep -q "2 of 2 configs finished before" "$work/rel-resume.log" || fail "the resume kept nothing"
+echo "ok: --resume of a run with a relative case path, from another directory"
+
+# Defect 6: `invar run` and `invar kernels` default to their own directories...
+mkdir -p "$work/defaults"
+(cd "$work/defaults" && "$INVAR" run -q --case "$work/case.ini" >/dev/null 2>&1 &&
+    "$INVAR" kernels --device cpu --set invariant --op residual_add --quick >/dev/null 2>&1) ||
+    fail "runs with the default --out failed"
+for f in run/summary.csv run/junit.xml kernels/kernels.csv; do
+    [ -f "$work/defaults/build/report/$f" ] || fail "no build/report/$f"
+done
+[ -e "$work/defaults/build/report/run/kernels.csv" ] && fail "kernels.csv in the run's directory"
+echo "ok: default report directories build/report/run and build/report/kernels"
+# ... and a run into a directory holding another command's kernels.csv leaves it alone and
+# renders only its own summary.csv.
+mkdir -p "$work/shared"
+cp "$work/defaults/build/report/kernels/kernels.csv" "$work/shared/kernels.csv"
+cp "$work/shared/kernels.csv" "$work/kernels.before"
+echo "stale" >"$work/shared/junit.xml"
+expect 0 "2 passed" run -q --case "$work/case.ini" --out "$work/shared"
+cmp -s "$work/kernels.before" "$work/shared/kernels.csv" || fail "the run changed kernels.csv"
+cases=$(grep -c '<testcase' "$work/shared/junit.xml")
+[ "$cases" = 2 ] || fail "junit.xml has $cases testcases, not the run's 2 configs"
+grep -q "residual_add" "$work/shared/junit.xml" "$work/shared/summary.md" &&
+    fail "the run rendered the foreign kernels.csv"
+echo "ok: a run renders only its own CSVs"
+
+# Defect 4: report diff against unreadable reports is exit 2 naming the file; a vanished config
+# is a regression unless --partial.
+base="$work/topk0"
+for kind in random header-only no-config; do
+    d="$work/diff-$kind"
+    mkdir -p "$d"
+    case $kind in
+    random) head -c 4096 /dev/urandom >"$d/summary.csv" ;;
+    header-only) head -n 1 "$base/summary.csv" >"$d/summary.csv" ;;
+    no-config) python3 - "$base/summary.csv" "$d/summary.csv" <<'PY' ;;
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], newline="")))
+i = rows[0].index("config")
+csv.writer(open(sys.argv[2], "w", newline="")).writerows([r[:i] + r[i + 1:] for r in rows])
+PY
+    esac
+    expect 2 "$d/summary.csv" report diff "$base" "$d"
+done
+mkdir -p "$work/diff-part"
+head -n 2 "$base/summary.csv" >"$work/diff-part/summary.csv"
+expect 1 "1 regression .*1 vanished" report diff "$base" "$work/diff-part"
+expect 0 "0 regressions .*--partial" report diff "$base" "$work/diff-part" --partial
+echo "cli: OK"

@@ -13,7 +13,7 @@
 #include "../harness/op_table.h"                 // op_table, op_table_find
 #include "../kernels/cpu/inv_cpu.h"              // inv_cpu_create
 #include "../kernels/cpu/inv_cpu_ops.h"          // inv_cpu_rmsnorm
-#include "../reference/cpu/ref_cpu_ops.h"        // ref_cpu_gemm
+#include "../reference/cpu/ref_cpu_ops.h"        // ref_cpu_gemm_planned, ref_gemm_plan_for
 
 static const int small_batches[] = {2, 7, 64, 256};
 
@@ -25,7 +25,9 @@ static check_opts small_opts(const op_shape *shapes) {
 // --- planted faults: the invariant set with one op swapped ----------------------------------
 
 // Claims invariance, but runs the reference GEMM, whose K split depends on M.
-static void planted_gemm(ops_set *ops, const gemm_args *a) { ref_cpu_gemm(ops, a); }
+static void planted_gemm(ops_set *ops, const gemm_args *a) {
+    ref_cpu_gemm_planned(ops, a, ref_gemm_plan_for(a->M, a->N, a->K, 1));
+}
 
 // Forgets the last row of every batch.
 static void lazy_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,

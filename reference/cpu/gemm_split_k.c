@@ -125,7 +125,7 @@ void ref_cpu_gemm_planned(ops_set *ops, const gemm_args *a, ref_gemm_plan plan) 
     int batch = a->batch > 1 ? a->batch : 1;
     if (a->M == 0 || a->N == 0) return;
     j.plan = plan;
-    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, (long)batch * a->M * j.col_blocks,
+    thread_pool_for(ref_cpu_pool(ops), (long)batch * a->M * j.col_blocks,
                     gemm_items, &j);
 }
 

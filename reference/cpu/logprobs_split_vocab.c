@@ -97,5 +97,5 @@ void ref_cpu_logprobs(ops_set *ops, const logprobs_args *a) {
                   chunks, MAX_CHUNKS);
     order_log_note(ops->orders, ORDER_LOGPROBS, (uint64_t)a->V, (uint64_t)chunks);
     logprobs_job jb = {a, chunks};
-    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, a->R, logprobs_rows, &jb);
+    thread_pool_for(ref_cpu_pool(ops), a->R, logprobs_rows, &jb);
 }

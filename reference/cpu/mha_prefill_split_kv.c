@@ -126,5 +126,5 @@ void ref_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
     order_log_note(ops->orders, ORDER_MHA_PREFILL,
                    (uint64_t)a->H << 40 | (uint64_t)a->nope << 20 | (uint64_t)a->v,
                    (uint64_t)jb.splits(a->T, 1 << 30));
-    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, (long)a->T * a->H, mha_items, &jb);
+    thread_pool_for(ref_cpu_pool(ops), (long)a->T * a->H, mha_items, &jb);
 }

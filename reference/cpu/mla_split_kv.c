@@ -159,5 +159,5 @@ void ref_cpu_mla_attention(ops_set *ops, const mla_attention_args *a) {
     jb.max_keys = jb.split_len;
     for (int t = 0; t < a->T; t++)  // a position past max_seq_len lands in the last split
         if (a->token_pos[t] + 1 > jb.max_keys) jb.max_keys = a->token_pos[t] + 1;
-    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, (long)a->T * a->H, mla_items, &jb);
+    thread_pool_for(ref_cpu_pool(ops), (long)a->T * a->H, mla_items, &jb);
 }

@@ -82,7 +82,7 @@ void ref_cpu_moe_combine_by_load(ops_set *ops, const moe_combine_args *a, bool f
     order_log_note(ops->orders, ORDER_MOE_COMBINE, (uint64_t)a->D << 8 | (uint64_t)a->k,
                    combine_order_key(a, load, fuse_by_load));
     combine_job jb = {a, load, fuse_by_load};
-    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, a->T, combine_tokens, &jb);
+    thread_pool_for(ref_cpu_pool(ops), a->T, combine_tokens, &jb);
     free(load);
 }
 

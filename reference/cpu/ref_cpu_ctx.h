@@ -32,4 +32,10 @@ static inline int ref_cpu_threads(const ops_set *ops) {
     return ((const ref_cpu_ctx *)ops->ctx)->cpu.threads;
 }
 
+// The pool alone needs only a cpu_ctx at the start of ctx, so a kernel run with a plan chosen
+// by its caller (ref_cpu_gemm_planned) also runs on another CPU set's context.
+static inline thread_pool *ref_cpu_pool(const ops_set *ops) {
+    return ((const cpu_ctx *)ops->ctx)->pool;
+}
+
 #endif

@@ -73,5 +73,5 @@ void ref_cpu_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long l
                   chunks, MAX_CHUNKS);
     order_log_note(ops->orders, ORDER_RMSNORM, (uint64_t)D, (uint64_t)chunks);
     rmsnorm_job j = {out, ld_out, ld_x, x, w, D, chunks, eps};
-    thread_pool_for(((ref_cpu_ctx *)ops->ctx)->cpu.pool, M, rmsnorm_rows, &j);
+    thread_pool_for(ref_cpu_pool(ops), M, rmsnorm_rows, &j);
 }

@@ -8,15 +8,15 @@
 # verdict by kernel name (they are printed, counted, and kept in the log):
 #   splitKreduce  cuBLASLt's split-K reduction reads workspace it did not initialise
 #                 (initcheck: ~474,000 reports on the H200, 2026-11)
-#   gemm / gemv / xmma / cutlass / cublas  cuBLAS's own GEMM kernels (racecheck reported 2
-#                 hazards inside its split-K kernels)
+#   nvjet / gemm / gemv / xmma / cutlass / cublas  cuBLAS's own GEMM kernels (racecheck: 2
+#                 errors, 624 hazards, inside nvjet_sm90_*_splitK_* on the H200, 2026-11-30)
 # Without a CUDA device: a visible SKIP, exit 0.
 set -u
 BUILD=${1:-build}
 shift || true
 TOOLS=${*:-memcheck racecheck synccheck initcheck}
 LOGDIR=${GPU_SANITIZE_LOGS:-$BUILD/gpu-sanitize}
-LIBRARY_KERNELS='splitKreduce|gemmSN|gemmk1|gemv|xmma|cutlass|cublas|Kernel2'
+LIBRARY_KERNELS='splitKreduce|nvjet|gemmSN|gemmk1|gemv|xmma|cutlass|cublas|Kernel2'
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     echo "SKIP: gpu-sanitize: no CUDA device (nvidia-smi lists no GPU)"

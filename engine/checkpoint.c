@@ -10,7 +10,7 @@
 #include <sys/stat.h>      // stat
 #include <unistd.h>        // isatty
 
-#include "../kernels/check.h"  // invar_die, invar_malloc, invar_calloc
+#include "../common/check.h"  // invar_die, invar_malloc, invar_calloc
 #include "config_json.h"       // config_json_load, config_json_info
 #include "safetensors.h"       // st_file, st_open, st_find, conversions
 

@@ -10,7 +10,7 @@
 #include <string.h>        // strlen, strerror
 #include <sys/stat.h>      // mkdir
 
-#include "../kernels/check.h"  // invar_malloc, invar_die
+#include "../common/check.h"  // invar_malloc, invar_die
 #include "checkpoint.h"        // checkpoint_tensors, checkpoint_tensor
 #include "config_json.h"       // config_json_format
 

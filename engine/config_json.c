@@ -14,7 +14,7 @@
 #include <stdlib.h>        // free, qsort
 #include <string.h>        // strcmp, strrchr, strerror, memset
 
-#include "../kernels/check.h"  // invar_malloc, invar_calloc
+#include "../common/check.h"  // invar_malloc, invar_calloc
 
 typedef struct {
     const char *path;

@@ -9,9 +9,10 @@
 #include <string.h>              // memset, memcpy
 
 #include "../kernels/bf16.h"     // invar_mix64
-#include "../kernels/check.h"    // invar_die, invar_malloc, invar_calloc
+#include "../common/check.h"    // invar_die, invar_malloc, invar_calloc
 #include "kv_cache.h"            // kv_cache_*
 #include "scheduler.h"           // scheduler_*, sched_item
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // ---------------------------------------------------------------------------------------------
 // Weights, in the layout the forward pass wants (all device pointers)

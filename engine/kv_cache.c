@@ -5,7 +5,7 @@
 #include <string.h>              // memset
 #include <xxhash.h>              // XXH64
 
-#include "../kernels/check.h"    // invar_calloc
+#include "../common/check.h"    // invar_calloc
 
 struct kv_cache {
     int num_blocks, block_size;

@@ -15,7 +15,7 @@
 #include <unistd.h>        // close, sysconf
 
 #include "../kernels/bf16.h"   // float_to_bf16, bf16_to_float
-#include "../kernels/check.h"  // invar_die, invar_calloc, INVAR_EXIT_SYSTEM
+#include "../common/check.h"  // invar_die, invar_calloc, INVAR_EXIT_SYSTEM
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader assumes a little-endian host"

@@ -5,7 +5,7 @@
 #include <stdlib.h>              // free
 #include <string.h>              // memcpy
 
-#include "../kernels/check.h"    // invar_calloc, invar_malloc
+#include "../common/check.h"    // invar_calloc, invar_malloc
 
 enum request_state { REQ_WAITING, REQ_RUNNING, REQ_FINISHED };
 

@@ -9,7 +9,8 @@
 #include <xxhash.h>              // XXH64
 
 #include "../kernels/bf16.h"     // float_to_bf16, invar_mix64, invar_uniform
-#include "../kernels/check.h"    // invar_die, invar_calloc
+#include "../common/check.h"    // invar_die, invar_calloc
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 typedef struct {
     model_config cfg;

@@ -18,7 +18,7 @@
 #include <string.h>              // strcmp, strerror, strlen
 
 #include "../kernels/bf16.h"     // float_to_bf16, invar_mix64, invar_uniform
-#include "../kernels/check.h"    // invar_die, invar_malloc
+#include "../common/check.h"    // invar_die, invar_malloc
 #include "../kernels/registry.h" // kernel_set_create, cuda_device_available
 #include "bench_decode.h"        // bench_decode
 #include "cli_args.h"            // cli_take_once
@@ -26,6 +26,7 @@
 #include "host.h"                // host_make_dirs
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/cuda_timing.h"  // cuda_time_median_ms, cuda_copy_bandwidth_gbs
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 #endif
 
 static void usage(FILE *f) {

@@ -13,7 +13,7 @@
 #include "cli_args.h"                    // cli_take_once
 #include "commands.h"                    // cmd_model
 #include "../kernels/bf16.h"             // bf16_to_float
-#include "../kernels/check.h"            // invar_malloc
+#include "../common/check.h"            // invar_malloc
 #include "../engine/checkpoint.h"        // checkpoint_open, checkpoint_tensors
 #include "../engine/checkpoint_writer.h" // checkpoint_write
 #include "../engine/model_config.h"      // model_config_by_name, model_config_names

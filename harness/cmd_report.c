@@ -7,7 +7,7 @@
 #include <stdlib.h>                     // strtod
 #include <string.h>                     // strcmp
 
-#include "../kernels/check.h"           // INVAR_EXIT_INPUT
+#include "../common/check.h"           // INVAR_EXIT_INPUT
 #include "../reports/baseline_diff.h"   // baseline_diff, BASELINE_DIFF_DEFAULT_THRESHOLD
 #include "../reports/render.h"          // report_render_dir
 #include "cli_args.h"                   // cli_take_once

@@ -18,7 +18,7 @@
 #include <unistd.h>                  // isatty, chdir, unlink
 #include <xxhash.h>                  // XXH64_createState, XXH64_update, XXH64_digest
 
-#include "../kernels/check.h"        // invar_die, invar_calloc
+#include "../common/check.h"        // invar_die, invar_calloc
 #include "../kernels/registry.h"     // cuda_device_describe
 #include "../reports/csv_read.h"     // csv_table_read, csv_at, csv_table_free
 #include "../reports/csv_report.h"   // csv_report_open, csv_report_row, csv_report_close

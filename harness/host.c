@@ -7,7 +7,7 @@
 #include <sys/stat.h>            // mkdir, stat, S_ISDIR
 #include <time.h>                // clock_gettime
 
-#include "../kernels/check.h"    // invar_die
+#include "../common/check.h"    // invar_die
 
 double host_seconds(void) {
     struct timespec t;

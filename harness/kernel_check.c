@@ -12,9 +12,10 @@
 
 #include "commands.h"               // cmd_kernels
 #include "../kernels/bf16.h"        // invar_mix64
-#include "../kernels/check.h"       // invar_die, invar_malloc
+#include "../common/check.h"       // invar_die, invar_malloc
 #include "../kernels/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available
 #include "cli_args.h"               // cli_take_once
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // --- batch sizes -----------------------------------------------------------------------------
 

@@ -12,8 +12,9 @@
 #include <string.h>                 // memcpy, memset, strcmp
 
 #include "../kernels/bf16.h"        // float_to_bf16, invar_mix64, invar_uniform
-#include "../kernels/check.h"       // invar_malloc, invar_calloc
+#include "../common/check.h"       // invar_malloc, invar_calloc
 #include "../kernels/f64/f64.h"     // f64_<op>, f64_rel_l2_*
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // --- random inputs ---------------------------------------------------------------------------
 

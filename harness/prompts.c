@@ -5,7 +5,8 @@
 #include <string.h>               // memcpy
 
 #include "../kernels/bf16.h"      // invar_mix64
-#include "../kernels/check.h"     // invar_malloc, invar_calloc
+#include "../common/check.h"     // invar_malloc, invar_calloc
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // Counter-based draws: value i of stream `stream` depends on nothing else, so adding a prompt
 // never changes the others.

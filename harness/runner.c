@@ -14,7 +14,7 @@
 #include "../engine/engine.h"         // engine_create, engine_generate, engine_destroy
 #include "../engine/model_config.h"   // model_config
 #include "../engine/weights.h"        // weight_source
-#include "../kernels/check.h"         // invar_die, invar_calloc, invar_malloc
+#include "../common/check.h"         // invar_die, invar_calloc, invar_malloc
 #include "../kernels/order_log.h"     // order_log_describe
 #include "../kernels/registry.h"      // kernel_set_create, cuda_device_available
 #include "arrivals.h"                 // arrivals_schedule, arrival_pattern_name

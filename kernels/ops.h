@@ -22,6 +22,7 @@
 #include <stdbool.h>  // bool
 #include <stddef.h>   // size_t
 #include <stdint.h>   // uint16_t, int32_t, uint64_t
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 typedef uint16_t bf16;
 
@@ -142,7 +143,7 @@ typedef struct {
 // Per row r of logits [R, V]: log_softmax, the sampled token and the top-k.
 // temperature[r] == 0: greedy (argmax, lower id on ties). Otherwise the Gumbel-max trick:
 // argmax(logits / temperature + gumbel(noise_seed[r], position[r], vocab id)), noise from
-// ops_gumbel_noise() so it depends on nothing but (seed, position, id).
+// invar_gumbel_noise() so it depends on nothing but (seed, position, id).
 // Logprobs are of the untempered distribution. Top-k ids in descending logprob, lower id first
 // on ties.
 typedef struct {

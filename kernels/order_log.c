@@ -9,7 +9,8 @@
 #include <string.h>  // memset
 
 #include "bf16.h"    // invar_mix64
-#include "check.h"   // invar_calloc
+#include "../common/check.h"   // invar_calloc
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define SLOTS 1024   // shapes remembered over all ops; past that new shapes count as varied
 

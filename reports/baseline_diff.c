@@ -9,7 +9,7 @@
 #include <strings.h>           // strcasecmp, strcasestr
 #include <sys/stat.h>          // stat, S_ISDIR
 
-#include "../kernels/check.h"  // invar_calloc
+#include "../common/check.h"  // invar_calloc
 #include "csv_read.h"          // csv_table_read, csv_get, csv_number
 #include "report_file.h"       // report_file_open, report_file_commit, report_path
 #include "row_verdict.h"       // summary_row_state, kernel_row_state, summary_first_divergence

@@ -7,7 +7,7 @@
 #include <stdlib.h>            // free, realloc, strtod
 #include <string.h>            // memcpy, strcmp, strerror
 
-#include "../kernels/check.h"  // invar_calloc, invar_malloc, invar_die
+#include "../common/check.h"  // invar_calloc, invar_malloc, invar_die
 
 // ---------------------------------------------------------------------------------------------
 // Parsing: libcsv calls back once per field and once per row end

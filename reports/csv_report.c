@@ -8,7 +8,7 @@
 #include <stdlib.h>             // free
 #include <string.h>             // strlen, strerror
 
-#include "../kernels/check.h"   // invar_calloc
+#include "../common/check.h"   // invar_calloc
 
 struct csv_report {
     FILE *f;

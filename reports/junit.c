@@ -5,7 +5,7 @@
 #include <stdlib.h>         // free
 #include <string.h>         // strcmp
 
-#include "../kernels/check.h"  // invar_calloc
+#include "../common/check.h"  // invar_calloc
 #include "report_file.h"    // report_file_open, report_file_commit
 #include "row_verdict.h"    // summary_row_state, kernel_row_state, kernel_controls
 #include "run_meta.h"       // run_meta_get

@@ -8,7 +8,7 @@
 #include <strings.h>           // strcasecmp
 #include <unistd.h>            // access
 
-#include "../kernels/check.h"  // invar_calloc
+#include "../common/check.h"  // invar_calloc
 #include "report_file.h"       // report_file_open, report_file_commit
 #include "row_verdict.h"       // summary_row_state, summary_first_divergence, kernel_row_state
 #include "run_meta.h"          // run_meta_get

@@ -13,7 +13,7 @@
 #include <sys/wait.h>          // waitpid, WIFEXITED, WEXITSTATUS
 #include <unistd.h>            // access, fork, chdir, dup2, execlp, _exit, unlink
 
-#include "../kernels/check.h"  // invar_calloc, invar_die
+#include "../common/check.h"  // invar_calloc, invar_die
 
 // ---------------------------------------------------------------------------------------------
 // gnuplot itself

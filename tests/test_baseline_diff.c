@@ -16,6 +16,7 @@
 
 #include "../kernels/bf16.h"           // invar_mix64, invar_uniform
 #include "../reports/baseline_diff.h"  // baseline_diff
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures

@@ -14,6 +14,7 @@
 
 #include "../kernels/bf16.h"           // invar_mix64
 #include "../reports/csv_report.h"     // csv_report_*
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define MAX_FIELDS 256
 #define COLS 5

@@ -16,9 +16,10 @@
 #include <string.h>              // memcpy, memcmp, memset
 
 #include "../kernels/bf16.h"     // bf16_to_float, float_to_bf16, invar_mix64, invar_uniform
-#include "../kernels/check.h"    // invar_malloc
+#include "../common/check.h"    // invar_malloc
 #include "../kernels/ops.h"      // ops_set, *_args
 #include "../kernels/registry.h" // kernel_set_create, cuda_device_available
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define POISON16 0xFFFFu         // a NaN bf16: no op may leave it behind
 #define BF16_TOL 1.5e-2          // relative error of bf16 outputs vs float64 (norm-wise)
@@ -663,8 +664,8 @@ static void test_logprobs(void **state) {
         double lz = mx + log(z);
         int want = 0;
         for (int i = 1; i < V; i++) {
-            double v = temp[r] == 0 ? x[i] : x[i] / temp[r] + ops_gumbel_noise(seeds[r], pos[r], i);
-            double bv = temp[r] == 0 ? x[want] : x[want] / temp[r] + ops_gumbel_noise(seeds[r], pos[r], want);
+            double v = temp[r] == 0 ? x[i] : x[i] / temp[r] + invar_gumbel_noise(seeds[r], pos[r], i);
+            double bv = temp[r] == 0 ? x[want] : x[want] / temp[r] + invar_gumbel_noise(seeds[r], pos[r], want);
             if (v > bv) want = i;
         }
         assert_int_equal(tok[r], want);

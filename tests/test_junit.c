@@ -19,6 +19,7 @@
 #include "../reports/csv_read.h"      // csv_table_read
 #include "../reports/csv_report.h"    // csv_report_open, csv_report_row
 #include "../reports/junit.h"         // junit_write, junit_xml_escape
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: CSV files written with the runner's own header, fields set by column name

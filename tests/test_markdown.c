@@ -18,6 +18,7 @@
 #include "../reports/csv_read.h"      // csv_table_read
 #include "../reports/csv_report.h"    // csv_report_open, csv_report_row
 #include "../reports/markdown.h"      // markdown_write
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

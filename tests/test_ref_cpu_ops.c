@@ -19,6 +19,7 @@
 #include "../reference/cpu/ref_cpu.h"        // ref_cpu_create
 #include "../reference/cpu/ref_cpu_ops.h"    // ref_cpu_<op>, the shape rules
 #include "test_util.h"                       // test_fill_*, test_poison, test_unwritten_*
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // Accuracy against the float64 oracle, as relative L2 error over the whole output.
 // One bf16 rounding of the result costs about 2^-9/sqrt(3) ≈ 1.1e-3 (RMS, relative); fp32

@@ -17,6 +17,7 @@
 #include "../kernels/bf16.h"        // invar_mix64
 #include "../reports/csv_read.h"    // csv_table_read
 #include "../reports/run_meta.h"    // run_meta_write, run_meta_get
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 static const char *const keys[] = {
     "invar_commit", "date_utc", "host", "device", "cpu_model", "driver", "cuda_runtime",

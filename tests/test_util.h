@@ -16,6 +16,7 @@
 #include "../kernels/bf16.h"        // float_to_bf16, invar_mix64, invar_uniform
 #include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/ops.h"         // bf16, ops_set
+#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // ---------------------------------------------------------------------------------------------
 // Random data

@@ -22,6 +22,7 @@
 #include "../../kernels/bf16.h"                // bf16_to_float, float_to_bf16, invar_mix64
 #include "../../kernels/cuda/cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUBLAS_CHECK
 #include "../../kernels/cuda/inv_cuda_ops.h"   // inv_cuda_*, rmsnorm_launch, mla_attention_launch, logprobs_launch
+#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // The set's own state: the shared CUDA context first (the reused invariant ops read ctx as a
 // cuda_ctx), then its split-K partials.

@@ -4,7 +4,7 @@
 #ifndef INVAR_KERNELS_CPU_CPU_CTX_H
 #define INVAR_KERNELS_CPU_CPU_CTX_H
 
-#include "thread_pool.h"  // thread_pool
+#include "../../common/thread_pool.h"  // thread_pool
 
 typedef struct {
     thread_pool *pool;

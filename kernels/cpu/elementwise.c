@@ -5,10 +5,10 @@
 #include <string.h>          // memcpy
 
 #include "../bf16.h"         // bf16_to_float, float_to_bf16, bf16_round
-#include "../check.h"        // invar_die
+#include "../../common/check.h"        // invar_die
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_embedding, inv_cpu_residual_add, inv_cpu_silu_mul
-#include "thread_pool.h"     // thread_pool_for
+#include "../../common/thread_pool.h"     // thread_pool_for
 
 // ---------------------------------------------------------------------------------------------
 // embedding: out[t] = table[ids[t]]

@@ -12,11 +12,11 @@
 #include <stdlib.h>          // free
 
 #include "../bf16.h"         // float_to_bf16
-#include "../check.h"        // invar_die, invar_malloc
+#include "../../common/check.h"        // invar_die, invar_malloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_gemm
 #include "lanes.h"           // v4f, lanes_combine, lanes_dot_f32, lanes_bf16_to_f32
-#include "thread_pool.h"     // thread_pool_for
+#include "../../common/thread_pool.h"     // thread_pool_for
 
 enum {
     M_BLOCK = 64,            // rows per unit: x block of 64 rows stays in L2

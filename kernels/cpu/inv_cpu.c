@@ -4,25 +4,31 @@
 
 #include <stdlib.h>          // free
 
-#include "../check.h"        // invar_calloc
+#include "../../common/check.h"        // invar_calloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_*
-#include "thread_pool.h"     // thread_pool_create, thread_pool_destroy, thread_pool_size
 
-static void inv_cpu_destroy(ops_set *ops) {
-    if (!ops) return;
+void inv_cpu_fini(ops_set *ops) {
     cpu_ctx *ctx = ops->ctx;
     if (ctx) thread_pool_destroy(ctx->pool);
     free(ctx);
+    ops->ctx = NULL;
+}
+
+static void inv_cpu_destroy(ops_set *ops) {
+    if (!ops) return;
+    inv_cpu_fini(ops);
     free(ops);
 }
 
-ops_set *inv_cpu_create(int threads) {
+thread_pool *inv_cpu_pool(const ops_set *ops) { return ((const cpu_ctx *)ops->ctx)->pool; }
+
+int inv_cpu_threads(const ops_set *ops) { return ((const cpu_ctx *)ops->ctx)->threads; }
+
+void inv_cpu_init(ops_set *ops, int threads) {
     cpu_ctx *ctx = invar_calloc(1, sizeof *ctx, "invariant cpu context");
     ctx->pool = thread_pool_create(threads);
     ctx->threads = thread_pool_size(ctx->pool);
-
-    ops_set *ops = invar_calloc(1, sizeof *ops, "invariant cpu kernel set");
     *ops = (ops_set){
         .name = "invariant",
         .device = "cpu",
@@ -49,5 +55,10 @@ ops_set *inv_cpu_create(int threads) {
         .moe_combine = inv_cpu_moe_combine,
         .logprobs = inv_cpu_logprobs,
     };
+}
+
+ops_set *inv_cpu_create(int threads) {
+    ops_set *ops = invar_calloc(1, sizeof *ops, "invariant cpu kernel set");
+    inv_cpu_init(ops, threads);
     return ops;
 }

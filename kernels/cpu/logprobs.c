@@ -2,18 +2,18 @@
 // logprobs_args). One row is one unit of work:
 //   max over V; sum of exp(x − max) in the lanes.h order (8 lanes by id mod 8, fixed tree,
 //   tail); lse = max + log(sum); logprob = x − lse.
-//   token: argmax of x (temperature 0) or of x / temperature + ops_gumbel_noise(seed, pos, id);
+//   token: argmax of x (temperature 0) or of x / temperature + invar_gumbel_noise(seed, pos, id);
 //   lower id on ties.
 //   top-k: ranked by logit (descending, lower id first on ties) — the exact logprob order,
 //   which x − lse rounded to fp32 could blur into false ties.
 #include <math.h>            // expf, logf, INFINITY
 
-#include "../bf16.h"         // ops_gumbel_noise
-#include "../check.h"        // invar_die
+#include "../../common/check.h"        // invar_die
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_logprobs
 #include "lanes.h"           // lanes_combine8
-#include "thread_pool.h"     // thread_pool_for
+#include "../../common/thread_pool.h"     // thread_pool_for
+#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 typedef struct {
     const logprobs_args *a;
@@ -41,7 +41,7 @@ static int sample(const logprobs_args *a, long r, const float *x) {
     float best_key = -INFINITY;
     for (int v = 0; v < a->V; v++) {
         float scaled = x[v] / temperature;
-        float key = scaled + ops_gumbel_noise(a->noise_seed[r], a->position[r], v);
+        float key = scaled + invar_gumbel_noise(a->noise_seed[r], a->position[r], v);
         if (v == 0 || key > best_key) {
             best = v;
             best_key = key;

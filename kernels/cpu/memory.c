@@ -2,7 +2,7 @@
 #include <stdlib.h>          // free
 #include <string.h>          // memcpy
 
-#include "../check.h"        // invar_malloc
+#include "../../common/check.h"        // invar_malloc
 #include "inv_cpu_ops.h"     // inv_cpu_alloc, ...
 
 void *inv_cpu_alloc(ops_set *ops, size_t bytes, const char *what) {

@@ -8,11 +8,11 @@
 #include <stdlib.h>          // free
 
 #include "../bf16.h"         // float_to_bf16, bf16_to_float
-#include "../check.h"        // invar_malloc
+#include "../../common/check.h"        // invar_malloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_mha_prefill, inv_cpu_merge_attention
 #include "lanes.h"           // lanes_dot_f32_bf16, lanes_bf16_to_f32
-#include "thread_pool.h"     // thread_pool_for
+#include "../../common/thread_pool.h"     // thread_pool_for
 
 // ---------------------------------------------------------------------------------------------
 // Prefill attention: keys in increasing order, online softmax one key at a time

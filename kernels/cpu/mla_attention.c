@@ -18,11 +18,11 @@
 #include <string.h>          // memcpy
 
 #include "../bf16.h"         // float_to_bf16
-#include "../check.h"        // invar_die, invar_malloc
+#include "../../common/check.h"        // invar_die, invar_malloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_mla_attention, inv_cpu_kv_cache_write
 #include "lanes.h"           // v4f, lanes_dot_f32_bf16, lanes_bf16_to_f32
-#include "thread_pool.h"     // thread_pool_for
+#include "../../common/thread_pool.h"     // thread_pool_for
 
 enum {
     TILE = 64,               // key positions per online-softmax step

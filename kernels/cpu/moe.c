@@ -5,11 +5,11 @@
 #include <string.h>          // memcpy
 
 #include "../bf16.h"         // bf16_to_float, float_to_bf16
-#include "../check.h"        // invar_die, invar_malloc
+#include "../../common/check.h"        // invar_die, invar_malloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_moe_*, inv_cpu_gemm, inv_cpu_silu_mul
 #include "lanes.h"           // lanes_dot_f32_bf16, lanes_bf16_to_f32
-#include "thread_pool.h"     // thread_pool_for
+#include "../../common/thread_pool.h"     // thread_pool_for
 
 // ---------------------------------------------------------------------------------------------
 // moe_route — one token is one unit of work.

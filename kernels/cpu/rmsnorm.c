@@ -7,7 +7,7 @@
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_rmsnorm
 #include "lanes.h"           // v4f, v4f_load_bf16, lanes_combine
-#include "thread_pool.h"     // thread_pool_for
+#include "../../common/thread_pool.h"     // thread_pool_for
 
 typedef struct {
     bf16 *out;

@@ -5,10 +5,10 @@
 //   rotate_half:            a = x[i],  b = x[i+R/2] ->  same outputs
 // computed in fp32 and rounded to bf16 once per output. One (token, head) slice at a time.
 #include "../bf16.h"         // bf16_to_float, float_to_bf16
-#include "../check.h"        // invar_die
+#include "../../common/check.h"        // invar_die
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_rope
-#include "thread_pool.h"     // thread_pool_for
+#include "../../common/thread_pool.h"     // thread_pool_for
 
 enum { ROPE_MAX_DIM = 1024 };  // slice copied to the stack before it is overwritten
 

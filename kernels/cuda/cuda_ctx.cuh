@@ -13,18 +13,7 @@
 
 #include "../ops.h"         // ops_set
 
-// kernels/check.h is C-only (_Noreturn, no extern "C"), so CUDA files take its declarations
-// from here instead; the guard keeps the two from meeting in one translation unit.
-#ifndef INVAR_KERNELS_CHECK_H
-#define INVAR_KERNELS_CHECK_H
-#define INVAR_EXIT_INPUT 2
-#define INVAR_EXIT_SYSTEM 3
-extern "C" {
-[[noreturn]] void invar_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void *invar_malloc(size_t bytes, const char *what);
-void *invar_calloc(size_t n, size_t size, const char *what);
-}
-#endif
+#include "../../common/check.h"  // invar_die, invar_calloc, INVAR_EXIT_*
 
 // Every CUDA runtime call goes through CUDA_CHECK(op, call): a failure names the op.
 #define CUDA_CHECK(op, call)                                                              \

@@ -5,10 +5,10 @@
 #include <cuda_runtime.h>    // dim3
 #include <math.h>            // expf, logf, INFINITY
 
-#include "../bf16.h"         // ops_gumbel_noise
 #include "block_reduce.cuh"  // block_reduce
 #include "cuda_ctx.cuh"      // CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"    // inv_cuda_logprobs
+#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define LOGPROBS_THREADS 1024
 
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(LOGPROBS_THREADS) logprobs_kernel(logprobs_arg
     float bv = -INFINITY;
     int bi = -1;
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float v = temp == 0.0f ? x[i] : x[i] / temp + ops_gumbel_noise(a.noise_seed[r], a.position[r], i);
+        float v = temp == 0.0f ? x[i] : x[i] / temp + invar_gumbel_noise(a.noise_seed[r], a.position[r], i);
         if (beats(v, i, bv, bi)) { bv = v; bi = i; }
     }
     block_argmax(bv, bi, rv, ri);

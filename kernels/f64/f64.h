@@ -16,6 +16,7 @@
 #include <stdbool.h>   // bool
 #include <stdint.h>    // int32_t
 #include "../ops.h"    // bf16, gemm_args, mla_attention_args, moe_*_args, logprobs_args
+#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // --- elementwise ----------------------------------------------------------------------------
 
@@ -75,7 +76,7 @@ void f64_moe_combine(const moe_combine_args *a, double *out);
 // --- logprobs -------------------------------------------------------------------------------
 
 // logprobs [R][V] = log_softmax(logits) in double; token [R]: the sampled id (greedy or Gumbel,
-// the noise from ops_gumbel_noise, logits / temperature in double); topk_ids [R][k]: ids by
+// the noise from invar_gumbel_noise, logits / temperature in double); topk_ids [R][k]: ids by
 // descending logprob, lower id first on ties. The output pointers of `a` are ignored.
 void f64_logprobs(const logprobs_args *a, double *logprobs, int32_t *token, int32_t *topk_ids);
 

@@ -1,8 +1,8 @@
 // kernels/f64/logprobs.c — float64 oracle of log_softmax, sampling and top-k.
 #include <math.h>            // exp, log, INFINITY
 
-#include "../bf16.h"         // ops_gumbel_noise
 #include "f64.h"             // f64_logprobs
+#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 void f64_logprobs(const logprobs_args *a, double *logprobs, int32_t *token, int32_t *topk_ids) {
     for (long r = 0; r < a->R; r++) {
@@ -20,7 +20,7 @@ void f64_logprobs(const logprobs_args *a, double *logprobs, int32_t *token, int3
             double key = a->temperature[r] == 0.0f
                              ? (double)x[v]
                              : (double)x[v] / a->temperature[r] +
-                                   ops_gumbel_noise(a->noise_seed[r], a->position[r], v);
+                                   invar_gumbel_noise(a->noise_seed[r], a->position[r], v);
             if (v == 0 || key > best_key) {
                 best = v;
                 best_key = key;

@@ -4,7 +4,7 @@
 #include <stdlib.h>          // free
 
 #include "../bf16.h"         // bf16_to_float
-#include "../check.h"        // invar_malloc
+#include "../../common/check.h"        // invar_malloc
 #include "f64.h"             // f64_mha_prefill, f64_merge_attention
 
 void f64_mha_prefill(const mha_prefill_args *a, double *out, double *lse) {

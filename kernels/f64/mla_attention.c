@@ -4,7 +4,7 @@
 #include <stdlib.h>          // free
 
 #include "../bf16.h"         // bf16_to_float
-#include "../check.h"        // invar_malloc
+#include "../../common/check.h"        // invar_malloc
 #include "f64.h"             // f64_kv_cache_write, f64_mla_attention
 
 void f64_kv_cache_write(double *cache, const bf16 *c_kv, long ld_c_kv, const bf16 *k_pe,

@@ -3,7 +3,7 @@
 #include <stdlib.h>          // free
 
 #include "../bf16.h"         // bf16_to_float
-#include "../check.h"        // invar_malloc
+#include "../../common/check.h"        // invar_malloc
 #include "f64.h"             // f64_moe_route, f64_moe_experts, f64_moe_combine
 
 // ---------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@
 #include <stdlib.h>                         // free
 
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
-#include "../../kernels/check.h"            // invar_die, invar_malloc
-#include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../common/check.h"            // invar_die, invar_malloc
+#include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
 #include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
 

@@ -7,11 +7,11 @@
 
 #include <math.h>                           // expf, logf, INFINITY
 
-#include "../../kernels/bf16.h"             // ops_gumbel_noise
-#include "../../kernels/check.h"            // invar_die
-#include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../common/check.h"            // invar_die
+#include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
 #include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
+#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define MAX_CHUNKS 64
 #define MIN_CHUNK 64  // vocabulary entries; a chunk never shorter than this
@@ -64,7 +64,7 @@ static void logprobs_rows(void *arg, long begin, long end) {
         for (int v = 0; v < a->V; v++) {
             float score = temp == 0.0f
                               ? x[v]
-                              : x[v] / temp + ops_gumbel_noise(a->noise_seed[r], a->position[r], v);
+                              : x[v] / temp + invar_gumbel_noise(a->noise_seed[r], a->position[r], v);
             if (v == 0 || score > best_score) {
                 best = v;
                 best_score = score;

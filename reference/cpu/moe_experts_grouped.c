@@ -7,7 +7,7 @@
 #include <stdlib.h>                         // free
 #include <string.h>                         // memcpy
 
-#include "../../kernels/check.h"            // invar_die, invar_malloc
+#include "../../common/check.h"            // invar_die, invar_malloc
 #include "../../kernels/cpu/inv_cpu_ops.h"  // inv_cpu_silu_mul
 #include "../../kernels/order_log.h"        // order_log_note
 #include "ref_cpu_ctx.h"                    // ref_cpu_policy_of, ref_cpu_threads

@@ -11,9 +11,9 @@
 #include "ref_cpu_ctx.h"                     // ref_cpu_ctx, ref_cpu_policy
 #include "ref_cpu_ops.h"                     // ref_cpu_<op>, ref_*_for rules
 #include "ref_cpu_set.h"                     // ref_cpu_set_create
-#include "../../kernels/check.h"             // invar_calloc
+#include "../../common/check.h"             // invar_calloc
 #include "../../kernels/cpu/inv_cpu_ops.h"   // inv_cpu_<op>, reused where order cannot vary
-#include "../../kernels/cpu/thread_pool.h"   // thread_pool_create, thread_pool_destroy
+#include "../../common/thread_pool.h"   // thread_pool_create, thread_pool_destroy
 #include "../../kernels/order_log.h"         // order_log_create, order_log_note
 
 static int mla_split_len(const mla_attention_args *a, int threads) {

@@ -7,8 +7,8 @@
 #include <math.h>                           // sqrtf
 
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
-#include "../../kernels/check.h"            // invar_die
-#include "../../kernels/cpu/thread_pool.h"  // thread_pool_for
+#include "../../common/check.h"            // invar_die
+#include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
 #include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
 

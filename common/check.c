@@ -1,4 +1,4 @@
-// kernels/check.c — fatal-error helpers (kernels/check.h).
+// common/check.c — fatal-error helpers (common/check.h).
 #include "check.h"
 
 #include <stdarg.h>  // va_list

@@ -1,8 +1,8 @@
-// kernels/cpu/thread_pool.h — a fixed pool of pthreads that runs parallel-for loops over
+// common/thread_pool.h — a fixed pool of pthreads that runs parallel-for loops over
 // outputs. Work is split into contiguous ranges of output indices; a reduction is never split,
 // so results do not depend on the thread count.
-#ifndef INVAR_KERNELS_CPU_THREAD_POOL_H
-#define INVAR_KERNELS_CPU_THREAD_POOL_H
+#ifndef INVAR_COMMON_THREAD_POOL_H
+#define INVAR_COMMON_THREAD_POOL_H
 
 typedef struct thread_pool thread_pool;
 

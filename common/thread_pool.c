@@ -1,4 +1,4 @@
-// kernels/cpu/thread_pool.c — fixed pthread pool (kernels/cpu/thread_pool.h).
+// common/thread_pool.c — fixed pthread pool (common/thread_pool.h).
 #include "thread_pool.h"
 
 #include <pthread.h>     // pthread_*
@@ -7,7 +7,7 @@
 #include <string.h>      // strerror
 #include <unistd.h>      // sysconf
 
-#include "../check.h"    // invar_die, invar_calloc
+#include "check.h"       // invar_die, invar_calloc
 
 struct thread_pool {
     int size;                 // workers + the calling thread

@@ -5,7 +5,7 @@
 //
 // Resuming: DIR/meta.csv holds the interrupted run's command line and the case file's xxh64.
 // The run is set up again from them (refused when the case file changed), the finished rows
-// of summary.csv are kept and matched to the configs (harness/runner.h: runner_match_done),
+// of summary.csv are kept and matched to the configs (harness/resume_match.h: resume_match_done),
 // divergence.csv keeps the rows of those configs only, and the other configs run and append.
 #include "commands.h"
 
@@ -24,14 +24,17 @@
 #include "../reports/csv_report.h"   // csv_report_open, csv_report_row, csv_report_close
 #include "../engine/model_config.h"  // model_config_by_name
 #include "../reports/render.h"       // report_render_run
+#include "../reports/report_schema.h" // summary_header, divergence_header, divergence_get
 #include "../reports/run_meta.h"     // run_meta_write, run_meta_get
 #include "case_file.h"               // case_file_load, case_file_set_model
 #include "checkpoint_id.h"           // checkpoint_id_compute, checkpoint_id_same
 #include "cli_args.h"                // cli_take_once
 #include "host.h"                    // host_make_dirs
 #include "matrix.h"                  // matrix_count, matrix_expand
-#include "resolve.h"                 // resolve_select_backend, RESOLVE_BACKEND_ENV
-#include "runner.h"                  // runner_resolve, runner_run, runner_match_done
+#include "resolve.h"                 // resolve_select_backend, resolve_matrix,
+                                     // RESOLVE_BACKEND_ENV
+#include "resume_match.h"            // resume_match_done
+#include "runner.h"                  // runner_run
 
 // Each report kind has its own default directory (`invar kernels`: build/report/kernels), so
 // one command never overwrites or renders another's files.
@@ -349,7 +352,7 @@ static bool keep_done_summary(const csv_table *t, int row, const void *ctx) {
 // its rows again.
 static bool keep_done_divergence(const csv_table *t, int row, const void *ctx) {
     const done_set *d = ctx;
-    const char *name = csv_at(t, row, csv_col(t, "config"));
+    const char *name = divergence_get(t, row, DIVERGENCE_CONFIG);
     for (int k = 0; k < d->n; k++)
         if (d->done_row[k] >= 0 && strcmp(d->configs[k].name, name) == 0) return true;
     return false;
@@ -417,7 +420,7 @@ int cmd_run(int argc, char **argv) {
     run_config *configs = invar_calloc((size_t)n, sizeof *configs, "configs");
     matrix_expand(c->axes, configs);
     check_unique_names(c, configs, (int)n);
-    resolved_config *resolved = runner_resolve(c, configs, (int)n, &sel);
+    resolved_config *resolved = resolve_matrix(c, configs, (int)n, &sel);
     checkpoint_ids ids;
     identify_checkpoints(c, a.hash_weights, &ids);
     if (resume_meta) checkpoints_unchanged(a.resume, resume_meta, &ids);
@@ -427,9 +430,8 @@ int cmd_run(int argc, char **argv) {
     char summary_path[PATH_MAX], divergence_path[PATH_MAX];
     report_name(summary_path, sizeof summary_path, out_dir, "summary.csv");
     report_name(divergence_path, sizeof divergence_path, out_dir, "divergence.csv");
-    int summary_cols, divergence_cols;
-    const char *const *summary_header = runner_summary_header(&summary_cols);
-    const char *const *divergence_header = runner_divergence_header(&divergence_cols);
+    const char *const *summary_columns = summary_header();
+    const char *const *divergence_columns = divergence_header();
     runner_options o = {.console = stdout, .warnings = stderr, .quiet = a.quiet,
                         .progress = !a.quiet && isatty(1) == 1};
     csv_table *done = NULL;
@@ -438,8 +440,8 @@ int cmd_run(int argc, char **argv) {
         host_make_dirs(out_dir);
         remove_stale_renders(out_dir);
         write_meta(out_dir, c, &ids, argc, argv);
-        o.summary = open_report(summary_path, summary_header, summary_cols);
-        o.divergence = open_report(divergence_path, divergence_header, divergence_cols);
+        o.summary = open_report(summary_path, summary_columns, SUMMARY_NCOLS);
+        o.divergence = open_report(divergence_path, divergence_columns, DIVERGENCE_NCOLS);
     } else {
         // No summary.csv yet (killed before it was created): nothing finished.
         done = csv_table_read(summary_path, true, err, sizeof err);
@@ -447,7 +449,7 @@ int cmd_run(int argc, char **argv) {
         for (int k = 0; k < n; k++) done_row[k] = -1;
         int usable = done ? done->nrows - (done->nrows > 0 && !ends_with_newline(summary_path))
                           : 0;
-        if (done && !runner_match_done(c, configs, resolved, (int)n, &sel, done, usable,
+        if (done && !resume_match_done(c, configs, resolved, (int)n, &sel, done, usable,
                                        done_row, err, sizeof err))
             invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", out_dir, err);
         csv_table *div = csv_table_read(divergence_path, true, err, sizeof err);
@@ -455,9 +457,9 @@ int cmd_run(int argc, char **argv) {
         done_set ds = {.configs = configs, .done_row = done_row, .n = (int)n};
         // divergence.csv first: until summary.csv is rewritten, a kill leaves the old pair,
         // which the next --resume filters the same way.
-        o.divergence = reopen_keeping(divergence_path, div, divergence_header, divergence_cols,
+        o.divergence = reopen_keeping(divergence_path, div, divergence_columns, DIVERGENCE_NCOLS,
                                       keep_done_divergence, &ds);
-        o.summary = reopen_keeping(summary_path, done, summary_header, summary_cols,
+        o.summary = reopen_keeping(summary_path, done, summary_columns, SUMMARY_NCOLS,
                                    keep_done_summary, &ds);
         csv_table_free(div);
         o.done = done;

@@ -4,16 +4,17 @@
 
 #include <errno.h>                  // errno
 #include <inttypes.h>               // PRIu64
+#include <limits.h>                 // PATH_MAX
 #include <stdio.h>                  // printf, fprintf, FILE
 #include <stdlib.h>                 // free, strtoull
-#include <string.h>                 // memcmp, strcmp, strerror
-
-#include <csv.h>                    // csv_fwrite
+#include <string.h>                 // memcmp, strcmp
 
 #include "commands.h"               // cmd_kernels
 #include "../kernels/bf16.h"        // invar_mix64
 #include "../common/check.h"       // invar_die, invar_malloc
 #include "../kernels/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available
+#include "../reports/csv_report.h"  // csv_report_open, csv_report_row, csv_report_close
+#include "../reports/report_schema.h" // kernels_header, KERNELS_*
 #include "cli_args.h"               // cli_take_once
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
@@ -218,17 +219,11 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
 // --- the command -----------------------------------------------------------------------------
 
 typedef struct {
-    FILE *csv;
+    csv_report *csv;
     int passed, failed, skipped;
     uint64_t seed;
     double shape_start;
 } report;
-
-static void csv_field(FILE *f, const char *s, bool last) {
-    if (csv_fwrite(f, s, strlen(s)) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "kernels: writing kernels.csv: %s", strerror(errno));
-    fputc(last ? '\n' : ',', f);
-}
 
 static const char *expectation(const ops_set *ops, const op_entry *op) {
     if (ops->batch_invariant) return "stable";
@@ -245,15 +240,19 @@ static void write_row(report *rep, const ops_set *ops, const op_entry *op, const
     snprintf(tol, sizeof tol, "%.1e", r->tol);
     snprintf(secs, sizeof secs, "%.3f", seconds);
     snprintf(seed, sizeof seed, "%" PRIu64, rep->seed);
-    const char *fields[] = {ops->name, ops->device, op->name, shape, status,
-                            expectation(ops, op), r->invariant ? "yes" : "no",
-                            r->invariant ? "" : vary_M, r->invariant ? "" : vary_pos,
-                            r->invariant ? "" : vary_vs, err, tol,
-                            r->written ? "yes" : "no", secs, seed};
-    int n = (int)(sizeof fields / sizeof fields[0]);
-    for (int i = 0; i < n; i++) csv_field(rep->csv, fields[i], i == n - 1);
-    if (fflush(rep->csv) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "kernels: writing kernels.csv: %s", strerror(errno));
+    const char *const fields[KERNELS_NCOLS] = {
+        [KERNELS_SET] = ops->name, [KERNELS_DEVICE] = ops->device, [KERNELS_OP] = op->name,
+        [KERNELS_SHAPE] = shape, [KERNELS_STATUS] = status,
+        [KERNELS_EXPECT] = expectation(ops, op), [KERNELS_INVARIANT] = r->invariant ? "yes" : "no",
+        [KERNELS_FIRST_VARY_M] = r->invariant ? "" : vary_M,
+        [KERNELS_FIRST_VARY_ROW] = r->invariant ? "" : vary_pos,
+        [KERNELS_FIRST_VARY_VS_M] = r->invariant ? "" : vary_vs, [KERNELS_REL_L2_ERR] = err,
+        [KERNELS_TOL] = tol, [KERNELS_WRITTEN] = r->written ? "yes" : "no",
+        [KERNELS_SECONDS] = secs, [KERNELS_SEED] = seed,
+    };
+    char why[PATH_MAX + 128];
+    if (!csv_report_row(rep->csv, fields, why, sizeof why))
+        invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why);
 }
 
 static void print_line(const char *status, const ops_set *ops, const op_entry *op,
@@ -375,14 +374,9 @@ int cmd_kernels(int argc, char **argv) {
     if (snprintf(csv_path, sizeof csv_path, "%s/kernels.csv", out) >= (int)sizeof csv_path)
         invar_die(INVAR_EXIT_INPUT, "kernels: --out %s: path too long", out);
     report rep = {.seed = o.seed};
-    rep.csv = fopen(csv_path, "w");
-    if (!rep.csv) invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot write %s: %s", csv_path,
-                            strerror(errno));
-    const char *header[] = {"set", "device", "op", "shape", "status", "expect", "invariant",
-                            "first_vary_M", "first_vary_row", "first_vary_vs_M", "rel_l2_err", "tol", "written",
-                            "seconds", "seed"};
-    int nh = (int)(sizeof header / sizeof header[0]);
-    for (int i = 0; i < nh; i++) csv_field(rep.csv, header[i], i == nh - 1);
+    char why_csv[PATH_MAX + 128];
+    rep.csv = csv_report_open(csv_path, kernels_header(), KERNELS_NCOLS, why_csv, sizeof why_csv);
+    if (!rep.csv) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why_csv);
     o.on_shape = on_shape;
     o.user = &rep;
 
@@ -431,8 +425,8 @@ int cmd_kernels(int argc, char **argv) {
         }
         ops->destroy(ops);
     }
-    if (fclose(rep.csv) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "kernels: writing %s: %s", csv_path, strerror(errno));
+    if (!csv_report_close(rep.csv, why_csv, sizeof why_csv))
+        invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why_csv);
     printf("report: %s\n", csv_path);
     printf("%d passed, %d failed, %d skipped\n", rep.passed, rep.failed, rep.skipped);
     return rep.failed ? 1 : 0;

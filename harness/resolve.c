@@ -7,6 +7,9 @@
 #include <stdlib.h>   // getenv
 #include <string.h>   // strcmp, strlen, memset
 
+#include "../common/check.h"     // invar_die, invar_calloc
+#include "../kernels/registry.h"  // kernel_set_find, cuda_device_available
+
 // ---------------------------------------------------------------------------------------------
 // Selection: flag > case file > environment > auto
 // ---------------------------------------------------------------------------------------------
@@ -245,4 +248,49 @@ int resolve_merge(const run_config *configs, resolved_config *r, int n) {
         }
     }
     return merged;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole matrix, before anything runs
+// ---------------------------------------------------------------------------------------------
+
+// Whether (set, device) is batch-invariant, as the registry says: no set is built to find out.
+static bool kernel_set_invariant(const case_file *c, const run_config *cfg, const char *device) {
+    const kernel_set_entry *e = kernel_set_find(cfg->kernel_set, device);
+    if (!e)
+        invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s", c->path,
+                  cfg->name, cfg->kernel_set, device);
+    return e->batch_invariant;
+}
+
+resolved_config *resolve_matrix(const case_file *c, const run_config *configs, int n,
+                                const backend_selection *sel) {
+    resolved_config *rs = invar_calloc((size_t)n, sizeof *rs, "resolved configs");
+    char why[256] = "";
+    bool cuda_asked = false, have_cuda = false;
+    for (int k = 0; k < n; k++) {
+        const run_config *cfg = &configs[k];
+        if (strcmp(cfg->device, "cpu") != 0 && !cuda_asked) {
+            have_cuda = cuda_device_available(why, sizeof why);
+            cuda_asked = true;
+        }
+        const char *device = strcmp(cfg->device, "auto") == 0 ? (have_cuda ? "cuda" : "cpu")
+                                                              : cfg->device;
+        if (strcmp(device, "cuda") == 0 && !have_cuda) {
+            resolve_skip_device(device, why, &rs[k]);
+            continue;
+        }
+        resolve_config(cfg, device, kernel_set_invariant(c, cfg, device), case_max_model_len(c),
+                       &rs[k]);
+        if (strcmp(cfg->device, "auto") == 0 && !have_cuda) {
+            size_t used = strlen(rs[k].reason);
+            snprintf(rs[k].reason + used, sizeof rs[k].reason - used, "%sdevice auto ran on cpu: "
+                     "%s", used ? "; " : "", why);
+        }
+    }
+    char err[sizeof sel->where + sizeof rs->skip_reason + 2];  // "where: reason"
+    if (!resolve_check_refusals(rs, n, sel, err, sizeof err))
+        invar_die(INVAR_EXIT_INPUT, "%s", err);
+    resolve_merge(configs, rs, n);
+    return rs;
 }

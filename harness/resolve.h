@@ -62,7 +62,7 @@ typedef struct {
 } resolved_config;
 
 // Resolves one config on its effective device. kernel_set_invariant is the set's
-// ops_set.batch_invariant; max_model_len the case's longest request.
+// batch_invariant flag (kernels/registry.h); max_model_len the case's longest request.
 void resolve_config(const run_config *cfg, const char *device, bool kernel_set_invariant,
                     int max_model_len, resolved_config *out);
 
@@ -79,6 +79,13 @@ void resolve_print_warnings(const resolved_config *r, int n, FILE *f);
 // Marks configs whose effective settings equal an earlier config's (merged_into); returns how
 // many were merged.
 int resolve_merge(const run_config *configs, resolved_config *r, int n);
+
+// Resolves configs[0 .. n) before anything runs: devices (auto: cuda when a device answers),
+// kernel set modes (from the registry's flags; no set is built), backends, effective settings,
+// merges. Returns n resolved configs (free them). A refused explicit backend selection, or a
+// kernel set not registered on a config's device, exits 2 naming it.
+resolved_config *resolve_matrix(const case_file *c, const run_config *configs, int n,
+                                const backend_selection *sel);
 
 // The two warnings, as printed (without the trailing newline).
 void resolve_prefix_warning(const attention_backend *b, char *buf, int len);

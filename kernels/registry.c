@@ -14,15 +14,15 @@
 #endif
 
 static const kernel_set_entry entries[] = {
-    {"invariant", "cpu", inv_cpu_create, false},
-    {"reference", "cpu", ref_cpu_create, false},
-    {"adversarial", "cpu", adv_cpu_create, true},
+    {"invariant", "cpu", inv_cpu_create, false, true},
+    {"reference", "cpu", ref_cpu_create, false, false},
+    {"adversarial", "cpu", adv_cpu_create, true, false},
 #ifdef INVAR_CUDA
-    {"invariant", "cuda", inv_cuda_create, false},
-    {"reference", "cuda", ref_cuda_create, false},
-    {"adversarial", "cuda", adv_cuda_create, true},
+    {"invariant", "cuda", inv_cuda_create, false, true},
+    {"reference", "cuda", ref_cuda_create, false, false},
+    {"adversarial", "cuda", adv_cuda_create, true, false},
 #endif
-    {NULL, NULL, NULL, false},
+    {NULL, NULL, NULL, false, false},
 };
 
 const kernel_set_entry *kernel_sets(void) { return entries; }
@@ -33,10 +33,15 @@ bool kernel_set_is_adversarial(const char *set) {
     return false;
 }
 
-ops_set *kernel_set_create(const char *set, const char *device, int threads) {
+const kernel_set_entry *kernel_set_find(const char *set, const char *device) {
     for (const kernel_set_entry *e = entries; e->set; e++)
-        if (strcmp(e->set, set) == 0 && strcmp(e->device, device) == 0) return e->create(threads);
+        if (strcmp(e->set, set) == 0 && strcmp(e->device, device) == 0) return e;
     return NULL;
+}
+
+ops_set *kernel_set_create(const char *set, const char *device, int threads) {
+    const kernel_set_entry *e = kernel_set_find(set, device);
+    return e ? e->create(threads) : NULL;
 }
 
 bool cuda_device_describe(cuda_device_info *out) {

@@ -10,6 +10,7 @@ typedef struct {
     const char *device; // "cpu" | "cuda"
     ops_set *(*create)(int threads); // threads: CPU worker count (0 = all cores); cuda ignores
     bool adversarial;   // the set built to vary every reduction with the batch (ops_set.adversarial)
+    bool batch_invariant; // what the set's ops_set.batch_invariant says, known without building it
 } kernel_set_entry;
 
 // The registered sets, terminated by an entry whose set is NULL.
@@ -17,6 +18,10 @@ const kernel_set_entry *kernel_sets(void);
 
 // Whether the set of that name is the adversarial negative control (on any device).
 bool kernel_set_is_adversarial(const char *set);
+
+// The entry of (set, device); NULL when no such set is registered. Resolution reads its flags
+// here, so deciding a config's mode never builds a set (nor a CUDA context).
+const kernel_set_entry *kernel_set_find(const char *set, const char *device);
 
 // Creates the named set on the named device; NULL when no such set is registered.
 ops_set *kernel_set_create(const char *set, const char *device, int threads);

@@ -10,8 +10,9 @@
 #include <sys/stat.h>          // stat, S_ISDIR
 
 #include "../common/check.h"  // invar_calloc
-#include "csv_read.h"          // csv_table_read, csv_get, csv_number
+#include "csv_read.h"          // csv_table_read, csv_number
 #include "report_file.h"       // report_file_open, report_file_commit, report_path
+#include "report_schema.h"     // summary_header, kernels_header, summary_get
 #include "row_verdict.h"       // summary_row_state, kernel_row_state, summary_first_divergence
 #include "run_meta.h"          // run_meta_get
 
@@ -36,14 +37,15 @@ static void report_dir_free(report_dir *d) {
 // A summary.csv or kernels.csv the diff can read: the column that names its checks, at least
 // one row, and a name in every row. Anything else (random bytes, a header alone, another
 // file's columns) would make every baseline check "vanished" and hide a regression.
-static bool verdict_table_usable(const csv_table *t, const char *name_col, const char *writer,
-                                 char *err, int len) {
+static bool verdict_table_usable(const csv_table *t, const char *name_col,
+                                 const char *verdict_col, const char *writer, char *err,
+                                 int len) {
     if (!t) return true;
     int col = csv_col(t, name_col);
-    if (col < 0 || csv_col_any(t, (const char *const[]){"verdict", "status", "pass", NULL}) < 0) {
+    if (col < 0 || csv_col(t, verdict_col) < 0) {
         // The header's text is not quoted: random bytes would go to the terminal.
         snprintf(err, (size_t)len, "%s: not a report of %s: no '%s' column in its header "
-                 "(%d column%s)", t->path, writer, col < 0 ? name_col : "verdict", t->ncols,
+                 "(%d column%s)", t->path, writer, col < 0 ? name_col : verdict_col, t->ncols,
                  t->ncols == 1 ? "" : "s");
         return false;
     }
@@ -87,8 +89,11 @@ static bool report_dir_load(report_dir *d, const char *dir, char *err, int len) 
                  "bench_mla.csv)", dir);
         return false;
     }
-    return verdict_table_usable(d->t[T_SUMMARY], "config", "invar run", err, len) &&
-           verdict_table_usable(d->t[T_KERNELS], "op", "invar kernels", err, len);
+    const char *const *summary = summary_header(), *const *kernels = kernels_header();
+    return verdict_table_usable(d->t[T_SUMMARY], summary[SUMMARY_CONFIG],
+                                summary[SUMMARY_VERDICT], "invar run", err, len) &&
+           verdict_table_usable(d->t[T_KERNELS], kernels[KERNELS_OP], kernels[KERNELS_STATUS],
+                                "invar kernels", err, len);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -105,9 +110,9 @@ static int summary_checks(const csv_table *t, check **out) {
     *out = invar_calloc((size_t)t->nrows + 1, sizeof **out, "diff checks");
     for (int r = 0; r < t->nrows; r++) {
         check *c = &(*out)[r];
-        const char *cs = csv_get(t, r, "case");
+        const char *cs = summary_get(t, r, SUMMARY_CASE);
         snprintf(c->name, sizeof c->name, "%s%s%s", cs, cs[0] ? ": " : "",
-                 csv_get(t, r, "config"));
+                 summary_get(t, r, SUMMARY_CONFIG));
         c->state = summary_row_state(t, r);
         if (!summary_first_divergence(t, r, c->detail, sizeof c->detail))
             summary_reason(t, r, c->detail, sizeof c->detail);

@@ -23,17 +23,20 @@ static bool fail(const csv_report *r, const char *what, char *err, int err_len) 
     return false;
 }
 
-// One line: fields quoted by libcsv (always, so a value never changes its shape), comma
-// separated, then flushed to the OS.
-static bool write_line(csv_report *r, const char *const *fields, char *err, int err_len) {
-    for (int i = 0; i < r->ncols; i++) {
-        const char *v = fields[i] ? fields[i] : "";
-        errno = 0;
-        if (i > 0 && fputc(',', r->f) == EOF) return fail(r, "write", err, err_len);
-        if (csv_fwrite(r->f, v, strlen(v)) != 0) return fail(r, "write", err, err_len);
-    }
+bool csv_row_write(FILE *f, const char *const *fields, int ncols) {
     errno = 0;
-    if (fputc('\n', r->f) == EOF) return fail(r, "write", err, err_len);
+    for (int i = 0; i < ncols; i++) {
+        const char *v = fields[i] ? fields[i] : "";
+        if (i > 0 && fputc(',', f) == EOF) return false;
+        if (csv_fwrite(f, v, strlen(v)) != 0) return false;
+    }
+    return fputc('\n', f) != EOF;
+}
+
+// One line, then flushed to the OS, so a crash keeps it.
+static bool write_line(csv_report *r, const char *const *fields, char *err, int err_len) {
+    if (!csv_row_write(r->f, fields, r->ncols)) return fail(r, "write", err, err_len);
+    errno = 0;
     if (fflush(r->f) != 0) return fail(r, "flush", err, err_len);
     return true;
 }

@@ -4,6 +4,7 @@
 #define INVAR_REPORTS_CSV_REPORT_H
 
 #include <stdbool.h>  // bool
+#include <stdio.h>    // FILE
 
 typedef struct csv_report csv_report;
 
@@ -19,5 +20,10 @@ bool csv_report_row(csv_report *r, const char *const *fields, char *err, int err
 bool csv_report_close(csv_report *r, char *err, int err_len);
 
 const char *csv_report_path(const csv_report *r);
+
+// The one CSV row writer: fields[0 .. ncols) quoted by libcsv (always, so a value never changes
+// its shape; NULL is written empty), comma separated, a newline. For a file written whole
+// (meta.csv goes through reports/report_file.h); false with errno set when a write failed.
+bool csv_row_write(FILE *f, const char *const *fields, int ncols);
 
 #endif

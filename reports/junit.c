@@ -7,6 +7,7 @@
 
 #include "../common/check.h"  // invar_calloc
 #include "report_file.h"    // report_file_open, report_file_commit
+#include "report_schema.h"  // summary_get, kernels_get, SUMMARY_*, KERNELS_*
 #include "row_verdict.h"    // summary_row_state, kernel_row_state, kernel_controls
 #include "run_meta.h"       // run_meta_get
 
@@ -73,9 +74,17 @@ typedef struct {
     double seconds;
 } suite;
 
-static double seconds_of(const csv_table *t, int row) {
+static double seconds_of(const char *cell) {
     double s;
-    return csv_number(csv_get(t, row, "seconds"), &s) && s >= 0 ? s : 0.0;
+    return csv_number(cell, &s) && s >= 0 ? s : 0.0;
+}
+
+static double summary_seconds(const csv_table *t, int row) {
+    return seconds_of(summary_get(t, row, SUMMARY_SECONDS));
+}
+
+static double kernel_seconds(const csv_table *t, int row) {
+    return seconds_of(kernels_get(t, row, KERNELS_SECONDS));
 }
 
 // "ci/cpu" -> "invar.ci.cpu": CI tools show dotted class names as a tree.
@@ -159,13 +168,13 @@ static void suite_open(FILE *f, const suite *s, const csv_table *meta) {
 // ---------------------------------------------------------------------------------------------
 
 static void summary_suite_name(const csv_table *t, int row, char *buf, int len) {
-    const char *c = csv_get(t, row, "case"), *d = csv_get(t, row, "device");
+    const char *c = summary_get(t, row, SUMMARY_CASE), *d = summary_get(t, row, SUMMARY_DEVICE);
     snprintf(buf, (size_t)len, "%s/%s", c[0] ? c : "run", d[0] ? d : "-");
 }
 
 static void summary_case(FILE *f, const suite *s, const csv_table *t, int r) {
     row_state st = summary_row_state(t, r);
-    testcase_open(f, s, csv_get(t, r, "config"), seconds_of(t, r));
+    testcase_open(f, s, summary_get(t, r, SUMMARY_CONFIG), summary_seconds(t, r));
     if (st == ROW_PASS) {
         fputs("/>\n", f);
         return;
@@ -181,9 +190,10 @@ static void summary_case(FILE *f, const suite *s, const csv_table *t, int r) {
     else snprintf(message, sizeof message, "%s", reason[0] ? reason : "failed");
     snprintf(body, sizeof body,
              "%s\n%s requests compared, %s differing\nfirst divergence: %s\n", reason,
-             csv_get(t, r, "requests_compared"), csv_get(t, r, "differing_requests"),
+             summary_get(t, r, SUMMARY_REQUESTS_COMPARED),
+             summary_get(t, r, SUMMARY_DIFFERING_REQUESTS),
              has_first ? first : "none");
-    outcome_element(f, st, csv_get(t, r, "observed"), message, body);
+    outcome_element(f, st, summary_get(t, r, SUMMARY_OBSERVED), message, body);
 }
 
 static int summary_suites(FILE *f, const csv_table *t, const csv_table *meta, suite *total) {
@@ -197,7 +207,8 @@ static int summary_suites(FILE *f, const csv_table *t, const csv_table *meta, su
         char name[256];
         for (int r = first; r < t->nrows; r++) {
             summary_suite_name(t, r, name, sizeof name);
-            if (strcmp(name, s.name) == 0) count(&s, summary_row_state(t, r), seconds_of(t, r));
+            if (strcmp(name, s.name) == 0)
+                count(&s, summary_row_state(t, r), summary_seconds(t, r));
         }
         suite_open(f, &s, meta);
         for (int r = first; r < t->nrows; r++) {
@@ -225,7 +236,7 @@ static int summary_suites(FILE *f, const csv_table *t, const csv_table *meta, su
 #define MAX_CONTROLS 1024
 
 static void kernel_suite_name(const csv_table *t, int row, char *buf, int len) {
-    const char *d = csv_get(t, row, "device");
+    const char *d = kernels_get(t, row, KERNELS_DEVICE);
     snprintf(buf, (size_t)len, "kernels/%s", d[0] ? d : "-");
 }
 
@@ -242,7 +253,7 @@ static void kernel_suites(FILE *f, const csv_table *t, const csv_table *meta, su
         for (int r = first; r < t->nrows; r++) {
             kernel_suite_name(t, r, name, sizeof name);
             if (strcmp(name, s.name) == 0)
-                count(&s, kernel_row_state(t, r, why, sizeof why), seconds_of(t, r));
+                count(&s, kernel_row_state(t, r, why, sizeof why), kernel_seconds(t, r));
         }
         for (int g = 0; g < nc; g++) {
             kernel_suite_name(t, controls[g].first_row, name, sizeof name);
@@ -255,11 +266,12 @@ static void kernel_suites(FILE *f, const csv_table *t, const csv_table *meta, su
             done[r] = true;
             row_state st = kernel_row_state(t, r, why, sizeof why);
             char test[512];
-            snprintf(test, sizeof test, "%s/%s/%s", csv_get(t, r, "set"), csv_get(t, r, "op"),
-                     csv_get(t, r, "shape"));
-            testcase_open(f, &s, test, seconds_of(t, r));
+            snprintf(test, sizeof test, "%s/%s/%s", kernels_get(t, r, KERNELS_SET),
+                     kernels_get(t, r, KERNELS_OP),
+                     kernels_get(t, r, KERNELS_SHAPE));
+            testcase_open(f, &s, test, kernel_seconds(t, r));
             if (st == ROW_PASS) fputs("/>\n", f);
-            else outcome_element(f, st, csv_get(t, r, "status"), why, NULL);
+            else outcome_element(f, st, kernels_get(t, r, KERNELS_STATUS), why, NULL);
         }
         for (int g = 0; g < nc; g++) {
             int r = controls[g].first_row;
@@ -267,7 +279,7 @@ static void kernel_suites(FILE *f, const csv_table *t, const csv_table *meta, su
             if (strcmp(name, s.name) != 0) continue;
             char test[512];
             snprintf(test, sizeof test, "%s/%s: negative control (must vary at some shape)",
-                     csv_get(t, r, "set"), csv_get(t, r, "op"));
+                     kernels_get(t, r, KERNELS_SET), kernels_get(t, r, KERNELS_OP));
             testcase_open(f, &s, test, 0);
             if (controls[g].varied) {
                 fputs("/>\n", f);

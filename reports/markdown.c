@@ -10,6 +10,7 @@
 
 #include "../common/check.h"  // invar_calloc
 #include "report_file.h"       // report_file_open, report_file_commit
+#include "report_schema.h"     // summary_get, summary_col, kernels_get, SUMMARY_*, KERNELS_*
 #include "row_verdict.h"       // summary_row_state, summary_first_divergence, kernel_row_state
 #include "run_meta.h"          // run_meta_get
 
@@ -40,101 +41,59 @@ static const char *verdict_badge(row_state s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Effective settings. Each setting is looked up under the names a runner may give it: the
-// effective value (S_effective, effective_S or plain S), the value asked for (S_requested,
-// requested_S, or plain S when the effective one has its own column) and why they differ
-// (S_reason, ...; or a row-wide auto-disable column).
+// Effective settings: the value a config ran with, the value asked for where resolution may
+// change it, and the row's resolution (why they differ). A report without the effective
+// column (an older invar) shows the requested value as the one that ran.
 // ---------------------------------------------------------------------------------------------
 
-typedef struct {
-    const char *key, *label;
-} setting_name;
+#define NO_COLUMN (-1)
 
-static const setting_name known_settings[] = {
-    {"device", "device"},
-    {"kernel_set", "kernel set"},
-    {"attention_backend", "backend"},
-    {"backend", "backend"},
-    {"prefix_caching", "prefix caching"},
-    {"chunked_prefill", "chunked prefill"},
-    {"max_num_batched_tokens", "token budget"},
-    {"arrivals", "arrivals"},
-    {"threads", "threads"},
+static const struct {
+    const char *label;
+    int requested;              // a summary_column, or NO_COLUMN: resolution never changes it
+    summary_column effective;
+} known_settings[] = {
+    {"device", NO_COLUMN, SUMMARY_DEVICE},
+    {"kernel set", NO_COLUMN, SUMMARY_KERNEL_SET},
+    {"backend", NO_COLUMN, SUMMARY_ATTENTION_BACKEND},
+    {"prefix caching", SUMMARY_PREFIX_CACHING, SUMMARY_PREFIX_CACHING_EFFECTIVE},
+    {"chunked prefill", SUMMARY_CHUNKED_PREFILL, SUMMARY_CHUNKED_PREFILL_EFFECTIVE},
+    {"token budget", SUMMARY_MAX_NUM_BATCHED_TOKENS, SUMMARY_MAX_NUM_BATCHED_TOKENS_EFFECTIVE},
+    {"arrivals", NO_COLUMN, SUMMARY_ARRIVALS},
+    {"threads", NO_COLUMN, SUMMARY_THREADS},
 };
-#define N_KNOWN ((int)(sizeof known_settings / sizeof known_settings[0]))
-#define MAX_SETTINGS 48
+#define MAX_SETTINGS ((int)(sizeof known_settings / sizeof known_settings[0]))
 
 typedef struct {
-    char label[128];
-    int eff, req, reason;   // columns, -1 when absent
+    const char *label;
+    int eff, req;   // columns of the table read, -1 when absent
 } setting;
 
-static int col_named(const csv_table *t, const char *prefix, const char *key, const char *suffix) {
-    char name[128];
-    snprintf(name, sizeof name, "%s%s%s", prefix, key, suffix);
-    return csv_col(t, name);
-}
-
-static void setting_columns(const csv_table *t, const char *key, const char *label,
-                            setting *s) {
-    snprintf(s->label, sizeof s->label, "%s", label);
-    int plain = csv_col(t, key);
-    s->eff = col_named(t, "", key, "_effective");
-    if (s->eff < 0) s->eff = col_named(t, "effective_", key, "");
-    s->req = col_named(t, "", key, "_requested");
-    if (s->req < 0) s->req = col_named(t, "requested_", key, "");
-    if (s->eff < 0) s->eff = plain;
-    else if (s->req < 0) s->req = plain;
-    static const char *const suffixes[] = {"_reason", "_disabled_reason", "_auto_disable_reason",
-                                           "_auto_disabled_reason", "_auto_disabled", "_note"};
-    s->reason = -1;
-    for (int i = 0; i < 6 && s->reason < 0; i++) s->reason = col_named(t, "", key, suffixes[i]);
-}
-
-// The settings this table has: the known ones, then any other "*_effective" column.
+// The settings this table has.
 static int find_settings(const csv_table *t, setting *out) {
     int n = 0;
-    bool backend_seen = false;
-    for (int i = 0; i < N_KNOWN; i++) {
-        setting s;
-        setting_columns(t, known_settings[i].key, known_settings[i].label, &s);
-        if (s.eff < 0 && s.req < 0) continue;
-        bool backend = strcmp(known_settings[i].label, "backend") == 0;
-        if (backend && backend_seen) continue;
-        backend_seen |= backend;
-        out[n++] = s;
-    }
-    for (int c = 0; c < t->ncols && n < MAX_SETTINGS; c++) {
-        const char *h = t->header[c];
-        size_t len = strlen(h);
-        char key[128];
-        if (len > 10 && strcmp(h + len - 10, "_effective") == 0)
-            snprintf(key, sizeof key, "%.*s", (int)(len - 10), h);
-        else if (strncmp(h, "effective_", 10) == 0 && strcmp(h, "effective_note") != 0)
-            snprintf(key, sizeof key, "%s", h + 10);
-        else continue;
-        bool known = false;
-        for (int i = 0; i < n && !known; i++) known = out[i].eff == c;
-        if (known) continue;
-        char label[128];
-        snprintf(label, sizeof label, "%s", key);
-        for (char *p = label; *p; p++)
-            if (*p == '_') *p = ' ';
-        setting_columns(t, key, label, &out[n++]);
+    for (int i = 0; i < MAX_SETTINGS; i++) {
+        setting s = {.label = known_settings[i].label,
+                     .eff = summary_col(t, known_settings[i].effective),
+                     .req = known_settings[i].requested == NO_COLUMN
+                                ? -1
+                                : summary_col(t, (summary_column)known_settings[i].requested)};
+        if (s.eff < 0) {
+            s.eff = s.req;
+            s.req = -1;
+        }
+        if (s.eff >= 0) out[n++] = s;
     }
     return n;
 }
 
 static const char *row_wide_reason(const csv_table *t, int row) {
-    static const char *const names[] = {"resolution", "auto_disabled", "auto_disable_reason",
-                                        "auto_disabled_reason", "disabled_reason",
-                                        "effective_note", NULL};
-    return csv_at(t, row, csv_col_any(t, names));
+    return summary_get(t, row, SUMMARY_RESOLUTION);
 }
 
 static bool setting_changed(const csv_table *t, int row, const setting *s) {
     const char *req = csv_at(t, row, s->req), *eff = csv_at(t, row, s->eff);
-    return (s->req >= 0 && req[0] && strcmp(req, eff) != 0) || csv_at(t, row, s->reason)[0];
+    return s->req >= 0 && req[0] && strcmp(req, eff) != 0;
 }
 
 // A setting with neither an effective nor a requested value in this row is left out.
@@ -146,8 +105,8 @@ static bool setting_present(const csv_table *t, int row, const setting *s) {
 static void setting_text(FILE *f, const csv_table *t, int row, const setting *s,
                          bool *used_row_reason) {
     const char *req = csv_at(t, row, s->req), *eff = csv_at(t, row, s->eff);
-    const char *reason = csv_at(t, row, s->reason);
-    if (!reason[0] && setting_changed(t, row, s) && !*used_row_reason) {
+    const char *reason = "";
+    if (setting_changed(t, row, s) && !*used_row_reason) {
         reason = row_wide_reason(t, row);
         *used_row_reason = reason[0] != '\0';
     }
@@ -182,19 +141,13 @@ static bool setting_common(const csv_table *t, const int *rows, int n, const set
 // ---------------------------------------------------------------------------------------------
 
 static bool hit_rate_text(const csv_table *t, int row, char *buf, int len) {
-    static const char *const rate_cols[] = {"prefix_cache_hit_rate", "prefix_hit_rate",
-                                            "cache_hit_rate", "hit_rate", NULL};
-    static const char *const hit_cols[] = {"prefix_hits", "prefix_cache_hits", NULL};
-    static const char *const query_cols[] = {"prefix_queries", "prefix_cache_queries",
-                                             "prefix_lookups", NULL};
-    int rc = csv_col_any(t, rate_cols);
+    int rc = summary_col(t, SUMMARY_PREFIX_HIT_RATE);
     double v, hits, queries;
-    bool has_hq = csv_number(csv_at(t, row, csv_col_any(t, hit_cols)), &hits) &&
-                  csv_number(csv_at(t, row, csv_col_any(t, query_cols)), &queries);
+    bool has_hq = csv_number(summary_get(t, row, SUMMARY_PREFIX_HITS), &hits) &&
+                  csv_number(summary_get(t, row, SUMMARY_PREFIX_QUERIES), &queries);
     buf[0] = '\0';
     if (rc >= 0 && csv_number(csv_at(t, row, rc), &v)) {
-        bool percent = strstr(t->header[rc], "pct") || strstr(t->header[rc], "percent") || v > 1;
-        snprintf(buf, (size_t)len, "%.0f%%", percent ? v : 100 * v);
+        snprintf(buf, (size_t)len, "%.0f%%", 100 * v);
     } else if (rc >= 0 && csv_at(t, row, rc)[0]) {
         snprintf(buf, (size_t)len, "%s", csv_at(t, row, rc));
     } else if (has_hq && queries > 0) {
@@ -217,8 +170,10 @@ typedef struct {
 } totals;
 
 static void case_header(FILE *f, const csv_table *t, int row) {
-    const char *model = csv_get(t, row, "model"), *prompts = csv_get(t, row, "prompts");
-    const char *bs = csv_get(t, row, "batch_sizes"), *seed = csv_get(t, row, "seed");
+    const char *model = summary_get(t, row, SUMMARY_MODEL);
+    const char *prompts = summary_get(t, row, SUMMARY_PROMPTS);
+    const char *bs = summary_get(t, row, SUMMARY_BATCH_SIZES);
+    const char *seed = summary_get(t, row, SUMMARY_SEED);
     bool any = false;
     if (model[0]) {
         fputs("model ", f);
@@ -227,16 +182,18 @@ static void case_header(FILE *f, const csv_table *t, int row) {
     }
     if (prompts[0]) {
         fprintf(f, "%s%s prompts", any ? " · " : "", prompts);
-        const char *lo = csv_get(t, row, "min_len"), *hi = csv_get(t, row, "max_len");
+        const char *lo = summary_get(t, row, SUMMARY_MIN_LEN);
+        const char *hi = summary_get(t, row, SUMMARY_MAX_LEN);
         if (lo[0] && hi[0]) fprintf(f, " of %s..%s tokens", lo, hi);
         any = true;
     }
-    const char *mnt = csv_get(t, row, "max_new_tokens");
+    const char *mnt = summary_get(t, row, SUMMARY_MAX_NEW_TOKENS);
     if (mnt[0]) {
         fprintf(f, "%s%s new tokens", any ? " · " : "", mnt);
         any = true;
     }
-    const char *temp = csv_get(t, row, "temperature"), *topk = csv_get(t, row, "top_k");
+    const char *temp = summary_get(t, row, SUMMARY_TEMPERATURE);
+    const char *topk = summary_get(t, row, SUMMARY_TOP_K);
     if (temp[0]) {
         fprintf(f, "%stemperature %s", any ? " · " : "", temp);
         any = true;
@@ -262,7 +219,7 @@ static void write_case(FILE *f, const csv_table *t, const int *rows, int n, tota
         common[s] = setting_common(t, rows, n, &settings[s]);
         varying += !common[s];
     }
-    const char *name = csv_get(t, rows[0], "case");
+    const char *name = summary_get(t, rows[0], SUMMARY_CASE);
     fprintf(f, "## Case ");
     code(f, name[0] ? name : "run");
     fputs("\n\n", f);
@@ -294,14 +251,14 @@ static void write_case(FILE *f, const csv_table *t, const int *rows, int n, tota
         int r = rows[i];
         row_state st = summary_row_state(t, r);
         double secs = 0;
-        csv_number(csv_get(t, r, "seconds"), &secs);
+        csv_number(summary_get(t, r, SUMMARY_SECONDS), &secs);
         tot->passed += st == ROW_PASS;
         tot->failed += st == ROW_FAIL;
         tot->skipped += st == ROW_SKIP;
         tot->errors += st == ROW_ERROR;
         tot->seconds += secs;
         fprintf(f, "| %s | ", verdict_badge(st));
-        code(f, csv_get(t, r, "config"));
+        code(f, summary_get(t, r, SUMMARY_CONFIG));
         fputs(" |", f);
         if (varying) {
             fputs(" ", f);
@@ -320,10 +277,10 @@ static void write_case(FILE *f, const csv_table *t, const int *rows, int n, tota
             fputs(" |", f);
         }
         fputs(" ", f);
-        cell(f, csv_get(t, r, "expected"));
+        cell(f, summary_get(t, r, SUMMARY_EXPECTED));
         fputs(" | ", f);
-        cell(f, csv_get(t, r, "observed"));
-        const char *note = csv_get(t, r, "note");
+        cell(f, summary_get(t, r, SUMMARY_OBSERVED));
+        const char *note = summary_get(t, r, SUMMARY_NOTE);
         if (st != ROW_PASS && note[0]) {
             fputs(" — ", f);
             cell(f, note);
@@ -331,8 +288,8 @@ static void write_case(FILE *f, const csv_table *t, const int *rows, int n, tota
         fputs(" | ", f);
         if (summary_first_divergence(t, r, buf, sizeof buf)) cell(f, buf);
         else fputs("–", f);
-        const char *diff = csv_get(t, r, "differing_requests");
-        const char *cmp = csv_get(t, r, "requests_compared");
+        const char *diff = summary_get(t, r, SUMMARY_DIFFERING_REQUESTS);
+        const char *cmp = summary_get(t, r, SUMMARY_REQUESTS_COMPARED);
         if (diff[0] && strcmp(diff, "0") != 0) fprintf(f, " (%s of %s comparisons differ)", diff, cmp);
         fputs(" |", f);
         if (hit_rate) {
@@ -356,7 +313,7 @@ static void write_failures(FILE *f, const csv_table *t) {
         any = true;
         summary_reason(t, r, reason, sizeof reason);
         fputs("- ", f);
-        code(f, csv_get(t, r, "config"));
+        code(f, summary_get(t, r, SUMMARY_CONFIG));
         fputs(": ", f);
         cell(f, reason);
         if (summary_first_divergence(t, r, first, sizeof first)) {
@@ -381,25 +338,27 @@ static void write_kernels(FILE *f, const csv_table *t) {
     char why[1024];
     for (int first = 0; first < t->nrows; first++) {
         if (done[first]) continue;
-        const char *set = csv_get(t, first, "set"), *dev = csv_get(t, first, "device");
-        const char *op = csv_get(t, first, "op");
+        const char *set = kernels_get(t, first, KERNELS_SET);
+        const char *dev = kernels_get(t, first, KERNELS_DEVICE);
+        const char *op = kernels_get(t, first, KERNELS_OP);
         int shapes = 0, varied = 0, fails = 0, skips = 0;
         double worst = 0, secs = 0;
         for (int r = first; r < t->nrows; r++) {
-            if (strcmp(csv_get(t, r, "set"), set) || strcmp(csv_get(t, r, "device"), dev) ||
-                strcmp(csv_get(t, r, "op"), op))
+            if (strcmp(kernels_get(t, r, KERNELS_SET), set) ||
+                strcmp(kernels_get(t, r, KERNELS_DEVICE), dev) ||
+                strcmp(kernels_get(t, r, KERNELS_OP), op))
                 continue;
             done[r] = true;
             shapes++;
             row_state st = kernel_row_state(t, r, why, sizeof why);
             fails += st == ROW_FAIL || st == ROW_ERROR;
             skips += st == ROW_SKIP;
-            varied += strcasecmp(csv_get(t, r, "invariant"), "no") == 0;
+            varied += strcasecmp(kernels_get(t, r, KERNELS_INVARIANT), "no") == 0;
             double v;
-            if (csv_number(csv_get(t, r, "rel_l2_err"), &v) && v > worst) worst = v;
-            if (csv_number(csv_get(t, r, "seconds"), &v)) secs += v;
+            if (csv_number(kernels_get(t, r, KERNELS_REL_L2_ERR), &v) && v > worst) worst = v;
+            if (csv_number(kernels_get(t, r, KERNELS_SECONDS), &v)) secs += v;
         }
-        bool must_vary = strcasecmp(csv_get(t, first, "expect"), "must vary") == 0;
+        bool must_vary = strcasecmp(kernels_get(t, first, KERNELS_EXPECT), "must vary") == 0;
         if (must_vary && varied == 0) fails++;  // the negative control never triggered
         row_state st = fails ? ROW_FAIL : skips == shapes ? ROW_SKIP : ROW_PASS;
         passed += st == ROW_PASS;
@@ -502,9 +461,9 @@ bool markdown_write(const char *path, const csv_table *summary, const csv_table 
         for (int first = 0; first < summary->nrows; first++) {
             if (done[first]) continue;
             int n = 0;
-            const char *c = csv_get(summary, first, "case");
+            const char *c = summary_get(summary, first, SUMMARY_CASE);
             for (int r = first; r < summary->nrows; r++)
-                if (!done[r] && strcmp(csv_get(summary, r, "case"), c) == 0) {
+                if (!done[r] && strcmp(summary_get(summary, r, SUMMARY_CASE), c) == 0) {
                     rows[n++] = r;
                     done[r] = true;
                 }

@@ -14,6 +14,7 @@
 #include <unistd.h>            // access, fork, chdir, dup2, execlp, _exit, unlink
 
 #include "../common/check.h"  // invar_calloc, invar_die
+#include "report_schema.h"     // summary_get, divergence_get, SUMMARY_*, DIVERGENCE_*
 
 // ---------------------------------------------------------------------------------------------
 // gnuplot itself
@@ -177,7 +178,7 @@ static int int_cmp(const void *a, const void *b) {
 static int batch_size_columns(const csv_table *s, int *bs) {
     int n = 0;
     for (int r = 0; r < s->nrows; r++) {
-        const char *p = csv_get(s, r, "batch_sizes");
+        const char *p = summary_get(s, r, SUMMARY_BATCH_SIZES);
         while (*p) {
             char *end;
             long v = strtol(p, &end, 10);
@@ -194,7 +195,7 @@ static int batch_size_columns(const csv_table *s, int *bs) {
 }
 
 static int config_index(const csv_table *s, const char *name) {
-    int col = csv_col(s, "config");
+    int col = summary_col(s, SUMMARY_CONFIG);
     for (int r = 0; r < s->nrows; r++)
         if (strcmp(csv_at(s, r, col), name) == 0) return r;
     return -1;
@@ -210,14 +211,15 @@ static bool invariance_matrix(plot_ctx *p, const csv_table *s, const csv_table *
     int nd = 0;
     diverged *dv = invar_calloc((size_t)(d ? d->nrows : 0) + 1, sizeof *dv, "plot divergences");
     for (int r = 0; d && r < d->nrows; r++) {
-        int c = config_index(s, csv_get(d, r, "config"));
-        const char *b = csv_get(d, r, "batch_size");
+        int c = config_index(s, divergence_get(d, r, DIVERGENCE_CONFIG));
+        const char *b = divergence_get(d, r, DIVERGENCE_BATCH_SIZE);
         int col = -1;
         if (strcmp(b, "repeat") == 0) col = nbs;
         for (int i = 0; i < nbs && col < 0; i++)
             if (atoi(b) == bs[i]) col = i;
         double req;
-        if (c < 0 || col < 0 || !csv_number(csv_get(d, r, "request"), &req)) continue;
+        if (c < 0 || col < 0 || !csv_number(divergence_get(d, r, DIVERGENCE_REQUEST), &req))
+            continue;
         dv[nd++] = (diverged){c, col, (int)req};
     }
     qsort(dv, (size_t)nd, sizeof *dv, diverged_cmp);
@@ -225,7 +227,8 @@ static bool invariance_matrix(plot_ctx *p, const csv_table *s, const csv_table *
     for (int i = 0; i < nd; i++) {
         if (i > 0 && diverged_cmp(&dv[i], &dv[i - 1]) == 0) continue;  // one request once
         double prompts;
-        if (!csv_number(csv_get(s, dv[i].config, "prompts"), &prompts) || prompts < 1) prompts = 1;
+        if (!csv_number(summary_get(s, dv[i].config, SUMMARY_PROMPTS), &prompts) || prompts < 1)
+            prompts = 1;
         double *cell = &frac[(size_t)dv[i].config * (size_t)ncols + (size_t)dv[i].column];
         *cell += 1.0 / prompts;
         if (*cell > 1) *cell = 1;
@@ -235,8 +238,8 @@ static bool invariance_matrix(plot_ctx *p, const csv_table *s, const csv_table *
     bool ok = f != NULL;
     size_t longest = 8;
     for (int r = 0; ok && r < s->nrows; r++) {
-        bool skipped = strcasecmp(csv_get(s, r, "verdict"), "SKIP") == 0;
-        size_t l = strlen(csv_get(s, r, "config"));
+        bool skipped = strcasecmp(summary_get(s, r, SUMMARY_VERDICT), "SKIP") == 0;
+        size_t l = strlen(summary_get(s, r, SUMMARY_CONFIG));
         if (l > longest) longest = l;
         for (int c = 0; c < ncols; c++) {
             double v = frac[(size_t)r * (size_t)ncols + (size_t)c];
@@ -285,7 +288,7 @@ static bool invariance_matrix(plot_ctx *p, const csv_table *s, const csv_table *
         for (int r = 0; r < s->nrows; r++) {
             // A long name keeps its head (device, kernel set) and its tail, "..." between.
             char name[128];
-            const char *cfg = csv_get(s, r, "config");
+            const char *cfg = summary_get(s, r, SUMMARY_CONFIG);
             size_t l = strlen(cfg);
             if (l > 100) snprintf(name, sizeof name, "%.45s...%s", cfg, cfg + l - 52);
             else snprintf(name, sizeof name, "%s", cfg);
@@ -327,7 +330,7 @@ static bool divergence_by_step(plot_ctx *p, const csv_table *d, char *err, int l
     if (!d || d->nrows == 0) return true;
     // Configs with a divergence, in order of first appearance; the rest share one series.
     const char *names[MAX_SERIES];
-    int n = 0, col = csv_col(d, "config");
+    int n = 0, col = divergence_col(d, DIVERGENCE_CONFIG);
     bool others = false;
     for (int r = 0; r < d->nrows; r++) {
         int k = series_of(d, r, col, names, n);
@@ -350,9 +353,11 @@ static bool divergence_by_step(plot_ctx *p, const csv_table *d, char *err, int l
         for (int r = 0; r < d->nrows; r++) {
             if (series_of(d, r, col, names, n) != i) continue;
             double step, delta, ulps;
-            if (!csv_number(csv_get(d, r, "step"), &step) || step < 0) continue;
-            bool has_delta = csv_number(csv_get(d, r, "abs_delta"), &delta) && delta > 0;
-            bool has_ulps = csv_number(csv_get(d, r, "ulps"), &ulps) && ulps > 0;
+            if (!csv_number(divergence_get(d, r, DIVERGENCE_STEP), &step) || step < 0) continue;
+            bool has_delta =
+                csv_number(divergence_get(d, r, DIVERGENCE_ABS_DELTA), &delta) && delta > 0;
+            bool has_ulps =
+                csv_number(divergence_get(d, r, DIVERGENCE_ULPS), &ulps) && ulps > 0;
             if (!has_delta && !has_ulps) continue;
             if (step > max_step) max_step = step;
             fprintf(f, "%.3f ", step + nudge);

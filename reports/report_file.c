@@ -43,9 +43,3 @@ bool report_file_commit(report_file *rf, char *err, int err_len) {
     if (!ok) remove(rf->tmp);
     return ok;
 }
-
-void report_file_abandon(report_file *rf) {
-    if (rf->f) fclose(rf->f);
-    rf->f = NULL;
-    remove(rf->tmp);
-}

@@ -22,9 +22,6 @@ bool report_file_open(report_file *rf, const char *path, char *err, int err_len)
 // the temporary file is removed and err names the file and the cause.
 bool report_file_commit(report_file *rf, char *err, int err_len);
 
-// Closes and removes the temporary file (a writer gave up half-way).
-void report_file_abandon(report_file *rf);
-
 // "DIR/NAME" into buf; false when it does not fit.
 bool report_path(char *buf, int len, const char *dir, const char *name);
 

@@ -5,18 +5,17 @@
 #include <string.h>     // strcmp
 #include <strings.h>    // strcasecmp
 
+#include "report_schema.h"  // summary_get, kernels_get, SUMMARY_*, KERNELS_*
+
 const char *row_state_name(row_state s) {
     static const char *const names[] = {"PASS", "FAIL", "SKIP", "ERROR"};
     return names[s];
 }
 
 static row_state state_of(const char *verdict) {
-    if (strcasecmp(verdict, "PASS") == 0 || strcasecmp(verdict, "ok") == 0 ||
-        strcasecmp(verdict, "yes") == 0)
-        return ROW_PASS;
-    if (strcasecmp(verdict, "FAIL") == 0 || strcasecmp(verdict, "no") == 0) return ROW_FAIL;
-    if (strcasecmp(verdict, "SKIP") == 0 || strcasecmp(verdict, "skipped") == 0)
-        return ROW_SKIP;
+    if (strcasecmp(verdict, "PASS") == 0 || strcasecmp(verdict, "ok") == 0) return ROW_PASS;
+    if (strcasecmp(verdict, "FAIL") == 0) return ROW_FAIL;
+    if (strcasecmp(verdict, "SKIP") == 0) return ROW_SKIP;
     return ROW_ERROR;
 }
 
@@ -25,22 +24,22 @@ static row_state state_of(const char *verdict) {
 // ---------------------------------------------------------------------------------------------
 
 row_state summary_row_state(const csv_table *t, int row) {
-    return state_of(csv_get(t, row, "verdict"));
+    return state_of(summary_get(t, row, SUMMARY_VERDICT));
 }
 
 bool summary_first_divergence(const csv_table *t, int row, char *buf, int len) {
     buf[0] = '\0';
-    const char *req = csv_get(t, row, "first_request");
-    const char *step = csv_get(t, row, "first_step");
+    const char *req = summary_get(t, row, SUMMARY_FIRST_REQUEST);
+    const char *step = summary_get(t, row, SUMMARY_FIRST_STEP);
     if (!req[0] && !step[0]) return false;
-    const char *batch = csv_get(t, row, "first_batch_size");
-    const char *field = csv_get(t, row, "first_field");
-    const char *bt = csv_get(t, row, "first_base_token");
-    const char *ot = csv_get(t, row, "first_batch_token");
-    const char *blp = csv_get(t, row, "first_base_logprob");
-    const char *olp = csv_get(t, row, "first_batch_logprob");
-    const char *delta = csv_get(t, row, "first_abs_delta");
-    const char *ulps = csv_get(t, row, "first_ulps");
+    const char *batch = summary_get(t, row, SUMMARY_FIRST_BATCH_SIZE);
+    const char *field = summary_get(t, row, SUMMARY_FIRST_FIELD);
+    const char *bt = summary_get(t, row, SUMMARY_FIRST_BASE_TOKEN);
+    const char *ot = summary_get(t, row, SUMMARY_FIRST_BATCH_TOKEN);
+    const char *blp = summary_get(t, row, SUMMARY_FIRST_BASE_LOGPROB);
+    const char *olp = summary_get(t, row, SUMMARY_FIRST_BATCH_LOGPROB);
+    const char *delta = summary_get(t, row, SUMMARY_FIRST_ABS_DELTA);
+    const char *ulps = summary_get(t, row, SUMMARY_FIRST_ULPS);
     bool repeat = strcmp(batch, "repeat") == 0;
     int n = snprintf(buf, (size_t)len, "request %s %s%s, step %s", req[0] ? req : "?",
                      repeat ? "in the repeated batch" : "at batch size ", repeat ? "" : batch,
@@ -58,9 +57,9 @@ bool summary_first_divergence(const csv_table *t, int row, char *buf, int len) {
 }
 
 void summary_reason(const csv_table *t, int row, char *buf, int len) {
-    const char *expected = csv_get(t, row, "expected");
-    const char *observed = csv_get(t, row, "observed");
-    const char *note = csv_get(t, row, "note");
+    const char *expected = summary_get(t, row, SUMMARY_EXPECTED);
+    const char *observed = summary_get(t, row, SUMMARY_OBSERVED);
+    const char *note = summary_get(t, row, SUMMARY_NOTE);
     int n = 0;
     buf[0] = '\0';
     if (expected[0] || observed[0])
@@ -74,40 +73,33 @@ void summary_reason(const csv_table *t, int row, char *buf, int len) {
 // ---------------------------------------------------------------------------------------------
 
 void kernel_row_name(const csv_table *t, int row, char *buf, int len) {
-    snprintf(buf, (size_t)len, "%s/%s/%s/%s", csv_get(t, row, "set"), csv_get(t, row, "device"),
-             csv_get(t, row, "op"), csv_get(t, row, "shape"));
+    snprintf(buf, (size_t)len, "%s/%s/%s/%s", kernels_get(t, row, KERNELS_SET),
+             kernels_get(t, row, KERNELS_DEVICE),
+             kernels_get(t, row, KERNELS_OP), kernels_get(t, row, KERNELS_SHAPE));
 }
 
 static bool row_varied(const csv_table *t, int row) {
-    return strcasecmp(csv_get(t, row, "invariant"), "no") == 0 ||
-           strcasecmp(csv_get(t, row, "status"), "VARIES") == 0;
+    return strcasecmp(kernels_get(t, row, KERNELS_INVARIANT), "no") == 0 ||
+           strcasecmp(kernels_get(t, row, KERNELS_STATUS), "VARIES") == 0;
 }
 
 row_state kernel_row_state(const csv_table *t, int row, char *why, int len) {
     why[0] = '\0';
-    static const char *const verdict_cols[] = {"verdict", "pass", NULL};
-    int vc = csv_col_any(t, verdict_cols);
-    const char *status = csv_get(t, row, "status");
-    const char *err = csv_get(t, row, "rel_l2_err"), *tol = csv_get(t, row, "tol");
-    const char *written = csv_get(t, row, "written");
+    const char *status = kernels_get(t, row, KERNELS_STATUS);
+    const char *err = kernels_get(t, row, KERNELS_REL_L2_ERR);
+    const char *tol = kernels_get(t, row, KERNELS_TOL);
+    const char *written = kernels_get(t, row, KERNELS_WRITTEN);
     bool varied = row_varied(t, row);
     char vary[160] = "";
     if (varied)
         snprintf(vary, sizeof vary, "varied at M=%s (row %s, compared with %s)",
-                 csv_get(t, row, "first_vary_M"), csv_get(t, row, "first_vary_row"),
-                 strcmp(csv_get(t, row, "first_vary_vs_M"), "1") == 0
+                 kernels_get(t, row, KERNELS_FIRST_VARY_M),
+                 kernels_get(t, row, KERNELS_FIRST_VARY_ROW),
+                 strcmp(kernels_get(t, row, KERNELS_FIRST_VARY_VS_M), "1") == 0
                      ? "the row alone"
-                     : csv_get(t, row, "first_vary_vs_M"));
-    if (vc >= 0 && csv_at(t, row, vc)[0]) {
-        row_state s = state_of(csv_at(t, row, vc));
-        if (s != ROW_PASS)
-            snprintf(why, (size_t)len, "status %s; %s; rel-L2 error %s (tol %s); written %s",
-                     status, varied ? vary : "invariant", err, tol, written);
-        return s;
-    }
+                     : kernels_get(t, row, KERNELS_FIRST_VARY_VS_M));
     if (state_of(status) == ROW_SKIP) {
-        snprintf(why, (size_t)len, "%s", csv_get(t, row, "note")[0] ? csv_get(t, row, "note")
-                                                                     : "skipped");
+        snprintf(why, (size_t)len, "skipped");
         return ROW_SKIP;
     }
     if (strcasecmp(status, "FAIL") == 0) {
@@ -118,23 +110,26 @@ row_state kernel_row_state(const csv_table *t, int row, char *why, int len) {
             snprintf(why, (size_t)len, "inaccurate: rel-L2 error %s > tol %s", err, tol);
         return ROW_FAIL;
     }
-    if (varied && strcasecmp(csv_get(t, row, "expect"), "stable") == 0) {
+    if (varied && strcasecmp(kernels_get(t, row, KERNELS_EXPECT), "stable") == 0) {
         snprintf(why, (size_t)len, "must be batch-invariant but %s", vary);
         return ROW_FAIL;
     }
     return ROW_PASS;
 }
 
+static bool same_cell(const csv_table *t, int a, int b, kernels_column c) {
+    return strcmp(kernels_get(t, a, c), kernels_get(t, b, c)) == 0;
+}
+
 int kernel_controls(const csv_table *t, kernel_control *out, int max) {
     int n = 0;
     for (int r = 0; t && r < t->nrows; r++) {
-        if (strcasecmp(csv_get(t, r, "expect"), "must vary") != 0) continue;
+        if (strcasecmp(kernels_get(t, r, KERNELS_EXPECT), "must vary") != 0) continue;
         int g = 0;
         for (; g < n; g++) {
             int f = out[g].first_row;
-            if (strcmp(csv_get(t, f, "set"), csv_get(t, r, "set")) == 0 &&
-                strcmp(csv_get(t, f, "device"), csv_get(t, r, "device")) == 0 &&
-                strcmp(csv_get(t, f, "op"), csv_get(t, r, "op")) == 0)
+            if (same_cell(t, f, r, KERNELS_SET) && same_cell(t, f, r, KERNELS_DEVICE) &&
+                same_cell(t, f, r, KERNELS_OP))
                 break;
         }
         if (g == n) {

@@ -23,8 +23,8 @@ bool summary_first_divergence(const csv_table *t, int row, char *buf, int len);
 void summary_reason(const csv_table *t, int row, char *buf, int len);
 
 // kernels.csv: a check row. FAIL when the check failed (status FAIL: inaccurate or an output
-// not written) or when an op promised to be stable varied; SKIP when the status says skipped.
-// A "pass"/"verdict" column, where one exists, is taken as written. why gets the reason.
+// not written) or when an op promised to be stable varied; SKIP when the status says SKIP.
+// why gets the reason.
 row_state kernel_row_state(const csv_table *t, int row, char *why, int len);
 
 // "set/device/op/shape": a kernels.csv row's stable name.

@@ -1,7 +1,6 @@
 // reports/run_meta.c — DIR/meta.csv (reports/run_meta.h).
 #include "run_meta.h"
 
-#include <csv.h>            // csv_fwrite
 #include <errno.h>          // errno
 #include <limits.h>         // PATH_MAX
 #include <stdlib.h>         // free
@@ -11,6 +10,7 @@
 #include <unistd.h>         // gethostname, getcwd
 #include <xxhash.h>         // XXH64_createState, XXH64_update, XXH64_digest
 
+#include "csv_report.h"     // csv_row_write
 #include "report_file.h"    // report_file_open, report_file_commit
 
 // ---------------------------------------------------------------------------------------------
@@ -125,13 +125,10 @@ static char *join_argv(int argc, char *const *argv) {
 // meta.csv
 // ---------------------------------------------------------------------------------------------
 
-static void put_field(FILE *f, const char *s) { csv_fwrite(f, s, strlen(s)); }
-
+// A failed write is caught by report_file_commit (the stream's error flag).
 static void put_row(FILE *f, const char *key, const char *value) {
-    put_field(f, key);
-    fputc(',', f);
-    put_field(f, value && value[0] ? value : "-");
-    fputc('\n', f);
+    const char *row[2] = {key, value && value[0] ? value : "-"};
+    csv_row_write(f, row, 2);
 }
 
 bool run_meta_write(const char *dir, const run_meta_input *in, char *err, int len) {

@@ -9,8 +9,8 @@
 
 #include "../../harness/case_file.h" // case_file_load
 #include "../../harness/matrix.h"    // matrix_count, matrix_expand
-#include "../../harness/resolve.h"   // resolve_select_backend
-#include "../../harness/runner.h"    // runner_resolve, runner_match_done
+#include "../../harness/resolve.h"   // resolve_select_backend, resolve_matrix
+#include "../../harness/resume_match.h" // resume_match_done
 #include "../../reports/csv_read.h"  // csv_table_read
 #include "../../reports/run_meta.h"  // run_meta_get
 #include "fuzz_input.h"              // fuzz_memfd, fuzz_split, fuzz_require
@@ -44,13 +44,13 @@ static void match_summary(const uint8_t *data, size_t size) {
     int *done_row = calloc((size_t)n, sizeof *done_row);
     fuzz_require(configs && done_row, "calloc");
     matrix_expand(c->axes, configs);
-    resolved_config *resolved = runner_resolve(c, configs, n, &sel);
+    resolved_config *resolved = resolve_matrix(c, configs, n, &sel);
 
     int fd = fuzz_memfd(data, size, path, sizeof path);
     csv_table *done = csv_table_read(path, true, err, sizeof err);
     if (done) {
         for (int k = 0; k < n; k++) done_row[k] = -1;
-        (void)runner_match_done(c, configs, resolved, n, &sel, done, done->nrows, done_row, err,
+        (void)resume_match_done(c, configs, resolved, n, &sel, done, done->nrows, done_row, err,
                                 sizeof err);
         csv_table_free(done);
     }

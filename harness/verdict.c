@@ -1,0 +1,41 @@
+// harness/verdict.c — a config's verdict (harness/verdict.h).
+#include "verdict.h"
+
+#include <stdio.h>                  // snprintf
+#include <string.h>                 // strcmp
+
+#include "../kernels/order_log.h"   // order_log_describe
+
+// A realistic set (not batch-invariant, not adversarial) that matched bs=1 everywhere, in a
+// case whose adversarial set is the negative control: said as information, with what the set's
+// order log saw (the ops that kept one order could not have shown anything here; the ones that
+// changed order did so without changing a logprob bit).
+static bool order_free_information(const resolved_config *rc, const ops_set *set,
+                                   bool adversarial_control, outcome *out) {
+    if (rc->batch_invariant_mode || set->adversarial || !adversarial_control) return false;
+    char ops[512] = "no order recorded";
+    if (set->orders) order_log_describe(set->orders, ops, sizeof ops);
+    snprintf(out->note, sizeof out->note, "information: the %s set was not caught at this "
+             "case's shapes (every request matched bs=1 bit for bit); %s; the adversarial set "
+             "is this case's negative control", set->name, ops);
+    return true;
+}
+
+void outcome_judge(const resolved_config *rc, const ops_set *set, bool adversarial_control,
+                   outcome *out) {
+    if (out->repeat_differs) out->observed = "nondeterministic";
+    else if (out->batch_differs) out->observed = "batch-variant";
+    else out->observed = "invariant";
+    bool holds = rc->expect_invariant ? strcmp(out->observed, "invariant") == 0
+                                      : out->differing > 0;
+    if (!holds && !rc->expect_invariant && order_free_information(rc, set, adversarial_control, out)) holds = true;
+    else if (!holds && !rc->expect_invariant) {
+        snprintf(out->note, sizeof out->note, "negative control not triggered: expected "
+                 "batch-variant (%s), yet every request matched bs=1 bit for bit, so this case "
+                 "is too weak to show batch variance",
+                 !rc->batch_invariant_mode ? "a non-invariant kernel set"
+                                           : "prefix caching forced on");
+    }
+    if (strcmp(out->prefill_vs_decode, "DIFFER") == 0) holds = false;
+    out->verdict = holds ? "PASS" : "FAIL";
+}

@@ -14,7 +14,7 @@
 #include <stdlib.h>   // free
 #include <string.h>   // memcmp, memcpy
 
-#include "../kernels/cpu/inv_cpu_ops.h"      // inv_cpu_<op>: the ops the set must reuse
+#include "../kernels/cpu/inv_cpu.h"          // inv_cpu_create: the ops the set must reuse
 #include "../kernels/f64/f64.h"              // f64_<op>, f64_rel_l2_*, f64_max_abs_err_f32
 #include "../reference/cpu/ref_cpu.h"        // ref_cpu_create
 #include "../reference/cpu/ref_cpu_ops.h"    // ref_cpu_<op>, the shape rules
@@ -63,17 +63,20 @@ static void set_fields_and_reused_ops_are_wired(void **state) {
     assert_non_null(ops->ctx);
 
     // Invariant by nature: the invariant set's own functions.
-    assert_ptr_equal(ops->alloc, inv_cpu_alloc);
-    assert_ptr_equal(ops->release, inv_cpu_release);
-    assert_ptr_equal(ops->upload, inv_cpu_upload);
-    assert_ptr_equal(ops->download, inv_cpu_download);
-    assert_ptr_equal(ops->sync, inv_cpu_sync);
-    assert_ptr_equal(ops->embedding, inv_cpu_embedding);
-    assert_ptr_equal(ops->rope, inv_cpu_rope);
-    assert_ptr_equal(ops->residual_add, inv_cpu_residual_add);
-    assert_ptr_equal(ops->silu_mul, inv_cpu_silu_mul);
-    assert_ptr_equal(ops->kv_cache_write, inv_cpu_kv_cache_write);
-    assert_non_null(ops->moe_route);  // inv_cpu_moe_route, its order noted in the set's log
+    ops_set *inv = inv_cpu_create(1);
+    assert_ptr_equal(ops->alloc, inv->alloc);
+    assert_ptr_equal(ops->release, inv->release);
+    assert_ptr_equal(ops->upload, inv->upload);
+    assert_ptr_equal(ops->download, inv->download);
+    assert_ptr_equal(ops->sync, inv->sync);
+    assert_ptr_equal(ops->embedding, inv->embedding);
+    assert_ptr_equal(ops->rope, inv->rope);
+    assert_ptr_equal(ops->residual_add, inv->residual_add);
+    assert_ptr_equal(ops->silu_mul, inv->silu_mul);
+    assert_ptr_equal(ops->kv_cache_write, inv->kv_cache_write);
+    assert_ptr_equal(ops->merge_attention, inv->merge_attention);
+    inv->destroy(inv);
+    assert_non_null(ops->moe_route);  // the invariant router, its one order noted in the log
 
     // Reductions: this set's shape-dependent versions.
     assert_ptr_equal(ops->gemm, ref_cpu_gemm);

@@ -1,6 +1,5 @@
-// kernels/cpu/cpu_ctx.h — the state every CPU kernel set keeps in ops_set.ctx, shared by the
-// invariant and reference CPU sets so a reference set can reuse invariant ops that are
-// batch-invariant by nature (embedding, residual add, ...).
+// kernels/cpu/cpu_ctx.h — the state the invariant CPU set keeps in ops_set.ctx (private to
+// kernels/cpu; a set built on this one reaches the pool through inv_cpu.h).
 #ifndef INVAR_KERNELS_CPU_CPU_CTX_H
 #define INVAR_KERNELS_CPU_CPU_CTX_H
 

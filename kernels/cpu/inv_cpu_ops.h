@@ -1,10 +1,9 @@
 // kernels/cpu/inv_cpu_ops.h — the batch-invariant CPU ops one by one, with exactly the
 // signatures of ops.h's function pointers.
 //
-// They are non-static so that other CPU sets can reuse the ops that are batch-invariant by
-// nature (memory, embedding, rope, residual_add, silu_mul, kv_cache_write, moe_route). Every
-// function relies only on ops->ctx being a cpu_ctx (kernels/cpu/cpu_ctx.h); none reads any
-// other field of the ops_set.
+// Private to kernels/cpu: inv_cpu.c assembles the set from them. A set built on this one
+// (inv_cpu_init) keeps the ones it does not replace through its ops_set. Every function relies
+// only on ops->ctx being a cpu_ctx (kernels/cpu/cpu_ctx.h); none reads any other field.
 #ifndef INVAR_KERNELS_CPU_INV_CPU_OPS_H
 #define INVAR_KERNELS_CPU_INV_CPU_OPS_H
 

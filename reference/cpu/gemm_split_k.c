@@ -14,7 +14,8 @@
 #include "../../common/check.h"            // invar_die, invar_malloc
 #include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
-#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
+#include "ref_cpu_set.h"                    // ref_cpu_policy_of
+#include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
 
 #define TILE_M 16  // output tile of the heuristic's "does the grid fill the machine" test
 #define TILE_N 64  // also the columns of one work item
@@ -125,14 +126,14 @@ void ref_cpu_gemm_planned(ops_set *ops, const gemm_args *a, ref_gemm_plan plan) 
     int batch = a->batch > 1 ? a->batch : 1;
     if (a->M == 0 || a->N == 0) return;
     j.plan = plan;
-    thread_pool_for(ref_cpu_pool(ops), (long)batch * a->M * j.col_blocks,
+    thread_pool_for(inv_cpu_pool(ops), (long)batch * a->M * j.col_blocks,
                     gemm_items, &j);
 }
 
 uint64_t ref_gemm_plan_key(ref_gemm_plan p) { return (uint64_t)p.splits << 8 | (uint64_t)p.lanes; }
 
 void ref_cpu_gemm(ops_set *ops, const gemm_args *a) {
-    ref_gemm_plan plan = ref_cpu_policy_of(ops)->gemm_plan(a->M, a->N, a->K, ref_cpu_threads(ops));
+    ref_gemm_plan plan = ref_cpu_policy_of(ops)->gemm_plan(a->M, a->N, a->K, inv_cpu_threads(ops));
     order_log_note(ops->orders, ORDER_GEMM, (uint64_t)a->N << 32 | (uint32_t)a->K,
                    ref_gemm_plan_key(plan));
     ref_cpu_gemm_planned(ops, a, plan);

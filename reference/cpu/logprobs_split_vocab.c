@@ -10,7 +10,8 @@
 #include "../../common/check.h"            // invar_die
 #include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
-#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
+#include "ref_cpu_set.h"                    // ref_cpu_policy_of
+#include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define MAX_CHUNKS 64
@@ -91,11 +92,11 @@ void ref_cpu_logprobs(ops_set *ops, const logprobs_args *a) {
     if (a->R < 0 || a->V <= 0 || a->k < 0 || a->k > a->V)
         invar_die(INVAR_EXIT_INPUT, "logprobs (reference cpu): bad shape R=%d V=%d k=%d",
                   a->R, a->V, a->k);
-    int chunks = ref_cpu_policy_of(ops)->logprobs_chunks(a->R, a->V, ref_cpu_threads(ops));
+    int chunks = ref_cpu_policy_of(ops)->logprobs_chunks(a->R, a->V, inv_cpu_threads(ops));
     if (chunks < 1 || chunks > MAX_CHUNKS)
         invar_die(INVAR_EXIT_INPUT, "logprobs (reference cpu): policy chose %d chunks (1..%d)",
                   chunks, MAX_CHUNKS);
     order_log_note(ops->orders, ORDER_LOGPROBS, (uint64_t)a->V, (uint64_t)chunks);
     logprobs_job jb = {a, chunks};
-    thread_pool_for(ref_cpu_pool(ops), a->R, logprobs_rows, &jb);
+    thread_pool_for(inv_cpu_pool(ops), a->R, logprobs_rows, &jb);
 }

@@ -12,7 +12,8 @@
 #include "../../common/check.h"            // invar_die, invar_malloc
 #include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
-#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
+#include "ref_cpu_set.h"                    // ref_cpu_policy_of
+#include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
 
 #define MIN_SPLIT_KEYS 16  // a split never shorter than this
 
@@ -126,5 +127,5 @@ void ref_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
     order_log_note(ops->orders, ORDER_MHA_PREFILL,
                    (uint64_t)a->H << 40 | (uint64_t)a->nope << 20 | (uint64_t)a->v,
                    (uint64_t)jb.splits(a->T, 1 << 30));
-    thread_pool_for(ref_cpu_pool(ops), (long)a->T * a->H, mha_items, &jb);
+    thread_pool_for(inv_cpu_pool(ops), (long)a->T * a->H, mha_items, &jb);
 }

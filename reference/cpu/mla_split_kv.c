@@ -18,7 +18,8 @@
 #include "../../common/check.h"            // invar_die, invar_malloc
 #include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
-#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
+#include "ref_cpu_set.h"                    // ref_cpu_policy_of
+#include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
 
 #define TOKENS_PER_SPLIT 512  // TRITON_MLA: one split per 512 tokens of the longest sequence
 #define MIN_TWO_SPLITS 64     // longer than this: never fewer than two splits
@@ -146,7 +147,7 @@ void ref_cpu_mla_attention(ops_set *ops, const mla_attention_args *a) {
         jb.num_splits = (a->max_seq_len + jb.split_len - 1) / jb.split_len;
         if (jb.num_splits < 1) jb.num_splits = 1;
     } else {
-        jb.split_len = ref_cpu_policy_of(ops)->mla_split_len(a, ref_cpu_threads(ops));
+        jb.split_len = ref_cpu_policy_of(ops)->mla_split_len(a, inv_cpu_threads(ops));
         if (jb.split_len < 1)
             invar_die(INVAR_EXIT_INPUT, "mla_attention (reference cpu): policy chose a split of "
                       "%d positions", jb.split_len);
@@ -159,5 +160,5 @@ void ref_cpu_mla_attention(ops_set *ops, const mla_attention_args *a) {
     jb.max_keys = jb.split_len;
     for (int t = 0; t < a->T; t++)  // a position past max_seq_len lands in the last split
         if (a->token_pos[t] + 1 > jb.max_keys) jb.max_keys = a->token_pos[t] + 1;
-    thread_pool_for(ref_cpu_pool(ops), (long)a->T * a->H, mla_items, &jb);
+    thread_pool_for(inv_cpu_pool(ops), (long)a->T * a->H, mla_items, &jb);
 }

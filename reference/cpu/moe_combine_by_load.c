@@ -14,7 +14,8 @@
 #include "../../common/check.h"            // invar_die, invar_calloc, invar_malloc
 #include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
-#include "ref_cpu_ctx.h"                    // ref_cpu_ctx
+#include "ref_cpu_set.h"                    // ref_cpu_policy_of
+#include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
 
 typedef struct {
     const moe_combine_args *a;
@@ -82,7 +83,7 @@ void ref_cpu_moe_combine_by_load(ops_set *ops, const moe_combine_args *a, bool f
     order_log_note(ops->orders, ORDER_MOE_COMBINE, (uint64_t)a->D << 8 | (uint64_t)a->k,
                    combine_order_key(a, load, fuse_by_load));
     combine_job jb = {a, load, fuse_by_load};
-    thread_pool_for(ref_cpu_pool(ops), a->T, combine_tokens, &jb);
+    thread_pool_for(inv_cpu_pool(ops), a->T, combine_tokens, &jb);
     free(load);
 }
 

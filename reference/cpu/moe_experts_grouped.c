@@ -8,9 +8,9 @@
 #include <string.h>                         // memcpy
 
 #include "../../common/check.h"            // invar_die, invar_malloc
-#include "../../kernels/cpu/inv_cpu_ops.h"  // inv_cpu_silu_mul
 #include "../../kernels/order_log.h"        // order_log_note
-#include "ref_cpu_ctx.h"                    // ref_cpu_policy_of, ref_cpu_threads
+#include "ref_cpu_set.h"                    // ref_cpu_policy_of
+#include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
 
 void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
     if (a->T < 0 || a->k <= 0 || a->E <= 0 || a->D <= 0 || a->I <= 0)
@@ -43,14 +43,14 @@ void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
 
         // The plans come from the expert's load: recorded as this op's choice, not the GEMM's.
         const ref_cpu_policy *policy = ref_cpu_policy_of(ops);
-        ref_gemm_plan up_plan = policy->gemm_plan(n, 2 * I, D, ref_cpu_threads(ops));
-        ref_gemm_plan down_plan = policy->gemm_plan(n, D, I, ref_cpu_threads(ops));
+        ref_gemm_plan up_plan = policy->gemm_plan(n, 2 * I, D, inv_cpu_threads(ops));
+        ref_gemm_plan down_plan = policy->gemm_plan(n, D, I, inv_cpu_threads(ops));
         order_log_note(ops->orders, ORDER_MOE_EXPERTS, (uint64_t)D << 32 | (uint32_t)I,
                        ref_gemm_plan_key(up_plan) << 16 | ref_gemm_plan_key(down_plan));
         gemm_args up = {.y = gu, .x = xg, .w = a->w_gate_up + (long)e * 2 * I * D,
                         .M = n, .N = 2 * I, .K = D};
         ref_cpu_gemm_planned(ops, &up, up_plan);
-        inv_cpu_silu_mul(ops, act, gu, n, I);
+        ops->silu_mul(ops, act, gu, n, I);  // the invariant set's, by nature invariant
         gemm_args dn = {.y = down, .x = act, .w = a->w_down + (long)e * D * I,
                         .M = n, .N = D, .K = I};
         ref_cpu_gemm_planned(ops, &dn, down_plan);

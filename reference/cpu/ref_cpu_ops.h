@@ -4,7 +4,7 @@
 //
 // Every op computes the function ops.h specifies; only the order of its fp32 sums depends on
 // M, the batch's longest sequence, the experts' loads or the thread count. Ops that are
-// batch-invariant by nature come from the invariant set (kernels/cpu/inv_cpu_ops.h).
+// batch-invariant by nature come from the invariant set (ref_cpu_set.h).
 #ifndef INVAR_REFERENCE_CPU_REF_CPU_OPS_H
 #define INVAR_REFERENCE_CPU_REF_CPU_OPS_H
 

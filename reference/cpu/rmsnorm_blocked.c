@@ -10,7 +10,8 @@
 #include "../../common/check.h"            // invar_die
 #include "../../common/thread_pool.h"  // thread_pool_for
 #include "../../kernels/order_log.h"        // order_log_note
-#include "ref_cpu_ctx.h"                    // ref_cpu_ctx, ref_cpu_policy_of
+#include "ref_cpu_set.h"                    // ref_cpu_policy_of
+#include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
 
 #define MAX_CHUNKS 8
 #define MIN_CHUNK 32  // elements; a chunk never shorter than this
@@ -73,5 +74,5 @@ void ref_cpu_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long l
                   chunks, MAX_CHUNKS);
     order_log_note(ops->orders, ORDER_RMSNORM, (uint64_t)D, (uint64_t)chunks);
     rmsnorm_job j = {out, ld_out, ld_x, x, w, D, chunks, eps};
-    thread_pool_for(ref_cpu_pool(ops), M, rmsnorm_rows, &j);
+    thread_pool_for(inv_cpu_pool(ops), M, rmsnorm_rows, &j);
 }

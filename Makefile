@@ -31,7 +31,7 @@ CFLAGS_ALL += -I$(DEPS_PREFIX)/usr/include
 LDFLAGS  += -L$(DEPS_LIBDIR) -Wl,-rpath,$(DEPS_LIBDIR)
 endif
 
-LIB_SRC := $(wildcard common/*.c kernels/*.c kernels/cpu/*.c kernels/f64/*.c reference/cpu/*.c \
+LIB_SRC := $(wildcard common/*.c sets/*.c kernels/*.c kernels/cpu/*.c kernels/f64/*.c reference/cpu/*.c \
                       adversarial/cpu/*.c engine/*.c harness/*.c reports/*.c)
 LIB_SRC := $(filter-out harness/main.c,$(LIB_SRC))
 CU_SRC  := $(wildcard kernels/cuda/*.cu reference/cuda/*.cu adversarial/cuda/*.cu)

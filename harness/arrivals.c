@@ -3,7 +3,6 @@
 
 #include <string.h>            // strcmp
 
-#include "../kernels/bf16.h"   // invar_mix64
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 static const char *const names[] = {"at_once", "staggered", "bursty"};

@@ -19,7 +19,7 @@
 
 #include "../kernels/bf16.h"     // float_to_bf16, invar_mix64, invar_uniform
 #include "../common/check.h"    // invar_die, invar_malloc
-#include "../kernels/registry.h" // kernel_set_create, cuda_device_available
+#include "../sets/registry.h" // kernel_set_create, cuda_device_available
 #include "bench_decode.h"        // bench_decode
 #include "cli_args.h"            // cli_take_once
 #include "commands.h"            // cmd_bench

@@ -13,9 +13,8 @@
 #include "../engine/engine.h"        // engine_*
 #include "../engine/model_config.h"  // model_config_by_name
 #include "../engine/weights.h"       // weights_synthetic
-#include "../kernels/bf16.h"         // invar_mix64
 #include "../common/check.h"        // invar_die, invar_malloc
-#include "../kernels/registry.h"     // kernel_set_create
+#include "../sets/registry.h"     // kernel_set_create
 #include "host.h"                     // host_seconds
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 

@@ -19,7 +19,7 @@
 #include <xxhash.h>                  // XXH64_createState, XXH64_update, XXH64_digest
 
 #include "../common/check.h"        // invar_die, invar_calloc
-#include "../kernels/registry.h"     // cuda_device_describe
+#include "../sets/registry.h"     // cuda_device_describe
 #include "../reports/csv_read.h"     // csv_table_read, csv_at, csv_table_free
 #include "../reports/csv_report.h"   // csv_report_open, csv_report_row, csv_report_close
 #include "../engine/model_config.h"  // model_config_by_name

@@ -10,9 +10,8 @@
 #include <string.h>                 // memcmp, strcmp
 
 #include "commands.h"               // cmd_kernels
-#include "../kernels/bf16.h"        // invar_mix64
 #include "../common/check.h"       // invar_die, invar_malloc
-#include "../kernels/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available
+#include "../sets/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available
 #include "../reports/csv_report.h"  // csv_report_open, csv_report_row, csv_report_close
 #include "../reports/report_schema.h" // kernels_header, KERNELS_*
 #include "cli_args.h"               // cli_take_once

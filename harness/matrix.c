@@ -9,7 +9,7 @@
 
 #include "../engine/attention_backend.h" // attention_backend_by_name, attention_backends
 #include "../engine/model_config.h"      // model_config_by_name
-#include "../kernels/registry.h"         // kernel_sets
+#include "../sets/registry.h"         // kernel_sets
 
 // ---------------------------------------------------------------------------------------------
 // Value checks and setters, one pair per axis

@@ -26,7 +26,7 @@ typedef struct {
 typedef struct {
     char name[512];                    // stable and unique within the case: "cpu/invariant/..."
     char device[MATRIX_VALUE_LEN];     // cpu | cuda | auto
-    char kernel_set[MATRIX_VALUE_LEN]; // a set name of kernels/registry.h
+    char kernel_set[MATRIX_VALUE_LEN]; // a set name of sets/registry.h
     char model[MATRIX_MODEL_LEN];      // a named config of engine/model_config.h, or a checkpoint
                                        // directory (harness/case_file.h: case_model_open)
     char attention_backend[MATRIX_VALUE_LEN]; // a name of engine/attention_backend.h, or auto

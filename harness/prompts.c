@@ -4,7 +4,6 @@
 #include <stdlib.h>               // free
 #include <string.h>               // memcpy
 
-#include "../kernels/bf16.h"      // invar_mix64
 #include "../common/check.h"     // invar_malloc, invar_calloc
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 

@@ -8,7 +8,7 @@
 #include <string.h>   // strcmp, strlen, memset
 
 #include "../common/check.h"     // invar_die, invar_calloc
-#include "../kernels/registry.h"  // kernel_set_find, cuda_device_available
+#include "../sets/registry.h"  // kernel_set_find, cuda_device_available
 
 // ---------------------------------------------------------------------------------------------
 // Selection: flag > case file > environment > auto

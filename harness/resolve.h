@@ -62,7 +62,7 @@ typedef struct {
 } resolved_config;
 
 // Resolves one config on its effective device. kernel_set_invariant is the set's
-// batch_invariant flag (kernels/registry.h); max_model_len the case's longest request.
+// batch_invariant flag (sets/registry.h); max_model_len the case's longest request.
 void resolve_config(const run_config *cfg, const char *device, bool kernel_set_invariant,
                     int max_model_len, resolved_config *out);
 

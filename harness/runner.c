@@ -11,7 +11,7 @@
 
 #include "../engine/engine.h"           // engine_create, engine_generate, engine_config
 #include "../common/check.h"           // invar_die, invar_calloc, invar_malloc
-#include "../kernels/registry.h"        // kernel_set_create, kernel_set_is_adversarial
+#include "../sets/registry.h"        // kernel_set_create, kernel_set_is_adversarial
 #include "../reports/report_schema.h"   // DIVERGENCE_*, SUMMARY_*
 #include "compare.h"                    // compare_request_sets, compare_results, divergence
 #include "host.h"                       // host_seconds

@@ -1,7 +1,7 @@
 // kernels/ops.h — the kernel-set interface.
 //
 // One struct of function pointers. Each kernel set (invariant or reference) on each device
-// (cpu or cuda) provides one instance through kernels/registry.h. The engine calls kernels
+// (cpu or cuda) provides one instance through sets/registry.h. The engine calls kernels
 // only through it, so a config's kernel set is a pointer.
 //
 // Conventions, for every op:

@@ -14,7 +14,6 @@
 #include <time.h>     // time
 #include <unistd.h>   // getpid
 
-#include "../kernels/bf16.h"           // invar_mix64, invar_uniform
 #include "../reports/baseline_diff.h"  // baseline_diff
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 

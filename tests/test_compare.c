@@ -15,7 +15,6 @@
 #include <unistd.h>   // getpid
 
 #include "../harness/compare.h"  // compare_*, float_ulp_distance
-#include "../kernels/bf16.h"     // invar_mix64, invar_uniform
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define STEPS 12

@@ -12,7 +12,6 @@
 #include <string.h>   // strstr, strcmp, memcpy
 #include <unistd.h>   // unlink, rmdir
 
-#include "../kernels/bf16.h"           // invar_mix64
 #include "../reports/csv_report.h"     // csv_report_*
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 

@@ -18,7 +18,7 @@
 #include "../kernels/bf16.h"     // bf16_to_float, float_to_bf16, invar_mix64, invar_uniform
 #include "../common/check.h"    // invar_malloc
 #include "../kernels/ops.h"      // ops_set, *_args
-#include "../kernels/registry.h" // kernel_set_create, cuda_device_available
+#include "../sets/registry.h" // kernel_set_create, cuda_device_available
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define POISON16 0xFFFFu         // a NaN bf16: no op may leave it behind

@@ -58,7 +58,7 @@
 
 #include "../engine/checkpoint.h"  // checkpoint_open
 #include "../engine/engine.h"      // engine_*, ENGINE_MAX_TOPK
-#include "../kernels/registry.h"   // kernel_sets, cuda_device_available
+#include "../sets/registry.h"   // kernel_sets, cuda_device_available
 
 #define LOGPROB_ABS 0.25   // nats, see the header comment
 #define LOGPROB_REL 0.15   // per nat of |logprob|

@@ -15,7 +15,6 @@
 #include <unistd.h>   // getpid
 
 #include "../reports/report_schema.h" // summary_header, SUMMARY_NCOLS
-#include "../kernels/bf16.h"          // invar_mix64
 #include "../reports/csv_read.h"      // csv_table_read
 #include "../reports/csv_report.h"    // csv_report_open, csv_report_row
 #include "../reports/junit.h"         // junit_write, junit_xml_escape

@@ -14,7 +14,6 @@
 #include <time.h>     // time
 #include <unistd.h>   // getpid
 
-#include "../kernels/bf16.h"          // invar_mix64
 #include "../reports/csv_read.h"      // csv_table_read
 #include "../reports/csv_report.h"    // csv_report_open, csv_report_row
 #include "../reports/markdown.h"      // markdown_write

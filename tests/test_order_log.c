@@ -15,7 +15,7 @@
 
 #include "../kernels/bf16.h"       // invar_mix64
 #include "../kernels/order_log.h"  // order_log_*
-#include "../kernels/registry.h"   // kernel_set_create
+#include "../sets/registry.h"   // kernel_set_create
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 static uint64_t seed;

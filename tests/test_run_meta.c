@@ -14,7 +14,6 @@
 #include <unistd.h>   // getpid, getcwd
 #include <xxhash.h>   // XXH64
 
-#include "../kernels/bf16.h"        // invar_mix64
 #include "../reports/csv_read.h"    // csv_table_read
 #include "../reports/run_meta.h"    // run_meta_write, run_meta_get
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise

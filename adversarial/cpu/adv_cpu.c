@@ -18,7 +18,6 @@
 // invariant here; README, "The kernel sets").
 #include "adv_cpu.h"
 
-#include "../../kernels/bf16.h"            // invar_mix64
 #include "../../reference/cpu/ref_cpu_ops.h"  // ref_gemm_plan, ref_cpu_moe_combine_by_load
 #include "../../reference/cpu/ref_cpu_set.h"  // ref_cpu_set_create
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise

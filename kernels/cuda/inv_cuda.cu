@@ -7,7 +7,8 @@
 #include <stdlib.h>         // free
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_die, invar_calloc
-#include "inv_cuda_ops.h"   // inv_cuda_* ops
+#include "inv_cuda_launch.h" // inv_cuda_stream, inv_cuda_*_with_*
+#include "inv_cuda_ops.h"   // inv_cuda_* ops, rmsnorm_launch, mla_attention_launch, logprobs_launch
 
 // --- context ---------------------------------------------------------------------------------
 
@@ -122,17 +123,29 @@ void inv_cuda_sync(ops_set *ops) {
 
 // --- the set -------------------------------------------------------------------------------------
 
-static void inv_cuda_destroy(ops_set *ops) {
+void inv_cuda_fini(ops_set *ops) {
+    if (!ops->ctx) return;
     cuda_ctx_free(cuda_ctx_of(ops));
     free(ops->ctx);
+    ops->ctx = NULL;
+}
+
+static void inv_cuda_destroy(ops_set *ops) {
+    inv_cuda_fini(ops);
     free(ops);
 }
 
 ops_set *inv_cuda_create(int threads) {
     (void)threads;  // CPU worker count; meaningless on a GPU
-    cuda_ctx *c = (cuda_ctx *)invar_calloc(1, sizeof *c, "the invariant CUDA context");
-    cuda_ctx_init(c, "invariant");
     ops_set *ops = (ops_set *)invar_calloc(1, sizeof *ops, "the invariant CUDA ops table");
+    inv_cuda_init(ops, "invariant");
+    return ops;
+}
+
+void inv_cuda_init(ops_set *ops, const char *set_name) {
+    cuda_ctx *c = (cuda_ctx *)invar_calloc(1, sizeof *c, "a CUDA set's context");
+    cuda_ctx_init(c, set_name);
+    *ops = (ops_set){};
     ops->name = "invariant";
     ops->device = "cuda";
     ops->batch_invariant = true;
@@ -157,7 +170,25 @@ ops_set *inv_cuda_create(int threads) {
     ops->moe_experts = inv_cuda_moe_experts;
     ops->moe_combine = inv_cuda_moe_combine;
     ops->logprobs = inv_cuda_logprobs;
-    return ops;
+}
+
+// --- for sets built on this one (inv_cuda_launch.h) ---------------------------------------------
+
+cudaStream_t inv_cuda_stream(const ops_set *ops) { return ((const cuda_ctx *)ops->ctx)->stream; }
+
+int inv_cuda_num_sms(const ops_set *ops) { return ((const cuda_ctx *)ops->ctx)->num_sms; }
+
+void inv_cuda_rmsnorm_with_block(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                                 const bf16 *w, int M, int D, float eps, int threads) {
+    rmsnorm_launch(cuda_ctx_of(ops), out, ld_out, x, ld_x, w, M, D, eps, threads);
+}
+
+void inv_cuda_mla_attention_with_split(ops_set *ops, const mla_attention_args *a, int split_size) {
+    mla_attention_launch(cuda_ctx_of(ops), a, split_size);
+}
+
+void inv_cuda_logprobs_with_block(ops_set *ops, const logprobs_args *a, int threads) {
+    logprobs_launch(cuda_ctx_of(ops), a, threads);
 }
 
 static void version_text(char *out, int len, int v) {

@@ -1,9 +1,9 @@
 // kernels/cuda/inv_cuda_ops.h — the batch-invariant CUDA ops one by one, with exactly the
 // signatures of ops.h's function pointers, plus the launchers the reference set shares.
 //
-// Every function relies only on ops->ctx pointing at a cuda_ctx (cuda_ctx.cuh) — a set's own
-// context may begin with one — so the reference and adversarial sets reuse the ops that are
-// batch-invariant by nature.
+// Private to kernels/cuda: inv_cuda.cu assembles the set from them; a set built on this one
+// (inv_cuda_init) keeps the ones it does not replace, and reaches the launchers through
+// inv_cuda_launch.h. Every function relies only on ops->ctx pointing at a cuda_ctx.
 #ifndef INVAR_KERNELS_CUDA_INV_CUDA_OPS_H
 #define INVAR_KERNELS_CUDA_INV_CUDA_OPS_H
 
@@ -42,7 +42,7 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a);
 void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a);
 void inv_cuda_logprobs(ops_set *ops, const logprobs_args *a);
 
-// --- shared launchers ---------------------------------------------------------------------
+// --- launchers with the parameter the invariant set fixes (public: inv_cuda_launch.h) --------
 // RMSNorm with a chosen block size (the invariant set always passes 256).
 void rmsnorm_launch(cuda_ctx *c, bf16 *out, long ld_out, const bf16 *x, long ld_x,
                     const bf16 *w, int M, int D, float eps, int threads);

@@ -12,29 +12,43 @@
 #include <cuda_runtime.h>                   // cudaMemsetAsync
 #include <stdlib.h>                         // free
 
+#include "../../common/check.h"             // invar_calloc
+#include "../../common/cuda_check.cuh"      // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
-#include "../../kernels/cuda/cuda_ctx.cuh"  // cuda_ctx, CUDA_CHECK, CUBLAS_CHECK, invar_calloc
-#include "../../kernels/cuda/inv_cuda_ops.h"  // inv_cuda_* ops, rmsnorm_launch, mla_attention_launch
+#include "../../kernels/cuda/inv_cuda.h"    // inv_cuda_init, inv_cuda_fini
+#include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*
 #include "../../kernels/order_log.h"        // order_log_note, order_log_create
+
+// The set: the invariant set's ops_set first (its ctx is the invariant set's, which the reused
+// ops read), then what the reference kernels keep.
+typedef struct {
+    ops_set ops;
+    ops_set invariant;        // the invariant set's ops, which the recording wrappers call
+    cublasHandle_t cublas;    // on the set's stream
+    float *combine_acc;       // moe_combine's fp32 accumulator
+    size_t combine_bytes;
+} ref_cuda_set;
+
+static ref_cuda_set *ref_set(ops_set *ops) { return (ref_cuda_set *)ops; }
 
 // --- gemm: cuBLAS ------------------------------------------------------------------------------
 
 // Row-major y = x·wᵀ is column-major yᵀ = w·xᵀ: A = w (K x N col-major, transposed),
 // B = x (K x M col-major), C = yᵀ (N x M col-major).
 static void ref_cuda_gemm(ops_set *ops, const gemm_args *a) {
-    cuda_ctx *c = cuda_ctx_of(ops);
+    cublasHandle_t cublas = ref_set(ops)->cublas;
     if (a->M <= 0 || a->N <= 0) return;
     const long ldx = a->ldx ? a->ldx : a->K, ldy = a->ldy ? a->ldy : a->N, ldw = a->ldw ? a->ldw : a->K;
     const float alpha = 1.0f, beta = 0.0f;
     const cudaDataType_t ty = a->y_f32 ? CUDA_R_32F : CUDA_R_16BF;
     order_log_note_unobservable(ops->orders, ORDER_GEMM, "cuBLAS picks its kernel inside the library");
     if (a->batch > 1)
-        CUBLAS_CHECK("gemm", cublasGemmStridedBatchedEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, a->N, a->M, a->K, &alpha,
+        CUBLAS_CHECK("gemm", cublasGemmStridedBatchedEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, a->N, a->M, a->K, &alpha,
                                                         a->w, CUDA_R_16BF, (int)ldw, a->stride_w, a->x, CUDA_R_16BF,
                                                         (int)ldx, a->stride_x, &beta, a->y, ty, (int)ldy, a->stride_y,
                                                         a->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     else
-        CUBLAS_CHECK("gemm", cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, a->N, a->M, a->K, &alpha, a->w,
+        CUBLAS_CHECK("gemm", cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, a->N, a->M, a->K, &alpha, a->w,
                                           CUDA_R_16BF, (int)ldw, a->x, CUDA_R_16BF, (int)ldx, &beta, a->y, ty,
                                           (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -47,7 +61,7 @@ static void ref_cuda_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x
                              int M, int D, float eps) {
     int threads = M <= 32 ? 1024 : M <= 512 ? 256 : 64;
     order_log_note(ops->orders, ORDER_RMSNORM, (uint64_t)D, (uint64_t)threads);
-    rmsnorm_launch(cuda_ctx_of(ops), out, ld_out, x, ld_x, w, M, D, eps, threads);
+    inv_cuda_rmsnorm_with_block(ops, out, ld_out, x, ld_x, w, M, D, eps, threads);
 }
 
 // --- mla_attention: split count from the batch ---------------------------------------------
@@ -59,17 +73,16 @@ static int next_pow2(int v) {
 }
 
 static void ref_cuda_mla_attention(ops_set *ops, const mla_attention_args *a) {
-    cuda_ctx *c = cuda_ctx_of(ops);
     int longest = a->max_seq_len > 0 ? a->max_seq_len : 1;
     int splits = next_pow2(longest / 512 > 1 ? longest / 512 : 1);
-    if (splits > 2 * c->num_sms) splits = 2 * c->num_sms;
+    if (splits > 2 * inv_cuda_num_sms(ops)) splits = 2 * inv_cuda_num_sms(ops);
     int split_size = (longest + splits - 1) / splits;  // a request's split points move with the batch
     if (a->kv_split_size > 0) split_size = a->kv_split_size;
     // One split below 1024 positions: the split size is then the sequence's own length, which
     // gives the same partition as any other one-split size.
     order_log_note(ops->orders, ORDER_MLA_ATTENTION, (uint64_t)a->H << 40 | (uint64_t)a->L << 20 | (uint64_t)a->R,
                    splits == 1 && a->kv_split_size <= 0 ? 0 : (uint64_t)split_size);
-    mla_attention_launch(c, a, split_size);
+    inv_cuda_mla_attention_with_split(ops, a, split_size);
 }
 
 // --- moe_combine: atomics ------------------------------------------------------------------
@@ -87,18 +100,20 @@ __global__ void ref_combine_round_kernel(uint16_t *out, const float *acc, long n
 }
 
 static void ref_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
-    cuda_ctx *c = cuda_ctx_of(ops);
+    ref_cuda_set *r = ref_set(ops);
+    cudaStream_t stream = inv_cuda_stream(ops);
     long n = (long)a->T * a->D, nk = n * a->k;
     if (n <= 0) return;
     // Two addends onto an exact zero give one result in any arrival order; three do not.
     if (a->k <= 2) order_log_note(ops->orders, ORDER_MOE_COMBINE, (uint64_t)a->D << 8 | (uint64_t)a->k, 0);
     else order_log_note_unobservable(ops->orders, ORDER_MOE_COMBINE, "atomics add in arrival order");
-    float *acc = (float *)cuda_scratch(c, SCRATCH_REF_COMBINE, (size_t)n * 4, "moe_combine accumulator");
-    CUDA_CHECK("moe_combine", cudaMemsetAsync(acc, 0, (size_t)n * 4, c->stream));
-    ref_combine_atomic_kernel<<<(unsigned)((nk + 255) / 256), 256, 0, c->stream>>>(acc, a->expert_out,
+    float *acc = (float *)invar_cuda_reserve((void **)&r->combine_acc, &r->combine_bytes, (size_t)n * 4, stream,
+                                             "moe_combine accumulator");
+    CUDA_CHECK("moe_combine", cudaMemsetAsync(acc, 0, (size_t)n * 4, stream));
+    ref_combine_atomic_kernel<<<(unsigned)((nk + 255) / 256), 256, 0, stream>>>(acc, a->expert_out,
                                                                                  a->topk_weights, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine");
-    ref_combine_round_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c->stream>>>(a->out, acc, n);
+    ref_combine_round_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(a->out, acc, n);
     CUDA_CHECK_LAUNCH("moe_combine round");
 }
 
@@ -106,66 +121,56 @@ static void ref_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
 
 static void ref_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
     order_log_note(ops->orders, ORDER_MHA_PREFILL, (uint64_t)a->H << 40 | (uint64_t)a->nope << 20 | (uint64_t)a->v, 0);
-    inv_cuda_mha_prefill(ops, a);
+    ref_set(ops)->invariant.mha_prefill(ops, a);
 }
 
 static void ref_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
     order_log_note(ops->orders, ORDER_MOE_ROUTE, (uint64_t)a->D << 32 | (uint64_t)a->E, 0);
-    inv_cuda_moe_route(ops, a);
+    ref_set(ops)->invariant.moe_route(ops, a);
 }
 
 static void ref_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     order_log_note(ops->orders, ORDER_MOE_EXPERTS, (uint64_t)a->D << 32 | (uint64_t)a->I, 0);
-    inv_cuda_moe_experts(ops, a);
+    ref_set(ops)->invariant.moe_experts(ops, a);
 }
 
 static void ref_cuda_logprobs(ops_set *ops, const logprobs_args *a) {
     order_log_note(ops->orders, ORDER_LOGPROBS, (uint64_t)a->V, 0);
-    inv_cuda_logprobs(ops, a);
+    ref_set(ops)->invariant.logprobs(ops, a);
 }
 
 // --- the set -------------------------------------------------------------------------------------
 
 static void ref_cuda_destroy(ops_set *ops) {
-    cuda_ctx *c = cuda_ctx_of(ops);
-    CUBLAS_CHECK("destroy", cublasDestroy(c->cublas));
-    cuda_ctx_free(c);
+    ref_cuda_set *r = ref_set(ops);
+    CUDA_CHECK("destroy", cudaStreamSynchronize(inv_cuda_stream(ops)));
+    CUBLAS_CHECK("destroy", cublasDestroy(r->cublas));
+    if (r->combine_acc) CUDA_CHECK("destroy", cudaFree(r->combine_acc));
     order_log_destroy(ops->orders);
-    free(ops->ctx);
-    free(ops);
+    inv_cuda_fini(ops);
+    free(r);
 }
 
 ops_set *ref_cuda_create(int threads) {
     (void)threads;
-    cuda_ctx *c = (cuda_ctx *)invar_calloc(1, sizeof *c, "the reference CUDA context");
-    cuda_ctx_init(c, "reference");
-    CUBLAS_CHECK("create", cublasCreate(&c->cublas));
-    CUBLAS_CHECK("create", cublasSetStream(c->cublas, c->stream));
-    ops_set *ops = (ops_set *)invar_calloc(1, sizeof *ops, "the reference CUDA ops table");
+    ref_cuda_set *r = (ref_cuda_set *)invar_calloc(1, sizeof *r, "the reference CUDA set");
+    ops_set *ops = &r->ops;
+    inv_cuda_init(ops, "reference");  // memory and the ops that are invariant by nature
+    r->invariant = *ops;
+    CUBLAS_CHECK("create", cublasCreate(&r->cublas));
+    CUBLAS_CHECK("create", cublasSetStream(r->cublas, inv_cuda_stream(ops)));
     ops->name = "reference";
-    ops->device = "cuda";
     ops->batch_invariant = false;
     ops->orders = order_log_create();
-    ops->ctx = c;
     ops->destroy = ref_cuda_destroy;
-    ops->alloc = inv_cuda_alloc;
-    ops->release = inv_cuda_release;
-    ops->upload = inv_cuda_upload;
-    ops->download = inv_cuda_download;
-    ops->sync = inv_cuda_sync;
-    ops->embedding = inv_cuda_embedding;
     ops->rmsnorm = ref_cuda_rmsnorm;
     ops->gemm = ref_cuda_gemm;
-    ops->rope = inv_cuda_rope;
-    ops->residual_add = inv_cuda_residual_add;
-    ops->silu_mul = inv_cuda_silu_mul;
-    ops->kv_cache_write = inv_cuda_kv_cache_write;
     ops->mla_attention = ref_cuda_mla_attention;
+    ops->moe_combine = ref_cuda_moe_combine;
+    // Invariant kernels, wrapped to record their one order.
     ops->mha_prefill = ref_cuda_mha_prefill;
-    ops->merge_attention = inv_cuda_merge_attention;
     ops->moe_route = ref_cuda_moe_route;
     ops->moe_experts = ref_cuda_moe_experts;
-    ops->moe_combine = ref_cuda_moe_combine;
     ops->logprobs = ref_cuda_logprobs;
     return ops;
 }

@@ -1,14 +1,14 @@
-// kernels/registry.c — the one table of kernel sets (kernels/registry.h).
+// sets/registry.c — the one table of kernel sets (sets/registry.h).
 #include "registry.h"
 
 #include <stdio.h>                          // snprintf
 #include <string.h>                         // strcmp
 
-#include "cpu/inv_cpu.h"                    // inv_cpu_create
+#include "../kernels/cpu/inv_cpu.h"         // inv_cpu_create
 #include "../reference/cpu/ref_cpu.h"       // ref_cpu_create
 #include "../adversarial/cpu/adv_cpu.h"     // adv_cpu_create
 #ifdef INVAR_CUDA
-#include "cuda/inv_cuda.h"                  // inv_cuda_create, inv_cuda_device_available
+#include "../kernels/cuda/inv_cuda.h"       // inv_cuda_create, inv_cuda_device_available
 #include "../reference/cuda/ref_cuda.h"     // ref_cuda_create
 #include "../adversarial/cuda/adv_cuda.h"   // adv_cuda_create
 #endif

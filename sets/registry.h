@@ -1,9 +1,9 @@
-// kernels/registry.h — the table of kernel sets: (set name, device) -> ops_set.
-#ifndef INVAR_KERNELS_REGISTRY_H
-#define INVAR_KERNELS_REGISTRY_H
+// sets/registry.h — the table of kernel sets: (set name, device) -> ops_set.
+#ifndef INVAR_SETS_REGISTRY_H
+#define INVAR_SETS_REGISTRY_H
 
 #include <stdbool.h>  // bool
-#include "ops.h"      // ops_set
+#include "../kernels/ops.h"      // ops_set
 
 typedef struct {
     const char *set;    // "invariant" | "reference" | "adversarial"

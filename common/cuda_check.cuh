@@ -1,0 +1,50 @@
+// common/cuda_check.cuh — checked CUDA and cuBLAS calls for every CUDA file: a failure names the
+// op and the call, and exits 3 (common/check.h); and device buffers that grow, never per call.
+#ifndef INVAR_COMMON_CUDA_CHECK_CUH
+#define INVAR_COMMON_CUDA_CHECK_CUH
+
+#include <cublas_v2.h>       // cublasStatus_t, cublasGetStatusString
+#include <cuda_runtime.h>    // cudaError_t, cudaGetErrorString, cudaMalloc, cudaFree
+#include <stddef.h>          // size_t
+
+#include "check.h"           // invar_die, INVAR_EXIT_SYSTEM
+
+// Every CUDA runtime call goes through CUDA_CHECK(op, call): a failure names the op.
+#define CUDA_CHECK(op, call)                                                              \
+    do {                                                                                  \
+        cudaError_t err_ = (call);                                                        \
+        if (err_ != cudaSuccess)                                                          \
+            invar_die(INVAR_EXIT_SYSTEM, "cuda: %s: %s failed: %s", (op), #call,          \
+                      cudaGetErrorString(err_));                                          \
+    } while (0)
+
+// After every kernel launch: launch-configuration errors surface here, named.
+#define CUDA_CHECK_LAUNCH(op) CUDA_CHECK(op, cudaGetLastError())
+
+#define CUBLAS_CHECK(op, call)                                                            \
+    do {                                                                                  \
+        cublasStatus_t st_ = (call);                                                      \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                 \
+            invar_die(INVAR_EXIT_SYSTEM, "cublas: %s: %s failed: %s", (op), #call,        \
+                      cublasGetStatusString(st_));                                        \
+    } while (0)
+
+// *buf with at least `bytes` (a quarter more when it grows, so slowly growing shapes do not
+// grow it again); waits for `stream` before freeing the old buffer.
+static inline void *invar_cuda_reserve(void **buf, size_t *have, size_t bytes, cudaStream_t stream,
+                                       const char *what) {
+    if (bytes <= *have) return *buf;
+    CUDA_CHECK(what, cudaStreamSynchronize(stream));
+    if (*buf) CUDA_CHECK(what, cudaFree(*buf));
+    *buf = NULL;
+    *have = 0;
+    size_t grown = bytes + bytes / 4;
+    cudaError_t err = cudaMalloc(buf, grown);
+    if (err != cudaSuccess)
+        invar_die(INVAR_EXIT_SYSTEM, "cuda: out of device memory: %s needs %zu bytes: %s", what, grown,
+                  cudaGetErrorString(err));
+    *have = grown;
+    return *buf;
+}
+
+#endif

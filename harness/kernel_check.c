@@ -110,8 +110,8 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     *r = (check_result){.invariant = true, .written = true, .tol = op->tol};
     uint64_t shape_seed = invar_mix64(o->seed ^ hash_name(op->name) ^
                                       invar_mix64(0x5a9e + (uint64_t)shape_index));
-    op_case *c = op->setup(ops, shape, shape_seed);
-    size_t rb = op->row_bytes(c);
+    op_case *c = op_case_open(op, ops, shape, shape_seed);
+    size_t rb = op_case_row_bytes(c);
     int Ms[64];
     int n_M = shape_batch_sizes(o, shape, Ms);
     if (n_M == 0)  // nothing to compare a row with: a check that could not fail
@@ -129,10 +129,10 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     // Each probe alone, twice: the second run catches run-to-run nondeterminism (atomics).
     for (int p = 0; p < PROBES; p++) {
         uint64_t s = probe_seed(shape_seed, p);
-        r->written &= op->run(c, 1, &s, alone + p * rb);
-        r->written &= op->run(c, 1, &s, again);
+        r->written &= op_case_run(c, 1, &s, alone + p * rb);
+        r->written &= op_case_run(c, 1, &s, again);
         if (memcmp(alone + p * rb, again, rb) != 0) note_vary(r, 1, 0, 1);
-        note_error(r, op->error(c, s, alone + p * rb));
+        note_error(r, op_case_error(c, s, alone + p * rb));
         r->batches += 2;
     }
 
@@ -146,7 +146,7 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
         for (int j = 0; j < M; j++) seeds[j] = pool_seed(shape_seed, j);
         for (int p = 0; p < PROBES; p++)
             if (pos[p] >= 0) seeds[pos[p]] = probe_seed(shape_seed, p);
-        r->written &= op->run(c, M, seeds, out);
+        r->written &= op_case_run(c, M, seeds, out);
         r->batches++;
         int error_checks = 0;
         for (int p = 0; p < PROBES; p++) {
@@ -154,7 +154,7 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
             const unsigned char *row = out + (size_t)pos[p] * rb;
             if (memcmp(row, alone + p * rb, rb) == 0) continue;
             note_vary(r, M, pos[p], 1);
-            note_error(r, op->error(c, seeds[pos[p]], row));  // a reference set's other bits
+            note_error(r, op_case_error(c, seeds[pos[p]], row));  // a reference set's other bits
             error_checks++;
         }
         for (int j = 0; j < M; j++) {
@@ -167,10 +167,10 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
             const unsigned char *row = out + (size_t)j * rb;
             if (memcmp(row, pool + (size_t)j * rb, rb) == 0) continue;
             note_vary(r, M, j, big);
-            if (error_checks++ < ERROR_CHECKS_PER_BATCH) note_error(r, op->error(c, seeds[j], row));
+            if (error_checks++ < ERROR_CHECKS_PER_BATCH) note_error(r, op_case_error(c, seeds[j], row));
         }
     }
-    op->teardown(c);
+    op_case_close(c);
     free(alone);
     free(again);
     free(pool);

@@ -6,16 +6,15 @@
 // alone (M=1) and inside a batch of M other random rows, run the op both ways and memcmp the
 // row's output bytes. Everything shared by the rows (weights, tables) comes from the shape.
 //
-// Registering an op is one line in op_table.c's table: OP_ENTRY(name, ...) names the five
-// functions below (name_setup, name_run, name_error, name_teardown) and the shape lists
-// name_cpu_shapes / name_cuda_shapes, which live in the op's section of op_table.c.
+// Registering an op is one line in op_table.c's table, OP_ENTRY(name, ...); the op itself (its
+// shapes, buffers, row inputs, call and oracle) is a section in harness/ops/ (op_section.h).
 #ifndef INVAR_HARNESS_OP_TABLE_H
 #define INVAR_HARNESS_OP_TABLE_H
 
 #include <stdbool.h>           // bool
 #include <stddef.h>            // size_t
 #include <stdint.h>            // uint64_t
-#include "../kernels/ops.h"    // ops_set
+#include "../kernels/ops.h"    // ops_set, enum moe_topk_method
 
 // What a non-invariant set (reference, or adversarial) is expected to do with an op.
 enum ref_expectation {
@@ -25,15 +24,34 @@ enum ref_expectation {
                           // an invariant kernel for it (or orders it alike), so stable is fine
 };
 
-// One shape of one op. The meaning of d[] is the op's own (see its section in op_table.c).
+// One shape of one op: the sizes its section reads, by name (the op's member of the union).
+// A pad or gap is the elements between rows that must stay untouched (ld = width + pad).
 typedef struct {
     const char *label;  // as printed, e.g. "576x2048" (NULL ends a list)
-    int d[6];
+    union {
+        struct { int N, K; } gemm;
+        struct { int D, pad; } rmsnorm;
+        struct { int H, R, max_pos; bool interleave; } rope;
+        struct { int V, D; } embedding;
+        struct { int D; } residual_add;
+        struct { int I; } silu_mul;
+        struct { int L, R; } kv_cache_write;
+        // chunk query tokens at the last positions of a sequence of up to max_len tokens
+        struct { int H, L, R, max_len, chunk, block_size; } mla_attention;
+        struct { int H, nope, R, v, max_len, chunk; } mha_prefill;
+        struct { int H, v, pad; } merge_attention;
+        // method picks the scoring too: noaux_tc is V3's sigmoid, the others V2's softmax
+        struct { int D, E, k; enum moe_topk_method method; int n_group, topk_group; } moe_route;
+        struct { int D, I, E, k; } moe_experts;
+        struct { int D, k, E; } moe_combine;
+        struct { int V, k; } logprobs;
+    };
     int max_M;          // largest batch checked at this shape; 0: every M of the list
     bool quick;         // kept by --quick
 } op_shape;
 
-typedef struct op_case op_case;  // one op at one shape on one set: shared inputs, scratch
+typedef struct op_section op_section;  // harness/ops/op_section.h
+typedef struct op_case op_case;        // one op at one shape on one set: shared inputs
 
 typedef struct {
     const char *name;             // --op NAME
@@ -43,23 +61,24 @@ typedef struct {
     enum ref_expectation adversarial; // the set built to vary every reduction
     const op_shape *cpu_shapes;   // small enough that the CPU run stays around a minute
     const op_shape *cuda_shapes;  // real DeepSeek sizes
-
-    // Builds the shape's shared inputs on ops's device (seeded: same seed, same inputs).
-    op_case *(*setup)(ops_set *ops, const op_shape *shape, uint64_t seed);
-    // Bytes of one row's output as the checker compares it (padding zeroed by run).
-    size_t (*row_bytes)(const op_case *c);
-    // Runs the op once on M rows, row j built from row_seeds[j]; outputs are poisoned before
-    // and downloaded after, out receiving M * row_bytes bytes. Returns false when an output
-    // element was left unwritten or an element outside the outputs was written.
-    bool (*run)(op_case *c, int M, const uint64_t *row_seeds, void *out);
-    // rel-L2 error of one row's output against the float64 oracle (kernels/f64/f64.h).
-    double (*error)(op_case *c, uint64_t row_seed, const void *row_out);
-    void (*teardown)(op_case *c);
+    const op_section *section;    // how its rows are built, run and checked
 } op_entry;
 
 // The table, terminated by an entry whose name is NULL.
 const op_entry *op_table(void);
 // The entry named `name`; NULL when none.
 const op_entry *op_table_find(const char *name);
+
+// Builds the shape's shared inputs on ops's device (seeded: same seed, same inputs).
+op_case *op_case_open(const op_entry *op, ops_set *ops, const op_shape *shape, uint64_t seed);
+// Bytes of one row's output as the checker compares it (gaps included, left poisoned).
+size_t op_case_row_bytes(const op_case *c);
+// Runs the op once on M rows, row j built from row_seeds[j]; outputs are poisoned before
+// and downloaded after, out receiving M * row_bytes bytes. Returns false when an output
+// element was left unwritten or an element outside the outputs was written.
+bool op_case_run(op_case *c, int M, const uint64_t *row_seeds, void *out);
+// rel-L2 error of one row's output against the float64 oracle (kernels/f64/f64.h).
+double op_case_error(op_case *c, uint64_t row_seed, const void *row_out);
+void op_case_close(op_case *c);
 
 #endif

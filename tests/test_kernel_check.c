@@ -1,6 +1,7 @@
 // tests/test_kernel_check.c — the kernel checker (harness/kernel_check.h) catches what it must:
-// a planted M-dependent GEMM, an op that leaves outputs unwritten, an inaccurate op; and it
-// passes the real invariant CPU set.
+// a set that claims invariance with an M-dependent GEMM, an op that leaves outputs unwritten,
+// an op that writes into the gaps between strided rows, an inaccurate op; and it passes the
+// real invariant CPU set.
 #include <stdarg.h>                              // cmocka
 #include <stddef.h>                              // cmocka
 #include <stdint.h>                              // cmocka
@@ -23,11 +24,6 @@ static check_opts small_opts(const op_shape *shapes) {
 
 // --- planted faults: the invariant set with one op swapped ----------------------------------
 
-// Claims invariance, but runs the reference GEMM, whose K split depends on M.
-static void planted_gemm(ops_set *ops, const gemm_args *a) {
-    ref_cpu_gemm_planned(ops, a, ref_gemm_plan_for(a->M, a->N, a->K, 1));
-}
-
 // A planted set: the invariant set's ops_set first (a planted_set * is an ops_set *), and the
 // invariant RMSNorm the planted ones call.
 typedef struct {
@@ -44,6 +40,13 @@ static void lazy_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, lo
     ((planted_set *)ops)->rmsnorm(ops, out, ld_out, x, ld_x, w, M > 1 ? M - 1 : M, D, eps);
 }
 
+// Writes its rows packed (ld D) whatever ld_out says: into the gaps, and short of the end.
+static void packed_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                           const bf16 *w, int M, int D, float eps) {
+    (void)ld_out;
+    ((planted_set *)ops)->rmsnorm(ops, out, D, x, ld_x, w, M, D, eps);
+}
+
 // Invariant but wrong: an epsilon of 1 instead of the caller's.
 static void sloppy_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
                            const bf16 *w, int M, int D, float eps) {
@@ -51,12 +54,19 @@ static void sloppy_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, 
     ((planted_set *)ops)->rmsnorm(ops, out, ld_out, x, ld_x, w, M, D, 1.0f);
 }
 
+// Claims invariance, but runs the reference GEMM with the library plan, whose K split
+// depends on M.
+static void planted_gemm(ops_set *ops, const gemm_args *a) {
+    ref_cpu_gemm_planned(ops, a, ref_gemm_plan_for(a->M, a->N, a->K, 1));
+}
+
 static void test_planted_gemm_varies(void **state) {
     (void)state;
     ops_set *real = inv_cpu_create(2);
     ops_set planted = *real;
     planted.gemm = planted_gemm;
-    static const op_shape shapes[] = {{"576x2048", {576, 2048}, 256, true}, {NULL, {0}, 0, 0}};
+    static const op_shape shapes[] = {
+        {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .max_M = 256}, {.label = NULL}};
     check_opts o = small_opts(shapes);
     const char *ops[] = {"gemm", "gemm_f32"};
     for (int i = 0; i < 2; i++) {
@@ -76,7 +86,23 @@ static void test_unwritten_row_fails(void **state) {
     ops_set *real = inv_cpu_create(2);
     planted_set planted = planted_from(real);
     planted.ops.rmsnorm = lazy_rmsnorm;
-    static const op_shape shapes[] = {{"D=512", {512, 0}, 0, true}, {NULL, {0}, 0, 0}};
+    static const op_shape shapes[] = {{.label = "D=512", .rmsnorm = {.D = 512}},
+                                           {.label = NULL}};
+    check_opts o = small_opts(shapes);
+    check_result r;
+    kernel_check_op(&planted.ops, op_table_find("rmsnorm"), &o, &r);
+    assert_false(r.written);
+    assert_false(r.pass);
+    real->destroy(real);
+}
+
+static void test_gap_written_fails(void **state) {
+    (void)state;
+    ops_set *real = inv_cpu_create(2);
+    planted_set planted = planted_from(real);
+    planted.ops.rmsnorm = packed_rmsnorm;
+    static const op_shape shapes[] = {{.label = "D=512 ld+8", .rmsnorm = {.D = 512, .pad = 8}},
+                                      {.label = NULL}};
     check_opts o = small_opts(shapes);
     check_result r;
     kernel_check_op(&planted.ops, op_table_find("rmsnorm"), &o, &r);
@@ -90,7 +116,8 @@ static void test_inaccurate_op_fails(void **state) {
     ops_set *real = inv_cpu_create(2);
     planted_set planted = planted_from(real);
     planted.ops.rmsnorm = sloppy_rmsnorm;
-    static const op_shape shapes[] = {{"D=512", {512, 0}, 0, true}, {NULL, {0}, 0, 0}};
+    static const op_shape shapes[] = {{.label = "D=512", .rmsnorm = {.D = 512}},
+                                           {.label = NULL}};
     check_opts o = small_opts(shapes);
     check_result r;
     kernel_check_op(&planted.ops, op_table_find("rmsnorm"), &o, &r);
@@ -119,7 +146,7 @@ static void test_invariant_cpu_set_passes(void **state) {
         assert_true(r.err <= r.tol);
         ops_checked++;
     }
-    assert_int_equal(ops_checked, 13);
+    assert_int_equal(ops_checked, 15);
     ops->destroy(ops);
 }
 
@@ -139,6 +166,7 @@ int main(void) {
         cmocka_unit_test(test_table_lookup),
         cmocka_unit_test(test_planted_gemm_varies),
         cmocka_unit_test(test_unwritten_row_fails),
+        cmocka_unit_test(test_gap_written_fails),
         cmocka_unit_test(test_inaccurate_op_fails),
         cmocka_unit_test(test_invariant_cpu_set_passes),
     };

@@ -1,0 +1,78 @@
+// harness/ops/gemm.c — the kernel checker's gemm and gemm_f32 (harness/ops/op_section.h):
+// y = x · wᵀ, a row being a row of x (K values) and its row of y (N values, bf16 or fp32).
+#include <stdlib.h>                 // free
+
+#include "../../common/check.h"    // invar_malloc
+#include "../../kernels/f64/f64.h"  // f64_gemm, f64_rel_l2_*
+#include "op_section.h"             // op_section, op_buffer_add, op_rng, op_fill_bf16
+
+enum { GEMM_W = 0 };                // shared
+enum { GEMM_X = 0, GEMM_Y = 1 };    // buffers
+
+// gemm_f32 (the lm_head's fp32 logits) checks gemm's shapes through the fp32 store; the
+// table names each op's own lists.
+const op_shape gemm_cpu_shapes[] = {
+    {.label = "128x256", .gemm = {.N = 128, .K = 256}},
+    // DeepSeek-V2-Lite kv_a_proj_with_mqa
+    {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .max_M = 256, .quick = true},
+    {.label = "100x300", .gemm = {.N = 100, .K = 300}, .max_M = 1024},  // ragged tiles
+    {.label = NULL},
+};
+const op_shape gemm_f32_cpu_shapes[] = {
+    {.label = "128x256", .gemm = {.N = 128, .K = 256}},
+    {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .max_M = 256, .quick = true},
+    {.label = "100x300", .gemm = {.N = 100, .K = 300}, .max_M = 1024},
+    {.label = NULL},
+};
+const op_shape gemm_cuda_shapes[] = {
+    {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .quick = true},
+    {.label = "2048x512", .gemm = {.N = 2048, .K = 512}, .quick = true},
+    {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
+    {.label = "576x7168", .gemm = {.N = 576, .K = 7168}},  // cuBLAS differs at M >= 256 (H200)
+    {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},  // at M >= 16 (H200)
+    {.label = NULL},
+};
+const op_shape gemm_f32_cuda_shapes[] = {
+    {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .quick = true},
+    {.label = "2048x512", .gemm = {.N = 2048, .K = 512}, .quick = true},
+    {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
+    {.label = "576x7168", .gemm = {.N = 576, .K = 7168}},
+    {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
+    {.label = NULL},
+};
+
+static bool y_f32(const op_case *c) { return c->section == &gemm_f32_op; }
+
+static void gemm_declare(op_case *c) {
+    int N = c->s->gemm.N, K = c->s->gemm.K;
+    op_shared_bf16(c, GEMM_W, (long)N * K, -1.0f, 1.0f, "gemm w");
+    op_buffer_add(c, OP_ROW_IN, "gemm x", sizeof(bf16), 1, K, K);
+    int y_elem = y_f32(c) ? sizeof(float) : sizeof(bf16);
+    op_buffer_add(c, OP_OUT, "gemm y", y_elem, 1, N, N);
+}
+
+static void gemm_row(const op_case *c, uint64_t seed, void *const *in) {
+    op_rng r = op_rng_from(seed, 1);
+    op_fill_bf16(in[GEMM_X], c->s->gemm.K, &r, -1.0f, 1.0f);
+}
+
+static void gemm_call(op_case *c, const op_batch *b) {
+    gemm_args a = {.y = b->dev[GEMM_Y], .y_f32 = y_f32(c), .x = b->dev[GEMM_X],
+                   .w = c->shared[GEMM_W], .M = b->M, .N = c->s->gemm.N, .K = c->s->gemm.K};
+    c->ops->gemm(c->ops, &a);
+}
+
+static double gemm_error(op_case *c, uint64_t seed, const void *row) {
+    int N = c->s->gemm.N;
+    void **in = op_row_alone(c, seed);
+    double *ref = invar_malloc((size_t)N * sizeof(double), "gemm oracle");
+    gemm_args a = {.x = in[GEMM_X], .w = c->host[GEMM_W], .M = 1, .N = N, .K = c->s->gemm.K};
+    f64_gemm(&a, ref);
+    double err = y_f32(c) ? f64_rel_l2_f32(row, ref, N) : f64_rel_l2_bf16(row, ref, N);
+    op_row_free(c, in);
+    free(ref);
+    return err;
+}
+
+const op_section gemm_op = {gemm_declare, gemm_row, NULL, gemm_call, gemm_error};
+const op_section gemm_f32_op = {gemm_declare, gemm_row, NULL, gemm_call, gemm_error};

@@ -1,0 +1,85 @@
+// harness/ops/logprobs.c — the kernel checker's logprobs (harness/ops/op_section.h): a row is
+// one sequence's logits [V], its temperature (greedy or not), noise seed and position.
+// Output row: token, token_logprob, k top ids, k top logprobs (4 bytes each).
+#include <stdlib.h>                 // free
+
+#include "../../common/check.h"    // invar_malloc
+#include "../../kernels/f64/f64.h"  // f64_logprobs, f64_rel_l2_f32
+#include "op_section.h"             // op_section, op_buffer_add, op_rng
+
+enum { LP_LOGITS, LP_TEMPERATURE, LP_NOISE_SEED, LP_POSITION,   // inputs
+       LP_TOKEN, LP_TOKEN_LOGPROB, LP_TOPK_IDS, LP_TOPK_LOGPROBS }; // outputs
+
+const op_shape logprobs_cpu_shapes[] = {
+    {.label = "V=32000 k=5", .logprobs = {.V = 32000, .k = 5}, .max_M = 1024, .quick = true},
+    {.label = "V=102400 k=20", .logprobs = {.V = 102400, .k = 20}, .max_M = 256},  // V2-Lite
+    {.label = NULL},
+};
+const op_shape logprobs_cuda_shapes[] = {
+    {.label = "V=102400 k=20", .logprobs = {.V = 102400, .k = 20}, .quick = true},
+    {.label = "V=129280 k=20", .logprobs = {.V = 129280, .k = 20}},                 // V3
+    {.label = NULL},
+};
+
+static void logprobs_declare(op_case *c) {
+    int V = c->s->logprobs.V, k = c->s->logprobs.k;
+    op_buffer_add(c, OP_ROW_IN, "logits", sizeof(float), 1, V, V);
+    op_buffer_add(c, OP_ROW_IN, "temperatures", sizeof(float), 1, 1, 1);
+    op_buffer_add(c, OP_ROW_IN, "noise seeds", sizeof(uint64_t), 1, 1, 1);
+    op_buffer_add(c, OP_ROW_IN, "positions", sizeof(int32_t), 1, 1, 1);
+    op_buffer_add(c, OP_OUT, "sampled tokens", sizeof(int32_t), 1, 1, 1);
+    op_buffer_add(c, OP_OUT, "token logprobs", sizeof(float), 1, 1, 1);
+    op_buffer_add(c, OP_OUT, "top-k ids", sizeof(int32_t), 1, k, k);
+    op_buffer_add(c, OP_OUT, "top-k logprobs", sizeof(float), 1, k, k);
+}
+
+static void logprobs_row(const op_case *c, uint64_t seed, void *const *in) {
+    op_rng r = op_rng_from(seed, 15);
+    float *logits = in[LP_LOGITS];
+    for (int v = 0; v < c->s->logprobs.V; v++) logits[v] = op_rng_float(&r, -12.0f, 12.0f);
+    *(float *)in[LP_TEMPERATURE] = op_rng_int(&r, 2) ? 0.0f : op_rng_float(&r, 0.5f, 1.5f);
+    *(uint64_t *)in[LP_NOISE_SEED] = op_rng_u64(&r);
+    *(int32_t *)in[LP_POSITION] = op_rng_int(&r, 4096);
+}
+
+static logprobs_args logprobs_args_for(const op_case *c, int R, void *const *buf) {
+    return (logprobs_args){
+        .logits = buf[LP_LOGITS], .R = R, .V = c->s->logprobs.V, .k = c->s->logprobs.k,
+        .temperature = buf[LP_TEMPERATURE], .noise_seed = buf[LP_NOISE_SEED],
+        .position = buf[LP_POSITION], .token = buf[LP_TOKEN],
+        .token_logprob = buf[LP_TOKEN_LOGPROB], .topk_ids = buf[LP_TOPK_IDS],
+        .topk_logprobs = buf[LP_TOPK_LOGPROBS]};
+}
+
+static void logprobs_call(op_case *c, const op_batch *b) {
+    logprobs_args a = logprobs_args_for(c, b->M, b->dev);
+    c->ops->logprobs(c->ops, &a);
+}
+
+// rel-L2 over (token logprob, top-k logprobs); a wrong sampled or top-k id is an error of 1.
+static double logprobs_error(op_case *c, uint64_t seed, const void *row) {
+    int V = c->s->logprobs.V, k = c->s->logprobs.k;
+    void **in = op_row_alone(c, seed);
+    double *lp = invar_malloc((size_t)V * sizeof(double), "logprobs oracle");
+    int32_t token, ref_ids[64];
+    logprobs_args a = logprobs_args_for(c, 1, in);
+    f64_logprobs(&a, lp, &token, ref_ids);
+    const int32_t *got_token = row, *ids = got_token + 2;
+    const float *got = (const float *)row + 1;  // token logprob, then (after ids) top-k's
+    double err = *got_token != token ? 1.0 : 0.0, ref[65];
+    float got_lp[65];
+    got_lp[0] = got[0];
+    ref[0] = lp[token];
+    for (int j = 0; j < k; j++) {
+        if (ids[j] != ref_ids[j]) err = 1.0;
+        got_lp[1 + j] = ((const float *)(ids + k))[j];
+        ref[1 + j] = lp[ref_ids[j]];
+    }
+    if (err == 0.0) err = f64_rel_l2_f32(got_lp, ref, k + 1);
+    op_row_free(c, in);
+    free(lp);
+    return err;
+}
+
+const op_section logprobs_op = {logprobs_declare, logprobs_row, NULL, logprobs_call,
+                                logprobs_error};

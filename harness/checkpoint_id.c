@@ -9,7 +9,8 @@
 #include <stdlib.h>     // free, qsort, malloc
 #include <string.h>     // strcmp, strlen, strerror, strstr, strncmp, strdup
 #include <sys/stat.h>   // stat
-#include <xxhash.h>     // XXH64_createState, XXH64_reset, XXH64_update, XXH64_digest
+
+#include "../common/file_hash.h"  // invar_file_xxh64
 
 #define MAX_FILES 4096      // files of one checkpoint that are identified
 #define ITEM_SEP "; "       // between the files of the text form
@@ -23,62 +24,51 @@ static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-// Feeds the first `limit` bytes of f from where it stands (all of it when limit is UINT64_MAX)
-// into s. False on a read error.
-static bool hash_stream(XXH64_state_t *s, FILE *f, uint64_t limit) {
-    char buf[65536];
-    while (limit > 0) {
-        size_t want = limit < sizeof buf ? (size_t)limit : sizeof buf;
-        size_t n = fread(buf, 1, want, f);
-        if (n == 0) break;
-        XXH64_update(s, buf, n);
-        limit -= n;
-    }
-    return !ferror(f);
-}
-
 // One file's entry, without its name: "xxh64=H" for JSON; "size=... header_xxh64=H" for
-// safetensors.
+// safetensors (the header: its 8-byte little-endian length, then that many bytes of JSON,
+// bounded by the file so a damaged length hashes what is there).
 static bool describe_file(FILE *out, const char *path, const char *name, bool full, char *err,
                           int err_len) {
     struct stat st;
     errno = 0;
-    FILE *f = NULL;
-    if (stat(path, &st) != 0 || !(f = fopen(path, "rb"))) {
+    if (stat(path, &st) != 0) {
         snprintf(err, (size_t)err_len, "%s: cannot read to identify the checkpoint: %s", path,
                  strerror(errno));
         return false;
     }
-    XXH64_state_t *s = XXH64_createState();
-    bool ok = s && XXH64_reset(s, 0) == XXH_OK;
-    if (ok && !ends_with(name, ".safetensors")) {
-        ok = hash_stream(s, f, UINT64_MAX);
-        if (ok) fprintf(out, "%s: xxh64=%016llx", name, (unsigned long long)XXH64_digest(s));
-    } else if (ok) {
-        // The header: its 8-byte little-endian length, then that many bytes of JSON (bounded
-        // by the file, so a damaged length reads what is there).
-        unsigned char len8[8] = {0};
-        size_t got = fread(len8, 1, sizeof len8, f);
-        uint64_t json_len = 0;
-        for (int i = 7; i >= 0; i--) json_len = json_len << 8 | len8[i];
-        XXH64_update(s, len8, got);
-        ok = !ferror(f) && hash_stream(s, f, json_len);
-        if (ok)
-            fprintf(out, "%s: size=%lld mtime=%lld.%09ld header_xxh64=%016llx", name,
-                    (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                    (unsigned long long)XXH64_digest(s));
-        if (ok && full) {
-            ok = XXH64_reset(s, 0) == XXH_OK && fseek(f, 0, SEEK_SET) == 0 &&
-                 hash_stream(s, f, UINT64_MAX);
-            if (ok) fprintf(out, " xxh64=%016llx", (unsigned long long)XXH64_digest(s));
-        }
+    uint64_t h;
+    if (!ends_with(name, ".safetensors")) {
+        if (!invar_file_xxh64(path, -1, &h, err, err_len)) return false;
+        fprintf(out, "%s: xxh64=%016llx", name, (unsigned long long)h);
+        return true;
     }
-    XXH64_freeState(s);
-    if (!ok)
-        snprintf(err, (size_t)err_len, "%s: reading to identify the checkpoint failed: %s", path,
-                 strerror(errno ? errno : EIO));
+    unsigned char len8[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, (size_t)err_len, "%s: cannot read to identify the checkpoint: %s", path,
+                 strerror(errno));
+        return false;
+    }
+    size_t got = fread(len8, 1, sizeof len8, f);
+    bool read_ok = !ferror(f);
     fclose(f);
-    return ok;
+    if (!read_ok) {
+        snprintf(err, (size_t)err_len, "%s: reading to identify the checkpoint failed", path);
+        return false;
+    }
+    unsigned long long json_len = 0;
+    for (int i = 7; i >= 0; i--) json_len = json_len << 8 | len8[i];
+    long long header = got < sizeof len8 || json_len > (unsigned long long)st.st_size
+                           ? (long long)st.st_size : (long long)(8 + json_len);
+    if (!invar_file_xxh64(path, header, &h, err, err_len)) return false;
+    fprintf(out, "%s: size=%lld mtime=%lld.%09ld header_xxh64=%016llx", name,
+            (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+            (unsigned long long)h);
+    if (full) {
+        if (!invar_file_xxh64(path, -1, &h, err, err_len)) return false;
+        fprintf(out, " xxh64=%016llx", (unsigned long long)h);
+    }
+    return true;
 }
 
 bool checkpoint_id_compute(const char *dir, bool full, char **out, char *err, int err_len) {

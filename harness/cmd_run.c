@@ -16,9 +16,9 @@
 #include <stdlib.h>                  // free, realpath, malloc
 #include <string.h>                  // strcmp, strerror, strlen, strdup
 #include <unistd.h>                  // isatty, chdir, unlink
-#include <xxhash.h>                  // XXH64_createState, XXH64_update, XXH64_digest
 
 #include "../common/check.h"        // invar_die, invar_calloc
+#include "../common/file_hash.h"     // invar_file_xxh64
 #include "../sets/registry.h"     // cuda_device_describe
 #include "../reports/csv_read.h"     // csv_table_read, csv_at, csv_table_free
 #include "../reports/csv_report.h"   // csv_report_open, csv_report_row, csv_report_close
@@ -223,19 +223,11 @@ static int split_command_line(char *line, char **argv, int max) {
 }
 
 static bool case_xxh64(const char *path, char *hex, size_t len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    XXH64_state_t *s = XXH64_createState();
-    if (!s || XXH64_reset(s, 0) != XXH_OK)
-        invar_die(INVAR_EXIT_SYSTEM, "XXH64_createState/reset failed");
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) XXH64_update(s, buf, n);
-    bool ok = !ferror(f);
-    fclose(f);
-    snprintf(hex, len, "%016llx", (unsigned long long)XXH64_digest(s));
-    XXH64_freeState(s);
-    return ok;
+    uint64_t h;
+    char err[512];
+    if (!invar_file_xxh64(path, -1, &h, err, sizeof err)) return false;
+    snprintf(hex, len, "%016llx", (unsigned long long)h);
+    return true;
 }
 
 // The interrupted run's options, from DIR/meta.csv; its --out becomes DIR, made absolute, and

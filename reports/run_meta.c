@@ -8,10 +8,10 @@
 #include <string.h>         // strlen, strncmp, strchr, strcspn, strspn, strcat, strerror, strcmp
 #include <time.h>           // time, gmtime_r, strftime
 #include <unistd.h>         // gethostname, getcwd
-#include <xxhash.h>         // XXH64_createState, XXH64_update, XXH64_digest
 
 #include "csv_report.h"     // csv_row_write
 #include "report_file.h"    // report_file_open, report_file_commit
+#include "../common/file_hash.h"  // invar_file_xxh64
 
 // ---------------------------------------------------------------------------------------------
 // What the machine and the checkout say
@@ -62,31 +62,10 @@ static void cpu_model(char *buf, int len) {
 }
 
 static bool file_xxh64(const char *path, char *hex, int len, char *err, int err_len) {
-    errno = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, (size_t)err_len, "%s: cannot open case file to hash: %s", path,
-                 strerror(errno));
-        return false;
-    }
-    XXH64_state_t *s = XXH64_createState();
-    if (!s || XXH64_reset(s, 0) != XXH_OK) {
-        fclose(f);
-        XXH64_freeState(s);
-        snprintf(err, (size_t)err_len, "%s: XXH64_createState/reset failed", path);
-        return false;
-    }
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) XXH64_update(s, buf, n);
-    bool ok = !ferror(f);
-    if (!ok)
-        snprintf(err, (size_t)err_len, "%s: reading case file to hash failed: %s", path,
-                 strerror(errno));
-    fclose(f);
-    snprintf(hex, (size_t)len, "%016llx", (unsigned long long)XXH64_digest(s));
-    XXH64_freeState(s);
-    return ok;
+    uint64_t h;
+    if (!invar_file_xxh64(path, -1, &h, err, err_len)) return false;
+    snprintf(hex, (size_t)len, "%016llx", (unsigned long long)h);
+    return true;
 }
 
 // The command line as a shell would need it back: arguments with odd characters single-quoted.

@@ -7,8 +7,8 @@
 #include <stdbool.h>          // bool
 #include <stdint.h>           // int32_t, uint64_t
 #include "../kernels/ops.h"   // ops_set
-#include "attention_backend.h" // attention_backend
 #include "model_config.h"     // model_config
+#include "request.h"          // engine_request, engine_sched
 #include "weights.h"          // weight_source
 
 #define ENGINE_MAX_TOPK 20
@@ -24,26 +24,6 @@ typedef struct {
     int block_size;              // tokens per KV block (default 64)
     bool prompt_logprobs;        // size buffers for requests that ask for prompt logprobs
 } engine_limits;
-
-// Scheduling of one generate call (vLLM V1 semantics).
-typedef struct {
-    int max_num_seqs;            // <= limits.max_num_seqs
-    int max_num_batched_tokens;  // <= limits.max_num_batched_tokens
-    bool chunked_prefill;        // off: a prompt is prefilled in one step, whole
-    int top_k;                   // logprobs recorded per step, <= ENGINE_MAX_TOPK
-    const attention_backend *backend; // NULL: mla-unified
-    bool prefix_caching;         // reuse cached full blocks of earlier requests' prompts
-} engine_sched;
-
-typedef struct {
-    const int32_t *prompt;
-    int prompt_len;
-    int max_new_tokens;
-    float temperature;           // 0: greedy
-    uint64_t seed;               // request seed; noise depends on (case seed, seed, position)
-    int arrival_step;            // scheduler step at which the request arrives (0: at once)
-    bool prompt_logprobs;        // also record every prompt position (needs limits.prompt_logprobs)
-} engine_request;
 
 typedef struct {
     int32_t token;

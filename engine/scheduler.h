@@ -8,7 +8,7 @@
 
 #include <stdbool.h>    // bool
 #include <stdint.h>     // int32_t
-#include "engine.h"     // engine_request, engine_sched
+#include "request.h"    // engine_request, engine_sched
 #include "kv_cache.h"   // kv_cache
 
 typedef struct {

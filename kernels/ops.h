@@ -1,7 +1,7 @@
 // kernels/ops.h — the kernel-set interface.
 //
-// One struct of function pointers. Each kernel set (invariant or reference) on each device
-// (cpu or cuda) provides one instance through sets/registry.h. The engine calls kernels
+// One struct of function pointers. Each kernel set (invariant, reference, adversarial) on each
+// device (cpu or cuda) provides one instance through sets/registry.h. The engine calls kernels
 // only through it, so a config's kernel set is a pointer.
 //
 // Conventions, for every op:
@@ -9,7 +9,9 @@
 //   the set's own alloc/upload/download.
 // - bf16 tensors are uint16_t holding the top half of an IEEE float (kernels/bf16.h);
 //   accumulation is fp32; results round to bf16 once, round-to-nearest-even.
-// - Matrices are row-major; "ld" arguments are row strides in elements.
+// - Matrices are row-major; "ld" arguments are row strides in elements. gemm, rmsnorm and
+//   kv_cache_write read a stride of 0 as dense (the row's own length); rope, the attention
+//   ops and merge_attention take every stride as given.
 // - Ops are asynchronous with respect to the host where the device is; `sync` waits, and
 //   `download` is synchronous.
 // - An invariant set computes every output element in one order that depends neither on the
@@ -171,7 +173,11 @@ struct ops_set {
     // The reduction orders a non-invariant set chose (kernels/order_log.h); NULL when the set
     // does not record them. Reset by whoever reads it.
     order_log *orders;
-    void *ctx;                  // the set's own state (thread pool, cuBLAS handle, scratch)
+    // The kernels' state (thread pool; stream and scratch). A set built on another (reference/
+    // and adversarial/ on the invariant sets, through inv_cpu_init / inv_cuda_init) keeps that
+    // set's ctx, which the reused ops read, and holds this ops_set first in a struct of its own
+    // for its own kernels' state (policy, cuBLAS handle, buffers).
+    void *ctx;
 
     void (*destroy)(ops_set *ops);
 

@@ -29,6 +29,14 @@
                       cublasGetStatusString(st_));                                        \
     } while (0)
 
+// A cuBLAS handle whose work goes to `stream` (a set's own), for the sets that call cuBLAS.
+static inline cublasHandle_t invar_cublas_on_stream(cudaStream_t stream) {
+    cublasHandle_t h;
+    CUBLAS_CHECK("create", cublasCreate(&h));
+    CUBLAS_CHECK("create", cublasSetStream(h, stream));
+    return h;
+}
+
 // *buf with at least `bytes` (a quarter more when it grows, so slowly growing shapes do not
 // grow it again); waits for `stream` before freeing the old buffer.
 static inline void *invar_cuda_reserve(void **buf, size_t *have, size_t bytes, cudaStream_t stream,

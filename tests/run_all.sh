@@ -6,35 +6,10 @@
 set -u
 BUILD=${1:-build}
 REPORT="$BUILD/report"  # each report kind in its own directory: run/CASE, kernels/DEVICE
-passed=0 failed=0 skipped=0
-failures=()
+# shellcheck source=tests/suites.sh
+. "$(dirname "$0")/suites.sh"
 
-suite() {  # suite NAME COMMAND...: runs one suite, counts it
-    local name=$1
-    shift
-    echo
-    echo "=== $name"
-    if "$@"; then
-        passed=$((passed + 1))
-    else
-        failed=$((failed + 1))
-        failures+=("$name")
-    fi
-}
-
-for t in "$BUILD"/tests/test_*; do
-    case "$t" in *.o | *.d) continue ;; esac
-    [ -x "$t" ] || continue
-    suite "$(basename "$t")" "$t"
-done
-
-# Every fuzz target's seed corpus and saved reproducers through the plain replay driver
-# (tests/fuzz/replay.c): a parser that crashes on one of them fails here, without clang.
-for r in "$BUILD"/fuzz/replay_*; do
-    [ -x "$r" ] || continue
-    name=${r##*/replay_}
-    suite "fuzz replay: $name (tests/fuzz/$name)" "$r" "tests/fuzz/$name"
-done
+unit_and_replay_suites "$BUILD"
 
 gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -92,9 +67,6 @@ for c in gpu; do
     fi
 done
 
-echo
-if [ "${#failures[@]}" -gt 0 ]; then
-    printf 'failed: %s\n' "${failures[@]}"
-fi
+print_failures
 echo "check: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

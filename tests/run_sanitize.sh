@@ -9,38 +9,14 @@ BUILD=${1:-build-sanitize}
 # dump's worth of signal for the exit status.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-passed=0 failed=0
-failures=()
+SUITE_PREFIX="sanitize: "
+# shellcheck source=tests/suites.sh
+. "$(dirname "$0")/suites.sh"
 
-suite() {  # suite NAME COMMAND...
-    local name=$1
-    shift
-    echo
-    echo "=== sanitize: $name"
-    if "$@"; then
-        passed=$((passed + 1))
-    else
-        failed=$((failed + 1))
-        failures+=("$name")
-    fi
-}
-
-for t in "$BUILD"/tests/test_*; do
-    case "$t" in *.o | *.d) continue ;; esac
-    [ -x "$t" ] || continue
-    suite "$(basename "$t")" "$t"
-done
-for r in "$BUILD"/fuzz/replay_*; do
-    [ -x "$r" ] || continue
-    name=${r##*/replay_}
-    suite "fuzz replay: $name" "$r" "tests/fuzz/$name"
-done
+unit_and_replay_suites "$BUILD"
 suite "invar run --case cases/smoke.ini" "$BUILD/invar" run --case cases/smoke.ini -q \
     --out "$BUILD/report/smoke"
 
-echo
-if [ "${#failures[@]}" -gt 0 ]; then
-    printf 'failed: %s\n' "${failures[@]}"
-fi
+print_failures
 echo "sanitize: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -20,7 +20,7 @@
 #include <stdlib.h>                            // free
 
 #include "../../common/check.h"                // invar_calloc, invar_die
-#include "../../common/cuda_check.cuh"         // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve
+#include "../../common/cuda_check.cuh"         // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve, invar_cublas_on_stream
 #include "../../kernels/bf16.h"                // bf16_to_float, float_to_bf16
 #include "../../kernels/cuda/inv_cuda.h"       // inv_cuda_init, inv_cuda_fini
 #include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*
@@ -188,8 +188,7 @@ ops_set *adv_cuda_create(int threads) {
     adv_cuda_set *s = (adv_cuda_set *)invar_calloc(1, sizeof *s, "the adversarial CUDA set");
     ops_set *ops = &s->ops;
     inv_cuda_init(ops, "adversarial");  // memory, and the ops left invariant (header comment)
-    CUBLAS_CHECK("create", cublasCreate(&s->cublas));
-    CUBLAS_CHECK("create", cublasSetStream(s->cublas, inv_cuda_stream(ops)));
+    s->cublas = invar_cublas_on_stream(inv_cuda_stream(ops));
     ops->name = "adversarial";
     ops->batch_invariant = false;
     ops->adversarial = true;

@@ -13,7 +13,7 @@
 #include <stdlib.h>                         // free
 
 #include "../../common/check.h"             // invar_calloc
-#include "../../common/cuda_check.cuh"      // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve
+#include "../../common/cuda_check.cuh"      // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve, invar_cublas_on_stream
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
 #include "../../kernels/cuda/inv_cuda.h"    // inv_cuda_init, inv_cuda_fini
 #include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*
@@ -157,8 +157,7 @@ ops_set *ref_cuda_create(int threads) {
     ops_set *ops = &r->ops;
     inv_cuda_init(ops, "reference");  // memory and the ops that are invariant by nature
     r->invariant = *ops;
-    CUBLAS_CHECK("create", cublasCreate(&r->cublas));
-    CUBLAS_CHECK("create", cublasSetStream(r->cublas, inv_cuda_stream(ops)));
+    r->cublas = invar_cublas_on_stream(inv_cuda_stream(ops));
     ops->name = "reference";
     ops->batch_invariant = false;
     ops->orders = order_log_create();

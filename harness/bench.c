@@ -86,12 +86,11 @@ static const int gemm_nk[][2] = {
 };
 static const int gemm_m[] = {1, 16, 64, 256, 1024, 4096, 8192};
 
-static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, FILE *csv) {
+static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, csv_report *csv) {
     const int n_nk = (int)(sizeof gemm_nk / sizeof gemm_nk[0]), n_m = (int)(sizeof gemm_m / sizeof gemm_m[0]);
     const int max_m = gemm_m[n_m - 1];
     double log_sum = 0.0;
     int count = 0;
-    fprintf(csv, "N,K,M,inv_us,ref_us,inv_tflops,ref_tflops,inv_gbs,ref_gbs,ratio_inv_over_ref\n");
     printf("%-14s %5s %10s %10s %8s %8s %8s %8s %6s\n", "N x K", "M", "inv us", "cuBLAS us", "inv TF/s",
            "ref TF/s", "inv GB/s", "ref GB/s", "ratio");
     for (int s = 0; s < n_nk; s++) {
@@ -119,8 +118,8 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, FILE *
             double ratio = t_ref / t_inv;
             log_sum += log(ratio);
             count++;
-            fprintf(csv, "%d,%d,%d,%.2f,%.2f,%.1f,%.1f,%.0f,%.0f,%.3f\n", N, K, M, t_inv * 1e3, t_ref * 1e3,
-                    flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio);
+            bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.1f,%.1f,%.0f,%.0f,%.3f", N, K, M, t_inv * 1e3, t_ref * 1e3,
+                      flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio);
             printf("%6d x %-6d %5d %10.1f %10.1f %8.1f %8.1f %8.0f %8.0f %6.3f\n", N, K, M, t_inv * 1e3, t_ref * 1e3,
                    flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio);
             fflush(stdout);
@@ -151,11 +150,10 @@ static void mla_once(void *arg, int rep) {
 
 // Returns the invariant kernel's lowest share of copy bandwidth over the memory-bound shapes
 // (16 heads, a cache larger than twice L2): issue 3's bar for the decode kernel.
-static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, double copy_gbs, FILE *csv) {
+static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, double copy_gbs, csv_report *csv) {
     double worst_pct = 1e9;
     const int batches[] = {1, 32, 128}, contexts[] = {1024, 4096, 16384}, heads[] = {16, 128};
     const int L = 512, R = 64, BS = 64;
-    fprintf(csv, "batch,context,heads,inv_us,ref_us,inv_gbs,ref_gbs,inv_pct_copy,ref_pct_copy,inv_tflops,ref_tflops\n");
     printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s\n", "batch", "context", "heads", "inv us", "ref us",
            "inv GB/s", "ref GB/s", "inv %cp", "ref %cp", "inv TF/s", "ref TF/s");
     for (int bi = 0; bi < 3; bi++)
@@ -215,8 +213,9 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, double 
                 double bytes = (double)kv_bytes + 2.0 * B * H * (L + R) + 2.0 * B * H * L;
                 double flop = 2.0 * B * (double)H * ctx * (L + R + L);
                 double gi = bytes / t_inv / 1e6, gr = bytes / t_ref / 1e6;
-                fprintf(csv, "%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.1f,%.1f\n", B, ctx, H, t_inv * 1e3, t_ref * 1e3,
-                        gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9, flop / t_ref / 1e9);
+                bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.1f,%.1f", B, ctx, H, t_inv * 1e3,
+                          t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
+                          flop / t_ref / 1e9);
                 printf("%5d %7d %5d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %8.1f %8.1f\n", B, ctx, H, t_inv * 1e3,
                        t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
                        flop / t_ref / 1e9);
@@ -232,13 +231,6 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, double 
     return worst_pct;
 }
 
-static FILE *open_csv(const char *dir, const char *name) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) invar_die(INVAR_EXIT_SYSTEM, "bench: cannot write %s: %s", path, strerror(errno));
-    return f;
-}
 
 static int run_bench(const char *out_dir, bool quick, const char *only) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
@@ -252,16 +244,21 @@ static int run_bench(const char *out_dir, bool quick, const char *only) {
 
     char summary[256] = "";
     if (!only || strcmp(only, "gemm") == 0) {
-        FILE *g = open_csv(out_dir, "bench_gemm.csv");
+        static const char *const header[] = {"N", "K", "M", "inv_us", "ref_us", "inv_tflops", "ref_tflops",
+                                             "inv_gbs", "ref_gbs", "ratio_inv_over_ref"};
+        csv_report *g = bench_csv_open(out_dir, "bench_gemm.csv", header, 10);
         double geo = bench_gemm(inv, ref, &o, g);
-        fclose(g);
+        bench_csv_close(g);
         printf("GEMM geometric mean of speed ratio invariant / cuBLAS: %.3f\n", geo);
         snprintf(summary, sizeof summary, "; GEMM geomean invariant/cuBLAS %.3f", geo);
     }
     if (!only || strcmp(only, "mla") == 0) {
-        FILE *m = open_csv(out_dir, "bench_mla.csv");
+        static const char *const header[] = {"batch", "context", "heads", "inv_us", "ref_us", "inv_gbs",
+                                             "ref_gbs", "inv_pct_copy", "ref_pct_copy", "inv_tflops",
+                                             "ref_tflops"};
+        csv_report *m = bench_csv_open(out_dir, "bench_mla.csv", header, 11);
         double worst = bench_mla(inv, ref, &o, copy_gbs, m);
-        fclose(m);
+        bench_csv_close(m);
         size_t n = strlen(summary);
         snprintf(summary + n, sizeof summary - n, "; MLA decode lowest share of copy on the memory-bound shapes %.1f%%",
                  worst);
@@ -269,9 +266,7 @@ static int run_bench(const char *out_dir, bool quick, const char *only) {
     if (!only || strcmp(only, "decode") == 0) {
         // End to end on DeepSeek-V2-Lite's dimensions (4 of its 27 layers), as issue 3 asks.
         static const int decode_batches[] = {1, 32, 128};
-        FILE *d = open_csv(out_dir, "bench_decode.csv");
-        bench_decode("cuda", "v2-lite", decode_batches, 3, 128, quick ? 16 : 64, d);
-        fclose(d);
+        bench_decode("cuda", "v2-lite", decode_batches, 3, 128, quick ? 16 : 64, out_dir);
     }
 
     printf("\nsummary: copy %.0f GB/s%s; CSVs in %s\n", copy_gbs, summary, out_dir);
@@ -317,12 +312,7 @@ int cmd_bench(int argc, char **argv) {
         // on the CI-sized model.
         static const int cpu_batches[] = {1, 8};
         host_make_dirs(out_dir);
-        char path[4096];
-        snprintf(path, sizeof path, "%s/bench_decode.csv", out_dir);
-        FILE *d = fopen(path, "w");
-        if (!d) invar_die(INVAR_EXIT_SYSTEM, "bench: cannot write %s: %s", path, strerror(errno));
-        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, d);
-        if (fclose(d) != 0) invar_die(INVAR_EXIT_SYSTEM, "bench: closing %s: %s", path, strerror(errno));
+        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, out_dir);
         return 0;
     }
     if (strcmp(device, "cuda") != 0) {

@@ -7,7 +7,10 @@
 // when the clock is read. The median of three pairs is reported.
 #include "bench_decode.h"
 
+#include <limits.h>                  // PATH_MAX
+#include <stdarg.h>                  // va_list, va_start, va_end
 #include <stdint.h>                  // int32_t, uint64_t
+#include <stdio.h>                   // printf, snprintf, vsnprintf
 #include <stdlib.h>                  // free, qsort
 
 #include "../engine/engine.h"        // engine_*
@@ -86,14 +89,16 @@ static double decode_tokens_per_s(ops_set *ops, const model_config *c, weight_so
 }
 
 void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
-                  int prompt_len, int new_tokens, FILE *csv) {
+                  int prompt_len, int new_tokens, const char *out_dir) {
     model_config c;
     if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
     weight_source *w = weights_synthetic(&c, 1);
     printf("\nend-to-end decode, model %s (%d layers), prompts of %d tokens, %d new tokens\n", model,
            c.num_hidden_layers, prompt_len, new_tokens);
     printf("%6s %14s %14s %7s\n", "batch", "inv tok/s", "ref tok/s", "ratio");
-    fprintf(csv, "device,model,batch,prompt_len,new_tokens,invariant_tok_s,reference_tok_s,ratio\n");
+    static const char *const header[] = {"device", "model", "batch", "prompt_len", "new_tokens",
+                                         "invariant_tok_s", "reference_tok_s", "ratio"};
+    csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 8);
     ops_set *inv = kernel_set_create("invariant", device, 0);
     ops_set *ref = kernel_set_create("reference", device, 0);
     if (!inv || !ref) invar_die(INVAR_EXIT_INPUT, "bench: no kernel sets on device '%s'", device);
@@ -102,11 +107,34 @@ void bench_decode(const char *device, const char *model, const int *batch_sizes,
         double ti = decode_tokens_per_s(inv, &c, w, B, prompt_len, new_tokens);
         double tr = decode_tokens_per_s(ref, &c, w, B, prompt_len, new_tokens);
         printf("%6d %14.1f %14.1f %7.3f\n", B, ti, tr, ti / tr);
-        if (fprintf(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f\n", device, model, B, prompt_len,
-                    new_tokens, ti, tr, ti / tr) < 0 || fflush(csv) != 0)
-            invar_die(INVAR_EXIT_SYSTEM, "bench: writing the decode CSV failed");
+        bench_row(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f", device, model, B, prompt_len, new_tokens, ti,
+                  tr, ti / tr);
     }
+    bench_csv_close(csv);
     inv->destroy(inv);
     ref->destroy(ref);
     w->destroy(w);
+}
+
+csv_report *bench_csv_open(const char *dir, const char *name, const char *const *header, int ncols) {
+    char path[PATH_MAX], err[PATH_MAX + 256];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        invar_die(INVAR_EXIT_INPUT, "bench: %s/%s: path too long", dir, name);
+    csv_report *r = csv_report_open(path, header, ncols, err, sizeof err);
+    if (!r) invar_die(INVAR_EXIT_SYSTEM, "bench: %s", err);
+    return r;
+}
+
+void bench_row(csv_report *csv, const char *fmt, ...) {
+    char line[1024], err[PATH_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (!csv_report_rowf(csv, err, sizeof err, "%s", line)) invar_die(INVAR_EXIT_SYSTEM, "bench: %s", err);
+}
+
+void bench_csv_close(csv_report *csv) {
+    char err[PATH_MAX + 256];
+    if (!csv_report_close(csv, err, sizeof err)) invar_die(INVAR_EXIT_SYSTEM, "bench: %s", err);
 }

@@ -3,12 +3,18 @@
 #ifndef INVAR_HARNESS_BENCH_DECODE_H
 #define INVAR_HARNESS_BENCH_DECODE_H
 
-#include <stdio.h>   // FILE
+#include "../reports/csv_report.h"  // csv_report
 
 // Runs on `device` with the named model config for each batch size, writing one CSV row per
 // (batch, kernel set) to csv (header included) and a table to stdout. Exits 2 on an unknown
 // model name.
 void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
-                  int prompt_len, int new_tokens, FILE *csv);
+                  int prompt_len, int new_tokens, const char *out_dir);
+
+// The benchmarks' CSVs (DIR/NAME), through the one CSV writer; a failed write exits 3 naming
+// the file. bench_row's format separates fields by commas (csv_report_rowf).
+csv_report *bench_csv_open(const char *dir, const char *name, const char *const *header, int ncols);
+void bench_row(csv_report *csv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bench_csv_close(csv_report *csv);
 
 #endif

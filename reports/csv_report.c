@@ -2,6 +2,7 @@
 #include "csv_report.h"
 
 #include <csv.h>                // csv_fwrite
+#include <stdarg.h>             // va_list, va_start, va_end
 #include <errno.h>              // errno
 #include <limits.h>             // PATH_MAX
 #include <stdio.h>              // FILE, fopen, fputc, fflush, fclose, snprintf
@@ -67,6 +68,33 @@ csv_report *csv_report_open(const char *path, const char *const *header, int nco
 }
 
 bool csv_report_row(csv_report *r, const char *const *fields, char *err, int err_len) {
+    return write_line(r, fields, err, err_len);
+}
+
+bool csv_report_rowf(csv_report *r, char *err, int err_len, const char *fmt, ...) {
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof line) {
+        snprintf(err, (size_t)err_len, "%s: a row longer than %zu bytes", r->path, sizeof line);
+        return false;
+    }
+    const char *fields[CSV_ROWF_MAX_COLS];
+    int count = 0;
+    for (char *p = line; count < CSV_ROWF_MAX_COLS;) {
+        fields[count++] = p;
+        char *comma = strchr(p, ',');
+        if (!comma) break;
+        *comma = '\0';
+        p = comma + 1;
+    }
+    if (count != r->ncols) {
+        snprintf(err, (size_t)err_len, "%s: a row of %d fields where the header has %d", r->path,
+                 count, r->ncols);
+        return false;
+    }
     return write_line(r, fields, err, err_len);
 }
 

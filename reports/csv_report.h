@@ -16,6 +16,13 @@ csv_report *csv_report_open(const char *path, const char *const *header, int nco
 // flushes. False with a message naming the file in err.
 bool csv_report_row(csv_report *r, const char *const *fields, char *err, int err_len);
 
+// A row from a printf format whose fields are separated by commas ("%d,%.2f,%s"), for rows of
+// numbers and names without commas (the benchmarks'); at most CSV_ROWF_MAX_COLS fields, and
+// exactly the header's count. False with a message naming the file in err.
+#define CSV_ROWF_MAX_COLS 32
+bool csv_report_rowf(csv_report *r, char *err, int err_len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 // Closes and frees r (also when it fails). False with a message naming the file in err.
 bool csv_report_close(csv_report *r, char *err, int err_len);
 

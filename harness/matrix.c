@@ -125,7 +125,7 @@ static void apply_threads(run_config *c, const char *v) { c->threads = (int)strt
 // is NULL: case_file.c fills the axis from [case] model when the list is not given.
 static const matrix_axis axes[] = {
     {"devices", NULL, "cpu, cuda, auto", "cpu", check_device, apply_device},
-    {"kernel_sets", NULL, "a registered kernel set (invariant, reference)", NULL,
+    {"kernel_sets", NULL, "a registered kernel set (invariant, reference, adversarial)", NULL,
      check_kernel_set, apply_kernel_set},
     {"models", "model", "named model configs (tiny, tiny-v2, small, v2-lite) or checkpoint "
      "directories", NULL, check_model, apply_model},

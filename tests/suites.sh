@@ -5,8 +5,8 @@
 passed=0 failed=0 skipped=0
 failures=()
 
-suite() {  # suite NAME COMMAND...: runs one suite, counts it
-    local name=$1
+suite() {  # suite NAME COMMAND...: runs one suite, counts it, says how long it took
+    local name=$1 start=$SECONDS verdict=ok
     shift
     echo
     echo "=== ${SUITE_PREFIX:-}$name"
@@ -15,7 +15,9 @@ suite() {  # suite NAME COMMAND...: runs one suite, counts it
     else
         failed=$((failed + 1))
         failures+=("$name")
+        verdict=FAILED
     fi
+    echo "--- ${SUITE_PREFIX:-}$name: $verdict in $((SECONDS - start)) s"
 }
 
 unit_and_replay_suites() {  # unit_and_replay_suites BUILD

@@ -21,23 +21,13 @@
 #include "../common/check.h"    // invar_die, invar_malloc
 #include "../sets/registry.h" // kernel_set_create, cuda_device_available
 #include "bench_decode.h"        // bench_decode
-#include "cli_args.h"            // cli_take_once
+#include "cli_args.h"            // cli_parse
 #include "commands.h"            // cmd_bench
 #include "host.h"                // host_make_dirs
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/cuda_timing.h"  // cuda_time_median_ms, cuda_copy_bandwidth_gbs
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 #endif
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: invar bench [--device cuda|cpu] [--out DIR] [--quick] [--only gemm|mla|decode]\n"
-               "  cuda: GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS),\n"
-               "        then end-to-end decode tokens/s of the v2-lite-shaped model at batch 1, 32, 128.\n"
-               "  cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.\n"
-               "  --out DIR   where bench_gemm.csv, bench_mla.csv, bench_decode.csv go (default build/bench)\n"
-               "  --quick     fewer repetitions (CI smoke run)\n"
-               "  --only S    one section (a kernel developer's tuning loop); the copy ceiling always runs\n");
-}
 
 #ifdef INVAR_CUDA
 
@@ -277,33 +267,33 @@ static int run_bench(const char *out_dir, bool quick, const char *only) {
 #endif
 
 int cmd_bench(int argc, char **argv) {
-    // NULL: not given (each flag is taken once, harness/cli_args.h); defaults after parsing.
-    const char *device = NULL, *out_dir = NULL;
-    const char *only = NULL;
+    // NULL: not given; defaults after parsing.
+    const char *device = NULL, *out_dir = NULL, *only = NULL;
     bool quick = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            if (!cli_take_once("invar bench", "--device", &device, argv[++i]))
-                return INVAR_EXIT_INPUT;
-        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            if (!cli_take_once("invar bench", "--out", &out_dir, argv[++i])) return INVAR_EXIT_INPUT;
-        } else if (strcmp(argv[i], "--quick") == 0) {
-            quick = true;
-        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
-            if (!cli_take_once("invar bench", "--only", &only, argv[++i])) return INVAR_EXIT_INPUT;
-            if (strcmp(only, "gemm") != 0 && strcmp(only, "mla") != 0 && strcmp(only, "decode") != 0) {
-                fprintf(stderr, "invar bench: --only must be gemm, mla or decode (got '%s')\n", only);
-                return INVAR_EXIT_INPUT;
-            }
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "invar bench: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return INVAR_EXIT_INPUT;
-        }
-    }
+    const cli_flag flags[] = {
+        {.name = "--device", .choices = "cuda|cpu", .to.string = &device,
+         .help = "cuda (the default; a SKIP without a device, exit 2 when\n"
+                 "asked for) or cpu"},
+        {.name = "--out", .metavar = "DIR", .to.string = &out_dir,
+         .help = "where bench_gemm.csv, bench_mla.csv, bench_decode.csv go\n"
+                 "(default build/bench)"},
+        {.name = "--quick", .kind = CLI_SWITCH, .to.on = &quick,
+         .help = "fewer repetitions (CI smoke run)"},
+        {.name = "--only", .choices = "gemm|mla|decode", .to.string = &only,
+         .help = "one section (a kernel developer's tuning loop); the copy\n"
+                 "ceiling always runs"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar bench",
+        .about = "cuda: GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS),\n"
+                 "      then end-to-end decode tokens/s of the v2-lite-shaped model at batch 1,\n"
+                 "      32, 128.\n"
+                 "cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.",
+        .flags = flags,
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
     bool explicit_device = device != NULL;
     if (!device) device = "cuda";
     if (!out_dir) out_dir = "build/bench";
@@ -314,10 +304,6 @@ int cmd_bench(int argc, char **argv) {
         host_make_dirs(out_dir);
         bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, out_dir);
         return 0;
-    }
-    if (strcmp(device, "cuda") != 0) {
-        fprintf(stderr, "invar bench: --device must be cuda or cpu (got '%s')\n", device);
-        return INVAR_EXIT_INPUT;
     }
     char why[256];
     if (!cuda_device_available(why, (int)sizeof why)) {

@@ -3,14 +3,12 @@
 //
 //   invar model write --config NAME --seed S --out DIR [--shards N]
 //   invar model check DIR
-#include <errno.h>     // errno
-#include <inttypes.h>  // PRIu64
+#include <inttypes.h>  // PRIu64, uint64_t
 #include <math.h>      // isfinite
 #include <stdio.h>     // printf, fprintf
-#include <stdlib.h>    // strtoull, free
-#include <string.h>    // strcmp
+#include <stdlib.h>    // free
 
-#include "cli_args.h"                    // cli_take_once
+#include "cli_args.h"                    // cli_parse, cli_dispatch, cli_usage_error
 #include "commands.h"                    // cmd_model
 #include "../kernels/bf16.h"             // bf16_to_float
 #include "../common/check.h"            // invar_malloc
@@ -19,70 +17,47 @@
 #include "../engine/model_config.h"      // model_config_by_name, model_config_names
 #include "../engine/weights.h"           // weights_synthetic
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: invar model write --config NAME --seed S --out DIR [--shards N]\n"
-            "       invar model check DIR\n"
-            "\n"
-            "write  writes the synthetic weights of named config NAME (seed S) as a Hugging Face\n"
-            "       checkpoint: DIR/config.json and DIR/model.safetensors, or with --shards N,\n"
-            "       N files model-0000i-of-0000N.safetensors and model.safetensors.index.json\n"
-            "check  opens checkpoint DIR as `--model DIR` would, reads every tensor once, prints\n"
-            "       its config; exit 1 when a weight is NaN or infinite\n"
-            "\nnamed configs:");
+// The named configs, known only from engine/model_config at run time.
+static void list_configs(FILE *f) {
+    fprintf(f, "\nnamed configs:");
     for (const char *const *n = model_config_names(); *n; n++) fprintf(f, " %s", *n);
     fprintf(f, "\n");
 }
 
-static bool parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end || s[0] == '-') return false;
-    *out = v;
-    return true;
-}
-
 static int model_write(int argc, char **argv) {
-    const char *config = NULL, *out = NULL, *seed_s = NULL, *shards_s = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char **dst = strcmp(argv[i], "--config") == 0   ? &config
-                           : strcmp(argv[i], "--out") == 0    ? &out
-                           : strcmp(argv[i], "--seed") == 0   ? &seed_s
-                           : strcmp(argv[i], "--shards") == 0 ? &shards_s
-                                                              : NULL;
-        if (!dst || i + 1 >= argc) {
-            fprintf(stderr, "invar model write: %s '%s'\n", dst ? "missing value for" : "unknown option",
-                    argv[i]);
-            usage(stderr);
-            return 2;
-        }
-        if (!cli_take_once("invar model write", argv[i], dst, argv[i + 1])) return 2;
-        i++;
-    }
-    if (!config || !out || !seed_s) {
-        fprintf(stderr, "invar model write: --config, --seed and --out are required\n");
-        usage(stderr);
-        return 2;
-    }
+    const char *config = NULL, *out = NULL;
+    uint64_t seed = 0;
+    int shards = 0;  // 0: one file
+    const cli_flag flags[] = {
+        {.name = "--config", .metavar = "NAME", .to.string = &config, .required = true,
+         .help = "a named config (the list is below)"},
+        {.name = "--seed", .metavar = "S", .kind = CLI_U64, .to.u64 = &seed, .required = true,
+         .help = "the seed of the synthetic weights"},
+        {.name = "--out", .metavar = "DIR", .to.string = &out, .required = true,
+         .help = "the checkpoint directory"},
+        {.name = "--shards", .kind = CLI_INT, .to.integer = &shards, .min = 1, .max = 99999,
+         .help = "N files model-0000i-of-0000N.safetensors and\n"
+                 "model.safetensors.index.json (default one model.safetensors)"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar model write",
+        .about = "Writes the synthetic weights of named config NAME (seed S) as a Hugging Face\n"
+                 "checkpoint: DIR/config.json and DIR/model.safetensors.",
+        .flags = flags,
+        .more_help = list_configs,
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
     model_config cfg;
     if (!model_config_by_name(config, &cfg)) {
-        fprintf(stderr, "invar model write: unknown config '%s'\n", config);
-        usage(stderr);
-        return 2;
-    }
-    uint64_t seed, shards = 0;
-    if (!parse_u64(seed_s, &seed)) {
-        fprintf(stderr, "invar model write: --seed must be an unsigned integer, got '%s'\n", seed_s);
-        return 2;
-    }
-    if (shards_s && (!parse_u64(shards_s, &shards) || shards < 1 || shards > 99999)) {
-        fprintf(stderr, "invar model write: --shards must be in [1, 99999], got '%s'\n", shards_s);
-        return 2;
+        int code = cli_usage_error(&cmd, "--config: unknown config '%s'", config);
+        list_configs(stderr);
+        return code;
     }
     weight_source *src = weights_synthetic(&cfg, seed);
     char err[1024];
-    bool ok = checkpoint_write(out, &cfg, src, (int)shards, err, sizeof err);
+    bool ok = checkpoint_write(out, &cfg, src, shards, err, sizeof err);
     src->destroy(src);
     if (!ok) {
         fprintf(stderr, "invar: error: %s\n", err);
@@ -94,14 +69,24 @@ static int model_write(int argc, char **argv) {
 }
 
 static int model_check(int argc, char **argv) {
-    if (argc != 1) {
-        usage(stderr);
-        return 2;
-    }
+    const char *dir = NULL;
+    const cli_flag flags[] = {
+        {.name = "DIR", .to.string = &dir, .required = true, .help = "the checkpoint directory"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar model check",
+        .about = "Opens checkpoint DIR as `--model DIR` would, reads every tensor once, prints its\n"
+                 "config.",
+        .flags = flags,
+        .epilogue = "exit: 0 every weight is finite, 1 a weight is NaN or infinite, 2 bad input",
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
     model_config cfg;
     weight_source *src;
     char err[1024];
-    if (!checkpoint_open(argv[0], &cfg, &src, err, sizeof err)) {
+    if (!checkpoint_open(dir, &cfg, &src, err, sizeof err)) {
         fprintf(stderr, "invar: error: %s\n", err);
         return 2;
     }
@@ -134,7 +119,7 @@ static int model_check(int argc, char **argv) {
     printf("%s: %d layers, hidden %d, %d heads, q_lora_rank %d, kv_lora_rank %d, "
            "%d routed experts (top %d, %s, %s), %d shared, first %d dense, rope %s%s: "
            "%d tensors read, %lld non-finite values\n",
-           argv[0], cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
+           dir, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
            cfg.q_lora_rank, cfg.kv_lora_rank, cfg.n_routed_experts, cfg.num_experts_per_tok,
            cfg.scoring_func == MOE_SCORING_SIGMOID ? "sigmoid" : "softmax", topk[cfg.topk_method],
            cfg.n_shared_experts, cfg.first_k_dense_replace, cfg.rope_yarn ? "yarn" : "default",
@@ -143,13 +128,10 @@ static int model_check(int argc, char **argv) {
 }
 
 int cmd_model(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    if (strcmp(argv[1], "write") == 0) return model_write(argc - 2, argv + 2);
-    if (strcmp(argv[1], "check") == 0) return model_check(argc - 2, argv + 2);
-    fprintf(stderr, "invar model: unknown subcommand '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+    static const cli_subcommand subs[] = {
+        {"write", model_write, "write a synthetic checkpoint in Hugging Face layout"},
+        {"check", model_check, "check that a checkpoint directory loads and its weights are finite"},
+        {0},
+    };
+    return cli_dispatch("invar model", subs, argc, argv);
 }

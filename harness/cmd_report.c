@@ -3,104 +3,92 @@
 #include "commands.h"
 
 #include <stdbool.h>                    // bool
+#include <math.h>                       // INFINITY
 #include <stdio.h>                      // printf, fprintf
-#include <stdlib.h>                     // strtod
-#include <string.h>                     // strcmp
 
-#include "../common/check.h"           // INVAR_EXIT_INPUT
 #include "../reports/baseline_diff.h"   // baseline_diff, BASELINE_DIFF_DEFAULT_THRESHOLD
 #include "../reports/render.h"          // report_render_dir
-#include "cli_args.h"                   // cli_take_once
+#include "cli_args.h"                   // cli_parse, cli_dispatch
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: invar report render DIR\n"
-            "       invar report plot DIR\n"
-            "       invar report diff BASE_DIR NEW_DIR [--threshold PERCENT] [--partial]\n"
-            "\n"
-            "  render  DIR/junit.xml, DIR/summary.md and DIR/plots/*.png from the CSVs in DIR\n"
-            "          (summary.csv, divergence.csv, kernels.csv, bench_*.csv, meta.csv)\n"
-            "  plot    DIR/plots/*.png only (gnuplot; skipped with a message without it)\n"
-            "  diff    configs and kernel checks that passed in BASE_DIR and fail in NEW_DIR,\n"
-            "          fixed, new and vanished ones, and benchmark medians slower than\n"
-            "          PERCENT (default %.0f); writes NEW_DIR/diff.md. A config or check of\n"
-            "          BASE_DIR missing from NEW_DIR is a regression, unless --partial says\n"
-            "          NEW_DIR covers only part of the matrix. An unreadable summary.csv or\n"
-            "          kernels.csv (no config/op or verdict column, no rows) is exit 2\n"
-            "\n"
-            "exit: 0 done (diff: no regression), 1 diff found a regression, 2 bad input or\n"
-            "usage, 3 a file could not be written\n",
-            BASELINE_DIFF_DEFAULT_THRESHOLD);
-}
-
-static int render(const char *dir, render_what what) {
+static int render(const cli_command *cmd, int argc, char **argv, render_what what) {
+    int rc = cli_parse(cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
     char err[2048];
-    int code = report_render_dir(dir, what, stdout, err, sizeof err);
+    int code = report_render_dir(*cmd->flags[0].to.string, what, stdout, err, sizeof err);
     if (code != 0) fprintf(stderr, "invar report: error: %s\n", err);
     return code;
 }
 
+static const char render_exit[] = "exit: 0 done, 2 bad input or usage, 3 a file could not be "
+                                  "written";
+
+static int render_all(int argc, char **argv) {
+    const char *dir = NULL;
+    const cli_flag flags[] = {{.name = "DIR", .to.string = &dir, .required = true,
+                               .help = "a report directory"}, {0}};
+    const cli_command cmd = {
+        .name = "invar report render",
+        .about = "DIR/junit.xml, DIR/summary.md and DIR/plots/*.png from the CSVs in DIR\n"
+                 "(summary.csv, divergence.csv, kernels.csv, bench_*.csv, meta.csv).",
+        .flags = flags, .epilogue = render_exit};
+    return render(&cmd, argc, argv, RENDER_ALL);
+}
+
+static int render_plots(int argc, char **argv) {
+    const char *dir = NULL;
+    const cli_flag flags[] = {{.name = "DIR", .to.string = &dir, .required = true,
+                               .help = "a report directory"}, {0}};
+    const cli_command cmd = {
+        .name = "invar report plot",
+        .about = "DIR/plots/*.png only (gnuplot; skipped with a message without it).",
+        .flags = flags, .epilogue = render_exit};
+    return render(&cmd, argc, argv, RENDER_PLOTS);
+}
+
 static int diff(int argc, char **argv) {
-    const char *dirs[2] = {NULL, NULL};
-    int ndirs = 0;
+    const char *base = NULL, *new_dir = NULL;
     double threshold = BASELINE_DIFF_DEFAULT_THRESHOLD;
-    const char *threshold_text = NULL;
     bool partial = false;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--partial") == 0) {
-            partial = true;
-        } else if (strcmp(argv[i], "--threshold") == 0 && i + 1 < argc) {
-            if (!cli_take_once("invar report diff", "--threshold", &threshold_text, argv[i + 1]))
-                return INVAR_EXIT_INPUT;
-            char *end;
-            threshold = strtod(argv[++i], &end);
-            if (end == argv[i] || *end != '\0' || !(threshold >= 0)) {
-                fprintf(stderr, "invar report diff: --threshold: not a percentage >= 0: '%s'\n",
-                        argv[i]);
-                return INVAR_EXIT_INPUT;
-            }
-        } else if (argv[i][0] == '\0') {
-            fprintf(stderr, "invar report diff: an empty directory name\n");
-            return INVAR_EXIT_INPUT;
-        } else if (argv[i][0] != '-' && ndirs < 2) {
-            dirs[ndirs++] = argv[i];
-        } else {
-            fprintf(stderr, "invar report diff: unknown or incomplete argument '%s'\n", argv[i]);
-            usage(stderr);
-            return INVAR_EXIT_INPUT;
-        }
-    }
-    if (ndirs != 2) {
-        fprintf(stderr, "invar report diff: BASE_DIR and NEW_DIR are required\n");
-        usage(stderr);
-        return INVAR_EXIT_INPUT;
-    }
+    const cli_flag flags[] = {
+        {.name = "BASE_DIR", .to.string = &base, .required = true,
+         .help = "the baseline report directory"},
+        {.name = "NEW_DIR", .to.string = &new_dir, .required = true,
+         .help = "the new report directory; diff.md is written here"},
+        {.name = "--threshold", .metavar = "PERCENT", .kind = CLI_DOUBLE, .to.real = &threshold,
+         .min = 0, .max = INFINITY, .show_default = true,
+         .help = "a benchmark median slower by more than PERCENT is a\n"
+                 "regression"},
+        {.name = "--partial", .kind = CLI_SWITCH, .to.on = &partial,
+         .help = "NEW_DIR covers only part of the matrix: a config or check\n"
+                 "of BASE_DIR missing from NEW_DIR is no regression"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar report diff",
+        .about = "Configs and kernel checks that passed in BASE_DIR and fail in NEW_DIR, fixed,\n"
+                 "new and vanished ones, and benchmark medians slower than PERCENT; writes\n"
+                 "NEW_DIR/diff.md. A config or check of BASE_DIR missing from NEW_DIR is a\n"
+                 "regression, unless --partial. An unreadable summary.csv or kernels.csv (no\n"
+                 "config/op or verdict column, no rows) is exit 2.",
+        .flags = flags,
+        .epilogue = "exit: 0 no regression, 1 a regression, 2 bad input or usage, 3 a file could\n"
+                    "not be written",
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
     char err[2048];
-    int code = baseline_diff(dirs[0], dirs[1], threshold, partial, stdout, NULL, err, sizeof err);
+    int code = baseline_diff(base, new_dir, threshold, partial, stdout, NULL, err, sizeof err);
     if (code >= 2) fprintf(stderr, "invar report diff: error: %s\n", err);
-    else printf("wrote %s/diff.md\n", dirs[1]);
+    else printf("wrote %s/diff.md\n", new_dir);
     return code;
 }
 
 int cmd_report(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return INVAR_EXIT_INPUT;
-    }
-    const char *sub = argv[1];
-    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (strcmp(sub, "diff") == 0) return diff(argc - 2, argv + 2);
-    bool is_render = strcmp(sub, "render") == 0, is_plot = strcmp(sub, "plot") == 0;
-    if ((is_render || is_plot) && argc == 3 && argv[2][0] != '-')
-        return render(argv[2], is_render ? RENDER_ALL : RENDER_PLOTS);
-    if ((is_render || is_plot) && argc == 3) {
-        usage(strcmp(argv[2], "--help") == 0 ? stdout : stderr);
-        return strcmp(argv[2], "--help") == 0 ? 0 : INVAR_EXIT_INPUT;
-    }
-    fprintf(stderr, "invar report: unknown or incomplete command '%s'\n", sub);
-    usage(stderr);
-    return INVAR_EXIT_INPUT;
+    static const cli_subcommand subs[] = {
+        {"render", render_all, "junit.xml, summary.md and plots of a report directory"},
+        {"plot", render_plots, "the plots of a report directory only"},
+        {"diff", diff, "regressions of a report directory against a baseline"},
+        {0},
+    };
+    return cli_dispatch("invar report", subs, argc, argv);
 }

@@ -28,96 +28,13 @@
 #include "../reports/run_meta.h"     // run_meta_write, run_meta_get
 #include "case_file.h"               // case_file_load, case_file_set_model
 #include "checkpoint_id.h"           // checkpoint_id_compute, checkpoint_id_same
-#include "cli_args.h"                // cli_take_once
+#include "cli_args.h"                // CLI_GO_ON
 #include "host.h"                    // host_make_dirs
 #include "matrix.h"                  // matrix_count, matrix_expand
-#include "resolve.h"                 // resolve_select_backend, resolve_matrix,
-                                     // RESOLVE_BACKEND_ENV
+#include "resolve.h"                 // resolve_select_backend, resolve_matrix
 #include "resume_match.h"            // resume_match_done
+#include "run_args.h"                // run_args, run_args_parse, run_args_from_command_line
 #include "runner.h"                  // runner_run
-
-// Each report kind has its own default directory (`invar kernels`: build/report/kernels), so
-// one command never overwrites or renders another's files.
-#define DEFAULT_OUT "build/report/run"
-#define MAX_ARGS 64                  // arguments of a command line read back from meta.csv
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: invar run --case FILE [--model NAME|DIR] [--attention-backend NAME]\n"
-            "                 [--out DIR] [--hash-weights] [-q]\n"
-            "       invar run --resume DIR [-q]\n"
-            "\n"
-            "Runs every config of the case file's matrix: each prompt alone (bs=1), then all\n"
-            "prompts at each batch size and the largest batch twice, compared bit for bit.\n"
-            "\n"
-            "  --case FILE               the case (INI; see cases/ci.ini)\n"
-            "  --model NAME|DIR          run every config with this model: a named config or a\n"
-            "                            checkpoint directory (config.json + safetensors);\n"
-            "                            overrides the case's model(s)\n"
-            "  --attention-backend NAME  run every config with this backend (or auto); overrides\n"
-            "                            the case's attention_backends and %s\n"
-            "  --out DIR                 reports: DIR/summary.csv, DIR/divergence.csv,\n"
-            "                            DIR/meta.csv, DIR/junit.xml, DIR/summary.md\n"
-            "                            (default %s; a directory of its own: other\n"
-            "                            files in it are left alone)\n"
-            "  --resume DIR              continue the interrupted run that writes DIR, with its\n"
-            "                            options (from DIR/meta.csv), started where it was\n"
-            "                            started: configs it finished are kept, the others run;\n"
-            "                            refused if the case file or a checkpoint changed\n"
-            "  --hash-weights            also record each checkpoint safetensors file's full\n"
-            "                            content xxh64 in meta.csv (reads every byte), which\n"
-            "                            --resume then checks too; without it, size, mtime and\n"
-            "                            header hash\n"
-            "  -q                        print only failing and skipped configs, and the totals\n"
-            "\n"
-            "On a terminal a live line shows config i of N, elapsed time, ETA and the phase.\n"
-            "\n"
-            "exit: 0 every expectation held, 1 one failed, 2 bad input or usage\n",
-            RESOLVE_BACKEND_ENV, DEFAULT_OUT);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Options
-// ---------------------------------------------------------------------------------------------
-
-typedef struct {
-    const char *case_path, *out_dir, *backend, *model, *resume;  // NULL: not given
-    bool quiet, hash_weights;
-} run_args;
-
-// Parses argv[1 ..). Returns -1 when the run goes on, else the exit code (0 after --help).
-// `from` names where the arguments came from in messages ("" for the command line).
-static int parse_args(int argc, char **argv, run_args *a, const char *from) {
-    // "invar run" or "invar run: DIR/meta.csv: command_line" (`from` without its ": ").
-    char command[PATH_MAX + 64];
-    int n = snprintf(command, sizeof command, "invar run%s%s", from[0] ? ": " : "", from);
-    if (from[0] && n >= 2 && n < (int)sizeof command) command[n - 2] = '\0';
-    for (int i = 1; i < argc; i++) {
-        const char **slot = strcmp(argv[i], "--case") == 0                ? &a->case_path
-                            : strcmp(argv[i], "--out") == 0               ? &a->out_dir
-                            : strcmp(argv[i], "--attention-backend") == 0 ? &a->backend
-                            : strcmp(argv[i], "--model") == 0             ? &a->model
-                            : strcmp(argv[i], "--resume") == 0            ? &a->resume
-                                                                          : NULL;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "-q") == 0) {
-            a->quiet = true;
-        } else if (strcmp(argv[i], "--hash-weights") == 0) {
-            a->hash_weights = true;
-        } else if (slot && i + 1 < argc) {
-            if (!cli_take_once(command, argv[i], slot, argv[i + 1])) return INVAR_EXIT_INPUT;
-            i++;
-        } else {
-            fprintf(stderr, "invar run: %s%s option '%s'\n", from,
-                    slot ? "missing value for" : "unknown", argv[i]);
-            usage(stderr);
-            return INVAR_EXIT_INPUT;
-        }
-    }
-    return -1;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Report files
@@ -199,29 +116,6 @@ static void write_meta(const char *out_dir, const case_file *c, const checkpoint
 // Resuming
 // ---------------------------------------------------------------------------------------------
 
-// Splits a command line as run_meta writes it (arguments separated by spaces, odd ones in
-// single quotes, a quote inside as '\'') in place into argv. Returns argc, or -1.
-static int split_command_line(char *line, char **argv, int max) {
-    int argc = 0;
-    char *r = line, *w = line;
-    while (*r) {
-        while (*r == ' ') r++;
-        if (!*r) break;
-        if (argc == max) return -1;
-        argv[argc++] = w;
-        bool quoted = false;
-        for (; *r && (quoted || *r != ' '); r++) {
-            if (*r == '\'') quoted = !quoted;
-            else if (*r == '\\' && !quoted && r[1]) *w++ = *++r;
-            else *w++ = *r;
-        }
-        if (quoted) return -1;
-        if (*r) r++;
-        *w++ = '\0';
-    }
-    return argc;
-}
-
 static bool case_xxh64(const char *path, char *hex, size_t len) {
     uint64_t h;
     char err[512];
@@ -251,16 +145,11 @@ static csv_table *resume_args(const char *dir, run_args *a, char **cmd, char **a
     const char *case_path = run_meta_get(meta, "case_file");
     const char *want = run_meta_get(meta, "case_xxh64");
 
-    int argc = split_command_line(*cmd, argv, MAX_ARGS);
-    run_args orig = {0};
-    char from[PATH_MAX + 32];
-    snprintf(from, sizeof from, "%s: command_line: ", path);  // only for messages: may be cut
-    if (argc < 1 || strcmp(argv[0], "run") != 0)
-        invar_die(INVAR_EXIT_INPUT, "%s: command_line '%s' is not an `invar run` command line",
-                  path, run_meta_get(meta, "command_line"));
-    if (parse_args(argc, argv, &orig, from) != -1 || !orig.case_path || orig.resume)
-        invar_die(INVAR_EXIT_INPUT, "%s: command_line: cannot take the options of the run "
-                  "back (no --case, or --resume)", path);
+    run_args orig;
+    char why[512];
+    if (!run_args_from_command_line(*cmd, argv, &orig, why, sizeof why))
+        invar_die(INVAR_EXIT_INPUT, "%s: command_line '%s': %s", path,
+                  run_meta_get(meta, "command_line"), why);
     if (strcmp(orig.case_path, case_path) != 0)
         invar_die(INVAR_EXIT_INPUT, "%s: case_file '%s' is not the command line's --case '%s'",
                   path, case_path, orig.case_path);
@@ -379,24 +268,12 @@ static void check_unique_names(const case_file *c, const run_config *configs, in
 
 int cmd_run(int argc, char **argv) {
     run_args a = {0};
-    int rc = parse_args(argc, argv, &a, "");
-    if (rc != -1) return rc;
-    char *resume_cmd = NULL, *resume_argv[MAX_ARGS], resume_dir[PATH_MAX];
+    int rc = run_args_parse(argc, argv, &a);
+    if (rc != CLI_GO_ON) return rc;
+    char *resume_cmd = NULL, *resume_argv[RUN_MAX_ARGS], resume_dir[PATH_MAX];
     csv_table *resume_meta = NULL;
-    if (a.resume) {
-        if (a.case_path || a.backend || a.model || a.out_dir || a.hash_weights) {
-            fprintf(stderr, "invar run: --resume DIR takes the run's options from "
-                    "DIR/meta.csv; only -q may be added\n");
-            return INVAR_EXIT_INPUT;
-        }
-        resume_meta = resume_args(a.resume, &a, &resume_cmd, resume_argv, resume_dir);
-    }
-    if (!a.case_path) {
-        fprintf(stderr, "invar run: --case FILE is required\n");
-        usage(stderr);
-        return INVAR_EXIT_INPUT;
-    }
-    if (!a.out_dir) a.out_dir = DEFAULT_OUT;
+    if (a.resume) resume_meta = resume_args(a.resume, &a, &resume_cmd, resume_argv, resume_dir);
+    if (!a.out_dir) a.out_dir = RUN_DEFAULT_OUT;
 
     case_file *c = invar_calloc(1, sizeof *c, "case file");
     char err[1400];

@@ -2,11 +2,10 @@
 #include "host.h"                   // host_seconds, host_make_dirs
 #include "kernel_check.h"
 
-#include <errno.h>                  // errno
 #include <inttypes.h>               // PRIu64
 #include <limits.h>                 // PATH_MAX
 #include <stdio.h>                  // printf, fprintf, FILE
-#include <stdlib.h>                 // free, strtoull
+#include <stdlib.h>                 // free
 #include <string.h>                 // memcmp, strcmp
 
 #include "commands.h"               // cmd_kernels
@@ -14,7 +13,7 @@
 #include "../sets/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available
 #include "../reports/csv_report.h"  // csv_report_open, csv_report_row, csv_report_close
 #include "../reports/report_schema.h" // kernels_header, KERNELS_*
-#include "cli_args.h"               // cli_take_once
+#include "cli_args.h"               // cli_parse, cli_usage_error
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // --- batch sizes -----------------------------------------------------------------------------
@@ -283,17 +282,9 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     rep->shape_start = host_seconds();
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: invar kernels [--device cpu|cuda|all] [--op NAME] "
-            "[--set invariant|reference|adversarial|all]\n"
-            "                     [--out DIR] [--quick] [--seed N] [--threads N]\n\n"
-            "Checks every registered op of every matching kernel set: each probe row alone and\n"
-            "inside batches of M rows, bitwise; accuracy against float64; outputs fully written.\n"
-            "Writes DIR/kernels.csv (default DIR: " DEFAULT_KERNELS_OUT "). Exit 0: every\n"
-            "expectation held;\n"
-            "1: an invariant op varied or was inaccurate, or a reference op meant to vary never\n"
-            "did; 2: bad usage.\n\nops:");
+// The ops, known only from the table at run time.
+static void list_ops(FILE *f) {
+    fprintf(f, "\nops:");
     for (const op_entry *op = op_table(); op->name; op++) fprintf(f, " %s", op->name);
     fprintf(f, "\n");
 }
@@ -309,63 +300,52 @@ static int count_shapes(const op_shape *s, bool quick) {
 }
 
 int cmd_kernels(int argc, char **argv) {
-    // NULL: not given (each flag is taken once, harness/cli_args.h); defaults after parsing.
-    const char *device = NULL, *set = NULL, *op_name = NULL, *out = NULL, *seed = NULL,
-               *threads_text = NULL;
+    // NULL: not given; defaults after parsing.
+    const char *device = NULL, *set = NULL, *op_name = NULL, *out = NULL;
     check_opts o = {.seed = 20240611};
     int threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--quick") == 0) {
-            o.quick = true;
-        } else if (has_value && (strcmp(a, "--device") == 0 || strcmp(a, "--set") == 0 ||
-                                 strcmp(a, "--op") == 0 || strcmp(a, "--out") == 0)) {
-            const char **slot = a[2] == 'd' ? &device : a[2] == 's' ? &set
-                                : a[2] == 'o' && a[3] == 'p' ? &op_name : &out;
-            if (!cli_take_once("invar kernels", a, slot, argv[++i])) return 2;
-        } else if (has_value && (strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0)) {
-            if (!cli_take_once("invar kernels", a, a[2] == 's' ? &seed : &threads_text,
-                               argv[i + 1]))
-                return 2;
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(argv[++i], &end, 10);
-            if (errno || *end || end == argv[i] || (a[2] == 't' && v > 4096)) {
-                fprintf(stderr, "invar kernels: %s wants a number, got '%s'\n", a, argv[i]);
-                return 2;
-            }
-            if (a[2] == 's') o.seed = v;
-            else threads = (int)v;
-        } else {
-            fprintf(stderr, "invar kernels: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    const cli_flag flags[] = {
+        {.name = "--device", .choices = "cpu|cuda|all", .to.string = &device,
+         .help = "the kernel sets of this device (default all)"},
+        {.name = "--op", .metavar = "NAME", .to.string = &op_name,
+         .help = "this op only (default every op; the list is below)"},
+        {.name = "--set", .metavar = "invariant|reference|adversarial|all", .to.string = &set,
+         .help = "the kernel sets of this name (default all)"},
+        {.name = "--out", .metavar = "DIR", .to.string = &out,
+         .help = "where kernels.csv goes (default " DEFAULT_KERNELS_OUT ")"},
+        {.name = "--quick", .kind = CLI_SWITCH, .to.on = &o.quick,
+         .help = "fewer shapes and batch sizes (CI smoke run)"},
+        {.name = "--seed", .kind = CLI_U64, .to.u64 = &o.seed, .show_default = true,
+         .help = "the seed every input is derived from"},
+        {.name = "--threads", .kind = CLI_INT, .to.integer = &threads, .min = 0, .max = 4096,
+         .help = "worker threads of the CPU sets (default 0: all cores)"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar kernels",
+        .about = "Checks every registered op of every matching kernel set: each probe row alone "
+                 "and\ninside batches of M rows, bitwise; accuracy against float64; outputs "
+                 "fully written.\nWrites DIR/kernels.csv.",
+        .flags = flags,
+        .epilogue = "exit: 0 every expectation held; 1 an invariant op varied or was inaccurate, "
+                    "or a\nreference op meant to vary never did; 2 bad usage.",
+        .more_help = list_ops,
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
     if (!device) device = "all";
     if (!set) set = "all";
     if (!out) out = DEFAULT_KERNELS_OUT;
-    if (!matches(device, "cpu") && !matches(device, "cuda")) {
-        fprintf(stderr, "invar kernels: unknown device '%s' (cpu, cuda or all)\n", device);
-        return 2;
-    }
     bool set_known = strcmp(set, "all") == 0;
     for (const kernel_set_entry *e = kernel_sets(); e->set; e++) set_known |= !strcmp(e->set, set);
-    if (!set_known) {
-        fprintf(stderr, "invar kernels: unknown kernel set '%s' (invariant, reference, "
-                "adversarial or all)\n", set);
-        return 2;
-    }
+    if (!set_known)
+        return cli_usage_error(&cmd, "--set: unknown kernel set '%s' (invariant, reference, "
+                               "adversarial or all)", set);
     const op_entry *only = NULL;
     if (op_name && !(only = op_table_find(op_name))) {
-        fprintf(stderr, "invar kernels: unknown op '%s'; ops:", op_name);
-        for (const op_entry *op = op_table(); op->name; op++) fprintf(stderr, " %s", op->name);
-        fprintf(stderr, "\n");
-        return 2;
+        int code = cli_usage_error(&cmd, "--op: unknown op '%s'", op_name);
+        list_ops(stderr);
+        return code;
     }
 
     host_make_dirs(out);

@@ -5,6 +5,8 @@
 # with a relative case path works from another directory; `invar run` and `invar kernels` have
 # their own default report directories and a run never renders another command's CSV; `report
 # diff` refuses unreadable reports and counts vanished configs unless --partial; top_k = 0 runs.
+# Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
+# and its usage errors in one style, "invar COMMAND: FLAG: what is wrong" and a hint.
 # About 5 s on 2 cores.
 set -u
 BUILD=${1:-build}
@@ -53,23 +55,73 @@ write_case "$work/case.ini"
 expect 2 "invar run: --out: empty value" run --case "$work/case.ini" --out ""
 expect 2 "invar run: --case: empty value" run --case ""
 # Defect 12: repeated single-valued flags are refused, naming both values.
-expect 2 "--case given twice \('$work/case.ini', then 'other.ini'\)" \
+expect 2 "invar run: --case: given twice \('$work/case.ini', then 'other.ini'\)" \
     run --case "$work/case.ini" --case other.ini --out "$work/x"
-expect 2 "--out given twice" run --case "$work/case.ini" --out "$work/a" --out "$work/b"
-expect 2 "--model given twice" run --case "$work/case.ini" --model tiny --model tiny
-expect 2 "--attention-backend given twice" run --case "$work/case.ini" \
+expect 2 ": --out: given twice" run --case "$work/case.ini" --out "$work/a" --out "$work/b"
+expect 2 ": --model: given twice" run --case "$work/case.ini" --model tiny --model tiny
+expect 2 ": --attention-backend: given twice" run --case "$work/case.ini" \
     --attention-backend auto --attention-backend mla-split
-expect 2 "--resume given twice" run --resume "$work/a" --resume "$work/b"
-expect 2 "--op given twice" kernels --op rmsnorm --op gemm
-expect 2 "--out given twice" kernels --out "$work/k1" --out "$work/k2"
-expect 2 "--threshold given twice" report diff "$work/a" "$work/b" --threshold 5 --threshold 6
-expect 2 "--out given twice" bench --device cpu --out "$work/b1" --out "$work/b2"
-expect 2 "--seed given twice" model write --config tiny --seed 1 --seed 2 --out "$work/m"
+expect 2 ": --resume: given twice" run --resume "$work/a" --resume "$work/b"
+expect 2 ": --op: given twice" kernels --op rmsnorm --op gemm
+expect 2 ": --out: given twice" kernels --out "$work/k1" --out "$work/k2"
+expect 2 ": --threshold: given twice" report diff "$work/a" "$work/b" --threshold 5 --threshold 6
+expect 2 ": --out: given twice" bench --device cpu --out "$work/b1" --out "$work/b2"
+expect 2 ": --seed: given twice" model write --config tiny --seed 1 --seed 2 --out "$work/m"
+[ -e "$work/x" ] || [ -e "$work/a" ] || [ -e "$work/k1" ] || [ -e "$work/m" ] &&
+    fail "a refused command created its output directory"
+
+# One parser for every command (harness/cli_args.h): --help is generated from each command's
+# table; an unknown flag, a missing value, a bad number and a stray argument are exit 2 in one
+# style, "invar COMMAND: FLAG: what is wrong", with a hint to run `invar COMMAND --help`.
+for c in run kernels bench "model write" "model check" "report render" "report plot" "report diff"; do
+    # shellcheck disable=SC2086  # the subcommand's words
+    expect 0 "^usage: invar $c" $c --help
+    # shellcheck disable=SC2086
+    expect 2 "^invar $c: --bogus: unknown flag" $c --bogus
+    grep -q "^run 'invar $c --help' for its usage" "$work/out.log" || fail "invar $c: no hint"
+done
+for c in "" report model; do
+    # shellcheck disable=SC2086
+    expect 0 "^usage: invar ${c:+$c }COMMAND" $c --help
+    # shellcheck disable=SC2086
+    expect 2 "^invar${c:+ $c}: 'nope': unknown command" $c nope
+done
+expect 2 "^invar run: --out: needs a value \(DIR\)" run --case "$work/case.ini" --out
+expect 2 "^invar run: --case: required \(or --resume DIR\)" run -q
+expect 2 "^invar run: --resume: takes the run's options" run --resume "$work/a" --out "$work/b"
+expect 2 "^invar run: 'stray': unexpected argument" run --case "$work/case.ini" stray
+expect 2 "^invar run: --quiet: takes no value" run --case "$work/case.ini" --quiet=yes
+expect 2 "^invar kernels: --threads: 5000 is out of range \[0, 4096\]" kernels --threads 5000
+expect 2 "^invar kernels: --seed: '-1' is not an unsigned integer" kernels --seed -1
+expect 2 "^invar kernels: --device: 'gpu' is not one of cpu\|cuda\|all" kernels --device gpu
+expect 2 "^invar kernels: --set: unknown kernel set 'nope'" kernels --set nope
+expect 2 "^invar kernels: --op: unknown op 'nope'" kernels --op nope
+expect 2 "^invar bench: --only: 'nope' is not one of gemm\|mla\|decode" bench --only nope
+expect 2 "^invar model write: --out: required" model write --config tiny --seed 1
+expect 2 "^invar model write: --shards: 0 is out of range \[1, 99999\]" \
+    model write --config tiny --seed 1 --out "$work/m" --shards 0
+expect 2 "^invar model check: DIR: missing" model check
+expect 2 "^invar report diff: NEW_DIR: missing" report diff "$work/a"
+expect 2 "^invar report diff: --threshold: 'x' is not a number" report diff "$work/a" "$work/b" --threshold x
+expect 2 "^invar report render: DIR: empty value" report render ""
 [ -e "$work/x" ] || [ -e "$work/a" ] || [ -e "$work/k1" ] || [ -e "$work/m" ] &&
     fail "a refused command created its output directory"
 
 # top_k = 0 runs, and the reference set is still caught (on the chosen tokens' logprobs).
 expect 0 "2 passed, 0 failed" run --case "$work/case.ini" --out "$work/topk0"
+
+# --resume re-parses the run's recorded command line with the same parser.
+cp -r "$work/topk0" "$work/bad-meta"
+python3 - "$work/bad-meta/meta.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], newline="")))
+for r in rows:
+    if r[0] == "command_line":
+        r[1] += " --bogus"
+csv.writer(open(sys.argv[1], "w", newline=""), quoting=csv.QUOTE_ALL).writerows(rows)
+PY
+expect 2 "bad-meta/meta.csv: command_line '.*': --bogus: unknown flag" run --resume "$work/bad-meta"
+expect 0 "2 passed, 0 failed" run --out="$work/topk0-eq" --case="$work/case.ini" --
 
 # Defect 7: a case path of about 3000 characters, with spaces and non-ASCII characters, runs;
 # one over PATH_MAX is exit 2 with "path too long".

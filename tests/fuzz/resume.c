@@ -1,16 +1,16 @@
 // tests/fuzz/resume.c — fuzz target: what `invar run --resume DIR` reads back from DIR: meta.csv
 // (the run's identity: command line, case file and its hash) and summary.csv (the configs that
 // finished), matched against the configs of cases/smoke.ini (run from the repository root).
-// One input holds both files: meta.csv, a line "%%", summary.csv.
-//
-// Not covered: the re-parse of meta.csv's command line inside harness/cmd_run.c, which exits
-// instead of returning an error (issue 12: another change gives it an error-returning entry).
+// One input holds both files: meta.csv, a line "%%", summary.csv. meta.csv's command line goes
+// through the parse `invar run --resume` makes of it (harness/run_args.h).
 #include <stdlib.h>                  // calloc, free
+#include <string.h>                  // strdup
 
 #include "../../harness/case_file.h" // case_file_load
 #include "../../harness/matrix.h"    // matrix_count, matrix_expand
 #include "../../harness/resolve.h"   // resolve_select_backend, resolve_matrix
 #include "../../harness/resume_match.h" // resume_match_done
+#include "../../harness/run_args.h"  // run_args_from_command_line, RUN_MAX_ARGS
 #include "../../reports/csv_read.h"  // csv_table_read
 #include "../../reports/run_meta.h"  // run_meta_get
 #include "fuzz_input.h"              // fuzz_memfd, fuzz_split, fuzz_require
@@ -24,6 +24,12 @@ static void read_meta(const uint8_t *data, size_t size) {
     if (meta) {
         static const char *const keys[] = {"command_line", "case_file", "case_xxh64", "seed"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) (void)run_meta_get(meta, keys[i]);
+        char *line = strdup(run_meta_get(meta, "command_line"));
+        fuzz_require(line != NULL, "strdup");
+        char *argv[RUN_MAX_ARGS];
+        run_args args;
+        (void)run_args_from_command_line(line, argv, &args, err, sizeof err);
+        free(line);
         csv_table_free(meta);
     }
     fuzz_close(fd);

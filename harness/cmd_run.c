@@ -35,6 +35,7 @@
 #include "resume_match.h"            // resume_match_done
 #include "run_args.h"                // run_args, run_args_parse, run_args_from_command_line
 #include "runner.h"                  // runner_run
+#include "shard_plan.h"              // shard_plan, shard_plan_keeps_merges
 
 // ---------------------------------------------------------------------------------------------
 // Report files
@@ -93,9 +94,74 @@ static void free_checkpoint_ids(checkpoint_ids *ids) {
     ids->n = 0;
 }
 
-// DIR/meta.csv: commit, date, host, device and versions, case file and hash, command line.
+// ---------------------------------------------------------------------------------------------
+// Shards
+// ---------------------------------------------------------------------------------------------
+
+// What a shard run records in meta.csv, so `invar report merge` can put its rows back in the
+// unsharded run's order and `invar report diff` knows it covers part of the matrix.
+typedef struct {
+    char shard[32];        // "I/N"
+    char *positions;       // "1,4,5": the shard's configs, 1-based positions in the matrix
+    char matrix_configs[16];
+    bool *in_shard;        // per config of the matrix
+    int count;             // configs in the shard
+} shard_rows;
+
+static void shard_rows_make(const case_file *c, const run_config *configs,
+                            const resolved_config *resolved, int n, shard_id id, shard_rows *s) {
+    *s = (shard_rows){0};
+    int *shard_of = invar_calloc((size_t)n + 1, sizeof *shard_of, "shard plan");
+    shard_plan(c, configs, n, id.count, shard_of);
+    char err[1400];
+    if (!shard_plan_keeps_merges(configs, resolved, n, shard_of, err, sizeof err))
+        invar_die(INVAR_EXIT_SYSTEM, "%s", err);
+    s->in_shard = invar_calloc((size_t)n + 1, sizeof *s->in_shard, "shard configs");
+    size_t len = 0;
+    FILE *f = open_memstream(&s->positions, &len);
+    if (!f) invar_die(INVAR_EXIT_SYSTEM, "out of memory for the shard's configs");
+    for (int k = 0; k < n; k++) {
+        if (shard_of[k] != id.index) continue;
+        s->in_shard[k] = true;
+        fprintf(f, "%s%d", s->count++ ? "," : "", k + 1);
+    }
+    if (fclose(f) != 0) invar_die(INVAR_EXIT_SYSTEM, "out of memory for the shard's configs");
+    snprintf(s->shard, sizeof s->shard, "%d/%d", id.index, id.count);
+    snprintf(s->matrix_configs, sizeof s->matrix_configs, "%d", n);
+    free(shard_of);
+}
+
+static void shard_rows_free(shard_rows *s) {
+    free(s->positions);
+    free(s->in_shard);
+}
+
+// A resumed shard must still be the shard that started: the same configs (a changed invar
+// could plan another split, and the report would mix two).
+static void shard_unchanged(const char *dir, const csv_table *meta, const shard_rows *s) {
+    const char *was = run_meta_get(meta, "shard_configs");
+    const char *now = s->positions[0] ? s->positions : "-";
+    if (strcmp(run_meta_get(meta, "shard"), s->shard) != 0 || strcmp(was, now) != 0)
+        invar_die(INVAR_EXIT_INPUT, "--resume %s: meta.csv's shard %s holds configs %s, this "
+                  "invar would give shard %s configs %s; start a new run", dir,
+                  run_meta_get(meta, "shard"), was, s->shard, now);
+}
+
+// DIR/meta.csv: commit, date, host, device and versions, case file and hash, command line, the
+// checkpoints' identities, and for a shard its I/N and configs.
 static void write_meta(const char *out_dir, const case_file *c, const checkpoint_ids *ids,
-                       int argc, char **argv) {
+                       const shard_rows *shard, int argc, char **argv) {
+    const char *keys[MATRIX_MAX_VALUES + 3], *values[MATRIX_MAX_VALUES + 3];
+    int n_extra = 0;
+    for (int i = 0; i < ids->n; i++, n_extra++) {
+        keys[n_extra] = ids->key[i];
+        values[n_extra] = ids->value[i];
+    }
+    if (shard->shard[0]) {
+        keys[n_extra] = "shard", values[n_extra++] = shard->shard;
+        keys[n_extra] = "shard_configs", values[n_extra++] = shard->positions;
+        keys[n_extra] = "matrix_configs", values[n_extra++] = shard->matrix_configs;
+    }
     cuda_device_info dev;
     bool cuda = cuda_device_describe(&dev);
     run_meta_input in = {.device = cuda ? dev.name : "cpu",
@@ -104,9 +170,8 @@ static void write_meta(const char *out_dir, const case_file *c, const checkpoint
                          .cublas = cuda ? dev.cublas : NULL,
                          .compute_capability = cuda ? dev.compute_capability : NULL,
                          .case_path = c->path, .argc = argc, .argv = argv,
-                         .has_seed = true, .seed = c->seed, .n_extra = ids->n,
-                         .extra_keys = (const char *const *)ids->key,
-                         .extra_values = (const char *const *)ids->value};
+                         .has_seed = true, .seed = c->seed, .n_extra = n_extra,
+                         .extra_keys = keys, .extra_values = values};
     char err[512];
     if (!run_meta_write(out_dir, &in, err, sizeof err))
         invar_die(INVAR_EXIT_SYSTEM, "writing %s/meta.csv: %s", out_dir, err);
@@ -136,6 +201,10 @@ static csv_table *resume_args(const char *dir, run_args *a, char **cmd, char **a
     if (!meta) invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", dir, err);
     if (!realpath(dir, abs_dir))
         invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", dir, strerror(errno));
+    if (run_meta_get(meta, "merged_shards")[0])
+        invar_die(INVAR_EXIT_INPUT, "--resume %s: %s: merged_shards: a merge of shard reports "
+                  "(invar report merge), not a run; resume the shard that was cut short", dir,
+                  path);
     *cmd = strdup(run_meta_get(meta, "command_line"));
     if (!*cmd) invar_die(INVAR_EXIT_SYSTEM, "out of memory");
     const char *cwd = run_meta_get(meta, "working_directory");  // "": meta.csv of an older invar
@@ -164,6 +233,8 @@ static csv_table *resume_args(const char *dir, run_args *a, char **cmd, char **a
     a->backend = orig.backend;
     a->model = orig.model;
     a->hash_weights = orig.hash_weights;
+    a->shard_text = orig.shard_text;
+    a->shard = orig.shard;
     a->out_dir = abs_dir;
     return meta;
 }
@@ -293,6 +364,10 @@ int cmd_run(int argc, char **argv) {
     checkpoint_ids ids;
     identify_checkpoints(c, a.hash_weights, &ids);
     if (resume_meta) checkpoints_unchanged(a.resume, resume_meta, &ids);
+    shard_rows shard = {0};
+    if (a.shard.count) shard_rows_make(c, configs, resolved, (int)n, a.shard, &shard);
+    if (resume_meta && (a.shard.count || run_meta_get(resume_meta, "shard")[0]))
+        shard_unchanged(a.resume, resume_meta, &shard);
     csv_table_free(resume_meta);
 
     const char *out_dir = a.out_dir;
@@ -302,13 +377,13 @@ int cmd_run(int argc, char **argv) {
     const char *const *summary_columns = summary_header();
     const char *const *divergence_columns = divergence_header();
     runner_options o = {.console = stdout, .warnings = stderr, .quiet = a.quiet,
-                        .progress = !a.quiet && isatty(1) == 1};
+                        .progress = !a.quiet && isatty(1) == 1, .in_shard = shard.in_shard};
     csv_table *done = NULL;
     int *done_row = invar_calloc((size_t)n, sizeof *done_row, "finished rows");
     if (!a.resume) {
         host_make_dirs(out_dir);
         remove_stale_renders(out_dir);
-        write_meta(out_dir, c, &ids, argc, argv);
+        write_meta(out_dir, c, &ids, &shard, argc, argv);
         o.summary = open_report(summary_path, summary_columns, SUMMARY_NCOLS);
         o.divergence = open_report(divergence_path, divergence_columns, DIVERGENCE_NCOLS);
     } else {
@@ -321,6 +396,10 @@ int cmd_run(int argc, char **argv) {
         if (done && !resume_match_done(c, configs, resolved, (int)n, &sel, done, usable,
                                        done_row, err, sizeof err))
             invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", out_dir, err);
+        for (int k = 0; k < n && shard.in_shard; k++)
+            if (done_row[k] >= 0 && !shard.in_shard[k])
+                invar_die(INVAR_EXIT_INPUT, "--resume %s: %s:%d: config '%s' is not in shard %s",
+                          out_dir, summary_path, done_row[k] + 2, configs[k].name, shard.shard);
         csv_table *div = csv_table_read(divergence_path, true, err, sizeof err);
         if (!div && err[0]) invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", out_dir, err);
         done_set ds = {.configs = configs, .done_row = done_row, .n = (int)n};
@@ -342,12 +421,16 @@ int cmd_run(int argc, char **argv) {
                c->min_len, c->max_len, c->max_new_tokens, n, b->n == 1 ? "" : "s");
         for (int i = 0; i < b->n; i++) printf("%s%s", i ? ", " : "", b->value[i]);
         printf(" (from %s)\n", sel.where);
+        if (shard.shard[0])
+            printf("shard %s: %d of the %ld configs (%s/meta.csv: shard_configs)\n", shard.shard,
+                   shard.count, n, out_dir);
     }
     if (a.resume) {
         int finished = 0;
         for (int k = 0; k < n; k++) finished += done_row[k] >= 0;
+        long total = shard.in_shard ? shard.count : n;
         printf("resuming %s: %d of %ld configs finished before, %ld to go\n", out_dir, finished,
-               n, n - finished);
+               total, total - finished);
     }
     run_totals t = runner_run(c, configs, resolved, (int)n, &sel, &o);
     close_report(o.summary);
@@ -366,6 +449,7 @@ int cmd_run(int argc, char **argv) {
         invar_die(INVAR_EXIT_SYSTEM, "writing stdout failed: %s", strerror(errno));
     csv_table_free(done);
     free_checkpoint_ids(&ids);
+    shard_rows_free(&shard);
     free(resume_cmd);
     free(done_row);
     free(resolved);

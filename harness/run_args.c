@@ -6,8 +6,9 @@
 
 #include "cli_args.h"  // cli_command, cli_flag, cli_parse, cli_parse_quiet, cli_usage_error
 #include "resolve.h"   // RESOLVE_BACKEND_ENV
+#include "../reports/shard_id.h"  // shard_id_parse
 
-#define RUN_FLAGS 8  // the table's entries, its end included
+#define RUN_FLAGS 9  // the table's entries, its end included
 
 // The table points into `a`, so it is built for each parse.
 static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
@@ -26,6 +27,11 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
                  "DIR/meta.csv, DIR/junit.xml, DIR/summary.md\n"
                  "(default " RUN_DEFAULT_OUT "; a directory of its own: other\n"
                  "files in it are left alone)"},
+        {.name = "--shard", .metavar = "I/N", .to.string = &a->shard_text,
+         .help = "run shard I of N (I from 1 to N): a deterministic 1/N of\n"
+                 "the configs, the same on every runner, configs that can\n"
+                 "share effective settings kept together; merge the shards'\n"
+                 "reports with `invar report merge`"},
         {.name = "--resume", .metavar = "DIR", .to.string = &a->resume,
          .help = "continue the interrupted run that writes DIR, with its\n"
                  "options (from DIR/meta.csv), started where it was\n"
@@ -44,7 +50,7 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
     return (cli_command){
         .name = "invar run",
         .usage = "invar run --case FILE [--model NAME|DIR] [--attention-backend NAME]\n"
-                 "                 [--out DIR] [--hash-weights] [-q]\n"
+                 "                 [--out DIR] [--shard I/N] [--hash-weights] [-q]\n"
                  "       invar run --resume DIR [-q]",
         .about = "Runs every config of the case file's matrix: each prompt alone (bs=1), then all\n"
                  "prompts at each batch size and the largest batch twice, compared bit for bit.",
@@ -54,11 +60,18 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
     };
 }
 
-// What the table cannot say: one of --case and --resume, and --resume with nothing but -q.
-static const char *flags_conflict(const run_args *a) {
-    if (a->resume && (a->case_path || a->backend || a->model || a->out_dir || a->hash_weights))
+// What the table cannot say: one of --case and --resume, --resume with nothing but -q, and
+// --shard's I/N (parsed into a->shard; `why` holds its message).
+static const char *flags_conflict(run_args *a, char *why, size_t why_len) {
+    if (a->resume && (a->case_path || a->backend || a->model || a->out_dir || a->hash_weights ||
+                      a->shard_text))
         return "--resume: takes the run's options from DIR/meta.csv; only -q may be added";
     if (!a->resume && !a->case_path) return "--case: required (or --resume DIR)";
+    char bad[256];
+    if (a->shard_text && !shard_id_parse(a->shard_text, &a->shard, bad, sizeof bad)) {
+        snprintf(why, why_len, "--shard: %s", bad);
+        return why;
+    }
     return NULL;
 }
 
@@ -67,7 +80,8 @@ int run_args_parse(int argc, char **argv, run_args *a) {
     cli_command cmd = run_command(a, flags);
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_GO_ON) return rc;
-    const char *conflict = flags_conflict(a);
+    char why[320];
+    const char *conflict = flags_conflict(a, why, sizeof why);
     return conflict ? cli_usage_error(&cmd, "%s", conflict) : CLI_GO_ON;
 }
 
@@ -111,8 +125,9 @@ bool run_args_from_command_line(char *line, char **argv, run_args *a, char *err,
     if (s == CLI_HELP_ASKED) snprintf(err, err_len, "--help: asks for the help, not a run");
     if (s != CLI_PARSED) return false;
     // A resumed run records no command line of its own, so a --resume here is no run's start.
+    char why[320];
     const char *conflict = a->resume ? "--resume: not the command line a run started with"
-                                     : flags_conflict(a);
+                                     : flags_conflict(a, why, sizeof why);
     if (conflict) snprintf(err, err_len, "%s", conflict);
     return !conflict;
 }

@@ -7,6 +7,8 @@
 #include <stdbool.h>  // bool
 #include <stddef.h>   // size_t
 
+#include "../reports/shard_id.h"  // shard_id
+
 // Each report kind has its own default directory (`invar kernels`: build/report/kernels), so
 // one command never overwrites or renders another's files.
 #define RUN_DEFAULT_OUT "build/report/run"
@@ -14,6 +16,8 @@
 
 typedef struct {
     const char *case_path, *out_dir, *backend, *model, *resume;  // NULL: not given
+    const char *shard_text;  // --shard as given; NULL: the whole matrix
+    shard_id shard;          // parsed from shard_text; count 0 without --shard
     bool quiet, hash_weights;
 } run_args;
 

@@ -411,12 +411,18 @@ run_totals runner_run(const case_file *c, const run_config *configs,
     if (fflush(o->console) != 0) invar_die(INVAR_EXIT_SYSTEM, "writing the console failed");
     resolve_print_warnings(rs, n, o->warnings);
 
-    progress prog = {.on = o->progress, .f = o->console, .total = n, .t0 = host_seconds()};
-    for (int k = 0; k < n; k++)
+    progress prog = {.on = o->progress, .f = o->console, .t0 = host_seconds()};
+    for (int k = 0; k < n; k++) {
+        if (o->in_shard && !o->in_shard[k]) continue;
+        prog.total++;
         if (!rs[k].skip && rs[k].merged_into < 0 && !resume_done_cells(o->done, o->done_row, k)) prog.to_run++;
+    }
     model_cache models = {.n = 0};
     run_totals totals = {0};
+    int position = -1;  // among the configs this run reports: the progress line's "i of N"
     for (int k = 0; k < n; k++) {
+        if (o->in_shard && !o->in_shard[k]) continue;
+        position++;
         const run_config *cfg = &configs[k];
         const resolved_config *rc = &rs[k];
         outcome *out = &outs[k];
@@ -450,7 +456,7 @@ run_totals runner_run(const case_file *c, const run_config *configs,
                 snprintf(out->note, sizeof out->note, "%s", rc->skip_reason);
             } else {
                 out->expected = rc->expect_invariant ? "invariant" : "batch-variant";
-                prog.index = k;
+                prog.index = position;
                 prog.name = cfg->name;
                 prog.config_t0 = host_seconds();
                 run_config_once(c, cfg, rc, o, model_cache_get(&models, c, cfg->model), &prog,

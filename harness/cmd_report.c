@@ -9,6 +9,9 @@
 #include "../reports/baseline_diff.h"   // baseline_diff, BASELINE_DIFF_DEFAULT_THRESHOLD
 #include "../reports/render.h"          // report_render_dir
 #include "cli_args.h"                   // cli_parse, cli_dispatch
+#include "host.h"                       // host_make_dirs
+#include "shard_merge.h"                // shard_set_load, shard_set_write
+#include "../reports/shard_id.h"        // SHARD_MAX_COUNT
 
 static int render(const cli_command *cmd, int argc, char **argv, render_what what) {
     int rc = cli_parse(cmd, argc, argv);
@@ -83,11 +86,49 @@ static int diff(int argc, char **argv) {
     return code;
 }
 
+static int merge(int argc, char **argv) {
+    const char *out = NULL, *dir_items[SHARD_MAX_COUNT];
+    cli_list dirs = {.item = dir_items, .max = SHARD_MAX_COUNT};
+    const cli_flag flags[] = {
+        {.name = "OUT", .to.string = &out, .required = true,
+         .help = "the merged report directory (created; not one of the DIRs)"},
+        {.name = "DIR", .kind = CLI_STRINGS, .to.strings = &dirs, .required = true,
+         .help = "the report directory of each shard (invar run --shard I/N\n"
+                 "--out DIR), every I of the N once, in any order"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar report merge",
+        .about = "Merges the reports of the shards of one matrix into OUT: summary.csv and\n"
+                 "divergence.csv in the unsharded run's config order, meta.csv naming the\n"
+                 "shards (merged_shards), then junit.xml, summary.md and plots as the unsharded\n"
+                 "run renders them. Refuses shards of different commits, cases, seeds or\n"
+                 "options, a shard given twice or missing, an unfinished shard, and configs in\n"
+                 "two shards, naming the directory and the meta.csv field.",
+        .flags = flags,
+        .epilogue = "exit: 0 merged, 2 bad input or usage, 3 a file could not be written",
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    char err[4096];
+    shard_set *s = shard_set_load(out, dirs.item, dirs.n, err, sizeof err);
+    if (!s) {
+        fprintf(stderr, "invar report merge: error: %s\n", err);
+        return 2;
+    }
+    host_make_dirs(out);
+    int code = shard_set_write(s, out, stdout, err, sizeof err);
+    if (code != 0) fprintf(stderr, "invar report merge: error: %s\n", err);
+    shard_set_free(s);
+    return code;
+}
+
 int cmd_report(int argc, char **argv) {
     static const cli_subcommand subs[] = {
         {"render", render_all, "junit.xml, summary.md and plots of a report directory"},
         {"plot", render_plots, "the plots of a report directory only"},
         {"diff", diff, "regressions of a report directory against a baseline"},
+        {"merge", merge, "the reports of a matrix's shards merged into one"},
         {0},
     };
     return cli_dispatch("invar report", subs, argc, argv);

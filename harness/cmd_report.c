@@ -71,7 +71,8 @@ static int diff(int argc, char **argv) {
         .about = "Configs and kernel checks that passed in BASE_DIR and fail in NEW_DIR, fixed,\n"
                  "new and vanished ones, and benchmark medians slower than PERCENT; writes\n"
                  "NEW_DIR/diff.md. A config or check of BASE_DIR missing from NEW_DIR is a\n"
-                 "regression, unless --partial. An unreadable summary.csv or kernels.csv (no\n"
+                 "regression, unless --partial or NEW_DIR is one shard's report (its meta.csv\n"
+                 "has a shard row: invar run --shard I/N). An unreadable summary.csv or kernels.csv (no\n"
                  "config/op or verdict column, no rows) is exit 2.",
         .flags = flags,
         .epilogue = "exit: 0 no regression, 1 a regression, 2 bad input or usage, 3 a file could\n"

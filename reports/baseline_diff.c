@@ -15,6 +15,7 @@
 #include "report_schema.h"     // summary_header, kernels_header, summary_get
 #include "row_verdict.h"       // summary_row_state, kernel_row_state, summary_first_divergence
 #include "run_meta.h"          // run_meta_get
+#include "shard_id.h"          // shard_id_parse
 
 // ---------------------------------------------------------------------------------------------
 // Inputs
@@ -433,7 +434,19 @@ int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pc
     if (fclose(md_f) != 0) invar_die(INVAR_EXIT_SYSTEM, "diff: writing to memory failed");
 
     // A check that vanished is no longer known to pass: a regression, unless the new report
-    // covers only part of the matrix on purpose (--partial).
+    // covers only part of the matrix on purpose: --partial, or a shard's report (its meta.csv
+    // has a shard row, `invar run --shard I/N`; a merged report has none).
+    shard_id shard = {0};
+    char why[256];
+    const char *shard_text = run_meta_get(n.t[T_META], "shard");
+    bool is_shard = shard_text[0] && shard_id_parse(shard_text, &shard, why, sizeof why);
+    char partial_note[128] = "";
+    if (is_shard)
+        snprintf(partial_note, sizeof partial_note, " (the new report is shard %d/%d, meta.csv's "
+                 "shard row: not regressions)", shard.index, shard.count);
+    else if (partial)
+        snprintf(partial_note, sizeof partial_note, " (--partial: not regressions)");
+    partial = partial || is_shard;
     int vanished_regressions = partial ? 0 : r.vanished;
     int regressions = r.regressions + r.slower + vanished_regressions;
     char totals[512];
@@ -443,7 +456,7 @@ int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pc
              "%d benchmark medians compared, %d faster",
              regressions, regressions == 1 ? "" : "s", r.regressions, vanished_regressions,
              r.slower, r.slower == 1 ? "" : "s", threshold_pct, r.fixed, r.still_failing,
-             r.now_skipped, r.added, r.vanished, partial ? " (--partial: not regressions)" : "",
+             r.now_skipped, r.added, r.vanished, partial_note,
              r.bench_compared, r.faster);
     if (console) {
         fprintf(console, "diff %s -> %s: %s\n", base_dir, new_dir, totals);

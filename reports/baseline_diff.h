@@ -27,7 +27,8 @@ typedef struct {
 
 // Compares the two directories. Returns 0 (no regression), 1 (a regression: a check that
 // fails now, a check of the baseline missing from the new report unless `partial` (the new
-// report covers only part of the matrix), or a benchmark slower than threshold_pct percent),
+// report covers only part of the matrix) or the new report is a shard's (its meta.csv has a
+// shard row: `invar run --shard I/N`), or a benchmark slower than threshold_pct percent),
 // 2 (bad input: a directory missing, no report CSV in it, summary.csv on one side only, a CSV
 // that does not parse, a summary.csv or kernels.csv without its name or verdict column, with
 // no rows or a row without a name) or 3 (diff.md could not be written), with the cause in err

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/run_all.sh BUILD — what `make check` runs: every cmocka unit test binary, the kernel
-# checker, the CI matrix, resuming a killed run and checkpoint directories as models; on a
+# checker, the CI matrix, resuming a killed run, checkpoint directories as models and sharded
+# runs merged; on a
 # machine with a CUDA device also the CUDA kernel checks and
 # the GPU matrix. Prints one closing line "N passed, N failed, N skipped" (suites, not cases).
 set -u
@@ -56,6 +57,7 @@ fi
 suite "invar run --resume after SIGKILL (tests/test_resume.sh)" bash tests/test_resume.sh "$BUILD"
 suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/test_model_dir.sh "$BUILD"
 suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
+suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shard.sh "$BUILD"
 
 for c in gpu; do
     if [ "$gpu" = 1 ]; then

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # tests/run_all.sh BUILD — what `make check` runs: every cmocka unit test binary, the kernel
 # checker, the CI matrix, resuming a killed run, checkpoint directories as models and sharded
-# runs merged; on a
-# machine with a CUDA device also the CUDA kernel checks and
-# the GPU matrix. Prints one closing line "N passed, N failed, N skipped" (suites, not cases).
+# runs merged; on a machine with a CUDA device also the CUDA kernel checks and the GPU matrix.
+# Prints one closing line "N passed, N failed, N skipped" (suites, not cases).
 set -u
 BUILD=${1:-build}
 REPORT="$BUILD/report"  # each report kind in its own directory: run/CASE, kernels/DEVICE

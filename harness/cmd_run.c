@@ -158,9 +158,12 @@ static void write_meta(const char *out_dir, const case_file *c, const checkpoint
         values[n_extra] = ids->value[i];
     }
     if (shard->shard[0]) {
-        keys[n_extra] = "shard", values[n_extra++] = shard->shard;
-        keys[n_extra] = "shard_configs", values[n_extra++] = shard->positions;
-        keys[n_extra] = "matrix_configs", values[n_extra++] = shard->matrix_configs;
+        const char *shard_keys[] = {"shard", "shard_configs", "matrix_configs"};
+        const char *shard_values[] = {shard->shard, shard->positions, shard->matrix_configs};
+        for (int i = 0; i < 3; i++, n_extra++) {
+            keys[n_extra] = shard_keys[i];
+            values[n_extra] = shard_values[i];
+        }
     }
     cuda_device_info dev;
     bool cuda = cuda_device_describe(&dev);

@@ -5,6 +5,7 @@
 #include <limits.h>                      // PATH_MAX
 #include <stdarg.h>                      // va_list, va_start, va_end
 #include <stdbool.h>                     // bool
+#include <stdio.h>                       // snprintf, vsnprintf, fprintf
 #include <stdlib.h>                      // free, qsort, realpath, strtol
 #include <string.h>                      // strcmp, strdup, strerror
 

@@ -82,7 +82,7 @@ void shard_plan(const case_file *c, const run_config *configs, int n, int count,
     int *group = invar_calloc((size_t)n + 1, sizeof *group, "shard plan groups");
     bool *runs = invar_calloc((size_t)n + 1, sizeof *runs, "shard plan runs");
     group_load *loads = invar_calloc((size_t)n + 1, sizeof *loads, "shard plan loads");
-    int *slot = invar_calloc((size_t)n + 1, sizeof *slot, "shard plan slots");
+    int *slot = invar_calloc((size_t)n + 1, sizeof *slot, "shard plan slots");  // root -> loads[]
     plan_groups(c, configs, n, group, runs);
     int ngroups = 0;
     for (int k = 0; k < n; k++) {
@@ -98,7 +98,7 @@ void shard_plan(const case_file *c, const run_config *configs, int n, int count,
 
     int *shard_runs = invar_calloc((size_t)count, sizeof *shard_runs, "shard runs");
     int *shard_rows = invar_calloc((size_t)count, sizeof *shard_rows, "shard rows");
-    int *shard_of_group = slot;  // reused: indexed by a group's root from here on
+    int *shard_of_group = invar_calloc((size_t)n + 1, sizeof *shard_of_group, "shard of group");
     for (int g = 0; g < ngroups; g++) {
         int best = 0;
         for (int s = 1; s < count; s++)
@@ -112,6 +112,7 @@ void shard_plan(const case_file *c, const run_config *configs, int n, int count,
     for (int k = 0; k < n; k++) shard_of[k] = shard_of_group[group[k]];
     free(shard_runs);
     free(shard_rows);
+    free(shard_of_group);
     free(slot);
     free(loads);
     free(runs);

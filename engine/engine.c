@@ -12,6 +12,7 @@
 #include "../common/check.h"    // invar_die, invar_malloc, invar_calloc
 #include "kv_cache.h"            // kv_cache_*
 #include "scheduler.h"           // scheduler_*, sched_item
+#include "tp_part.h"             // tp_part, tp_range, tp_part_make, tp_part_local_config
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // ---------------------------------------------------------------------------------------------
@@ -58,6 +59,7 @@ typedef struct {
     bf16 *final_normed;          // [S, D]
     float *logits;               // [S, V]
     // step metadata
+    int32_t *local_ids;          // [T] vocabulary-parallel: ids of this rank's rows, or its zero row
     int32_t *ids, *pos, *slot, *token_seq, *block_table, *seq_lens, *sample_rows;
     float *temperature;
     uint64_t *noise_seed;
@@ -76,6 +78,7 @@ typedef struct {
 
 // Host copies of a step's metadata and results.
 typedef struct {
+    int32_t *local_ids;
     int32_t *ids, *pos, *slot, *token_seq, *block_table, *seq_lens, *sample_rows;
     float *temperature;
     uint64_t *noise_seed;
@@ -98,7 +101,12 @@ typedef struct {
 } step_shape;
 
 struct engine {
-    model_config cfg;
+    model_config cfg;            // the whole model, as engine_config() reports it
+    // Tensor parallelism: this rank's part of the model and its handle on the group. Without
+    // it the part is everything, local equals cfg and no collective is ever called.
+    tp_part part;
+    model_config local;          // cfg with this rank's heads, intermediate sizes, vocabulary
+    tp_comm *comm;
     ops_set *ops;
     engine_limits lim;
     uint64_t seed;
@@ -164,36 +172,80 @@ static bf16 *load(loader *l, const char *name, int64_t rows, int64_t cols) {
     return d;
 }
 
-// gate_proj and up_proj ([I, D] each) stacked into one [2I, D] matrix at dst.
-static void load_gate_up(loader *l, bf16 *dst, const char *prefix, int64_t I, int64_t D) {
-    char name[256];
-    int64_t shape[2] = {I, D};
-    snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
-    load_into(l, dst, name, shape, 2);
-    snprintf(name, sizeof name, "%s.up_proj.weight", prefix);
-    load_into(l, dst + I * D, name, shape, 2);
+// Rows `part` of the [rows, cols] tensor `name` into dst: a column-parallel weight's slice
+// (its output features), or every row without tensor parallelism.
+static void load_rows_into(loader *l, bf16 *dst, const char *name, int64_t rows, int64_t cols,
+                           tp_range part) {
+    int64_t shape[2] = {rows, cols};
+    bf16 *host = staging(l, count_of(shape, 2));
+    l->src->read_bf16(l->src, name, shape, 2, host);
+    l->e->ops->upload(l->e->ops, dst, host + (size_t)part.begin * cols,
+                      (size_t)part.count * cols * sizeof(bf16));
 }
 
-static void load_mlp(loader *l, const char *prefix, int64_t I, int64_t D, bf16 **gate_up,
-                     bf16 **down) {
+static bf16 *load_rows(loader *l, const char *name, int64_t rows, int64_t cols, tp_range part) {
+    bf16 *d = device_bf16(l->e, (size_t)part.count * cols, name);
+    load_rows_into(l, d, name, rows, cols, part);
+    return d;
+}
+
+// Columns `part` of the [rows, cols] tensor `name`, packed to [rows, part.count], into dst: a
+// row-parallel weight's slice (its input features).
+static void load_cols_into(loader *l, bf16 *dst, const char *name, int64_t rows, int64_t cols,
+                           tp_range part) {
+    int64_t shape[2] = {rows, cols};
+    size_t n = count_of(shape, 2);
+    bf16 *host = staging(l, n + (size_t)rows * part.count), *packed = host + n;
+    l->src->read_bf16(l->src, name, shape, 2, host);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(packed + r * part.count, host + r * cols + part.begin,
+               (size_t)part.count * sizeof(bf16));
+    l->e->ops->upload(l->e->ops, dst, packed, (size_t)rows * part.count * sizeof(bf16));
+}
+
+static bf16 *load_cols(loader *l, const char *name, int64_t rows, int64_t cols, tp_range part) {
+    bf16 *d = device_bf16(l->e, (size_t)rows * part.count, name);
+    load_cols_into(l, d, name, rows, cols, part);
+    return d;
+}
+
+// gate_proj and up_proj ([I, D] each), rows `part` of each, stacked into one
+// [2 * part.count, D] matrix at dst.
+static void load_gate_up(loader *l, bf16 *dst, const char *prefix, int64_t I, int64_t D,
+                         tp_range part) {
     char name[256];
-    *gate_up = device_bf16(l->e, (size_t)(2 * I * D), prefix);
-    load_gate_up(l, *gate_up, prefix, I, D);
+    snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
+    load_rows_into(l, dst, name, I, D, part);
+    snprintf(name, sizeof name, "%s.up_proj.weight", prefix);
+    load_rows_into(l, dst + (int64_t)part.count * D, name, I, D, part);
+}
+
+// An MLP split on its intermediate dimension: gate/up column-parallel, down row-parallel, so
+// each rank's output is a partial sum that the all-reduce completes.
+static void load_mlp(loader *l, const char *prefix, int64_t I, int64_t D, tp_range part,
+                     bf16 **gate_up, bf16 **down) {
+    char name[256];
+    *gate_up = device_bf16(l->e, (size_t)(2 * part.count * D), prefix);
+    load_gate_up(l, *gate_up, prefix, I, D, part);
     snprintf(name, sizeof name, "%s.down_proj.weight", prefix);
-    *down = load(l, name, D, I);
+    *down = load_cols(l, name, D, I, part);
 }
 
 // kv_b_proj [H*(nope+v), L] is read once and used twice: its value rows in place (W_UV), and
 // its key rows of each head h, W_UK[h] = [nope, L], transposed to [L, nope] so that
 // q_lat = q_nope · W_UK[h] is an x·wᵀ product like every other.
+// Column-parallel by heads: a rank keeps its heads' rows (both halves).
 static void load_kv_b_proj(loader *l, const char *name, bf16 **kv_b_proj, bf16 **w_uk_t) {
     const model_config *c = &l->e->cfg;
-    int64_t H = c->num_attention_heads, L = c->kv_lora_rank, nope = c->qk_nope_head_dim,
-            v = c->v_head_dim;
-    int64_t shape[2] = {H * (nope + v), L};
-    size_t n = count_of(shape, 2), n_t = (size_t)(H * L * nope);
-    bf16 *host = staging(l, n + n_t), *t = host + n;
-    l->src->read_bf16(l->src, name, shape, 2, host);
+    tp_range heads = l->e->part.heads;
+    int64_t H_all = c->num_attention_heads, H = heads.count, L = c->kv_lora_rank,
+            nope = c->qk_nope_head_dim, v = c->v_head_dim;
+    int64_t shape[2] = {H_all * (nope + v), L};
+    size_t n_all = count_of(shape, 2), n = (size_t)(H * (nope + v) * L),
+           n_t = (size_t)(H * L * nope);
+    bf16 *all = staging(l, n_all + n_t), *t = all + n_all;
+    l->src->read_bf16(l->src, name, shape, 2, all);
+    const bf16 *host = all + (size_t)heads.begin * (nope + v) * L;
     for (int64_t h = 0; h < H; h++)
         for (int64_t r = 0; r < nope; r++)
             for (int64_t col = 0; col < L; col++)
@@ -208,6 +260,13 @@ static void load_layer(loader *l, int i, layer_weights *w) {
     const model_config *c = &l->e->cfg;
     int64_t D = c->hidden_size, H = c->num_attention_heads, L = c->kv_lora_rank,
             R = c->qk_rope_head_dim, nope = c->qk_nope_head_dim, v = c->v_head_dim;
+    // Tensor parallelism (vLLM's split): q_a_proj, kv_a_proj and their norms are replicated;
+    // q_b_proj / q_proj and kv_b_proj are column-parallel by heads, o_proj row-parallel. Every
+    // rank writes and holds the whole latent KV cache: the latent is shared by all heads, so
+    // splitting heads leaves nothing of it to split.
+    const tp_part *part = &l->e->part;
+    tp_range head_rows = {part->heads.begin * (int)(nope + R), part->heads.count * (int)(nope + R)};
+    tp_range head_values = {part->heads.begin * (int)v, part->heads.count * (int)v};
     char p[128], name[256];
     snprintf(p, sizeof p, "model.layers.%d", i);
 #define NAME(fmt) (snprintf(name, sizeof name, "%s." fmt, p), name)
@@ -216,19 +275,27 @@ static void load_layer(loader *l, int i, layer_weights *w) {
     if (c->q_lora_rank > 0) {
         w->q_a_proj = load(l, NAME("self_attn.q_a_proj.weight"), c->q_lora_rank, D);
         w->q_a_norm = load(l, NAME("self_attn.q_a_layernorm.weight"), c->q_lora_rank, 0);
-        w->q_b_proj = load(l, NAME("self_attn.q_b_proj.weight"), H * (nope + R), c->q_lora_rank);
+        w->q_b_proj = load_rows(l, NAME("self_attn.q_b_proj.weight"), H * (nope + R),
+                                c->q_lora_rank, head_rows);
     } else {
-        w->q_proj = load(l, NAME("self_attn.q_proj.weight"), H * (nope + R), D);
+        w->q_proj = load_rows(l, NAME("self_attn.q_proj.weight"), H * (nope + R), D, head_rows);
     }
     w->kv_a_proj = load(l, NAME("self_attn.kv_a_proj_with_mqa.weight"), L + R, D);
     w->kv_a_norm = load(l, NAME("self_attn.kv_a_layernorm.weight"), L, 0);
     load_kv_b_proj(l, NAME("self_attn.kv_b_proj.weight"), &w->kv_b_proj, &w->w_uk_t);
-    w->o_proj = load(l, NAME("self_attn.o_proj.weight"), D, H * v);
+    w->o_proj = load_cols(l, NAME("self_attn.o_proj.weight"), D, H * v, head_values);
     w->moe = model_layer_is_moe(c, i);
     if (!w->moe) {
-        load_mlp(l, NAME("mlp"), c->intermediate_size, D, &w->mlp_gate_up, &w->mlp_down);
+        load_mlp(l, NAME("mlp"), c->intermediate_size, D, part->inter, &w->mlp_gate_up,
+                 &w->mlp_down);
     } else {
-        int64_t E = c->n_routed_experts, Im = c->moe_intermediate_size;
+        // Routed experts are split on their intermediate dimension, not by expert: every rank
+        // runs every expert on 1/T of it, so the router stays replicated, a rank's work does
+        // not depend on where tokens are routed, and the expert outputs are partial sums that
+        // the one all-reduce after the layer completes (vLLM's FusedMoE without expert
+        // parallelism does the same).
+        int64_t E = c->n_routed_experts, Im = c->moe_intermediate_size,
+                Im_part = part->moe_inter.count;
         w->router = load(l, NAME("mlp.gate.weight"), E, D);
         if (c->topk_method == MOE_TOPK_NOAUX_TC) {
             int64_t shape[1] = {E};
@@ -238,8 +305,9 @@ static void load_layer(loader *l, int i, layer_weights *w) {
             l->e->ops->upload(l->e->ops, w->router_bias, bias, (size_t)E * sizeof(float));
             free(bias);
         }
-        w->experts_gate_up = device_bf16(l->e, (size_t)(E * 2 * Im * D), "routed experts gate_up");
-        w->experts_down = device_bf16(l->e, (size_t)(E * D * Im), "routed experts down");
+        w->experts_gate_up = device_bf16(l->e, (size_t)(E * 2 * Im_part * D),
+                                         "routed experts gate_up");
+        w->experts_down = device_bf16(l->e, (size_t)(E * D * Im_part), "routed experts down");
         for (int64_t e = 0; e < E; e++) {
             // Sized for p and any expert index; the check keeps a future longer prefix from
             // reading a truncated name as another tensor.
@@ -248,28 +316,50 @@ static void load_layer(loader *l, int i, layer_weights *w) {
             if (len < 0 || (size_t)len >= sizeof expert)
                 invar_die(INVAR_EXIT_SYSTEM, "tensor name '%s.mlp.experts.%ld' does not fit", p,
                           (long)e);
-            load_gate_up(l, w->experts_gate_up + e * 2 * Im * D, expert, Im, D);
-            int64_t shape[2] = {D, Im};
+            load_gate_up(l, w->experts_gate_up + e * 2 * Im_part * D, expert, Im, D,
+                         part->moe_inter);
             snprintf(name, sizeof name, "%s.down_proj.weight", expert);
-            load_into(l, w->experts_down + e * D * Im, name, shape, 2);
+            load_cols_into(l, w->experts_down + e * D * Im_part, name, D, Im, part->moe_inter);
         }
-        if (c->n_shared_experts > 0)
-            load_mlp(l, NAME("mlp.shared_experts"), Im * c->n_shared_experts, D,
-                     &w->shared_gate_up, &w->shared_down);
+        if (c->n_shared_experts > 0) {
+            int ns = c->n_shared_experts;
+            tp_range shared = {part->moe_inter.begin * ns, part->moe_inter.count * ns};
+            load_mlp(l, NAME("mlp.shared_experts"), Im * ns, D, shared, &w->shared_gate_up,
+                     &w->shared_down);
+        }
     }
 #undef NAME
+}
+
+// Vocabulary-parallel: this rank's rows of the table, then (with T > 1) one zero row that every
+// id outside them reads, so the all-reduce after the lookup adds a token's row to zeros, exact
+// in any order (vLLM's VocabParallelEmbedding masks the same way).
+static bf16 *load_embedding(loader *l) {
+    const model_config *c = &l->e->cfg;
+    tp_range rows = l->e->part.vocab;
+    int zero_rows = l->e->part.size > 1;
+    size_t D = (size_t)c->hidden_size;
+    bf16 *d = device_bf16(l->e, (rows.count + zero_rows) * D, "model.embed_tokens.weight");
+    load_rows_into(l, d, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, rows);
+    if (zero_rows) {
+        bf16 *zeros = invar_calloc(D, sizeof(bf16), "embedding zero row");
+        l->e->ops->upload(l->e->ops, d + rows.count * D, zeros, D * sizeof(bf16));
+        free(zeros);
+    }
+    return d;
 }
 
 static void load_weights(engine *e, weight_source *src) {
     const model_config *c = &e->cfg;
     loader l = {.e = e, .src = src};
-    e->embed = load(&l, "model.embed_tokens.weight", c->vocab_size, c->hidden_size);
+    e->embed = load_embedding(&l);
     e->layers = invar_calloc((size_t)c->num_hidden_layers, sizeof *e->layers, "layer weights");
     for (int i = 0; i < c->num_hidden_layers; i++) load_layer(&l, i, &e->layers[i]);
     e->final_norm = load(&l, "model.norm.weight", c->hidden_size, 0);
     e->lm_head = c->tie_word_embeddings
                      ? e->embed
-                     : load(&l, "lm_head.weight", c->vocab_size, c->hidden_size);
+                     : load_rows(&l, "lm_head.weight", c->vocab_size, c->hidden_size,
+                                 e->part.vocab);
     free(l.staging);
 }
 
@@ -282,7 +372,7 @@ static void *dalloc(engine *e, size_t count, size_t size, const char *what) {
 }
 
 static void alloc_activations(engine *e) {
-    const model_config *c = &e->cfg;
+    const model_config *c = &e->local;
     size_t T = (size_t)e->lim.max_num_batched_tokens, S = (size_t)e->max_rows;
     size_t D = (size_t)c->hidden_size, H = (size_t)c->num_attention_heads,
            L = (size_t)c->kv_lora_rank, R = (size_t)c->qk_rope_head_dim,
@@ -312,7 +402,8 @@ static void alloc_activations(engine *e) {
     a->expert_out = dalloc(e, T * k * D, sizeof(bf16), "moe expert outputs");
     a->final_rows = dalloc(e, S * D, sizeof(bf16), "final rows");
     a->final_normed = dalloc(e, S * D, sizeof(bf16), "final normed rows");
-    a->logits = dalloc(e, S * (size_t)c->vocab_size, sizeof(float), "logits");
+    a->logits = dalloc(e, S * (size_t)e->cfg.vocab_size, sizeof(float), "logits");  // gathered
+    a->local_ids = dalloc(e, T, sizeof(int32_t), "step token ids of this rank's vocabulary");
     size_t B = (size_t)e->max_blocks_per_seq;
     a->ids = dalloc(e, T, sizeof(int32_t), "step token ids");
     a->pos = dalloc(e, T, sizeof(int32_t), "step positions");
@@ -343,6 +434,7 @@ static void alloc_activations(engine *e) {
 
     host_step *hs = &e->hs;
     hs->ids = invar_calloc(T, sizeof(int32_t), "host step ids");
+    hs->local_ids = invar_calloc(T, sizeof(int32_t), "host step ids of this rank's vocabulary");
     hs->pos = invar_calloc(T, sizeof(int32_t), "host step positions");
     hs->slot = invar_calloc(T, sizeof(int32_t), "host step slots");
     hs->token_seq = invar_calloc(T, sizeof(int32_t), "host step sequences");
@@ -381,13 +473,19 @@ static void check_limits(const model_config *c, const engine_limits *lim) {
                   lim->max_total_tokens, lim->max_model_len);
 }
 
-engine *engine_create(const model_config *cfg, weight_source *src, ops_set *ops,
-                      const engine_limits *limits, uint64_t seed) {
+engine *engine_create_shard(const model_config *cfg, weight_source *src, ops_set *ops,
+                            const engine_limits *limits, uint64_t seed,
+                            const engine_shard *shard) {
     char err[256];
     if (!model_config_validate(cfg, err, sizeof err)) invar_die(2, "model config: %s", err);
     check_limits(cfg, limits);
     engine *e = invar_calloc(1, sizeof *e, "engine");
     e->cfg = *cfg;
+    if (!tp_part_make(cfg, shard ? shard->rank : 0, shard ? shard->size : 1, &e->part, err,
+                      sizeof err))
+        invar_die(2, "model config: %s", err);
+    e->local = tp_part_local_config(cfg, &e->part);
+    e->comm = shard ? shard->comm : NULL;
     e->ops = ops;
     e->lim = *limits;
     e->seed = seed;
@@ -422,6 +520,11 @@ engine *engine_create(const model_config *cfg, weight_source *src, ops_set *ops,
     e->sched = scheduler_create(e->cache, limits->max_num_seqs, limits->max_model_len);
     ops->sync(ops);
     return e;
+}
+
+engine *engine_create(const model_config *cfg, weight_source *src, ops_set *ops,
+                      const engine_limits *limits, uint64_t seed) {
+    return engine_create_shard(cfg, src, ops, limits, seed, NULL);
 }
 
 // Every field of activations and host_step is one allocation, so both are released as arrays
@@ -466,6 +569,22 @@ const model_config *engine_config(const engine *e) { return &e->cfg; }
 // The forward pass
 // ---------------------------------------------------------------------------------------------
 
+// Completes a row-parallel layer's output: each rank holds a partial sum over its heads or
+// intermediate slice, and the kernel set's all-reduce adds them (in its own order).
+static void sum_over_ranks(engine *e, bf16 *x, long n) {
+    if (e->part.size > 1) e->ops->all_reduce(e->ops, e->comm, x, n);
+}
+
+// Vocabulary-parallel lookup: this rank's row of each token, or its zero row.
+static void upload_local_ids(engine *e, int T) {
+    tp_range v = e->part.vocab;
+    for (int t = 0; t < T; t++) {
+        int32_t id = e->hs.ids[t];
+        e->hs.local_ids[t] = id >= v.begin && id < v.begin + v.count ? id - v.begin : v.count;
+    }
+    if (T > 0) e->ops->upload(e->ops, e->a.local_ids, e->hs.local_ids, (size_t)T * sizeof(int32_t));
+}
+
 static void linear(ops_set *o, void *y, const bf16 *x, const bf16 *w, int M, int N, int K) {
     gemm_args g = {.y = y, .x = x, .w = w, .M = M, .N = N, .K = K};
     o->gemm(o, &g);
@@ -483,7 +602,7 @@ static void mlp(engine *e, bf16 *y, const bf16 *x, const bf16 *gate_up, const bf
 
 // q, and the new tokens' latent c_kv and k_pe, written to the cache before attention reads it.
 static void attention_inputs(engine *e, int layer, int T) {
-    const model_config *c = &e->cfg;
+    const model_config *c = &e->local;  // this rank's heads and intermediate slices
     ops_set *o = e->ops;
     activations *a = &e->a;
     const layer_weights *w = &e->layers[layer];
@@ -510,7 +629,7 @@ static void attention_inputs(engine *e, int layer, int T) {
 // Absorbed attention of tokens [t0, t0 + T) in latent space, then W_UV into attn_v.
 static void attention_absorbed(engine *e, int layer, int t0, int T, const step_shape *st,
                                int kv_split_size) {
-    const model_config *c = &e->cfg;
+    const model_config *c = &e->local;  // this rank's heads and intermediate slices
     ops_set *o = e->ops;
     activations *a = &e->a;
     const layer_weights *w = &e->layers[layer];
@@ -547,7 +666,7 @@ static void attention_absorbed(engine *e, int layer, int t0, int T, const step_s
 // the cache and decompressed through kv_b_proj; the new tokens attend to themselves (causally)
 // and to the cached context separately, and the two are merged by log-sum-exp.
 static void attention_split_prefill(engine *e, int layer, int t0, int T, const step_shape *st) {
-    const model_config *c = &e->cfg;
+    const model_config *c = &e->local;  // this rank's heads and intermediate slices
     ops_set *o = e->ops;
     activations *a = &e->a;
     const layer_weights *w = &e->layers[layer];
@@ -580,7 +699,7 @@ static void attention_split_prefill(engine *e, int layer, int t0, int T, const s
 }
 
 static void attention(engine *e, int layer, const step_shape *st) {
-    const model_config *c = &e->cfg;
+    const model_config *c = &e->local;  // this rank's heads and intermediate slices
     attention_inputs(e, layer, st->T);
     switch (e->backend->path) {
     case ATTENTION_UNIFIED:
@@ -601,7 +720,7 @@ static void attention(engine *e, int layer, const step_shape *st) {
 }
 
 static void moe(engine *e, int layer, int T) {
-    const model_config *c = &e->cfg;
+    const model_config *c = &e->local;  // this rank's heads and intermediate slices
     ops_set *o = e->ops;
     activations *a = &e->a;
     const layer_weights *w = &e->layers[layer];
@@ -632,32 +751,46 @@ static void moe(engine *e, int layer, int T) {
 // One step over the tokens whose metadata is already on the device; logits, log-softmax,
 // sampling and top-k for the st->S rows listed in sample_rows.
 static void engine_forward(engine *e, const step_shape *st, int top_k) {
-    const model_config *c = &e->cfg;
+    const model_config *c = &e->local;  // this rank's part; e->cfg: the whole model
     ops_set *o = e->ops;
     activations *a = &e->a;
     int D = c->hidden_size, T = st->T;
     float eps = (float)c->rms_norm_eps;
+    bool tp = e->part.size > 1;
 
-    o->embedding(o, a->h, e->embed, a->ids, T, D);
+    if (tp) upload_local_ids(e, T);
+    o->embedding(o, a->h, e->embed, tp ? a->local_ids : a->ids, T, D);
+    sum_over_ranks(e, a->h, (long)T * D);
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const layer_weights *w = &e->layers[i];
         o->rmsnorm(o, a->x, D, a->h, D, w->input_norm, T, D, eps);
         attention(e, i, st);
+        sum_over_ranks(e, a->sublayer_out, (long)T * D);
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
 
         o->rmsnorm(o, a->x, D, a->h, D, w->post_attention_norm, T, D, eps);
         if (w->moe) moe(e, i, T);
         else mlp(e, a->sublayer_out, a->x, w->mlp_gate_up, w->mlp_down, T, c->intermediate_size);
+        sum_over_ranks(e, a->sublayer_out, (long)T * D);
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
     }
     if (st->S == 0) return;
     // Only the rows that sample need the final norm and the lm_head (a gather is an embedding).
     o->embedding(o, a->final_rows, a->h, a->sample_rows, st->S, D);
     o->rmsnorm(o, a->final_normed, D, a->final_rows, D, e->final_norm, st->S, D, eps);
-    gemm_args head = {.y = a->logits, .y_f32 = true, .x = a->final_normed, .w = e->lm_head,
-                      .M = st->S, .N = c->vocab_size, .K = D};
+    // Vocabulary-parallel lm_head: this rank's columns of the logits, gathered in place by
+    // position (a copy, no arithmetic), so every rank takes the log-softmax, the sample and
+    // the top-k over the whole vocabulary with the same kernel and gets the same bits; the
+    // noise depends on (seed, request seed, position, vocab id), never on the rank.
+    int V = e->cfg.vocab_size;
+    tp_range cols = e->part.vocab;
+    gemm_args head = {.y = a->logits + cols.begin, .y_f32 = true, .x = a->final_normed,
+                      .w = e->lm_head, .M = st->S, .N = cols.count, .K = D, .ldy = V};
     o->gemm(o, &head);
-    logprobs_args lp = {.logits = a->logits, .R = st->S, .V = c->vocab_size, .k = top_k,
+    if (tp)
+        o->all_gather_columns(o, e->comm, a->logits, st->S, V, cols.begin,
+                              cols.begin + cols.count);
+    logprobs_args lp = {.logits = a->logits, .R = st->S, .V = V, .k = top_k,
                         .temperature = a->temperature, .noise_seed = a->noise_seed,
                         .position = a->sample_pos, .token = a->token,
                         .token_logprob = a->token_logprob, .topk_ids = a->topk_out_ids,

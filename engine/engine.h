@@ -55,6 +55,21 @@ engine *engine_create(const model_config *cfg, weight_source *src, ops_set *ops,
                       const engine_limits *limits, uint64_t seed);
 void engine_destroy(engine *e);
 
+// One rank of a tensor-parallel group of `size` ranks (engine/tp_engine.h runs a group): the
+// rank holds its part of the weights (engine/tp_part.h) and completes row-parallel layers with
+// ops->all_reduce over comm. Every rank must then be driven through the same engine_generate
+// calls at once, each on its own thread.
+typedef struct {
+    int rank, size;
+    tp_comm *comm;
+} engine_shard;
+
+// As engine_create; NULL shard is engine_create. Uneven parts are allowed; a count below the
+// group's size is refused (exit 2, naming the field).
+engine *engine_create_shard(const model_config *cfg, weight_source *src, ops_set *ops,
+                            const engine_limits *limits, uint64_t seed,
+                            const engine_shard *shard);
+
 // Runs `n` requests to completion from an empty KV cache; results[i] receives request i's
 // records. Returns false (with a message in err) when the schedule cannot fit the limits.
 bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_sched *sched,

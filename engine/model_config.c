@@ -74,6 +74,17 @@ static void config_tiny_v2(model_config *c) {
     c->rope_yarn = false;
 }
 
+// The tiny model for tensor parallelism at T = 2, 3, 4, 8 (cases/tp.ini): 8 heads, so every rank
+// holds at least one; the intermediate sizes divide by 24 (even parts at every T), the heads and
+// the vocabulary split unevenly at T = 3 (3/3/2 heads, 170/171/171 rows), so both kinds of
+// part are exercised.
+static void config_tiny_tp(model_config *c) {
+    config_tiny(c);
+    c->num_attention_heads = 8;
+    c->intermediate_size = 384;
+    c->moe_intermediate_size = 96;
+}
+
 // Real MLA head dimensions (the 576/512 latent layout), few layers.
 static void config_small(model_config *c) {
     base_config(c);
@@ -134,6 +145,7 @@ static const struct {
 } named_configs[] = {
     {"tiny", config_tiny},
     {"tiny-v2", config_tiny_v2},
+    {"tiny-tp", config_tiny_tp},
     {"small", config_small},
     {"v2-lite", config_v2_lite},
 };

@@ -179,6 +179,8 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
 
     r->accurate = r->err <= r->tol;
     r->pass = r->accurate && r->written && (r->invariant || !ops->batch_invariant);
+    if (shape->must_vary && !ops->batch_invariant && reference_must_vary(op, ops) && r->invariant)
+        r->pass = false;  // the negative control, required at this very shape
 }
 
 // --- one op ----------------------------------------------------------------------------------
@@ -273,7 +275,10 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     report *rep = user;
     const char *status = !r->accurate || !r->written ? "FAIL" : r->invariant ? "ok" : "VARIES";
     const char *note = "";
-    if (!r->invariant && ops->batch_invariant) note = "  <- must be stable";
+    if (!r->pass && r->invariant && !ops->batch_invariant) {
+        status = "FAIL";
+        note = "  <- must vary at this shape";
+    } else if (!r->invariant && ops->batch_invariant) note = "  <- must be stable";
     else if (!r->invariant) note = "  (expected of a non-invariant set)";
     print_line(status, ops, op, shape->label, r, note);
     write_row(rep, ops, op, shape->label, status, r, host_seconds() - rep->shape_start);

@@ -117,6 +117,17 @@ static bool check_threads(const char *v, char *why, int why_len) {
 }
 static void apply_threads(run_config *c, const char *v) { c->threads = (int)strtol(v, NULL, 10); }
 
+// On the CPU a rank is a thread: 64 is far past what a test model splits into.
+static bool check_tensor_parallel(const char *v, char *why, int why_len) {
+    long n;
+    if (parse_int(v, 1, 64, &n)) return true;
+    snprintf(why, (size_t)why_len, "'%s' is not a tensor-parallel degree in [1, 64]", v);
+    return false;
+}
+static void apply_tensor_parallel(run_config *c, const char *v) {
+    c->tensor_parallel = (int)strtol(v, NULL, 10);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The axis table
 // ---------------------------------------------------------------------------------------------
@@ -139,6 +150,8 @@ static const matrix_axis axes[] = {
     {"chunked_prefill", NULL, "on, off", "on", check_on_off, apply_chunked_prefill},
     {"arrivals", NULL, "at_once, staggered, bursty", "at_once", check_arrivals, apply_arrivals},
     {"threads", NULL, "integers >= 0 (0: one per core)", "0", check_threads, apply_threads},
+    {"tensor_parallel", NULL, "integers in [1, 64] (ranks)", "1", check_tensor_parallel,
+     apply_tensor_parallel},
 };
 #define N_AXES ((int)(sizeof axes / sizeof axes[0]))
 _Static_assert(N_AXES <= MATRIX_MAX_AXES, "raise MATRIX_MAX_AXES");

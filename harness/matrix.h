@@ -36,6 +36,7 @@ typedef struct {
     bool chunked_prefill;
     arrival_pattern arrivals;
     int threads;                       // CPU worker threads; 0: one per core
+    int tensor_parallel;               // ranks the model is split across (engine/tp_engine.h)
     int axis_index[MATRIX_MAX_AXES];   // which value of each axis this config took
 } run_config;
 

@@ -243,6 +243,8 @@ static const op_entry table[] = {
     OP_ENTRY(moe_experts, "a token's k experts", 2e-2, REF_MUST_VARY_ON_CPU, REF_MUST_VARY_ON_CPU),
     OP_ENTRY(moe_combine, "a token", 1e-2, REF_MUST_VARY, REF_MUST_VARY),
     OP_ENTRY(logprobs, "a row of logits", 1e-4, REF_MUST_VARY_ON_CPU, REF_MUST_VARY),
+    OP_ENTRY(all_reduce, "a token's slice on every rank", 1e-2, REF_MUST_VARY_ON_CPU,
+             REF_MUST_VARY_ON_CPU),
     {NULL, NULL, 0.0, REF_MAY_BE_STABLE, REF_MAY_BE_STABLE, NULL, NULL, NULL},
 };
 

@@ -45,9 +45,14 @@ typedef struct {
         struct { int D, I, E, k; } moe_experts;
         struct { int D, k, E; } moe_combine;
         struct { int V, k; } logprobs;
+        // T ranks, each holding W values of a row (a token's slice of a row-parallel output)
+        struct { int T, W; } all_reduce;
     };
     int max_M;          // largest batch checked at this shape; 0: every M of the list
     bool quick;         // kept by --quick
+    // A non-invariant set whose op must vary must vary at this very shape, not only at some
+    // shape of the list (the all-reduce at T >= 3; at T = 2 every order gives the same bits).
+    bool must_vary;
 } op_shape;
 
 typedef struct op_section op_section;  // harness/ops/op_section.h

@@ -126,6 +126,14 @@ void resolve_config(const run_config *cfg, const char *device, bool kernel_set_i
     out->max_model_len = max_model_len;
     char why[512];
 
+    // Before anything is built: the collective exists on the CPU only.
+    if (cfg->tensor_parallel > 1 && strcmp(device, "cuda") == 0) {
+        snprintf(why, sizeof why, "tensor_parallel %d: tensor parallelism on CUDA is not built "
+                 "yet", cfg->tensor_parallel);
+        skip(out, false, why);
+        return;
+    }
+
     // Selection first: auto, or the named backend.
     const attention_backend *b;
     if (strcmp(cfg->attention_backend, "auto") == 0) {
@@ -231,7 +239,8 @@ static bool same_effective(const run_config *ca, const resolved_config *a, const
            strcmp(ca->model, cb->model) == 0 && a->backend == b->backend &&
            a->prefix_caching == b->prefix_caching && a->chunked_prefill == b->chunked_prefill &&
            a->max_num_batched_tokens == b->max_num_batched_tokens &&
-           ca->arrivals == cb->arrivals && ca->threads == cb->threads;
+           ca->arrivals == cb->arrivals && ca->threads == cb->threads &&
+           ca->tensor_parallel == cb->tensor_parallel;
 }
 
 int resolve_merge(const run_config *configs, resolved_config *r, int n) {

@@ -10,6 +10,7 @@
 #include <unistd.h>                     // sysconf
 
 #include "../engine/engine.h"           // engine_create, engine_generate, engine_config
+#include "../engine/tp_engine.h"        // tp_engine_*: the engine at tensor-parallel degree T
 #include "../common/check.h"           // invar_die, invar_calloc, invar_malloc
 #include "../sets/registry.h"        // kernel_set_create, kernel_set_is_adversarial
 #include "../reports/report_schema.h"   // DIVERGENCE_*, SUMMARY_*
@@ -42,7 +43,7 @@ typedef struct {
     const engine_request *reqs; // arriving as the config's arrival pattern says
     const engine_request *alone; // the same, each arriving at step 0 (bs=1 baselines)
     int vocab;
-    engine *eng;
+    tp_engine *eng;
     outcome *out;
     progress *prog;
 } config_run;
@@ -124,7 +125,7 @@ static bool generate(config_run *r, const engine_request *reqs, int n, int max_n
                      engine_result *res, const char *label, engine_stats *stats) {
     engine_sched sched = config_sched(r, max_num_seqs);
     char err[512] = "";
-    if (!engine_generate(r->eng, reqs, n, &sched, res, stats, err, sizeof err)) {
+    if (!tp_engine_generate(r->eng, reqs, n, &sched, res, stats, err, sizeof err)) {
         set_failure(r->out, "engine_generate (%s) refused: %s", label, err);
         return false;
     }
@@ -344,10 +345,16 @@ static void run_config_once(const case_file *c, const run_config *cfg,
                             const loaded_model *model, progress *prog, bool adversarial_control,
                             outcome *out) {
     double t0 = host_seconds();
-    ops_set *ops = kernel_set_create(cfg->kernel_set, rc->device, out->threads);
-    if (!ops)
-        invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s", c->path,
-                  cfg->name, cfg->kernel_set, rc->device);
+    // One kernel set per rank: on the CPU each has its own thread pool of `threads` workers.
+    int ranks = cfg->tensor_parallel > 0 ? cfg->tensor_parallel : 1;
+    ops_set **rank_ops = invar_calloc((size_t)ranks, sizeof *rank_ops, "rank kernel sets");
+    for (int k = 0; k < ranks; k++) {
+        rank_ops[k] = kernel_set_create(cfg->kernel_set, rc->device, out->threads);
+        if (!rank_ops[k])
+            invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s",
+                      c->path, cfg->name, cfg->kernel_set, rc->device);
+    }
+    ops_set *ops = rank_ops[0];  // its order log speaks for every rank (they run alike)
 
     const model_config mc = model->cfg;
     prompt_spec spec = case_prompt_spec(c);
@@ -367,17 +374,18 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         .prompt_logprobs = checks_prefill_vs_decode(rc),
     };
     progress_phase(prog, "loading weights");
-    engine *eng = engine_create(&mc, model->w, ops, &limits, c->seed);
+    tp_engine *eng = tp_engine_create(&mc, model->w, rank_ops, ranks, &limits, c->seed);
 
     // Records are checked against the vocabulary of the engine that drew them.
     config_run r = {.c = c, .cfg = cfg, .rc = rc, .o = o, .count = count, .reqs = reqs,
-                    .alone = alone, .vocab = engine_config(eng)->vocab_size, .eng = eng,
+                    .alone = alone, .vocab = tp_engine_config(eng)->vocab_size, .eng = eng,
                     .out = out, .prog = prog};
     if (run_comparisons(&r)) outcome_judge(rc, ops, adversarial_control, out);
     else out->verdict = "FAIL";
 
-    engine_destroy(eng);
-    ops->destroy(ops);
+    tp_engine_destroy(eng);
+    for (int k = 0; k < ranks; k++) rank_ops[k]->destroy(rank_ops[k]);
+    free(rank_ops);
     free(reqs);
     free(alone);
     prompts_free(prompts);

@@ -50,6 +50,7 @@ static void format_numbers(const case_file *c, const run_config *cfg, const reso
     snprintf(t->warm, sizeof t->warm, "%d", c->warm_cache_repeats);
     snprintf(t->budget, sizeof t->budget, "%d", cfg->max_num_batched_tokens);
     snprintf(t->threads, sizeof t->threads, "%d", out->threads);
+    snprintf(t->tp, sizeof t->tp, "%d", cfg->tensor_parallel > 0 ? cfg->tensor_parallel : 1);
     format_batch_sizes(c, t->bs, sizeof t->bs);
     snprintf(t->budget_eff, sizeof t->budget_eff, "%d", rc->max_num_batched_tokens);
     snprintf(t->compared, sizeof t->compared, "%d", out->compared);
@@ -102,7 +103,7 @@ void summary_fields(const case_file *c, const run_config *cfg, const resolved_co
         [SUMMARY_CHUNKED_PREFILL] = setting_on_off(cfg->chunked_prefill),
         [SUMMARY_PREFIX_CACHING] = setting_on_off(cfg->prefix_caching),
         [SUMMARY_FORCE_PREFIX_CACHING] = cfg->force_prefix_caching ? "true" : "false",
-        [SUMMARY_THREADS] = t->threads,
+        [SUMMARY_THREADS] = t->threads, [SUMMARY_TENSOR_PARALLEL] = t->tp,
         [SUMMARY_BATCH_SIZES] = t->bs,
         [SUMMARY_ATTENTION_BACKEND] =
             resolved && rc->backend ? rc->backend->name : cfg->attention_backend,

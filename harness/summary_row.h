@@ -17,7 +17,7 @@
 // The text of one summary row; fields point into it or at strings that outlive it.
 typedef struct {
     char seed[32], count[16], requests[16], min_len[16], max_len[16], mnt[16], temp[32],
-        topk[16], groups[16], prefix_len[16], warm[16], budget[16], threads[16], bs[128],
+        topk[16], groups[16], prefix_len[16], warm[16], budget[16], threads[16], tp[16], bs[128],
         budget_eff[16], compared[16], differing[16], req[16], step[16], field[32], bt[16],
         ot[16], blp[32], olp[32], delta[32], ulps[32], queries[32], hits[32], rate[32],
         chunks[32], secs[32];

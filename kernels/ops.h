@@ -162,6 +162,11 @@ typedef struct {
 
 typedef struct order_log order_log;  // kernels/order_log.h
 
+// One rank's handle on the communicator of a tensor-parallel group of T ranks. On the CPU the
+// ranks are threads of one process (kernels/cpu/collective.h); on CUDA it would wrap an NCCL
+// communicator (not built yet).
+typedef struct tp_comm tp_comm;
+
 typedef struct ops_set ops_set;
 struct ops_set {
     const char *name;           // "invariant" | "reference" | "adversarial"
@@ -217,6 +222,21 @@ struct ops_set {
     void (*moe_experts)(ops_set *ops, const moe_experts_args *a);
     void (*moe_combine)(ops_set *ops, const moe_combine_args *a);
     void (*logprobs)(ops_set *ops, const logprobs_args *a);
+
+    // --- collectives over a tensor-parallel group ------------------------------------------
+    // Every rank of comm calls them with the same sizes; each returns when its buffer holds
+    // the result.
+    // buf[i] = bf16( x_0[i] + x_1[i] + ... + x_{T-1}[i] ) on every rank, x_r being rank r's
+    // buf (n elements, in place). The one reduction across ranks, so it belongs to the set:
+    // an invariant set sums element i in rank order, in fp32, rounded once, whatever i and n
+    // (two addends commute, so only T >= 3 can tell orders apart); a reference set sums as a
+    // ring all-reduce does, from the rank that owns i's chunk, the chunk boundaries following
+    // n, rounding to bf16 at every hop as a bf16 ring does.
+    void (*all_reduce)(ops_set *ops, tp_comm *comm, bf16 *buf, long n);
+    // buf [rows, ld] fp32: rank r holds columns [col_begin_r, col_end_r) of every row; on
+    // return every rank holds every rank's columns. A copy, with no order to vary.
+    void (*all_gather_columns)(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,
+                               long col_begin, long col_end);
 };
 
 #endif

@@ -16,6 +16,7 @@ static const char *const summary_names[] = {
     [SUMMARY_MAX_NUM_BATCHED_TOKENS] = "max_num_batched_tokens",
     [SUMMARY_CHUNKED_PREFILL] = "chunked_prefill", [SUMMARY_PREFIX_CACHING] = "prefix_caching",
     [SUMMARY_FORCE_PREFIX_CACHING] = "force_prefix_caching", [SUMMARY_THREADS] = "threads",
+    [SUMMARY_TENSOR_PARALLEL] = "tensor_parallel",
     [SUMMARY_BATCH_SIZES] = "batch_sizes", [SUMMARY_ATTENTION_BACKEND] = "attention_backend",
     [SUMMARY_BACKEND_SELECTED_BY] = "backend_selected_by",
     [SUMMARY_PREFIX_CACHING_EFFECTIVE] = "prefix_caching_effective",

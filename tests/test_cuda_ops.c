@@ -104,6 +104,7 @@ static void test_every_op_invariant_set(void **state) {
     NEED_GPU(s);
     check_opts o = {.quick = true, .seed = 20240611};
     for (const op_entry *op = op_table(); op->name; op++) {
+        if (!op->cuda_shapes[0].label) continue;  // all_reduce: not built on CUDA yet
         check_result r;
         int shapes = kernel_check_op(s->inv, op, &o, &r);
         print_result(s->inv, op, shapes, &r);

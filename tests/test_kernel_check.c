@@ -14,6 +14,8 @@
 #include "../harness/op_table.h"                 // op_table, op_table_find
 #include "../kernels/cpu/inv_cpu.h"              // inv_cpu_create
 #include "../reference/cpu/ref_cpu_ops.h"        // ref_cpu_gemm_planned, ref_gemm_plan_for
+#include "../reference/cpu/ref_cpu.h"            // ref_cpu_create
+#include "../adversarial/cpu/adv_cpu.h"          // adv_cpu_create
 
 static const int small_batches[] = {2, 7, 64, 256};
 
@@ -146,7 +148,7 @@ static void test_invariant_cpu_set_passes(void **state) {
         assert_true(r.err <= r.tol);
         ops_checked++;
     }
-    assert_int_equal(ops_checked, 15);
+    assert_int_equal(ops_checked, 16);
     ops->destroy(ops);
 }
 
@@ -157,13 +159,41 @@ static void test_table_lookup(void **state) {
     for (const op_entry *op = op_table(); op->name; op++) {
         assert_ptr_equal(op_table_find(op->name), op);
         assert_non_null(op->cpu_shapes[0].label);
-        assert_non_null(op->cuda_shapes[0].label);
+        // Tensor parallelism on CUDA is not built yet: the all-reduce has no CUDA shape.
+        if (strcmp(op->name, "all_reduce") != 0) assert_non_null(op->cuda_shapes[0].label);
+    }
+}
+
+// The all-reduce's negative control: the ring (reference) and the size-hashed ring
+// (adversarial) are caught at every shape with T >= 3 ranks, and at T = 2, where two addends
+// commute, neither can be (nor has to be).
+static void test_all_reduce_caught_from_three_ranks(void **state) {
+    (void)state;
+    const op_entry *op = op_table_find("all_reduce");
+    assert_non_null(op);
+    ops_set *sets[] = {ref_cpu_create(1), adv_cpu_create(1)};
+    for (int s = 0; s < 2; s++) {
+        for (int i = 0; op->cpu_shapes[i].label; i++) {
+            const op_shape *shape = &op->cpu_shapes[i];
+            check_opts o = small_opts(NULL);
+            check_result r;
+            kernel_check_shape(sets[s], op, shape, i, &o, &r);
+            if (shape->all_reduce.T >= 3) {
+                assert_true(shape->must_vary);
+                if (r.invariant) fail_msg("%s: %s not caught", sets[s]->name, shape->label);
+            } else {
+                assert_true(r.invariant);
+            }
+            assert_true(r.pass);
+        }
+        sets[s]->destroy(sets[s]);
     }
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_lookup),
+        cmocka_unit_test(test_all_reduce_caught_from_three_ranks),
         cmocka_unit_test(test_planted_gemm_varies),
         cmocka_unit_test(test_unwritten_row_fails),
         cmocka_unit_test(test_gap_written_fails),

@@ -10,6 +10,8 @@
 //                      SGLang's and AITER's decode kernels size their grids
 //   mha_prefill        KV splits from a hash of the call's token count
 //   logprobs           vocabulary chunks from a hash of the row count
+//   all_reduce         every element's sum around the ring starts at a rank hashed from the
+//                      message size (caught from T = 3 ranks on: two addends commute)
 //   moe_combine        experts summed busiest first, contracted into FMAs when the busiest
 //                      expert's load is odd (shows with two experts per token too)
 // Every choice is deterministic: the same batch gives the same bits, so a run sees it as
@@ -66,12 +68,18 @@ static int logprobs_chunks(int R, int V, int threads) {
     return chunks;
 }
 
+static int all_reduce_first_rank(long i, long n, int T) {
+    (void)i;
+    return (int)(invar_mix64((uint64_t)n) % (uint64_t)T);
+}
+
 static const ref_cpu_policy adversarial_policy = {
     .gemm_plan = gemm_plan,
     .rmsnorm_chunks = rmsnorm_chunks,
     .mla_split_len = mla_split_len,
     .mha_prefill_splits = mha_prefill_splits,
     .logprobs_chunks = logprobs_chunks,
+    .all_reduce_first_rank = all_reduce_first_rank,
 };
 
 static void adv_cpu_moe_combine(ops_set *ops, const moe_combine_args *a) {

@@ -127,5 +127,7 @@ extern const op_shape moe_experts_cpu_shapes[], moe_experts_cuda_shapes[];
 extern const op_shape moe_combine_cpu_shapes[], moe_combine_cuda_shapes[];
 extern const op_section logprobs_op;          // ops/logprobs.c
 extern const op_shape logprobs_cpu_shapes[], logprobs_cuda_shapes[];
+extern const op_section all_reduce_op;        // ops/collective.c
+extern const op_shape all_reduce_cpu_shapes[], all_reduce_cuda_shapes[];
 
 #endif

@@ -54,6 +54,8 @@ void inv_cpu_init(ops_set *ops, int threads) {
         .moe_experts = inv_cpu_moe_experts,
         .moe_combine = inv_cpu_moe_combine,
         .logprobs = inv_cpu_logprobs,
+        .all_reduce = inv_cpu_all_reduce,
+        .all_gather_columns = inv_cpu_all_gather_columns,
     };
 }
 

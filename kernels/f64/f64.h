@@ -80,6 +80,11 @@ void f64_moe_combine(const moe_combine_args *a, double *out);
 // descending logprob, lower id first on ties. The output pointers of `a` are ignored.
 void f64_logprobs(const logprobs_args *a, double *logprobs, int32_t *token, int32_t *topk_ids);
 
+// --- collectives ----------------------------------------------------------------------------
+
+// out [n] = ins[0][i] + ... + ins[T-1][i], the value all_reduce leaves on every rank.
+void f64_all_reduce(double *out, const bf16 *const *ins, int T, long n);
+
 // --- accuracy -------------------------------------------------------------------------------
 
 // Relative L2 error ‖out − ref‖ / ‖ref‖ over n values (the absolute ‖out − ref‖ when ref is

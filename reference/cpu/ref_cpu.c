@@ -30,6 +30,7 @@ static const ref_cpu_policy library_policy = {
     .mla_split_len = mla_split_len,
     .mha_prefill_splits = ref_mha_prefill_splits,
     .logprobs_chunks = ref_logprobs_chunks,
+    .all_reduce_first_rank = ref_all_reduce_ring_first_rank,
 };
 
 static void ref_cpu_destroy(ops_set *ops) {
@@ -61,6 +62,8 @@ ops_set *ref_cpu_set_create(const char *name, const ref_cpu_policy *policy, int 
     ops->moe_experts = ref_cpu_moe_experts;
     ops->moe_combine = ref_cpu_moe_combine;
     ops->logprobs = ref_cpu_logprobs;
+    // The sum across ranks, in a ring's order (all_gather_columns stays: a copy).
+    ops->all_reduce = ref_cpu_all_reduce;
     // merge_attention stays the invariant set's: element-wise, no order to vary.
     return ops;
 }

@@ -21,6 +21,7 @@ void ref_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a);         // mh
 void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a);         // moe_experts_grouped.c
 void ref_cpu_moe_combine(ops_set *ops, const moe_combine_args *a);         // moe_combine_by_load.c
 void ref_cpu_logprobs(ops_set *ops, const logprobs_args *a);               // logprobs_split_vocab.c
+void ref_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n);   // all_reduce_ring.c
 // The combine by load, its sums contracted into FMAs where a token's busiest expert has an
 // odd load when fuse_by_load (the adversarial set; the reference set passes false).
 void ref_cpu_moe_combine_by_load(ops_set *ops, const moe_combine_args *a, bool fuse_by_load);
@@ -52,5 +53,11 @@ int ref_mha_prefill_splits(int T, int keys);
 
 // Logprobs: a row's vocabulary in this many chunks (power of two), merged pairwise.
 int ref_logprobs_chunks(int R, int V, int threads);
+
+// All-reduce: element i of a message of n elements is summed around the ring from this rank
+// on, (x_f + x_{f+1}) + ... cyclically, rounded to bf16 at every hop. A ring reduce-scatter
+// cuts the message into T chunks at n * c / T and chunk c's sum starts at rank c, so f moves
+// with i and n.
+int ref_all_reduce_ring_first_rank(long i, long n, int T);
 
 #endif

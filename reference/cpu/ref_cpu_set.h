@@ -19,6 +19,8 @@ typedef struct {
     int (*mla_split_len)(const mla_attention_args *a, int threads);
     int (*mha_prefill_splits)(int T, int keys);
     int (*logprobs_chunks)(int R, int V, int threads);
+    // The rank an all-reduce's sum of element i (of n) starts from (ref_cpu_ops.h).
+    int (*all_reduce_first_rank)(long i, long n, int T);
 } ref_cpu_policy;
 
 typedef struct {

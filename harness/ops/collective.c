@@ -1,0 +1,109 @@
+// harness/ops/collective.c — the kernel checker's all-reduce (harness/ops/op_section.h).
+//
+// A row is W values of one token on each of T ranks (a token's slice of a row-parallel
+// output): row m sits at offset m * W of every rank's message of M * W elements, so the batch
+// moves both the row's offset and the message size, the two things a ring's chunking reads.
+// The T ranks are T threads (common/rank_threads.h) over one CPU communicator; each rank's
+// result for the row is compared, so a rank that disagrees with the others shows too.
+#include <stdlib.h>                        // free
+
+#include "../../common/check.h"            // invar_malloc
+#include "../../common/rank_threads.h"     // rank_threads_run
+#include "../../kernels/cpu/collective.h"  // tp_comm_group_*
+#include "../../kernels/f64/f64.h"         // f64_all_reduce, f64_rel_l2_bf16
+#include "op_section.h"                    // op_section, op_buffer_add, op_rng, op_fill_bf16
+
+// contributions [M][T][W] as rows are built; messages [T][M*W] as ranks hold them; gather:
+// the message row each output sub-row comes from; out [M][T][W], every rank's result.
+enum { AR_IN = 0, AR_MSG = 1, AR_GATHER = 2, AR_OUT = 3 };
+
+// W = 61: odd, so a ring's chunk boundaries (n * c / T) fall inside rows, at other places for
+// every M. T = 2 cannot vary (two addends commute); from T = 3 on the reference and
+// adversarial sets must be caught at each shape.
+const op_shape all_reduce_cpu_shapes[] = {
+    {.label = "T=2 W=61", .all_reduce = {.T = 2, .W = 61}, .max_M = 1024, .quick = true},
+    {.label = "T=3 W=61", .all_reduce = {.T = 3, .W = 61}, .max_M = 1024, .quick = true,
+     .must_vary = true},
+    {.label = "T=4 W=61", .all_reduce = {.T = 4, .W = 61}, .max_M = 1024, .must_vary = true},
+    {.label = "T=8 W=61", .all_reduce = {.T = 8, .W = 61}, .max_M = 1024, .quick = true,
+     .must_vary = true},
+    {.label = NULL},
+};
+// Tensor parallelism on CUDA is not built yet: no shape to check there.
+const op_shape all_reduce_cuda_shapes[] = {
+    {.label = NULL},
+};
+
+static void all_reduce_declare(op_case *c) {
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
+    op_buffer_add(c, OP_ROW_IN, "all_reduce contributions", sizeof(bf16), T, W, W);
+    op_buffer_add(c, OP_BATCH_IN, "all_reduce messages", sizeof(bf16), 1, 1, 1);
+    op_buffer_add(c, OP_BATCH_IN, "all_reduce result rows", sizeof(int32_t), 1, 1, 1);
+    op_buffer_add(c, OP_OUT, "all_reduce results", sizeof(bf16), T, W, W);
+}
+
+// Each rank's values at its own magnitude, as row-parallel partial sums are.
+static void all_reduce_row(const op_case *c, uint64_t seed, void *const *in) {
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
+    op_rng r = op_rng_from(seed, 17);
+    for (int rank = 0; rank < T; rank++) {
+        float scale = op_rng_float(&r, 0.1f, 4.0f);
+        op_fill_bf16((bf16 *)in[AR_IN] + (long)rank * W, W, &r, -scale, scale);
+    }
+}
+
+static void all_reduce_batch(op_case *c, op_batch *b) {
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W, M = b->M;
+    long n = (long)M * W;
+    const bf16 *rows = b->host[AR_IN];
+    bf16 *msg = op_batch_input(b, c, AR_MSG, (long)T * n);
+    int32_t *gather = op_batch_input(b, c, AR_GATHER, (long)M * T);
+    for (int m = 0; m < M; m++)
+        for (int rank = 0; rank < T; rank++) {
+            for (int j = 0; j < W; j++)
+                msg[rank * n + (long)m * W + j] = rows[((long)m * T + rank) * W + j];
+            gather[m * T + rank] = rank * M + m;
+        }
+}
+
+typedef struct {
+    ops_set *ops;
+    tp_comm_group *group;
+    bf16 *messages;
+    long n;
+} ranks_job;
+
+static void reduce_as_rank(void *arg, int rank) {
+    const ranks_job *j = arg;
+    j->ops->all_reduce(j->ops, tp_comm_group_rank(j->group, rank), j->messages + rank * j->n,
+                       j->n);
+}
+
+// The ranks share the case's one ops_set: the CPU sets' all-reduce reads nothing of it but
+// its order policy. (A CUDA check would need a set per rank, one device each.)
+static void all_reduce_call(op_case *c, const op_batch *b) {
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
+    ranks_job j = {c->ops, tp_comm_group_create(T), b->dev[AR_MSG], (long)b->M * W};
+    rank_threads_run(T, reduce_as_rank, &j);
+    tp_comm_group_destroy(j.group);
+    // Every rank's result row into the output, row-major by token: a gather is an embedding.
+    c->ops->embedding(c->ops, b->dev[AR_OUT], b->dev[AR_MSG], b->dev[AR_GATHER], b->M * T, W);
+}
+
+static double all_reduce_error(op_case *c, uint64_t seed, const void *row) {
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
+    void **in = op_row_alone(c, seed);
+    const bf16 *ins[T];
+    for (int rank = 0; rank < T; rank++) ins[rank] = (const bf16 *)in[AR_IN] + (long)rank * W;
+    double *ref = invar_malloc((size_t)T * W * sizeof(double), "all_reduce oracle");
+    f64_all_reduce(ref, ins, T, W);
+    for (int rank = 1; rank < T; rank++)
+        for (int j = 0; j < W; j++) ref[(long)rank * W + j] = ref[j];
+    double err = f64_rel_l2_bf16(row, ref, (long)T * W);
+    op_row_free(c, in);
+    free(ref);
+    return err;
+}
+
+const op_section all_reduce_op = {all_reduce_declare, all_reduce_row, all_reduce_batch,
+                                  all_reduce_call, all_reduce_error};

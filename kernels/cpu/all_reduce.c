@@ -1,0 +1,31 @@
+// kernels/cpu/all_reduce.c — the invariant set's collectives: every element summed as
+// x_0 + x_1 + ... + x_{T-1}, rank order, in fp32, rounded to bf16 once. The order reads
+// neither the element's offset nor the message size, so a token's sum is the same whatever
+// else shares its message (a fixed chunk size alone would not do: a ring's chunk owner, where
+// the sum starts, still moves with the offset).
+#include "inv_cpu_ops.h"     // inv_cpu_all_reduce, inv_cpu_all_gather_columns
+
+#include "../bf16.h"         // bf16_to_float, float_to_bf16
+#include "collective.h"      // cpu_comm_all_reduce, cpu_comm_all_gather_columns
+
+static void rank_order(const void *order, bf16 *out, const bf16 *const *ins, int T, long begin,
+                       long end, long n) {
+    (void)order;
+    (void)n;
+    for (long i = begin; i < end; i++) {
+        float acc = bf16_to_float(ins[0][i]);
+        for (int r = 1; r < T; r++) acc += bf16_to_float(ins[r][i]);
+        out[i - begin] = float_to_bf16(acc);
+    }
+}
+
+void inv_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
+    (void)ops;  // the ranks' own threads add: a rank's pool is its own kernels'
+    cpu_comm_all_reduce(comm, buf, n, rank_order, NULL);
+}
+
+void inv_cpu_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,
+                                long col_begin, long col_end) {
+    (void)ops;
+    cpu_comm_all_gather_columns(comm, buf, rows, ld, col_begin, col_end);
+}

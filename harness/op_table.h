@@ -48,6 +48,9 @@ typedef struct {
     };
     int max_M;          // largest batch checked at this shape; 0: every M of the list
     bool quick;         // kept by --quick
+    // Checked on batch-invariant sets only: a path-reaching shape that costs seconds per set,
+    // while the negative controls are caught at the op's other shapes.
+    bool invariant_sets_only;
 } op_shape;
 
 typedef struct op_section op_section;  // harness/ops/op_section.h

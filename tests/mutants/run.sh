@@ -60,8 +60,12 @@ sync_base() {
 
 # --- checks: each prints its output to $log; returns 0 when the mutant survived it ----------
 first_failure() {  # the line of $log that says what failed
-    local line
-    line=$(grep -m1 -E '<- must be stable|^FAIL|\[  FAILED  \]|\[  ERROR   \]|Assertion|error:|differs|never varied' "$1")
+    local line="" pattern
+    for pattern in '<- must be stable' '^FAIL' '\[  ERROR   \]|\[  FAILED  \]|[Ff]ailure!' \
+                   'Assertion|error:|never varied|not written'; do
+        line=$(grep -m1 -E "$pattern" "$1")
+        [ -n "$line" ] && break
+    done
     [ -n "$line" ] || line=$(grep -v '^\s*$' "$1" | tail -n 1)
     printf '%s' "$line" | tr -s ' ' | cut -c1-200
 }

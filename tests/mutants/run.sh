@@ -139,20 +139,20 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
                 LINE="$name: skipped (no CUDA device: patched and compiled with nvcc, not run)"
             else
                 VERDICT=invalid
-                LINE="$name: invalid (does not compile: $(grep -m1 'error' "$out/$name.build.log" | grep -m1 -E 'error:|Error' ))"
+                LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
             fi
             return
         fi
         if ! nice make -C "$dir" --no-print-directory CUDA=1 BUILD=build-cuda all tests \
             >"$out/$name.build.log" 2>&1; then
             VERDICT=invalid
-            LINE="$name: invalid (does not compile: $(grep -m1 'error' "$out/$name.build.log" | grep -m1 -E 'error:|Error' ))"
+            LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
             return
         fi
     elif ! nice make -C "$dir" --no-print-directory CUDA=0 BUILD=build build/invar \
         >"$out/$name.build.log" 2>&1; then
         VERDICT=invalid
-        LINE="$name: invalid (does not compile: $(grep -m1 'error' "$out/$name.build.log" | grep -m1 -E 'error:|Error' ))"
+        LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
         return
     fi
     local ladder=$LADDER_CPU done=" " c rc log="$out/$name.check.log"

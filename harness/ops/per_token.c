@@ -20,7 +20,7 @@ const op_shape rmsnorm_cpu_shapes[] = {
     {.label = "D=512", .rmsnorm = {.D = 512}},                              // kv_a_layernorm
     {.label = "D=2048 ld+8", .rmsnorm = {.D = 2048, .pad = 8}, .quick = true},  // V2-Lite hidden
     {.label = "D=7168", .rmsnorm = {.D = 7168}, .quick = true},             // V3 hidden
-    {.label = "D=1030", .rmsnorm = {.D = 1030}, .max_M = 1024},  // the D mod 8 tail
+    {.label = "D=1030", .rmsnorm = {.D = 1030}},  // the D mod 8 tail
     {.label = NULL},
 };
 const op_shape rmsnorm_cuda_shapes[] = {

@@ -63,10 +63,10 @@ first_failure() {  # the line of $log that says what failed
     local line="" pattern
     for pattern in '<- must be stable' '^FAIL' '\[  ERROR   \]|\[  FAILED  \]|[Ff]ailure!' \
                    'Assertion|error:|never varied|not written'; do
-        line=$(grep -m1 -E "$pattern" "$1")
+        line=$(grep -a -m1 -E "$pattern" "$1")
         [ -n "$line" ] && break
     done
-    [ -n "$line" ] || line=$(grep -v '^\s*$' "$1" | tail -n 1)
+    [ -n "$line" ] || line=$(grep -a -v '^\s*$' "$1" | tail -n 1)
     printf '%s' "$line" | tr -s ' ' | cut -c1-200
 }
 

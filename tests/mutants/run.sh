@@ -56,6 +56,16 @@ sync_base() {
         echo "mutants: the unmutated tree does not build; fix that first"
         exit 2
     fi
+    # On a GPU host the CUDA mutants run: a CUDA base too, so each rebuilds only its own .cu.
+    if [ "$gpu" = 1 ]; then
+        echo "mutants: building the unmutated CUDA base in $base/build-cuda"
+        if ! nice make -C "$base" --no-print-directory CUDA=1 BUILD=build-cuda all tests \
+            >"$out/base-build-cuda.log" 2>&1; then
+            tail -n 20 "$out/base-build-cuda.log"
+            echo "mutants: the unmutated tree does not build with CUDA; fix that first"
+            exit 2
+        fi
+    fi
 }
 
 # --- checks: each prints its output to $log; returns 0 when the mutant survived it ----------

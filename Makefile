@@ -54,7 +54,7 @@ TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_NAMES := $(filter-out replay,$(basename $(notdir $(wildcard tests/fuzz/*.c))))
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 
-.PHONY: all deps check run bench clean tests nightly sanitize fuzz gpu-sanitize
+.PHONY: all deps check run bench clean tests nightly sanitize fuzz gpu-sanitize mutants
 all: $(BUILD)/invar
 
 $(BUILD)/%.o: %.c
@@ -147,6 +147,13 @@ fuzz: deps
 	    || { tail -n 40 $(FUZZ_BUILD)/fuzz_$$t.log; echo "fuzz: $$t found a crash (tests/fuzz/$$t/crashes/)"; exit 1; }; \
 	  grep -E '^stat::number_of_executed_units|^Done' $(FUZZ_BUILD)/fuzz_$$t.log || true; \
 	done
+
+# The mutation suite (tests/mutants/run.sh): each patch planted in a scratch copy under
+# build-mutants/, rebuilt, and checked cheapest first; MUTANTS=a,b picks some, MUTANTS_FRESH=1
+# judges again those already judged.
+MUTANTS ?=
+mutants: deps
+	@MUTANTS="$(MUTANTS)" bash tests/mutants/run.sh
 
 run: deps
 	@$(MAKE) --no-print-directory all

@@ -4,6 +4,7 @@
 // written, gaps and unused slots checked untouched.
 #include "op_table.h"
 
+#include <math.h>                   // ldexpf
 #include <stdlib.h>                 // free
 #include <string.h>                 // memcpy, memset, strcmp
 
@@ -25,6 +26,16 @@ int op_rng_int(op_rng *r, int n) { return (int)(op_rng_u64(r) % (uint64_t)n); }
 
 void op_fill_bf16(bf16 *p, long n, op_rng *r, float lo, float hi) {
     for (long i = 0; i < n; i++) p[i] = float_to_bf16(op_rng_float(r, lo, hi));
+}
+
+// Magnitudes spread over 2^-6..2^6 with random signs: large terms swamp small ones and partly
+// cancel, so the fp32 error of a sum depends on its order by more than an ulp and survives the
+// bf16 rounding of the output more often than with values of one magnitude.
+void op_fill_bf16_wide(bf16 *p, long n, op_rng *r, float scale) {
+    for (long i = 0; i < n; i++) {
+        float v = scale * op_rng_float(r, 0.5f, 1.0f) * ldexpf(1.0f, op_rng_int(r, 13) - 6);
+        p[i] = float_to_bf16(op_rng_int(r, 2) ? v : -v);
+    }
 }
 
 void op_distinct_ids(int32_t *ids, int k, int n, op_rng *r) {

@@ -53,6 +53,9 @@ typedef struct {
     // A non-invariant set whose op must vary must vary at this very shape, not only at some
     // shape of the list (the all-reduce at T >= 3; at T = 2 every order gives the same bits).
     bool must_vary;
+    // Checked on batch-invariant sets only: a path-reaching shape that costs seconds per set,
+    // while the negative controls are caught at the op's other shapes.
+    bool invariant_sets_only;
 } op_shape;
 
 typedef struct op_section op_section;  // harness/ops/op_section.h

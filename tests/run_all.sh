@@ -10,6 +10,7 @@ REPORT="$BUILD/report"  # each report kind in its own directory: run/CASE, kerne
 . "$(dirname "$0")/suites.sh"
 
 unit_and_replay_suites "$BUILD"
+suite "mutation patches still apply (tests/mutants/check_apply.sh)" bash tests/mutants/check_apply.sh
 
 gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then

@@ -244,6 +244,8 @@ static void kernel_rows_are_testcases(void **state) {
     // logprobs control never triggered.
     assert_int_equal(attr_int(x, "<testsuites", "tests"), 7);
     assert_int_equal(attr_int(x, "<testsuites", "failures"), 3);
+    // The checker's "ok" is a pass, not an unreadable status (an error).
+    assert_int_equal(attr_int(x, "<testsuites", "errors"), 0);
     assert_int_equal(occurrences(x, "<testcase "), 7);
     assert_non_null(strstr(x, "name=\"kernels/cpu\""));
     assert_non_null(strstr(x, "must be batch-invariant but varied at M=64"));

@@ -158,8 +158,61 @@ static void shared_prefix_hits_the_cache(void **state) {
     kv_cache_destroy(kv);
 }
 
+// A prompt whose every block is cached still computes its last block: its last token's logits
+// are what the first sample needs, and no step may schedule zero tokens for it.
+static void whole_cached_prompt_computes_its_last_block(void **state) {
+    (void)state;
+    fixture f;
+    int lens[2] = {32, 32};
+    make_requests(&f, lens, 2, 1, 9);
+    for (int p = 0; p < 32; p++) f.prompt[1][p] = f.prompt[0][p];  // the same two blocks
+    kv_cache *kv = kv_cache_create(64, 16, true);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 1, .max_num_batched_tokens = 64, .chunked_prefill = true};
+    char err[200];
+    assert_true(scheduler_begin(s, f.reqs, 2, &o, err, sizeof err));
+    sched_item items[MAX_SEQS];
+    int32_t sampled[MAX_SEQS] = {3};
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 1);
+    scheduler_complete(s, items, 1, sampled);
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 1);
+    assert_int_equal(items[0].req, 1);
+    assert_int_equal(items[0].start, 16);     // block 0 from the cache, block 1 computed
+    assert_int_equal(items[0].n_tokens, 16);
+    assert_true(items[0].sample);
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
+// A block goes to the prefix cache only once every one of its tokens is computed: a request
+// that hit a half-computed block would read KV nobody wrote yet.
+static void only_fully_computed_blocks_are_published(void **state) {
+    (void)state;
+    fixture f;
+    int lens[1] = {40};
+    make_requests(&f, lens, 1, 1, 11);
+    kv_cache *kv = kv_cache_create(64, 16, true);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 1, .max_num_batched_tokens = 24, .chunked_prefill = true};
+    char err[200];
+    assert_true(scheduler_begin(s, f.reqs, 1, &o, err, sizeof err));
+    sched_item items[MAX_SEQS];
+    int32_t sampled[MAX_SEQS] = {3};
+    assert_int_equal(scheduler_schedule(s, items, err, sizeof err), 1);
+    assert_int_equal(items[0].n_tokens, 24);  // block 0 whole, block 1 half computed
+    scheduler_complete(s, items, 1, sampled);
+    uint64_t key0 = kv_cache_block_key(0, f.prompt[0], 16);
+    uint64_t key1 = kv_cache_block_key(key0, f.prompt[0] + 16, 16);
+    assert_true(kv_cache_lookup(kv, key0) >= 0);
+    assert_true(kv_cache_lookup(kv, key1) < 0);
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(only_fully_computed_blocks_are_published),
+        cmocka_unit_test(whole_cached_prompt_computes_its_last_block),
         cmocka_unit_test(budget_chunks_long_prompts),
         cmocka_unit_test(first_step_mixes_prefill_within_budget),
         cmocka_unit_test(unchunked_prompt_waits_for_room),

@@ -87,6 +87,10 @@ const op_shape mla_attention_cpu_shapes[] = {
      {.H = 4, .L = 512, .R = 64, .max_len = 1024, .chunk = 1, .block_size = 16}},
     {.label = "prefill H=2 c=8 len<=200", .max_M = 128, .mla_attention =
      {.H = 2, .L = 512, .R = 64, .max_len = 200, .chunk = 8, .block_size = 16}},
+    // Up to 4 KV splits of 512 (a merge of 3+ partials is not symmetric) and up to 256
+    // sequences in one call (paths taken above 128 sequences).
+    {.label = "decode H=1 len<=1800 M<=256", .max_M = 256, .invariant_sets_only = true,
+     .mla_attention = {.H = 1, .L = 512, .R = 64, .max_len = 1800, .chunk = 1, .block_size = 64}},
     {.label = NULL},
 };
 const op_shape mla_attention_cuda_shapes[] = {
@@ -108,9 +112,12 @@ static void mla_row_fill(const op_case *c, op_rng *r, int len, bf16 *kv, bf16 *q
                          bf16 *q_pe) {
     int H = c->s->mla_attention.H, L = c->s->mla_attention.L, R = c->s->mla_attention.R;
     int chunk = c->s->mla_attention.chunk;
+    // Half the sequences get sharp scores: each split's max differs, so the order in which
+    // splits are merged shows in the output.
+    float q_range = op_rng_int(r, 2) ? 3.0f : 1.0f;
     op_fill_bf16(kv, (long)len * (L + R), r, -1.0f, 1.0f);
-    op_fill_bf16(q_lat, (long)chunk * H * L, r, -1.0f, 1.0f);
-    op_fill_bf16(q_pe, (long)chunk * H * R, r, -1.0f, 1.0f);
+    op_fill_bf16(q_lat, (long)chunk * H * L, r, -q_range, q_range);
+    op_fill_bf16(q_pe, (long)chunk * H * R, r, -q_range, q_range);
 }
 
 static void mla_attention_declare(op_case *c) {

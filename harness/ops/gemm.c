@@ -16,6 +16,8 @@ const op_shape gemm_cpu_shapes[] = {
     // DeepSeek-V2-Lite kv_a_proj_with_mqa
     {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .max_M = 256, .quick = true},
     {.label = "100x300", .gemm = {.N = 100, .K = 300}, .max_M = 1024},  // ragged tiles
+    // N and K off every multiple of 4 and 8: the 1-column path and the K tails
+    {.label = "37x203", .gemm = {.N = 37, .K = 203}, .max_M = 256},
     {.label = NULL},
 };
 const op_shape gemm_f32_cpu_shapes[] = {
@@ -53,7 +55,10 @@ static void gemm_declare(op_case *c) {
 
 static void gemm_row(const op_case *c, uint64_t seed, void *const *in) {
     op_rng r = op_rng_from(seed, 1);
-    op_fill_bf16(in[GEMM_X], c->s->gemm.K, &r, -1.0f, 1.0f);
+    if (op_rng_int(&r, 2))  // half the rows: a wide range that partly cancels
+        op_fill_bf16_wide(in[GEMM_X], c->s->gemm.K, &r, 1.0f);
+    else
+        op_fill_bf16(in[GEMM_X], c->s->gemm.K, &r, -1.0f, 1.0f);
 }
 
 static void gemm_call(op_case *c, const op_batch *b) {

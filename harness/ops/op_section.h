@@ -100,6 +100,8 @@ float op_rng_float(op_rng *r, float lo, float hi);
 int op_rng_int(op_rng *r, int n);
 // Uniform in [lo, hi), rounded to bf16. Never zeros: 0 is hit with probability ~2^-24.
 void op_fill_bf16(bf16 *p, long n, op_rng *r, float lo, float hi);
+// n values of magnitude scale * [2^-7, 2^6], random signs: a reduction's order shows in them.
+void op_fill_bf16_wide(bf16 *p, long n, op_rng *r, float scale);
 // k distinct values of [0, n) in random order.
 void op_distinct_ids(int32_t *ids, int k, int n, op_rng *r);
 // A random permutation of [0, n).

@@ -20,6 +20,7 @@ const op_shape rmsnorm_cpu_shapes[] = {
     {.label = "D=512", .rmsnorm = {.D = 512}},                              // kv_a_layernorm
     {.label = "D=2048 ld+8", .rmsnorm = {.D = 2048, .pad = 8}, .quick = true},  // V2-Lite hidden
     {.label = "D=7168", .rmsnorm = {.D = 7168}, .quick = true},             // V3 hidden
+    {.label = "D=1030", .rmsnorm = {.D = 1030}},  // the D mod 8 tail
     {.label = NULL},
 };
 const op_shape rmsnorm_cuda_shapes[] = {
@@ -40,7 +41,10 @@ static void rmsnorm_declare(op_case *c) {
 static void rmsnorm_row(const op_case *c, uint64_t seed, void *const *in) {
     op_rng r = op_rng_from(seed, 2);
     float scale = op_rng_float(&r, 0.1f, 4.0f);  // rows of other magnitudes
-    op_fill_bf16(in[RMS_X], c->s->rmsnorm.D, &r, -scale, scale);
+    if (op_rng_int(&r, 2))  // half the rows: a wide range, where the sum's order shows
+        op_fill_bf16_wide(in[RMS_X], c->s->rmsnorm.D, &r, scale);
+    else
+        op_fill_bf16(in[RMS_X], c->s->rmsnorm.D, &r, -scale, scale);
 }
 
 static void rmsnorm_call(op_case *c, const op_batch *b) {

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# tests/mutants/run.sh — the mutation suite (`make mutants`): plants each tests/mutants/*.patch
+# in a scratch copy of the tree, rebuilds what the patch touches, and runs checks cheapest
+# first until one fails. Prints one line per mutant and a closing count with the catch rate.
+#
+#   MUTANTS=a,b          only these mutants (names without .patch)
+#   MUTANTS_FRESH=1      judge again the mutants already judged (state in build-mutants/state)
+#   MUTANTS_KEEP=1       keep each scratch copy (build-mutants/NAME) instead of deleting it
+#   MUTANTS_DIR=DIR      where the base copy, scratch copies and state live (build-mutants)
+#
+# A patch's leading '# key: value' lines (git apply ignores them) say what it is:
+#   class   kernel, engine, comparator, verdict, runner or report (kernel mutants must be caught
+#           by the kernel-level checks: a catch by a case is reported as end-to-end only)
+#   device  cpu or cuda (cuda: compiled here, run only where nvidia-smi lists a GPU)
+#   checks  the targeted checks, cheapest first: unit:TEST, kernels:OP, case:NAME
+#   equivalent  why the mutant cannot change any bit: listed, not counted
+# After the targeted checks every mutant still alive meets the ladder of `make check`'s CPU
+# suites: every unit test, `invar kernels --device cpu`, then the CPU cases.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${MUTANTS_DIR:-$root/build-mutants}
+state="$out/state"
+base="$out/base"
+mkdir -p "$state" || { echo "mutants: cannot create $state"; exit 2; }
+# git apply inside build-mutants/ must not find the enclosing repository (it would then apply
+# the patch relative to the repository root, i.e. to the real tree).
+export GIT_CEILING_DIRECTORIES="$out"
+
+gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    gpu=1
+fi
+
+header() {  # header PATCH KEY: the value of '# KEY: ...' with its continuation lines
+    awk -v key="$2" '
+        /^diff --git/ { exit }
+        $0 ~ "^# " key ": " { sub("^# " key ": ", ""); v = $0; on = 1; next }
+        on && /^#   / { sub(/^#   /, ""); v = v " " $0; next }
+        { on = 0 }
+        END { print v }' "$1"
+}
+
+# --- the base copy: the tree's tracked (and untracked, not ignored) files, built once --------
+sync_base() {
+    mkdir -p "$base"
+    if [ ! -d "$base/build" ] && [ -d "$root/build-cpu" ]; then
+        cp -a "$root/build-cpu" "$base/build"  # a head start; make brings it up to date
+    fi
+    (cd "$root" && git ls-files -z --cached --others --exclude-standard | grep -zv '^build' |
+        tar --null -T - -cf -) | tar -xf - -C "$base" || { echo "mutants: cannot copy the tree"; exit 2; }
+    echo "mutants: building the unmutated base in $base/build (CUDA=0)"
+    if ! nice make -C "$base" --no-print-directory CUDA=0 BUILD=build all tests >"$out/base-build.log" 2>&1; then
+        tail -n 20 "$out/base-build.log"
+        echo "mutants: the unmutated tree does not build; fix that first"
+        exit 2
+    fi
+    # On a GPU host the CUDA mutants run: a CUDA base too, so each rebuilds only its own .cu.
+    if [ "$gpu" = 1 ]; then
+        echo "mutants: building the unmutated CUDA base in $base/build-cuda"
+        if ! nice make -C "$base" --no-print-directory CUDA=1 BUILD=build-cuda all tests \
+            >"$out/base-build-cuda.log" 2>&1; then
+            tail -n 20 "$out/base-build-cuda.log"
+            echo "mutants: the unmutated tree does not build with CUDA; fix that first"
+            exit 2
+        fi
+    fi
+}
+
+# --- checks: each prints its output to $log; returns 0 when the mutant survived it ----------
+first_failure() {  # the line of $log that says what failed
+    local line="" pattern
+    for pattern in '<- must be stable' '^FAIL' '\[  ERROR   \]|\[  FAILED  \]|[Ff]ailure!' \
+                   'Assertion|error:|never varied|not written'; do
+        line=$(grep -a -m1 -E "$pattern" "$1")
+        [ -n "$line" ] && break
+    done
+    [ -n "$line" ] || line=$(grep -a -v '^\s*$' "$1" | tail -n 1)
+    printf '%s' "$line" | tr -s ' ' | cut -c1-200
+}
+
+run_check() {  # run_check DIR CHECK LOG: 0 survived, 1 caught, 2 not applicable
+    local dir=$1 check=$2 log=$3 kind=${2%%:*} arg=${2#*:} dev=cpu build=build
+    [ "$MUTANT_DEVICE" = cuda ] && { dev=cuda; build=build-cuda; }
+    local mk=(nice make -C "$dir" --no-print-directory BUILD="$build")
+    [ "$dev" = cpu ] && mk+=(CUDA=0)
+    case "$kind" in
+    unit)
+        [ -f "$dir/tests/$arg.c" ] || return 2
+        "${mk[@]}" "$build/tests/$arg" >"$log" 2>&1 || return 1
+        (cd "$dir" && timeout 600 "$build/tests/$arg") >"$log" 2>&1 || return 1 ;;
+    units)
+        "${mk[@]}" tests >"$log" 2>&1 || return 1
+        local t
+        for t in "$dir/$build"/tests/test_*; do
+            case "$t" in *.o | *.d) continue ;; esac
+            [ -x "$t" ] || continue
+            (cd "$dir" && timeout 600 "$t") >"$log" 2>&1 || return 1
+        done ;;
+    kernels)
+        local op=()
+        [ "$arg" = all ] || op=(--op "$arg" --set invariant)
+        (cd "$dir" && timeout 600 nice "$build/invar" kernels --device "$dev" "${op[@]}" \
+            --out "$build/report/kernels") >"$log" 2>&1 || return 1 ;;
+    case)
+        (cd "$dir" && timeout 600 nice "$build/invar" run --case "cases/$arg.ini" \
+            --out "$build/report/run/$arg") >"$log" 2>&1 || return 1 ;;
+    *) echo "mutants: unknown check '$check'" >"$log"; return 2 ;;
+    esac
+    return 0
+}
+
+# The ladder after the targeted checks: make check's CPU suites, cheapest first.
+LADDER_CPU="units:all kernels:all case:sampled case:ci case:small-model case:backends"
+LADDER_CUDA="unit:test_cuda_ops kernels:all case:gpu"
+
+judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
+    local patch=$1 name
+    name=$(basename "$patch" .patch)
+    local class device checks equivalent
+    class=$(header "$patch" class)
+    device=$(header "$patch" device)
+    checks=$(header "$patch" checks)
+    equivalent=$(header "$patch" equivalent)
+    MUTANT_DEVICE=${device:-cpu}
+    if [ -n "$equivalent" ]; then
+        VERDICT=equivalent
+        LINE="$name: equivalent, not counted ($equivalent)"
+        return
+    fi
+    local dir="$out/$name"
+    rm -rf "$dir"
+    cp -a "$base" "$dir" || { echo "mutants: cannot copy $base"; exit 2; }
+    if ! (cd "$dir" && git apply "$patch") >"$out/$name.apply.log" 2>&1; then
+        VERDICT=invalid
+        LINE="$name: invalid (does not apply: $(head -n1 "$out/$name.apply.log"))"
+        return
+    fi
+    if [ "$MUTANT_DEVICE" = cuda ]; then
+        local objs=() f
+        for f in $(grep -E '^\+\+\+ b/.*\.cu$' "$patch" | sed 's|^+++ b/||'); do
+            objs+=("build-cuda/$f.o")
+        done
+        if [ "$gpu" = 0 ]; then
+            if nice make -C "$dir" --no-print-directory CUDA=1 BUILD=build-cuda "${objs[@]}" \
+                >"$out/$name.build.log" 2>&1; then
+                VERDICT=skipped
+                LINE="$name: skipped (no CUDA device: patched and compiled with nvcc, not run)"
+            else
+                VERDICT=invalid
+                LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
+            fi
+            return
+        fi
+        if ! nice make -C "$dir" --no-print-directory CUDA=1 BUILD=build-cuda all tests \
+            >"$out/$name.build.log" 2>&1; then
+            VERDICT=invalid
+            LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
+            return
+        fi
+    elif ! nice make -C "$dir" --no-print-directory CUDA=0 BUILD=build build/invar \
+        >"$out/$name.build.log" 2>&1; then
+        VERDICT=invalid
+        LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
+        return
+    fi
+    local ladder=$LADDER_CPU done=" " c rc log="$out/$name.check.log"
+    [ "$MUTANT_DEVICE" = cuda ] && ladder=$LADDER_CUDA
+    for c in $checks $ladder; do
+        case "$done" in *" $c "*) continue ;; esac
+        done="$done$c "
+        run_check "$dir" "$c" "$log"
+        rc=$?
+        [ "$rc" = 1 ] || continue
+        local how="" first
+        first=$(first_failure "$log")
+        if [ "${c%%:*}" = kernels ] && ! grep -q '<- must be stable' "$log" && grep -q '^FAIL' "$log"; then
+            how=" (accuracy only)"
+        fi
+        if [ "$class" = kernel ] && [ "${c%%:*}" = case ]; then how="$how (end-to-end only)"; fi
+        VERDICT=caught
+        LINE="$name: caught by $c$how: $first"
+        [ "${MUTANTS_KEEP:-0}" = 1 ] || rm -rf "$dir"
+        return
+    done
+    VERDICT=survived
+    LINE="$name: SURVIVED (checks run:$done)"
+    [ "${MUTANTS_KEEP:-0}" = 1 ] || rm -rf "$dir"
+}
+
+# --- the mutants to judge ------------------------------------------------------------------
+patches=()
+if [ -n "${MUTANTS:-}" ]; then
+    IFS=',' read -r -a wanted <<<"$MUTANTS"
+    for n in "${wanted[@]}"; do
+        [ -f "$here/$n.patch" ] || { echo "mutants: no such mutant: $n ($here/$n.patch)"; exit 2; }
+        patches+=("$here/$n.patch")
+    done
+else
+    for p in "$here"/*.patch; do patches+=("$p"); done
+fi
+[ "${#patches[@]}" -gt 0 ] || { echo "mutants: no patches in $here"; exit 2; }
+
+start=$SECONDS
+built=0
+declare -A count=()
+declare -A class_caught=() class_total=()
+for p in "${patches[@]}"; do
+    name=$(basename "$p" .patch)
+    sum=$(sha1sum "$p" | cut -c1-40)
+    st="$state/$name"
+    if [ "${MUTANTS_FRESH:-0}" != 1 ] && [ -f "$st" ] && [ "$(sed -n 1p "$st")" = "$sum" ]; then
+        VERDICT=$(sed -n 2p "$st")
+        LINE=$(sed -n 3p "$st")
+        # A CUDA mutant skipped for want of a device is judged again where there is one.
+        if ! { [ "$VERDICT" = skipped ] && [ "$gpu" = 1 ]; }; then
+            echo "$LINE (earlier run)"
+            count[$VERDICT]=$((${count[$VERDICT]:-0} + 1))
+            cls="$(header "$p" device)/$(header "$p" class)"
+            [ "$VERDICT" = caught ] && class_caught[$cls]=$((${class_caught[$cls]:-0} + 1))
+            case "$VERDICT" in caught | survived) class_total[$cls]=$((${class_total[$cls]:-0} + 1)) ;; esac
+            continue
+        fi
+    fi
+    if [ "$built" = 0 ]; then sync_base; built=1; fi
+    t0=$SECONDS
+    judge "$p"
+    echo "$LINE [$((SECONDS - t0)) s]"
+    printf '%s\n%s\n%s\n' "$sum" "$VERDICT" "$LINE" >"$st"
+    count[$VERDICT]=$((${count[$VERDICT]:-0} + 1))
+    cls="$(header "$p" device)/$(header "$p" class)"
+    [ "$VERDICT" = caught ] && class_caught[$cls]=$((${class_caught[$cls]:-0} + 1))
+    case "$VERDICT" in caught | survived) class_total[$cls]=$((${class_total[$cls]:-0} + 1)) ;; esac
+done
+
+caught=${count[caught]:-0} survived=${count[survived]:-0} skipped=${count[skipped]:-0}
+echo
+for cls in $(printf '%s\n' "${!class_total[@]}" | sort); do
+    echo "  $cls: ${class_caught[$cls]:-0} of ${class_total[$cls]} caught"
+done
+rate="n/a"
+[ $((caught + survived)) -gt 0 ] && rate="$((100 * caught / (caught + survived)))%"
+echo "$caught caught, $survived survived, $skipped skipped" \
+     "(${count[invalid]:-0} invalid, ${count[equivalent]:-0} equivalent not counted);" \
+     "catch rate $rate; $((SECONDS - start)) s"
+[ "$survived" = 0 ] && [ "${count[invalid]:-0}" = 0 ]

@@ -1,0 +1,82 @@
+// tests/test_verdict.c — a config's verdict (harness/verdict.c) from what its runs observed:
+// the cases of the CI matrix never produce a nondeterministic run, a prefill that differs
+// from decode or an uncaught negative control, so only this test holds those rules.
+#include <stdarg.h>   // cmocka needs these four first
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>   // cmocka test API
+
+#include <string.h>   // strcmp
+
+#include "../harness/verdict.h"  // outcome_judge, resolved_config, outcome, ops_set
+
+static ops_set invariant_set = {.name = "invariant", .batch_invariant = true};
+static ops_set reference_set = {.name = "reference"};
+static ops_set adversarial_set = {.name = "adversarial", .adversarial = true};
+
+static outcome judged(bool expect_invariant, ops_set *set, bool adversarial_control,
+                      bool batch_differs, bool repeat_differs, const char *prefill) {
+    resolved_config rc = {.batch_invariant_mode = set->batch_invariant,
+                          .expect_invariant = expect_invariant};
+    outcome out = {.batch_differs = batch_differs, .repeat_differs = repeat_differs,
+                   .differing = batch_differs || repeat_differs, .prefill_vs_decode = prefill};
+    outcome_judge(&rc, set, adversarial_control, &out);
+    return out;
+}
+
+static void invariant_config_passes_only_when_nothing_differs(void **state) {
+    (void)state;
+    outcome o = judged(true, &invariant_set, false, false, false, "equal");
+    assert_string_equal(o.verdict, "PASS");
+    assert_string_equal(o.observed, "invariant");
+    o = judged(true, &invariant_set, false, true, false, "equal");
+    assert_string_equal(o.verdict, "FAIL");
+    assert_string_equal(o.observed, "batch-variant");
+}
+
+// A repeated largest batch that differs from itself is nondeterminism, not batch variance,
+// and never a pass for an invariant config.
+static void repeat_difference_is_nondeterministic(void **state) {
+    (void)state;
+    outcome o = judged(true, &invariant_set, false, false, true, "equal");
+    assert_string_equal(o.observed, "nondeterministic");
+    assert_string_equal(o.verdict, "FAIL");
+    o = judged(true, &invariant_set, false, true, true, "equal");
+    assert_string_equal(o.observed, "nondeterministic");
+}
+
+static void negative_control_must_be_caught(void **state) {
+    (void)state;
+    outcome o = judged(false, &reference_set, false, true, false, "not-checked");
+    assert_string_equal(o.verdict, "PASS");
+    o = judged(false, &reference_set, false, false, false, "not-checked");
+    assert_string_equal(o.verdict, "FAIL");
+    assert_non_null(strstr(o.note, "negative control not triggered"));
+    o = judged(false, &adversarial_set, true, false, false, "not-checked");
+    assert_string_equal(o.verdict, "FAIL");  // the control itself is never information
+}
+
+static void order_free_reference_is_information_beside_adversarial(void **state) {
+    (void)state;
+    outcome o = judged(false, &reference_set, true, false, false, "not-checked");
+    assert_string_equal(o.verdict, "PASS");
+    assert_non_null(strstr(o.note, "information"));
+}
+
+static void prefill_decode_difference_fails(void **state) {
+    (void)state;
+    outcome o = judged(true, &invariant_set, false, false, false, "DIFFER");
+    assert_string_equal(o.verdict, "FAIL");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(invariant_config_passes_only_when_nothing_differs),
+        cmocka_unit_test(repeat_difference_is_nondeterministic),
+        cmocka_unit_test(negative_control_must_be_caught),
+        cmocka_unit_test(order_free_reference_is_information_beside_adversarial),
+        cmocka_unit_test(prefill_decode_difference_fails),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

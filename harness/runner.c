@@ -25,6 +25,7 @@
 #include "resume_match.h"               // resume_done_cells
 #include "summary_row.h"                // summary_row_write, report_row_write,
                                         // summary_verdict_literal
+#include "tp_information.h"             // tp_delta_compare, tp_delta_note
 #include "verdict.h"                    // outcome_judge
 
 // Result buffers for every request of one run.
@@ -275,22 +276,28 @@ static bool checks_prefill_vs_decode(const resolved_config *rc) {
     return rc->batch_invariant_mode && rc->backend->prefill_equals_decode;
 }
 
-// Baselines, prefill vs decode, each batch size, then the largest batch size again. False on
-// an engine failure (out->note says what).
-static bool run_comparisons(config_run *r) {
-    const case_file *c = r->c;
-    int count = r->count, T = c->max_new_tokens, largest = case_max_batch_size(c);
-    run_buffers base = buffers_alloc(count, T), cur = buffers_alloc(count, T),
-                kept = buffers_alloc(count, T);
-    bool ok = true, have_kept = false;
-
-    buffers_poison(&base, count, T);
-    for (int i = 0; i < count && ok; i++) {
+// The bs=1 baselines into `base`, one request at a time. False on an engine failure.
+static bool run_baselines(config_run *r, run_buffers *base, const char *label) {
+    bool ok = true;
+    buffers_poison(base, r->count, r->c->max_new_tokens);
+    for (int i = 0; i < r->count && ok; i++) {
         engine_stats st = {0};
-        progress_phase(r->prog, "baseline %d/%d", i + 1, count);
-        ok = generate_checked(r, &r->alone[i], 1, 1, &base, i, "bs=1 baseline", &st);
+        progress_phase(r->prog, "%s %d/%d", label, i + 1, r->count);
+        ok = generate_checked(r, &r->alone[i], 1, 1, base, i, label, &st);
         r->out->prefill_chunks += st.prefill_chunks;
     }
+    return ok;
+}
+
+// Baselines (into the caller's `base`, kept for TP=1 vs TP=T), prefill vs decode, each batch
+// size, then the largest batch size again. False on an engine failure (out->note says what).
+static bool run_comparisons(config_run *r, run_buffers *base_out) {
+    const case_file *c = r->c;
+    int count = r->count, T = c->max_new_tokens, largest = case_max_batch_size(c);
+    run_buffers base = *base_out, cur = buffers_alloc(count, T), kept = buffers_alloc(count, T);
+    bool ok = true, have_kept = false;
+
+    ok = run_baselines(r, &base, "bs=1 baseline");
     if (ok) {
         if (checks_prefill_vs_decode(r->rc)) {
             progress_phase(r->prog, "prefill-vs-decode");
@@ -330,9 +337,38 @@ static bool run_comparisons(config_run *r) {
         if (differing < 0) ok = false;
         else if (differing > 0) r->out->repeat_differs = true;
     }
-    buffers_free(&base);
     buffers_free(&cur);
     buffers_free(&kept);
+    return ok;
+}
+
+// TP=1 vs TP=T, as information: the bs=1 baselines once more on one rank (same kernel set,
+// model and effective settings), their chosen tokens' logprobs against `base` (TP=T's),
+// appended to the note. Only baselines: a batched run would add cost and no information the
+// batch comparison does not already give. False on an engine failure.
+static bool tp1_information(config_run *r, const model_config *mc, weight_source *w,
+                            const engine_limits *limits, const run_buffers *base) {
+    int T = tp_engine_size(r->eng);
+    ops_set *one = kernel_set_create(r->cfg->kernel_set, r->rc->device, r->out->threads);
+    tp_engine *eng1 = tp_engine_create(mc, w, &one, 1, limits, r->c->seed);
+    config_run r1 = *r;
+    r1.eng = eng1;
+    r1.vocab = tp_engine_config(eng1)->vocab_size;
+    run_buffers b1 = buffers_alloc(r->count, r->c->max_new_tokens);
+    long chunks = r->out->prefill_chunks;  // the column counts the config's own baselines
+    bool ok = run_baselines(&r1, &b1, "TP=1 baseline");
+    r->out->prefill_chunks = chunks;
+    if (ok) {
+        tp_delta d = tp_delta_compare(b1.res, base->res, r->count);
+        char note[256];
+        tp_delta_note(&d, T, note, sizeof note);
+        size_t used = strlen(r->out->note);
+        snprintf(r->out->note + used, sizeof r->out->note - used, "%s%s", used ? "; " : "",
+                 note);
+    }
+    buffers_free(&b1);
+    tp_engine_destroy(eng1);
+    one->destroy(one);
     return ok;
 }
 
@@ -380,8 +416,12 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     config_run r = {.c = c, .cfg = cfg, .rc = rc, .o = o, .count = count, .reqs = reqs,
                     .alone = alone, .vocab = tp_engine_config(eng)->vocab_size, .eng = eng,
                     .out = out, .prog = prog};
-    if (run_comparisons(&r)) outcome_judge(rc, ops, adversarial_control, out);
-    else out->verdict = "FAIL";
+    run_buffers base = buffers_alloc(count, c->max_new_tokens);
+    if (run_comparisons(&r, &base)) {
+        outcome_judge(rc, ops, adversarial_control, out);
+        if (ranks > 1 && !tp1_information(&r, &mc, model->w, &limits, &base)) out->verdict = "FAIL";
+    } else out->verdict = "FAIL";
+    buffers_free(&base);
 
     tp_engine_destroy(eng);
     for (int k = 0; k < ranks; k++) rank_ops[k]->destroy(rank_ops[k]);

@@ -32,6 +32,17 @@ fi
 for c in ci backends sampled small-model tp; do
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
+# TP=1 vs TP=T as information: every invariant config of cases/tp.ini (all at T > 1) carries
+# the note, with a number (the runner also ran its bs=1 baselines at T = 1).
+tp_information_notes() {
+    local rows noted
+    rows=$(grep -c '"cpu/invariant/' "$1/summary.csv")
+    noted=$(grep '"cpu/invariant/' "$1/summary.csv" |
+            grep -cE 'information: TP=1 vs TP=[0-9]+ max \|Δ logprob\| [0-9.e+-]+ over [0-9]+ steps \(tokens agreed at [0-9]+')
+    echo "cases/tp.ini: $rows invariant configs, $noted with the TP=1 vs TP=T note"
+    [ "$rows" -gt 0 ] && [ "$rows" = "$noted" ]
+}
+suite "cases/tp.ini notes TP=1 vs TP=T" tp_information_notes "$REPORT/run/tp"
 # The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts
 # checked against summary.csv), Markdown, plots.
 suite "invar report render $REPORT/run/ci" "$BUILD/invar" report render "$REPORT/run/ci"

@@ -9,7 +9,7 @@
 
 #include "../engine/attention_backend.h" // attention_backend_by_name, attention_backends
 #include "../engine/model_config.h"      // model_config_by_name
-#include "../sets/registry.h"         // kernel_sets
+#include "../sets/registry.h"         // kernel_set_by_name
 
 // ---------------------------------------------------------------------------------------------
 // Value checks and setters, one pair per axis
@@ -38,8 +38,7 @@ static void apply_device(run_config *c, const char *v) { copy_value(c->device, v
 // Any set name the registry knows, on any device (a cuda-only set is still a valid name on a
 // CPU-only build; the runner skips its configs there).
 static bool check_kernel_set(const char *v, char *why, int why_len) {
-    for (const kernel_set_entry *e = kernel_sets(); e->set; e++)
-        if (strcmp(e->set, v) == 0) return true;
+    if (kernel_set_by_name(v)) return true;
     snprintf(why, (size_t)why_len, "unknown kernel set '%s'", v);
     return false;
 }

@@ -8,7 +8,7 @@
 #include <string.h>   // strcmp, strlen, memset
 
 #include "../common/check.h"     // invar_die, invar_calloc
-#include "../sets/registry.h"  // kernel_set_find, cuda_device_available
+#include "../sets/registry.h"  // kernel_set_find, kernel_set_invariant_at, cuda_device_available
 
 // ---------------------------------------------------------------------------------------------
 // Selection: flag > case file > environment > auto
@@ -263,13 +263,32 @@ int resolve_merge(const run_config *configs, resolved_config *r, int n) {
 // The whole matrix, before anything runs
 // ---------------------------------------------------------------------------------------------
 
-// Whether (set, device) is batch-invariant, as the registry says: no set is built to find out.
-static bool kernel_set_invariant(const case_file *c, const run_config *cfg, const char *device) {
+// The registry's entry of (set, device): no set is built to decide a config's mode.
+static const kernel_set_entry *kernel_set_entry_of(const case_file *c, const run_config *cfg,
+                                                   const char *device) {
     const kernel_set_entry *e = kernel_set_find(cfg->kernel_set, device);
     if (!e)
         invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s", c->path,
                   cfg->name, cfg->kernel_set, device);
-    return e->batch_invariant;
+    return e;
+}
+
+// A set whose one batch-variant op is its all-reduce: why it is (or is not) batch-invariant at
+// this T, in the resolution column, and whether it must be caught.
+static void resolve_all_reduce_control(const kernel_set_entry *e, const run_config *cfg,
+                                       resolved_config *out) {
+    if (e->batch_invariant || e->order_free_up_to_tp <= 0 || out->skip) return;
+    int T = cfg->tensor_parallel > 0 ? cfg->tensor_parallel : 1;
+    if (T <= e->order_free_up_to_tp) {
+        add_reason(out, "kernel set %s batch-invariant at tensor_parallel %d: its one "
+                   "batch-variant op, the all-reduce, is order-free with at most %d ranks (two "
+                   "addends commute)", e->set, T, e->order_free_up_to_tp);
+    } else {
+        out->must_be_caught = true;
+        add_reason(out, "kernel set %s batch-variant at tensor_parallel %d: its all-reduce's "
+                   "order follows the message size, so the batch (negative control of the "
+                   "all-reduce alone: must be caught)", e->set, T);
+    }
 }
 
 resolved_config *resolve_matrix(const case_file *c, const run_config *configs, int n,
@@ -289,8 +308,10 @@ resolved_config *resolve_matrix(const case_file *c, const run_config *configs, i
             resolve_skip_device(device, why, &rs[k]);
             continue;
         }
-        resolve_config(cfg, device, kernel_set_invariant(c, cfg, device), case_max_model_len(c),
-                       &rs[k]);
+        const kernel_set_entry *e = kernel_set_entry_of(c, cfg, device);
+        resolve_config(cfg, device, kernel_set_invariant_at(e, cfg->tensor_parallel),
+                       case_max_model_len(c), &rs[k]);
+        resolve_all_reduce_control(e, cfg, &rs[k]);
         if (strcmp(cfg->device, "auto") == 0 && !have_cuda) {
             size_t used = strlen(rs[k].reason);
             snprintf(rs[k].reason + used, sizeof rs[k].reason - used, "%sdevice auto ran on cpu: "

@@ -58,6 +58,10 @@ typedef struct {
     int max_model_len;              // what the budget was raised to
     char reason[512];               // why the effective settings differ from the requested ones
     bool expect_invariant;          // else batch-variant: a negative control that must be caught
+    // A control that must be caught even where an adversarial set is the case's negative control
+    // (order-free information does not excuse it): a set whose one batch-variant op is its
+    // all-reduce, above the ranks where that is order-free (sets/registry.h).
+    bool must_be_caught;
     int merged_into;                // index of the config that runs for this one; -1: itself
 } resolved_config;
 

@@ -6,14 +6,14 @@
 #include <string.h>              // strcmp
 
 #include "../common/check.h"     // invar_calloc
-#include "../sets/registry.h"    // kernel_sets
+#include "../sets/registry.h"    // kernel_set_by_name, kernel_set_invariant_at
 
 // By name, not by (name, device): a CPU-only build registers no cuda entries, and the plan
-// must not depend on the build.
-static bool set_invariant_by_name(const char *set) {
-    for (const kernel_set_entry *e = kernel_sets(); e->set; e++)
-        if (strcmp(e->set, set) == 0) return e->batch_invariant;
-    return false;  // unknown: resolve_matrix refuses the case before anything runs
+// must not depend on the build. At the config's tensor_parallel, as resolve_matrix decides.
+static bool set_invariant_by_name(const char *set, int tensor_parallel) {
+    const kernel_set_entry *e = kernel_set_by_name(set);
+    // unknown: resolve_matrix refuses the case before anything runs
+    return e && kernel_set_invariant_at(e, tensor_parallel);
 }
 
 // Resolution as on a machine with (or without) a CUDA device, merges included.
@@ -26,7 +26,8 @@ static void resolve_assuming(const case_file *c, const run_config *configs, int 
         if (strcmp(device, "cuda") == 0 && !cuda_present)
             resolve_skip_device(device, "assumed absent by the shard plan", &r[k]);
         else
-            resolve_config(cfg, device, set_invariant_by_name(cfg->kernel_set),
+            resolve_config(cfg, device,
+                           set_invariant_by_name(cfg->kernel_set, cfg->tensor_parallel),
                            case_max_model_len(c), &r[k]);
     }
     resolve_merge(configs, r, n);

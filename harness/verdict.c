@@ -9,10 +9,13 @@
 // A realistic set (not batch-invariant, not adversarial) that matched bs=1 everywhere, in a
 // case whose adversarial set is the negative control: said as information, with what the set's
 // order log saw (the ops that kept one order could not have shown anything here; the ones that
-// changed order did so without changing a logprob bit).
+// changed order did so without changing a logprob bit). Never for a control that must be
+// caught (resolved_config.must_be_caught): it has no other reduction to be order-free in.
 static bool order_free_information(const resolved_config *rc, const ops_set *set,
                                    bool adversarial_control, outcome *out) {
-    if (rc->batch_invariant_mode || set->adversarial || !adversarial_control) return false;
+    if (rc->batch_invariant_mode || rc->must_be_caught || set->adversarial ||
+        !adversarial_control)
+        return false;
     char ops[512] = "no order recorded";
     if (set->orders) order_log_describe(set->orders, ops, sizeof ops);
     snprintf(out->note, sizeof out->note, "information: the %s set was not caught at this "

@@ -5,7 +5,7 @@
 #include <string.h>                         // strcmp
 
 #include "../kernels/cpu/inv_cpu.h"         // inv_cpu_create
-#include "../reference/cpu/ref_cpu.h"       // ref_cpu_create
+#include "../reference/cpu/ref_cpu.h"       // ref_cpu_create, inv_ring_cpu_create
 #include "../adversarial/cpu/adv_cpu.h"     // adv_cpu_create
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/inv_cuda.h"       // inv_cuda_create, inv_cuda_device_available
@@ -14,28 +14,49 @@
 #endif
 
 static const kernel_set_entry entries[] = {
-    {"invariant", "cpu", inv_cpu_create, false, true},
-    {"reference", "cpu", ref_cpu_create, false, false},
-    {"adversarial", "cpu", adv_cpu_create, true, false},
+    {"invariant", "cpu", inv_cpu_create, false, true, 0},
+    {"reference", "cpu", ref_cpu_create, false, false, 0},
+    {"adversarial", "cpu", adv_cpu_create, true, false, 0},
 #ifdef INVAR_CUDA
-    {"invariant", "cuda", inv_cuda_create, false, true},
-    {"reference", "cuda", ref_cuda_create, false, false},
-    {"adversarial", "cuda", adv_cuda_create, true, false},
+    {"invariant", "cuda", inv_cuda_create, false, true, 0},
+    {"reference", "cuda", ref_cuda_create, false, false, 0},
+    {"adversarial", "cuda", adv_cuda_create, true, false, 0},
 #endif
-    {NULL, NULL, NULL, false, false},
+    {NULL, NULL, NULL, false, false, 0},
+};
+
+// The invariant CPU set with the reference ring all-reduce: only the all-reduce differs, so
+// it is caught by the all-reduce alone, at T >= 3 only (CPU only: no CUDA collective yet).
+static const kernel_set_entry controls[] = {
+    {"invariant-ring", "cpu", inv_ring_cpu_create, false, false, 2},
+    {NULL, NULL, NULL, false, false, 0},
 };
 
 const kernel_set_entry *kernel_sets(void) { return entries; }
 
-bool kernel_set_is_adversarial(const char *set) {
+const kernel_set_entry *kernel_set_controls(void) { return controls; }
+
+const kernel_set_entry *kernel_set_by_name(const char *set) {
     for (const kernel_set_entry *e = entries; e->set; e++)
-        if (strcmp(e->set, set) == 0) return e->adversarial;
-    return false;
+        if (strcmp(e->set, set) == 0) return e;
+    for (const kernel_set_entry *e = controls; e->set; e++)
+        if (strcmp(e->set, set) == 0) return e;
+    return NULL;
+}
+
+bool kernel_set_is_adversarial(const char *set) {
+    const kernel_set_entry *e = kernel_set_by_name(set);
+    return e && e->adversarial;
+}
+
+bool kernel_set_invariant_at(const kernel_set_entry *e, int tensor_parallel) {
+    return e->batch_invariant || tensor_parallel <= e->order_free_up_to_tp;
 }
 
 const kernel_set_entry *kernel_set_find(const char *set, const char *device) {
-    for (const kernel_set_entry *e = entries; e->set; e++)
-        if (strcmp(e->set, set) == 0 && strcmp(e->device, device) == 0) return e;
+    for (int t = 0; t < 2; t++)
+        for (const kernel_set_entry *e = t ? controls : entries; e->set; e++)
+            if (strcmp(e->set, set) == 0 && strcmp(e->device, device) == 0) return e;
     return NULL;
 }
 

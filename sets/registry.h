@@ -11,15 +11,30 @@ typedef struct {
     ops_set *(*create)(int threads); // threads: CPU worker count (0 = all cores); cuda ignores
     bool adversarial;   // the set built to vary every reduction with the batch (ops_set.adversarial)
     bool batch_invariant; // what the set's ops_set.batch_invariant says, known without building it
+    // A set whose one batch-variant op is its all-reduce, which is order-free with at most this
+    // many ranks (two addends commute): resolution treats it as batch-invariant at
+    // tensor_parallel <= this, and as a negative control that must be caught above it. 0: none.
+    int order_free_up_to_tp;
 } kernel_set_entry;
 
-// The registered sets, terminated by an entry whose set is NULL.
+// The sets `invar kernels` checks op by op, terminated by an entry whose set is NULL.
 const kernel_set_entry *kernel_sets(void);
+
+// Engine-level negative controls, NULL-terminated: sets made only of ops that kernel_sets()
+// already has (so the kernel checker, which checks ops, has nothing new to check in them),
+// combined so that one op alone differs from the invariant set. Cases name them like any set.
+const kernel_set_entry *kernel_set_controls(void);
+
+// The first entry of that name on any device, in either table; NULL when none.
+const kernel_set_entry *kernel_set_by_name(const char *set);
+
+// Whether configs of e at tensor_parallel T run in batch-invariant mode.
+bool kernel_set_invariant_at(const kernel_set_entry *e, int tensor_parallel);
 
 // Whether the set of that name is the adversarial negative control (on any device).
 bool kernel_set_is_adversarial(const char *set);
 
-// The entry of (set, device); NULL when no such set is registered. Resolution reads its flags
+// The entry of (set, device), in either table; NULL when no such set is registered. Resolution reads its flags
 // here, so deciding a config's mode never builds a set (nor a CUDA context).
 const kernel_set_entry *kernel_set_find(const char *set, const char *device);
 

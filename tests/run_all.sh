@@ -43,6 +43,22 @@ tp_information_notes() {
     [ "$rows" -gt 0 ] && [ "$rows" = "$noted" ]
 }
 suite "cases/tp.ini notes TP=1 vs TP=T" tp_information_notes "$REPORT/run/tp"
+# The all-reduce alone (invariant-ring): expected invariant and passing at T = 2, where two
+# addends commute; expected batch-variant and caught at T = 3, 4 and 8 (columns expected,
+# observed, verdict follow each other in summary.csv).
+tp_ring_expectations() {
+    local t want
+    for t in 2 3 4 8; do
+        want='"invariant","invariant","PASS"'
+        [ "$t" -gt 2 ] && want='"batch-variant","batch-variant","PASS"'
+        grep -q "\"cpu/invariant-ring/tensor_parallel=$t\".*$want" "$1/summary.csv" || {
+            echo "cpu/invariant-ring/tensor_parallel=$t: not $want"
+            return 1
+        }
+    done
+    echo "invariant-ring: invariant at T = 2, caught at T = 3, 4, 8"
+}
+suite "cases/tp.ini: the all-reduce alone caught at T >= 3 only" tp_ring_expectations "$REPORT/run/tp"
 # The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts
 # checked against summary.csv), Markdown, plots.
 suite "invar report render $REPORT/run/ci" "$BUILD/invar" report render "$REPORT/run/ci"

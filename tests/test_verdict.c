@@ -64,6 +64,18 @@ static void order_free_reference_is_information_beside_adversarial(void **state)
     assert_non_null(strstr(o.note, "information"));
 }
 
+// The all-reduce alone (invariant-ring at T >= 3): an uncaught run is a weak case, never
+// order-free information, even beside an adversarial control.
+static void all_reduce_control_is_never_information(void **state) {
+    (void)state;
+    ops_set ring = {.name = "invariant-ring"};
+    resolved_config rc = {.expect_invariant = false, .must_be_caught = true};
+    outcome out = {.prefill_vs_decode = "not-checked"};
+    outcome_judge(&rc, &ring, true, &out);
+    assert_string_equal(out.verdict, "FAIL");
+    assert_non_null(strstr(out.note, "negative control not triggered"));
+}
+
 static void prefill_decode_difference_fails(void **state) {
     (void)state;
     outcome o = judged(true, &invariant_set, false, false, false, "DIFFER");
@@ -76,6 +88,7 @@ int main(void) {
         cmocka_unit_test(repeat_difference_is_nondeterministic),
         cmocka_unit_test(negative_control_must_be_caught),
         cmocka_unit_test(order_free_reference_is_information_beside_adversarial),
+        cmocka_unit_test(all_reduce_control_is_never_information),
         cmocka_unit_test(prefill_decode_difference_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -28,7 +28,7 @@ fi
 
 # small-model: the adversarial set is the negative control where the reference set can be
 # order-free (its CUDA configs run only on a GPU); sampled: temperature > 0, per-request seeds;
-# tp: tensor parallelism at T = 2, 3, 4, 8 on the CPU (about 13 s on 2 cores).
+# tp: tensor parallelism at T = 2, 3, 4, 8 on the CPU (about 12 s on 2 cores).
 for c in ci backends sampled small-model tp; do
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done

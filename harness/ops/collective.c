@@ -29,7 +29,8 @@ const op_shape all_reduce_cpu_shapes[] = {
      .must_vary = true},
     // --exhaustive: fewer values than ranks (empty ring chunks); an odd rank count over a
     // width off every multiple of it
-    {.label = "T=3 W=2", .all_reduce = {.T = 3, .W = 2}, .max_M = 1024, .exhaustive = true},
+    {.label = "T=3 W=2", .all_reduce = {.T = 3, .W = 2}, .max_M = 1024, .exhaustive = true,
+     .must_vary = true},
     {.label = "T=5 W=1003", .all_reduce = {.T = 5, .W = 1003}, .max_M = 256, .exhaustive = true,
      .must_vary = true},
     {.label = NULL},

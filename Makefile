@@ -160,13 +160,17 @@ run: deps
 	$(BUILD)/invar run --case cases/ci.ini --out $(BUILD)/report/run
 
 # The nightly matrix into a dated report directory, diffed against the latest earlier one that
-# finished (has junit.xml); exit 1 on a failed expectation or a regression.
+# finished (has junit.xml); exit 1 on a failed expectation or a regression. First the kernel
+# checker's exhaustive mode on the CPU (both sides of every size threshold: shapes and batch
+# sizes `make check` leaves out to stay fast); its kernels.csv goes into the same directory.
 NIGHTLY_DIR := $(BUILD)/nightly
 nightly: deps
 	@$(MAKE) --no-print-directory all
 	@set -u; new=$(NIGHTLY_DIR)/$$(date -u +%Y%m%dT%H%M%SZ); \
 	prev=$$(for d in $(NIGHTLY_DIR)/*/; do [ -f "$$d/junit.xml" ] && echo "$${d%/}"; done 2>/dev/null | sort | tail -n 1); \
-	rc=0; $(BUILD)/invar run --case cases/nightly.ini --out "$$new" || rc=$$?; \
+	rc=0; $(BUILD)/invar kernels --device cpu --exhaustive --out "$$new/kernels" || rc=$$?; \
+	if [ "$$rc" -gt 1 ]; then echo "nightly: invar kernels failed (exit $$rc)"; exit $$rc; fi; \
+	$(BUILD)/invar run --case cases/nightly.ini --out "$$new" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
 	if [ "$$rc" -gt 1 ]; then echo "nightly: invar run failed (exit $$rc)"; exit $$rc; fi; \
 	if [ -n "$$prev" ]; then \
 	  $(BUILD)/invar report diff "$$prev" "$$new" || { d=$$?; [ "$$rc" -ne 0 ] || rc=$$d; }; \

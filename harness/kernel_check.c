@@ -25,6 +25,15 @@ const int kernel_check_batch_sizes_count =
 const int kernel_check_quick_batch_sizes[] = {2, 7, 64, 256, 1024};
 const int kernel_check_quick_batch_sizes_count =
     (int)(sizeof kernel_check_quick_batch_sizes / sizeof kernel_check_quick_batch_sizes[0]);
+// Each side of 4 and 8 (lanes), 16 (block sizes, split alignment), 32, 64 (the GEMM's M block,
+// attention tiles), 128 (sequences per step), 256 and 512 (splits); the cap per shape still
+// applies, so the list costs about twice the default at the capped shapes.
+const int kernel_check_exhaustive_batch_sizes[] = {2,  3,  4,   5,   7,   8,   9,   15,  16,
+                                                   17, 31, 32,  33,  63,  64,  65,  127, 128,
+                                                   129, 255, 256, 257, 511, 512, 513, 1024, 4096};
+const int kernel_check_exhaustive_batch_sizes_count =
+    (int)(sizeof kernel_check_exhaustive_batch_sizes /
+          sizeof kernel_check_exhaustive_batch_sizes[0]);
 
 // Its own default directory: `invar run` writes build/report/run, and neither renders the other.
 #define DEFAULT_KERNELS_OUT "build/report/kernels"
@@ -80,14 +89,25 @@ static void probe_positions(int M, uint64_t seed, int pos[PROBES]) {
     }
 }
 
+// The list of M when the caller gave none: --quick's, --exhaustive's or the default.
+static void default_batch_sizes(const check_opts *o, const int **Ms, int *n) {
+    if (o->exhaustive) {
+        *Ms = kernel_check_exhaustive_batch_sizes;
+        *n = kernel_check_exhaustive_batch_sizes_count;
+    } else if (o->quick) {
+        *Ms = kernel_check_quick_batch_sizes;
+        *n = kernel_check_quick_batch_sizes_count;
+    } else {
+        *Ms = kernel_check_batch_sizes;
+        *n = kernel_check_batch_sizes_count;
+    }
+}
+
 // The batch sizes checked at this shape, largest first (it is the one others compare to).
 static int shape_batch_sizes(const check_opts *o, const op_shape *shape, int *out) {
     const int *Ms = o->batch_sizes;
     int n_M = o->n_batch_sizes;
-    if (!Ms) {
-        Ms = o->quick ? kernel_check_quick_batch_sizes : kernel_check_batch_sizes;
-        n_M = o->quick ? kernel_check_quick_batch_sizes_count : kernel_check_batch_sizes_count;
-    }
+    if (!Ms) default_batch_sizes(o, &Ms, &n_M);
     int n = 0;
     for (int i = 0; i < n_M && n < 64; i++)
         if (Ms[i] >= 2 && (shape->max_M <= 0 || Ms[i] <= shape->max_M)) out[n++] = Ms[i];
@@ -224,6 +244,7 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
     int checked = 0;
     for (int i = 0; shapes[i].label; i++) {
         if (o->quick && !shapes[i].quick) continue;
+        if (shapes[i].exhaustive && !o->exhaustive) continue;
         if (shapes[i].invariant_sets_only && !ops->batch_invariant) continue;
         check_result r;
         kernel_check_shape(ops, op, &shapes[i], i, o, &r);
@@ -328,9 +349,9 @@ static bool matches(const char *filter, const char *value) {
     return strcmp(filter, "all") == 0 || strcmp(filter, value) == 0;
 }
 
-static int count_shapes(const op_shape *s, bool quick) {
+static int count_shapes(const op_shape *s, bool quick, bool exhaustive) {
     int n = 0;
-    for (; s->label; s++) n += !quick || s->quick;
+    for (; s->label; s++) n += (!quick || s->quick) && (exhaustive || !s->exhaustive);
     return n;
 }
 
@@ -350,6 +371,8 @@ int cmd_kernels(int argc, char **argv) {
          .help = "where kernels.csv goes (default " DEFAULT_KERNELS_OUT ")"},
         {.name = "--quick", .kind = CLI_SWITCH, .to.on = &o.quick,
          .help = "fewer shapes and batch sizes (CI smoke run)"},
+        {.name = "--exhaustive", .kind = CLI_SWITCH, .to.on = &o.exhaustive,
+         .help = "both sides of every size threshold: more shapes and batch sizes (nightly)"},
         {.name = "--seed", .kind = CLI_U64, .to.u64 = &o.seed, .show_default = true,
          .help = "the seed every input is derived from"},
         {.name = "--threads", .kind = CLI_INT, .to.integer = &threads, .min = 0, .max = 4096,
@@ -368,6 +391,8 @@ int cmd_kernels(int argc, char **argv) {
     };
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_GO_ON) return rc;
+    if (o.quick && o.exhaustive)
+        return cli_usage_error(&cmd, "--quick and --exhaustive: pick one");
     if (!device) device = "all";
     if (!set) set = "all";
     if (!out) out = DEFAULT_KERNELS_OUT;
@@ -394,9 +419,11 @@ int cmd_kernels(int argc, char **argv) {
     o.on_shape = on_shape;
     o.user = &rep;
 
-    printf("invar kernels: seed %" PRIu64 "%s, batch sizes M =", o.seed, o.quick ? " (quick)" : "");
-    int n_M = o.quick ? kernel_check_quick_batch_sizes_count : kernel_check_batch_sizes_count;
-    const int *Ms = o.quick ? kernel_check_quick_batch_sizes : kernel_check_batch_sizes;
+    printf("invar kernels: seed %" PRIu64 "%s, batch sizes M =", o.seed,
+           o.quick ? " (quick)" : o.exhaustive ? " (exhaustive)" : "");
+    int n_M;
+    const int *Ms;
+    default_batch_sizes(&o, &Ms, &n_M);
     for (int i = 0; i < n_M; i++) printf(" %d", Ms[i]);
     printf(" (capped per shape)\n");
 
@@ -410,7 +437,7 @@ int cmd_kernels(int argc, char **argv) {
         for (int s = 0; s < 2; s++) {
             if (!matches(set, names[s])) continue;
             for (const op_entry *op = op_table(); op->name; op++)
-                if (!only || only == op) skipped += count_shapes(op->cuda_shapes, o.quick);
+                if (!only || only == op) skipped += count_shapes(op->cuda_shapes, o.quick, o.exhaustive);
         }
         printf("SKIP: cuda kernel checks: %s (%d checks skipped)\n", why, skipped);
         rep.skipped += skipped;

@@ -19,6 +19,9 @@ extern const int kernel_check_batch_sizes[];
 extern const int kernel_check_batch_sizes_count;
 extern const int kernel_check_quick_batch_sizes[];
 extern const int kernel_check_quick_batch_sizes_count;
+// --exhaustive's list: both sides of every power-of-two size a kernel tiles or blocks by.
+extern const int kernel_check_exhaustive_batch_sizes[];
+extern const int kernel_check_exhaustive_batch_sizes_count;
 
 typedef struct {
     bool invariant;      // every probe row bitwise equal alone and in every batch
@@ -41,6 +44,7 @@ typedef struct check_opts {
     const int *batch_sizes;    // NULL: kernel_check_batch_sizes (or the quick list)
     int n_batch_sizes;
     bool quick;                // the quick M list, and only the shapes marked quick
+    bool exhaustive;           // the exhaustive M list, and the shapes marked exhaustive too
     uint64_t seed;             // every input derives from it
     const op_shape *shapes;    // NULL: the op's list for ops->device
     check_shape_fn on_shape;   // called after each shape (may be NULL)

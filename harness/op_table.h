@@ -44,7 +44,10 @@ typedef struct {
         struct { int D, E, k; enum moe_topk_method method; int n_group, topk_group; } moe_route;
         struct { int D, I, E, k; } moe_experts;
         struct { int D, k, E; } moe_combine;
-        struct { int V, k; } logprobs;
+        // ties: half the rows put their maximum logit at both sides of the first chunk boundary of
+        // every power-of-two vocabulary split (2..64 chunks): a merge of chunks that breaks a tie
+        // by chunk instead of by the lower id shows
+        struct { int V, k; bool ties; } logprobs;
         // T ranks, each holding W values of a row (a token's slice of a row-parallel output)
         struct { int T, W; } all_reduce;
     };
@@ -56,6 +59,10 @@ typedef struct {
     // Checked on batch-invariant sets only: a path-reaching shape that costs seconds per set,
     // while the negative controls are caught at the op's other shapes.
     bool invariant_sets_only;
+    // Checked only by `invar kernels --exhaustive` (nightly): the far side of a size threshold
+    // (a lane tail, a tile, a split, a chunking) that the default run's shapes already cross
+    // once, added at every threshold so none is left to one random length.
+    bool exhaustive;
 } op_shape;
 
 typedef struct op_section op_section;  // harness/ops/op_section.h

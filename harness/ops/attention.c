@@ -20,6 +20,7 @@ enum { KV_SRC = 0, KV_SLOT = 1, KV_CACHE = 2 };  // buffers
 
 const op_shape kv_cache_write_cpu_shapes[] = {
     {.label = "L=512 R=64", .kv_cache_write = {.L = 512, .R = 64}, .quick = true},
+    {.label = "L=7 R=1", .kv_cache_write = {.L = 7, .R = 1}, .exhaustive = true},  // odd rows
     {.label = NULL},
 };
 const op_shape kv_cache_write_cuda_shapes[] = {
@@ -91,6 +92,17 @@ const op_shape mla_attention_cpu_shapes[] = {
     // sequences in one call (paths taken above 128 sequences).
     {.label = "decode H=1 len<=1800 M<=256", .max_M = 256, .invariant_sets_only = true,
      .mla_attention = {.H = 1, .L = 512, .R = 64, .max_len = 1800, .chunk = 1, .block_size = 64}},
+    // --exhaustive: up to 6 splits of 512 and more than 512 sequences in one call; sequences
+    // shorter than a tile and than two (both sides of 64, block size 1); a prefill chunk of 33
+    // tokens straddling the split boundaries at 512 and 1024
+    {.label = "decode H=1 len<=2600 M<=600", .max_M = 600, .invariant_sets_only = true,
+     .exhaustive = true,
+     .mla_attention = {.H = 1, .L = 512, .R = 64, .max_len = 2600, .chunk = 1, .block_size = 16}},
+    {.label = "decode H=2 len<=130 block=1", .max_M = 257, .exhaustive = true,
+     .mla_attention = {.H = 2, .L = 512, .R = 64, .max_len = 130, .chunk = 1, .block_size = 1}},
+    {.label = "prefill H=1 c=33 len<=1100", .max_M = 65, .invariant_sets_only = true,
+     .exhaustive = true,
+     .mla_attention = {.H = 1, .L = 512, .R = 64, .max_len = 1100, .chunk = 33, .block_size = 16}},
     {.label = NULL},
 };
 const op_shape mla_attention_cuda_shapes[] = {
@@ -240,6 +252,12 @@ enum { MHA_Q, MHA_KV, MHA_K_PE, MHA_BEGIN, MHA_END, MHA_OUT, MHA_LSE };
 const op_shape mha_prefill_cpu_shapes[] = {
     {.label = "H=4 c=8 len<=256", .max_M = 256, .quick = true,
      .mha_prefill = {.H = 4, .nope = 128, .R = 64, .v = 128, .max_len = 256, .chunk = 8}},
+    // --exhaustive: a chunk off every power of two over keys past the 64-key tile and either
+    // side of the reference's 16-key minimum split
+    {.label = "H=1 c=33 len<=700", .max_M = 65, .exhaustive = true,
+     .mha_prefill = {.H = 1, .nope = 128, .R = 64, .v = 128, .max_len = 700, .chunk = 33}},
+    {.label = "H=2 c=1 len<=40", .max_M = 257, .exhaustive = true,
+     .mha_prefill = {.H = 2, .nope = 128, .R = 64, .v = 128, .max_len = 40, .chunk = 1}},
     {.label = NULL},
 };
 const op_shape mha_prefill_cuda_shapes[] = {
@@ -374,6 +392,7 @@ enum { MERGE_A, MERGE_B, MERGE_LSE_A, MERGE_LSE_B, MERGE_OUT };
 
 const op_shape merge_attention_cpu_shapes[] = {
     {.label = "H=16 v=128 ld+8", .merge_attention = {.H = 16, .v = 128, .pad = 8}, .quick = true},
+    {.label = "H=1 v=7 ld+1", .merge_attention = {.H = 1, .v = 7, .pad = 1}, .exhaustive = true},
     {.label = NULL},
 };
 const op_shape merge_attention_cuda_shapes[] = {

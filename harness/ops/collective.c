@@ -27,6 +27,12 @@ const op_shape all_reduce_cpu_shapes[] = {
     {.label = "T=4 W=61", .all_reduce = {.T = 4, .W = 61}, .max_M = 1024, .must_vary = true},
     {.label = "T=8 W=61", .all_reduce = {.T = 8, .W = 61}, .max_M = 1024, .quick = true,
      .must_vary = true},
+    // --exhaustive: fewer values than ranks (empty ring chunks); an odd rank count over a
+    // width off every multiple of it
+    {.label = "T=3 W=2", .all_reduce = {.T = 3, .W = 2}, .max_M = 1024, .exhaustive = true,
+     .must_vary = true},
+    {.label = "T=5 W=1003", .all_reduce = {.T = 5, .W = 1003}, .max_M = 256, .exhaustive = true,
+     .must_vary = true},
     {.label = NULL},
 };
 // Tensor parallelism on CUDA is not built yet: no shape to check there.

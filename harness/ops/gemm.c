@@ -18,12 +18,28 @@ const op_shape gemm_cpu_shapes[] = {
     {.label = "100x300", .gemm = {.N = 100, .K = 300}, .max_M = 1024},  // ragged tiles
     // N and K off every multiple of 4 and 8: the 1-column path and the K tails
     {.label = "37x203", .gemm = {.N = 37, .K = 203}, .max_M = 256},
+    // --exhaustive: K all tail (7), exactly one lane group (8), one over (9); N below 4 and
+    // one over; K past the 128 KiB panel (n_block 32768/K rounds to the floor of 4); a K whose
+    // panel is 8 columns wide and an N that leaves a ragged last panel
+    {.label = "1x7", .gemm = {.N = 1, .K = 7}, .exhaustive = true},
+    {.label = "3x8", .gemm = {.N = 3, .K = 8}, .exhaustive = true},
+    {.label = "5x9", .gemm = {.N = 5, .K = 9}, .exhaustive = true},
+    {.label = "6x40000", .gemm = {.N = 6, .K = 40000}, .max_M = 129, .exhaustive = true},
+    {.label = "260x4100", .gemm = {.N = 260, .K = 4100}, .max_M = 129, .exhaustive = true},
     {.label = NULL},
 };
 const op_shape gemm_f32_cpu_shapes[] = {
     {.label = "128x256", .gemm = {.N = 128, .K = 256}},
     {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .max_M = 256, .quick = true},
     {.label = "100x300", .gemm = {.N = 100, .K = 300}, .max_M = 1024},
+    // --exhaustive: K all tail (7), exactly one lane group (8), one over (9); N below 4 and
+    // one over; K past the 128 KiB panel (n_block 32768/K rounds to the floor of 4); a K whose
+    // panel is 8 columns wide and an N that leaves a ragged last panel
+    {.label = "1x7", .gemm = {.N = 1, .K = 7}, .exhaustive = true},
+    {.label = "3x8", .gemm = {.N = 3, .K = 8}, .exhaustive = true},
+    {.label = "5x9", .gemm = {.N = 5, .K = 9}, .exhaustive = true},
+    {.label = "6x40000", .gemm = {.N = 6, .K = 40000}, .max_M = 129, .exhaustive = true},
+    {.label = "260x4100", .gemm = {.N = 260, .K = 4100}, .max_M = 129, .exhaustive = true},
     {.label = NULL},
 };
 const op_shape gemm_cuda_shapes[] = {

@@ -13,6 +13,21 @@ enum { LP_LOGITS, LP_TEMPERATURE, LP_NOISE_SEED, LP_POSITION,   // inputs
 const op_shape logprobs_cpu_shapes[] = {
     {.label = "V=32000 k=5", .logprobs = {.V = 32000, .k = 5}, .max_M = 1024, .quick = true},
     {.label = "V=102400 k=20", .logprobs = {.V = 102400, .k = 20}, .max_M = 256},  // V2-Lite
+    // V off every multiple of 8 and of the 2..64-chunk split, with the maximum tied across
+    // the chunk boundaries (top-k and argmax must keep the lower id whatever the chunking)
+    {.label = "V=1003 k=8 ties", .logprobs = {.V = 1003, .k = 8, .ties = true}, .max_M = 1024},
+    // --exhaustive: one id; all in the tail; either side of the 64-entry minimum chunk and of
+    // 8 chunks of 64; k at its limit (64)
+    {.label = "V=1 k=1", .logprobs = {.V = 1, .k = 1}, .exhaustive = true},
+    {.label = "V=7 k=7", .logprobs = {.V = 7, .k = 7}, .exhaustive = true},
+    {.label = "V=63 k=3 ties", .logprobs = {.V = 63, .k = 3, .ties = true}, .exhaustive = true},
+    {.label = "V=65 k=3 ties", .logprobs = {.V = 65, .k = 3, .ties = true}, .exhaustive = true},
+    {.label = "V=511 k=20 ties", .logprobs = {.V = 511, .k = 20, .ties = true},
+     .exhaustive = true},
+    {.label = "V=513 k=20 ties", .logprobs = {.V = 513, .k = 20, .ties = true},
+     .exhaustive = true},
+    {.label = "V=4097 k=64 ties", .logprobs = {.V = 4097, .k = 64, .ties = true},
+     .max_M = 1024, .exhaustive = true},
     {.label = NULL},
 };
 const op_shape logprobs_cuda_shapes[] = {
@@ -40,6 +55,19 @@ static void logprobs_row(const op_case *c, uint64_t seed, void *const *in) {
     *(float *)in[LP_TEMPERATURE] = op_rng_int(&r, 2) ? 0.0f : op_rng_float(&r, 0.5f, 1.5f);
     *(uint64_t *)in[LP_NOISE_SEED] = op_rng_u64(&r);
     *(int32_t *)in[LP_POSITION] = op_rng_int(&r, 4096);
+    // Ties across chunk boundaries: the row's maximum, at the last id of the first chunk and
+    // the first id of the second for every split into 2..64 chunks (the reference set's
+    // chunking), and at both sides of the 8-lane tail. Kept for half the rows (stream 16, so
+    // the other inputs stay as they were).
+    op_rng t = op_rng_from(seed, 16);
+    int V = c->s->logprobs.V;
+    if (c->s->logprobs.ties && op_rng_int(&t, 2)) {
+        for (int chunks = 2; chunks <= 64; chunks *= 2) {
+            int len = (V + chunks - 1) / chunks;
+            if (len < V) logits[len - 1] = logits[len] = 12.5f;
+        }
+        if (V % 8 && V > 8) logits[V / 8 * 8 - 1] = logits[V / 8 * 8] = 12.5f;
+    }
 }
 
 static logprobs_args logprobs_args_for(const op_case *c, int R, void *const *buf) {

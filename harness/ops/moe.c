@@ -20,6 +20,13 @@ const op_shape moe_route_cpu_shapes[] = {
     {.label = "D=1024 E=256 k=8 noaux_tc", .max_M = 1024,               // V3 routing
      .moe_route = {.D = 1024, .E = 256, .k = 8, .method = MOE_TOPK_NOAUX_TC,
                    .n_group = 8, .topk_group = 4}},
+    // --exhaustive: V2's group-limited top-k, and D in the lane tail
+    {.label = "D=1030 E=64 k=6 group_limited", .max_M = 1024, .exhaustive = true,
+     .moe_route = {.D = 1030, .E = 64, .k = 6, .method = MOE_TOPK_GROUP_LIMITED_GREEDY,
+                   .n_group = 8, .topk_group = 3}},
+    {.label = "D=9 E=8 k=1 softmax", .max_M = 1024, .exhaustive = true,
+     .moe_route = {.D = 9, .E = 8, .k = 1, .method = MOE_TOPK_GREEDY,
+                   .n_group = 1, .topk_group = 1}},
     {.label = NULL},
 };
 const op_shape moe_route_cuda_shapes[] = {
@@ -116,6 +123,9 @@ enum { EXP_X = 0, EXP_IDS = 1, EXP_OUT = 2 };      // buffers
 const op_shape moe_experts_cpu_shapes[] = {
     {.label = "D=256 I=128 E=16 k=4", .moe_experts = {.D = 256, .I = 128, .E = 16, .k = 4},
      .max_M = 1024, .quick = true},
+    // --exhaustive: one expert per token, tails in D and I, more tokens than experts by far
+    {.label = "D=203 I=67 E=8 k=1", .moe_experts = {.D = 203, .I = 67, .E = 8, .k = 1},
+     .max_M = 1024, .exhaustive = true},
     {.label = NULL},
 };
 const op_shape moe_experts_cuda_shapes[] = {
@@ -184,6 +194,11 @@ enum { COMB_OUTS = 0, COMB_WEIGHTS = 1, COMB_IDS = 2, COMB_OUT = 3 };  // buffer
 const op_shape moe_combine_cpu_shapes[] = {
     {.label = "D=2048 k=6 E=64", .moe_combine = {.D = 2048, .k = 6, .E = 64}, .max_M = 1024,
      .quick = true},
+    // --exhaustive: either side of the by-load reference's k <= 2 (order-free) threshold
+    {.label = "D=1030 k=2 E=8", .moe_combine = {.D = 1030, .k = 2, .E = 8}, .max_M = 1024,
+     .exhaustive = true},
+    {.label = "D=1030 k=3 E=8", .moe_combine = {.D = 1030, .k = 3, .E = 8}, .max_M = 1024,
+     .exhaustive = true},
     {.label = NULL},
 };
 const op_shape moe_combine_cuda_shapes[] = {

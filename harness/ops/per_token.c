@@ -21,6 +21,15 @@ const op_shape rmsnorm_cpu_shapes[] = {
     {.label = "D=2048 ld+8", .rmsnorm = {.D = 2048, .pad = 8}, .quick = true},  // V2-Lite hidden
     {.label = "D=7168", .rmsnorm = {.D = 7168}, .quick = true},             // V3 hidden
     {.label = "D=1030", .rmsnorm = {.D = 1030}},  // the D mod 8 tail
+    // --exhaustive: all tail, one lane group, one over; either side of the blocked reference's
+    // 32-element chunk and of 8 chunks of 32; a gap of odd width
+    {.label = "D=7", .rmsnorm = {.D = 7}, .exhaustive = true},
+    {.label = "D=8", .rmsnorm = {.D = 8}, .exhaustive = true},
+    {.label = "D=9 ld+3", .rmsnorm = {.D = 9, .pad = 3}, .exhaustive = true},
+    {.label = "D=31", .rmsnorm = {.D = 31}, .exhaustive = true},
+    {.label = "D=33", .rmsnorm = {.D = 33}, .exhaustive = true},
+    {.label = "D=255", .rmsnorm = {.D = 255}, .exhaustive = true},
+    {.label = "D=257", .rmsnorm = {.D = 257}, .exhaustive = true},
     {.label = NULL},
 };
 const op_shape rmsnorm_cuda_shapes[] = {
@@ -80,6 +89,11 @@ const op_shape rope_cpu_shapes[] = {
     {.label = "H=16 R=64 rotate_half", .rope = {.H = 16, .R = 64, .max_pos = 4096}},
     {.label = "H=1 R=64 interleave",  // k_pe: one head
      .rope = {.H = 1, .R = 64, .max_pos = 4096, .interleave = true}},
+    // --exhaustive: the smallest rotation; V3's 128 heads
+    {.label = "H=3 R=2 rotate_half", .rope = {.H = 3, .R = 2, .max_pos = 4096},
+     .exhaustive = true},
+    {.label = "H=128 R=64 interleave", .max_M = 256, .exhaustive = true,
+     .rope = {.H = 128, .R = 64, .max_pos = 16384, .interleave = true}},
     {.label = NULL},
 };
 const op_shape rope_cuda_shapes[] = {
@@ -152,6 +166,7 @@ enum { EMB_ID = 0, EMB_OUT = 1 };   // buffers
 
 const op_shape embedding_cpu_shapes[] = {
     {.label = "V=4096 D=2048", .embedding = {.V = 4096, .D = 2048}, .quick = true},
+    {.label = "V=3 D=9", .embedding = {.V = 3, .D = 9}, .exhaustive = true},  // rows repeat ids
     {.label = NULL},
 };
 const op_shape embedding_cuda_shapes[] = {
@@ -198,6 +213,7 @@ enum { RES_X = 0, RES_Y = 1 };      // buffers
 
 const op_shape residual_add_cpu_shapes[] = {
     {.label = "D=2048", .residual_add = {.D = 2048}, .quick = true},
+    {.label = "D=9", .residual_add = {.D = 9}, .exhaustive = true},  // off every vector width
     {.label = NULL},
 };
 const op_shape residual_add_cuda_shapes[] = {
@@ -243,6 +259,7 @@ enum { SILU_GATE_UP = 0, SILU_OUT = 1 };  // buffers
 
 const op_shape silu_mul_cpu_shapes[] = {
     {.label = "I=1408", .silu_mul = {.I = 1408}, .quick = true},       // V2-Lite expert
+    {.label = "I=9", .silu_mul = {.I = 9}, .exhaustive = true},        // off every vector width
     {.label = NULL},
 };
 const op_shape silu_mul_cuda_shapes[] = {

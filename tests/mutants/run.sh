@@ -12,7 +12,8 @@
 #   class   kernel, engine, comparator, verdict, runner or report (kernel mutants must be caught
 #           by the kernel-level checks: a catch by a case is reported as end-to-end only)
 #   device  cpu or cuda (cuda: compiled here, run only where nvidia-smi lists a GPU)
-#   checks  the targeted checks, cheapest first: unit:TEST, kernels:OP, case:NAME
+#   checks  the targeted checks, cheapest first: unit:TEST, kernels:OP, case:NAME, and
+#           kernels-exhaustive:OP (`invar kernels --exhaustive`, nightly's mode)
 #   equivalent  why the mutant cannot change any bit: listed, not counted
 # After the targeted checks every mutant still alive meets the ladder of `make check`'s CPU
 # suites: every unit test, `invar kernels --device cpu`, then the CPU cases.
@@ -98,9 +99,12 @@ run_check() {  # run_check DIR CHECK LOG: 0 survived, 1 caught, 2 not applicable
             [ -x "$t" ] || continue
             (cd "$dir" && timeout 600 "$t") >"$log" 2>&1 || return 1
         done ;;
-    kernels)
+    kernels | kernels-exhaustive)
         local op=()
         [ "$arg" = all ] || op=(--op "$arg" --set invariant)
+        # kernels-exhaustive: the nightly mode (`make nightly`), for a mutant whose threshold
+        # only its shapes reach; a catch there is a nightly catch, not a make check one
+        [ "$kind" = kernels-exhaustive ] && op+=(--exhaustive)
         (cd "$dir" && timeout 600 nice "$build/invar" kernels --device "$dev" "${op[@]}" \
             --out "$build/report/kernels") >"$log" 2>&1 || return 1 ;;
     case)
@@ -175,8 +179,10 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
         [ "$rc" = 1 ] || continue
         local how="" first
         first=$(first_failure "$log")
-        if [ "${c%%:*}" = kernels ] && ! grep -q '<- must be stable' "$log" && grep -q '^FAIL' "$log"; then
-            how=" (accuracy only)"
+        if [ "${c%%:*}" = kernels ] || [ "${c%%:*}" = kernels-exhaustive ]; then
+            if ! grep -q '<- must be stable' "$log" && grep -q '^FAIL' "$log"; then
+                how=" (accuracy only)"
+            fi
         fi
         if [ "$class" = kernel ] && [ "${c%%:*}" = case ]; then how="$how (end-to-end only)"; fi
         VERDICT=caught

@@ -112,7 +112,8 @@ void cpu_comm_all_reduce(tp_comm *c, bf16 *buf, long n, cpu_all_reduce_slice sli
     barrier(g);  // every stretch reduced; no rank reads the inputs any more
     for (int r = 0; r < T; r++) {
         long b = stretch_begin(n, r, T), e = stretch_begin(n, r + 1, T);
-        memcpy(buf + b, g->slots[r].scratch, (size_t)(e - b) * sizeof(bf16));
+        // With fewer elements than ranks a stretch can be empty, its scratch never allocated.
+        if (e > b) memcpy(buf + b, g->slots[r].scratch, (size_t)(e - b) * sizeof(bf16));
     }
     barrier(g);  // every stretch copied: a rank may now reuse its scratch
 }

@@ -239,7 +239,9 @@ bool op_case_run(op_case *c, int M, const uint64_t *seeds, void *out) {
 
 static const op_entry table[] = {
     OP_ENTRY(gemm, "a row of x", 1e-2, REF_MUST_VARY, REF_MUST_VARY),
-    OP_ENTRY(gemm_f32, "a row of x (fp32 y)", 1e-4, REF_MUST_VARY, REF_MUST_VARY),
+    // The fp32 store of the same products: gemm's shapes, its own section.
+    {"gemm_f32", "a row of x (fp32 y)", 1e-4, REF_MUST_VARY, REF_MUST_VARY, gemm_cpu_shapes,
+     gemm_cuda_shapes, &gemm_f32_op},
     OP_ENTRY(rmsnorm, "a token", 1e-2, REF_MUST_VARY_ON_CPU, REF_MUST_VARY),
     OP_ENTRY(rope, "a token's heads", 1e-2, REF_MAY_BE_STABLE, REF_MAY_BE_STABLE),
     OP_ENTRY(embedding, "a token id", 0.0, REF_MAY_BE_STABLE, REF_MAY_BE_STABLE),

@@ -28,34 +28,12 @@ const op_shape gemm_cpu_shapes[] = {
     {.label = "260x4100", .gemm = {.N = 260, .K = 4100}, .max_M = 129, .exhaustive = true},
     {.label = NULL},
 };
-const op_shape gemm_f32_cpu_shapes[] = {
-    {.label = "128x256", .gemm = {.N = 128, .K = 256}},
-    {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .max_M = 256, .quick = true},
-    {.label = "100x300", .gemm = {.N = 100, .K = 300}, .max_M = 1024},
-    // --exhaustive: K all tail (7), exactly one lane group (8), one over (9); N below 4 and
-    // one over; K past the 128 KiB panel (n_block 32768/K rounds to the floor of 4); a K whose
-    // panel is 8 columns wide and an N that leaves a ragged last panel
-    {.label = "1x7", .gemm = {.N = 1, .K = 7}, .exhaustive = true},
-    {.label = "3x8", .gemm = {.N = 3, .K = 8}, .exhaustive = true},
-    {.label = "5x9", .gemm = {.N = 5, .K = 9}, .exhaustive = true},
-    {.label = "6x40000", .gemm = {.N = 6, .K = 40000}, .max_M = 129, .exhaustive = true},
-    {.label = "260x4100", .gemm = {.N = 260, .K = 4100}, .max_M = 129, .exhaustive = true},
-    {.label = NULL},
-};
 const op_shape gemm_cuda_shapes[] = {
     {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .quick = true},
     {.label = "2048x512", .gemm = {.N = 2048, .K = 512}, .quick = true},
     {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
     {.label = "576x7168", .gemm = {.N = 576, .K = 7168}},  // cuBLAS differs at M >= 256 (H200)
     {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},  // at M >= 16 (H200)
-    {.label = NULL},
-};
-const op_shape gemm_f32_cuda_shapes[] = {
-    {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .quick = true},
-    {.label = "2048x512", .gemm = {.N = 2048, .K = 512}, .quick = true},
-    {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
-    {.label = "576x7168", .gemm = {.N = 576, .K = 7168}},
-    {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
     {.label = NULL},
 };
 

@@ -111,7 +111,6 @@ void op_shuffle(int32_t *perm, int n, op_rng *r);
 
 extern const op_section gemm_op, gemm_f32_op;   // ops/gemm.c
 extern const op_shape gemm_cpu_shapes[], gemm_cuda_shapes[];
-extern const op_shape gemm_f32_cpu_shapes[], gemm_f32_cuda_shapes[];
 extern const op_section rmsnorm_op, rope_op, embedding_op, residual_add_op, silu_mul_op;
 extern const op_shape rmsnorm_cpu_shapes[], rmsnorm_cuda_shapes[];         // ops/per_token.c
 extern const op_shape rope_cpu_shapes[], rope_cuda_shapes[];

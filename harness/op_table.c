@@ -4,11 +4,11 @@
 // written, gaps and unused slots checked untouched.
 #include "op_table.h"
 
-#include <math.h>                   // ldexpf
+#include <math.h>                   // ldexpf, fabsf
 #include <stdlib.h>                 // free
 #include <string.h>                 // memcpy, memset, strcmp
 
-#include "../kernels/bf16.h"        // float_to_bf16, invar_mix64, invar_uniform
+#include "../kernels/bf16.h"        // float_to_bf16, bf16_to_float
 #include "../common/check.h"       // invar_malloc, invar_calloc, invar_die
 #include "ops/op_section.h"         // op_section, op_buffer, op_batch, the sections
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
@@ -35,6 +35,15 @@ void op_fill_bf16_wide(bf16 *p, long n, op_rng *r, float scale) {
     for (long i = 0; i < n; i++) {
         float v = scale * op_rng_float(r, 0.5f, 1.0f) * ldexpf(1.0f, op_rng_int(r, 13) - 6);
         p[i] = float_to_bf16(op_rng_int(r, 2) ? v : -v);
+    }
+}
+
+void op_fill_bf16_patterns(bf16 *p, long n, op_rng *r, float max_abs) {
+    for (long i = 0; i < n; i++) {
+        bf16 v;
+        do v = (bf16)op_rng_u64(r);
+        while (!(fabsf(bf16_to_float(v)) <= max_abs));  // NaN fails too
+        p[i] = v;
     }
 }
 

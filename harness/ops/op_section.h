@@ -102,6 +102,10 @@ int op_rng_int(op_rng *r, int n);
 void op_fill_bf16(bf16 *p, long n, op_rng *r, float lo, float hi);
 // n values of magnitude scale * [2^-7, 2^6], random signs: a reduction's order shows in them.
 void op_fill_bf16_wide(bf16 *p, long n, op_rng *r, float scale);
+// n finite bf16 values drawn uniformly over the bit patterns of magnitude <= max_abs (every
+// exponent, subnormals and zeros included): an elementwise function's fast variant differs
+// from the exact one at a few inputs, mostly far from 0, that a uniform draw seldom reaches.
+void op_fill_bf16_patterns(bf16 *p, long n, op_rng *r, float max_abs);
 // k distinct values of [0, n) in random order.
 void op_distinct_ids(int32_t *ids, int k, int n, op_rng *r);
 // A random permutation of [0, n).

@@ -7,6 +7,7 @@
 #   MUTANTS_FRESH=1      judge again the mutants already judged (state in build-mutants/state)
 #   MUTANTS_KEEP=1       keep each scratch copy (build-mutants/NAME) instead of deleting it
 #   MUTANTS_DIR=DIR      where the base copy, scratch copies and state live (build-mutants)
+#   MUTANTS_JOBS=N       make -jN for the base and each mutant's rebuild (default: nproc)
 #
 # A patch's leading '# key: value' lines (git apply ignores them) say what it is:
 #   class   kernel, engine, comparator, verdict, runner or report (kernel mutants must be caught
@@ -44,28 +45,45 @@ header() {  # header PATCH KEY: the value of '# KEY: ...' with its continuation 
 }
 
 # --- the base copy: the tree's tracked (and untracked, not ignored) files, built once --------
-sync_base() {
-    mkdir -p "$base"
-    if [ ! -d "$base/build" ] && [ -d "$root/build-cpu" ]; then
-        cp -a "$root/build-cpu" "$base/build"  # a head start; make brings it up to date
+# Each base build is made only when a mutant of its device is judged: on a GPU host that has
+# the CPU verdicts already (build-mutants/state carried over), only the CUDA base is built.
+jobs=${MUTANTS_JOBS:-$(nproc 2>/dev/null || echo 2)}
+copied=0 built_cpu=0 built_cuda=0
+sync_base() {  # sync_base cpu|cuda
+    if [ "$copied" = 0 ]; then
+        mkdir -p "$base"
+        if [ ! -d "$base/build" ] && [ -d "$root/build-cpu" ]; then
+            cp -a "$root/build-cpu" "$base/build"  # a head start; make brings it up to date
+        fi
+        # A copy of the tree without its .git (a GPU host's) is taken whole, build folders aside.
+        if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+            (cd "$root" && git ls-files -z --cached --others --exclude-standard | grep -zv '^build' |
+                tar --null -T - -cf -)
+        else
+            (cd "$root" && tar --exclude='./build*' --exclude='./.deps' -cf - .)
+        fi | tar -xf - -C "$base" || { echo "mutants: cannot copy the tree"; exit 2; }
+        copied=1
     fi
-    (cd "$root" && git ls-files -z --cached --others --exclude-standard | grep -zv '^build' |
-        tar --null -T - -cf -) | tar -xf - -C "$base" || { echo "mutants: cannot copy the tree"; exit 2; }
-    echo "mutants: building the unmutated base in $base/build (CUDA=0)"
-    if ! nice make -C "$base" --no-print-directory CUDA=0 BUILD=build all tests >"$out/base-build.log" 2>&1; then
-        tail -n 20 "$out/base-build.log"
-        echo "mutants: the unmutated tree does not build; fix that first"
-        exit 2
+    if [ "$1" = cpu ] && [ "$built_cpu" = 0 ]; then
+        echo "mutants: building the unmutated base in $base/build (CUDA=0, -j$jobs)"
+        if ! nice make -C "$base" --no-print-directory -j"$jobs" CUDA=0 BUILD=build all tests \
+            >"$out/base-build.log" 2>&1; then
+            tail -n 20 "$out/base-build.log"
+            echo "mutants: the unmutated tree does not build; fix that first"
+            exit 2
+        fi
+        built_cpu=1
     fi
     # On a GPU host the CUDA mutants run: a CUDA base too, so each rebuilds only its own .cu.
-    if [ "$gpu" = 1 ]; then
-        echo "mutants: building the unmutated CUDA base in $base/build-cuda"
-        if ! nice make -C "$base" --no-print-directory CUDA=1 BUILD=build-cuda all tests \
+    if [ "$1" = cuda ] && [ "$gpu" = 1 ] && [ "$built_cuda" = 0 ]; then
+        echo "mutants: building the unmutated CUDA base in $base/build-cuda (-j$jobs)"
+        if ! nice make -C "$base" --no-print-directory -j"$jobs" CUDA=1 BUILD=build-cuda all tests \
             >"$out/base-build-cuda.log" 2>&1; then
             tail -n 20 "$out/base-build-cuda.log"
             echo "mutants: the unmutated tree does not build with CUDA; fix that first"
             exit 2
         fi
+        built_cuda=1
     fi
 }
 
@@ -84,7 +102,7 @@ first_failure() {  # the line of $log that says what failed
 run_check() {  # run_check DIR CHECK LOG: 0 survived, 1 caught, 2 not applicable
     local dir=$1 check=$2 log=$3 kind=${2%%:*} arg=${2#*:} dev=cpu build=build
     [ "$MUTANT_DEVICE" = cuda ] && { dev=cuda; build=build-cuda; }
-    local mk=(nice make -C "$dir" --no-print-directory BUILD="$build")
+    local mk=(nice make -C "$dir" --no-print-directory -j"$jobs" BUILD="$build")
     [ "$dev" = cpu ] && mk+=(CUDA=0)
     case "$kind" in
     unit)
@@ -147,7 +165,7 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
             objs+=("build-cuda/$f.o")
         done
         if [ "$gpu" = 0 ]; then
-            if nice make -C "$dir" --no-print-directory CUDA=1 BUILD=build-cuda "${objs[@]}" \
+            if nice make -C "$dir" --no-print-directory -j"$jobs" CUDA=1 BUILD=build-cuda "${objs[@]}" \
                 >"$out/$name.build.log" 2>&1; then
                 VERDICT=skipped
                 LINE="$name: skipped (no CUDA device: patched and compiled with nvcc, not run)"
@@ -157,13 +175,13 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
             fi
             return
         fi
-        if ! nice make -C "$dir" --no-print-directory CUDA=1 BUILD=build-cuda all tests \
+        if ! nice make -C "$dir" --no-print-directory -j"$jobs" CUDA=1 BUILD=build-cuda all tests \
             >"$out/$name.build.log" 2>&1; then
             VERDICT=invalid
             LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
             return
         fi
-    elif ! nice make -C "$dir" --no-print-directory CUDA=0 BUILD=build build/invar \
+    elif ! nice make -C "$dir" --no-print-directory -j"$jobs" CUDA=0 BUILD=build build/invar \
         >"$out/$name.build.log" 2>&1; then
         VERDICT=invalid
         LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
@@ -209,7 +227,6 @@ fi
 [ "${#patches[@]}" -gt 0 ] || { echo "mutants: no patches in $here"; exit 2; }
 
 start=$SECONDS
-built=0
 declare -A count=()
 declare -A class_caught=() class_total=()
 for p in "${patches[@]}"; do
@@ -229,7 +246,8 @@ for p in "${patches[@]}"; do
             continue
         fi
     fi
-    if [ "$built" = 0 ]; then sync_base; built=1; fi
+    dev=$(header "$p" device)
+    sync_base "${dev:-cpu}"
     t0=$SECONDS
     judge "$p"
     echo "$LINE [$((SECONDS - t0)) s]"

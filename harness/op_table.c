@@ -105,6 +105,7 @@ op_case *op_case_open(const op_entry *op, ops_set *ops, const op_shape *shape, u
     c->s = shape;
     c->seed = seed;
     c->section = op->section;
+    c->fill = thread_pool_create(0);
     op->section->declare(c);
     return c;
 }
@@ -114,6 +115,7 @@ void op_case_close(op_case *c) {
         if (c->shared[i]) c->ops->release(c->ops, c->shared[i]);
         free(c->host[i]);
     }
+    thread_pool_destroy(c->fill);
     free(c);
 }
 
@@ -143,16 +145,34 @@ void *op_batch_input(op_batch *b, const op_case *c, int i, long elems) {
     return b->host[i];
 }
 
+void op_for_rows(const op_case *c, long n, thread_pool_fn fn, void *arg) {
+    if (n > 1 && c->fill) thread_pool_for(c->fill, n, fn, arg);
+    else if (n > 0) fn(arg, 0, n);
+}
+
+typedef struct {
+    const op_case *c;
+    const uint64_t *seeds;
+    void **host;
+} rows_job;
+
+static void build_row_range(void *arg, long begin, long end) {
+    const rows_job *j = arg;
+    const op_case *c = j->c;
+    void *in[OP_MAX_BUFFERS] = {0};
+    for (long m = begin; m < end; m++) {
+        for (int i = 0; i < c->n_buf; i++)
+            if (is_row_input(&c->buf[i]))
+                in[i] = (unsigned char *)j->host[i] + (size_t)m * slot_bytes(&c->buf[i]);
+        c->section->row(c, j->seeds[m], in);
+    }
+}
+
 // Builds rows [0, n) of the per-row input buffers in host[] from seeds; gaps stay poisoned.
 static void build_rows(const op_case *c, int n, const uint64_t *seeds, void **host) {
     if (!c->section->row) return;
-    void *in[OP_MAX_BUFFERS] = {0};
-    for (int m = 0; m < n; m++) {
-        for (int i = 0; i < c->n_buf; i++)
-            if (is_row_input(&c->buf[i]))
-                in[i] = (unsigned char *)host[i] + (size_t)m * slot_bytes(&c->buf[i]);
-        c->section->row(c, seeds[m], in);
-    }
+    rows_job j = {c, seeds, host};
+    op_for_rows(c, n, build_row_range, &j);
 }
 
 void **op_row_alone(const op_case *c, uint64_t seed) {

@@ -144,6 +144,46 @@ static void mla_attention_declare(op_case *c) {
     op_buffer_add(c, OP_OUT, "attention out", sizeof(bf16), chunk, (long)H * L, (long)H * L);
 }
 
+typedef struct {
+    const op_case *c;
+    const uint64_t *seeds;
+    const int32_t *lens, *perm, *first;  // first: the row's first logical block
+    int max_blocks;
+    bf16 *cache, *q_lat, *q_pe;
+    int32_t *table, *seq, *pos;
+} mla_fill_job;
+
+// Rows [begin, end): each writes its own queries, block-table row and cache blocks, and
+// fills the slots past its end with noise from its own seed (a kernel reading past a
+// sequence's end sees garbage, never another row's data in a pattern).
+static void mla_fill_rows(void *arg, long begin, long end) {
+    const mla_fill_job *j = arg;
+    const op_case *c = j->c;
+    int H = c->s->mla_attention.H, L = c->s->mla_attention.L, R = c->s->mla_attention.R;
+    int chunk = c->s->mla_attention.chunk, bs = c->s->mla_attention.block_size, W = L + R;
+    bf16 *kv = invar_malloc((size_t)c->s->mla_attention.max_len * W * sizeof(bf16), "row kv");
+    for (long m = begin; m < end; m++) {
+        int len = j->lens[m], nb = (len + bs - 1) / bs;
+        op_rng rr = op_rng_from(j->seeds[m], 9);
+        mla_row_len(c, &rr);
+        mla_row_fill(c, &rr, len, kv, j->q_lat + (size_t)m * chunk * H * L,
+                     j->q_pe + (size_t)m * chunk * H * R);
+        int32_t *row_table = j->table + (size_t)m * j->max_blocks;
+        for (int k = 0; k < j->max_blocks; k++) row_table[k] = k < nb ? j->perm[j->first[m] + k] : -1;
+        op_rng noise = op_rng_from(j->seeds[m], 11);
+        for (int p = 0; p < nb * bs; p++) {
+            bf16 *slot = j->cache + ((long)row_table[p / bs] * bs + p % bs) * W;
+            if (p < len) memcpy(slot, kv + (size_t)p * W, (size_t)W * sizeof(bf16));
+            else op_fill_bf16(slot, W, &noise, -1.0f, 1.0f);
+        }
+        for (int i = 0; i < chunk; i++) {
+            j->seq[m * chunk + i] = (int32_t)m;
+            j->pos[m * chunk + i] = len - chunk + i;
+        }
+    }
+    free(kv);
+}
+
 static void mla_attention_batch(op_case *c, op_batch *b) {
     int H = c->s->mla_attention.H, L = c->s->mla_attention.L, R = c->s->mla_attention.R;
     int chunk = c->s->mla_attention.chunk, bs = c->s->mla_attention.block_size, W = L + R;
@@ -160,32 +200,20 @@ static void mla_attention_batch(op_case *c, op_batch *b) {
     int32_t *perm = invar_malloc((size_t)blocks * sizeof(int32_t), "attention block shuffle");
     op_rng r = op_rng_from(b->seeds[0] ^ (uint64_t)M, 10);
     op_shuffle(perm, blocks, &r);
-    bf16 *cache = op_batch_input(b, c, MLA_CACHE, (long)blocks * bs * W);
-    op_fill_bf16(cache, (long)blocks * bs * W, &r, -1.0f, 1.0f);  // past the ends: noise
-    int32_t *table = op_batch_input(b, c, MLA_TABLE, (long)M * max_blocks);
-    bf16 *q_lat = op_batch_input(b, c, MLA_Q_LAT, (long)T * H * L);
-    bf16 *q_pe = op_batch_input(b, c, MLA_Q_PE, (long)T * H * R);
-    int32_t *seq = op_batch_input(b, c, MLA_SEQ, T), *pos = op_batch_input(b, c, MLA_POS, T);
-    bf16 *kv = invar_malloc((size_t)c->s->mla_attention.max_len * W * sizeof(bf16), "row kv");
-    for (int m = 0, first = 0; m < M; m++) {
-        int nb = (lens[m] + bs - 1) / bs;
-        op_rng rr = op_rng_from(b->seeds[m], 9);
-        mla_row_len(c, &rr);
-        mla_row_fill(c, &rr, lens[m], kv, q_lat + (size_t)m * chunk * H * L,
-                     q_pe + (size_t)m * chunk * H * R);
-        for (int k = 0; k < max_blocks; k++)
-            table[(size_t)m * max_blocks + k] = k < nb ? perm[first + k] : -1;
-        for (int j = 0; j < lens[m]; j++) {
-            long slot = (long)table[(size_t)m * max_blocks + j / bs] * bs + j % bs;
-            memcpy(cache + slot * W, kv + (size_t)j * W, (size_t)W * sizeof(bf16));
-        }
-        for (int i = 0; i < chunk; i++) {
-            seq[m * chunk + i] = m;
-            pos[m * chunk + i] = lens[m] - chunk + i;
-        }
-        first += nb;
-    }
-    free(kv);
+    int32_t *first = invar_malloc((size_t)M * sizeof(int32_t), "attention first blocks");
+    for (int m = 0, f = 0; m < M; f += (lens[m] + bs - 1) / bs, m++) first[m] = f;
+    mla_fill_job j = {
+        .c = c, .seeds = b->seeds, .lens = lens, .perm = perm, .first = first,
+        .max_blocks = max_blocks,
+        .cache = op_batch_input(b, c, MLA_CACHE, (long)blocks * bs * W),
+        .table = op_batch_input(b, c, MLA_TABLE, (long)M * max_blocks),
+        .q_lat = op_batch_input(b, c, MLA_Q_LAT, (long)T * H * L),
+        .q_pe = op_batch_input(b, c, MLA_Q_PE, (long)T * H * R),
+        .seq = op_batch_input(b, c, MLA_SEQ, T),
+        .pos = op_batch_input(b, c, MLA_POS, T),
+    };
+    op_for_rows(c, M, mla_fill_rows, &j);
+    free(first);
     free(perm);
 }
 
@@ -300,6 +328,23 @@ static void mha_prefill_declare(op_case *c) {
     op_buffer_add(c, OP_OUT, "mha lse", sizeof(float), chunk, H, H);
 }
 
+typedef struct {
+    const op_case *c;
+    const uint64_t *seeds;
+    const int32_t *begin;  // [T]: a row's keys start at begin[m * chunk]
+    bf16 *q, *kv, *k_pe;
+} mha_fill_job;
+
+static void mha_fill_rows(void *arg, long lo, long hi) {
+    const mha_fill_job *j = arg;
+    int chunk = j->c->s->mha_prefill.chunk, R = j->c->s->mha_prefill.R;
+    for (long m = lo; m < hi; m++) {
+        long first = j->begin[m * chunk];
+        mha_row(j->c, j->seeds[m], j->q + (size_t)m * chunk * mha_q_width(j->c),
+                j->kv + (size_t)first * mha_kv_width(j->c), j->k_pe + (size_t)first * R);
+    }
+}
+
 static void mha_prefill_batch(op_case *c, op_batch *b) {
     int M = b->M, chunk = c->s->mha_prefill.chunk, R = c->s->mha_prefill.R, T = M * chunk;
     long keys = 0;
@@ -315,14 +360,14 @@ static void mha_prefill_batch(op_case *c, op_batch *b) {
     op_shuffle(order, M, &r);
     for (int i = 0, first = 0; i < M; i++) {
         int m = order[i];
-        mha_row(c, b->seeds[m], q + (size_t)m * chunk * mha_q_width(c),
-                kv + (size_t)first * mha_kv_width(c), k_pe + (size_t)first * R);
         for (int t = 0; t < chunk; t++) {
             begin[m * chunk + t] = first;
             end[m * chunk + t] = first + len[m] - chunk + t + 1;
         }
         first += len[m];
     }
+    mha_fill_job j = {c, b->seeds, begin, q, kv, k_pe};
+    op_for_rows(c, M, mha_fill_rows, &j);
     free(len);
     free(order);
 }

@@ -18,6 +18,7 @@
 #include <stdbool.h>           // bool
 #include <stdint.h>            // int32_t, uint64_t
 #include "../op_table.h"       // op_case, op_shape, ops_set, bf16
+#include "../../common/thread_pool.h"  // thread_pool, thread_pool_fn
 
 #define OP_POISON 0xFF  // every output byte before a run: bf16 0xFFFF / fp32 NaN / int32 -1
 #define OP_MAX_BUFFERS 8
@@ -51,6 +52,10 @@ struct op_case {
     int n_buf;
     void *shared[OP_MAX_SHARED];  // device copies of the shape's shared inputs
     void *host[OP_MAX_SHARED];    // host copies, for the oracle
+    // Builds rows in parallel (op_for_rows): making the inputs, not the op, is most of the
+    // checker's time at the large shapes. A row depends only on its seed, so the thread
+    // count never changes a bit.
+    thread_pool *fill;
 };
 
 typedef struct {
@@ -106,6 +111,9 @@ void op_fill_bf16_wide(bf16 *p, long n, op_rng *r, float scale);
 // exponent, subnormals and zeros included): an elementwise function's fast variant differs
 // from the exact one at a few inputs, mostly far from 0, that a uniform draw seldom reaches.
 void op_fill_bf16_patterns(bf16 *p, long n, op_rng *r, float max_abs);
+// fn(arg, begin, end) over rows [0, n) on the case's fill pool: for a batch function that
+// makes its rows' inputs (each range writes only its rows' parts of the buffers).
+void op_for_rows(const op_case *c, long n, thread_pool_fn fn, void *arg);
 // k distinct values of [0, n) in random order.
 void op_distinct_ids(int32_t *ids, int k, int n, op_rng *r);
 // A random permutation of [0, n).

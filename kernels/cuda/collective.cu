@@ -82,16 +82,14 @@ void inv_cuda_gpu_links(int T, char *out, int len) {
     size_t used = 0;
     for (int a = 0; a < T; a++)
         for (int b = a + 1; b < T; b++) {
-            int access = 0, rank = 0, atomics = 0;
+            int access = 0, atomics = 0;
             CUDA_CHECK("gpu links", cudaDeviceGetP2PAttribute(&access, cudaDevP2PAttrAccessSupported, a, b));
-            CUDA_CHECK("gpu links", cudaDeviceGetP2PAttribute(&rank, cudaDevP2PAttrPerformanceRank, a, b));
             CUDA_CHECK("gpu links", cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, a, b));
             // Native atomics between peers is what NVLink gives and PCIe does not.
             int w = snprintf(out + used, (size_t)len - used, "%s%d-%d:%s", used ? " " : "", a, b,
                              !access ? "no-p2p" : atomics ? "p2p+atomics(nvlink)" : "p2p(pcie)");
             if (w < 0 || (size_t)w >= (size_t)len - used) return;  // truncated: keep what fits
             used += (size_t)w;
-            (void)rank;
         }
 }
 

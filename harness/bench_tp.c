@@ -78,7 +78,7 @@ static double all_reduce_us(const char *set, long n, int reps) {
     double slowest = 0;
     for (int r = 0; r < TP; r++) slowest = j.seconds[r] > slowest ? j.seconds[r] : slowest;
     tp_comm_group_destroy(j.group);
-    for (int r = 0; r < TP; r++) {
+    for (int r = TP - 1; r >= 0; r--) {  // rank 0 last: this thread ends on GPU 0
         j.ranks[r]->bind_thread(j.ranks[r]);
         j.ranks[r]->release(j.ranks[r], j.messages[r]);
         j.ranks[r]->destroy(j.ranks[r]);

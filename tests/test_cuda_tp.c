@@ -78,7 +78,7 @@ static void all_reduce_on(const char *set, const char *device, const uint16_t *i
     if (j.ops[0]->open_group) j.ops[0]->open_group(j.ops, T, j.group);
     rank_threads_run(T, run_rank, &j);
     tp_comm_group_destroy(j.group);
-    for (int r = 0; r < T; r++) {
+    for (int r = T - 1; r >= 0; r--) {  // rank 0 last: this thread ends on GPU 0
         if (j.ops[r]->bind_thread) j.ops[r]->bind_thread(j.ops[r]);
         j.ops[r]->download(j.ops[r], out + r * n, j.buf[r], (size_t)n * 2);
         j.ops[r]->release(j.ops[r], j.buf[r]);
@@ -164,7 +164,7 @@ static void test_all_gather_columns_uneven(void **state) {
     j.ops[0]->open_group(j.ops, T, j.group);
     rank_threads_run(T, run_rank, &j);
     tp_comm_group_destroy(j.group);
-    for (int r = 0; r < T; r++) {
+    for (int r = T - 1; r >= 0; r--) {  // rank 0 last: this thread ends on GPU 0
         j.ops[r]->bind_thread(j.ops[r]);
         j.ops[r]->download(j.ops[r], host, j.buf[r], (size_t)rows * ld * sizeof(float));
         for (long row = 0; row < rows; row++) {

@@ -9,6 +9,7 @@
 # points at a tree made by `dpkg -x` of the Debian packages (see README).
 
 CC       ?= cc
+comma    := ,
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 BUILD    ?= build
 DEPS_PREFIX ?=
@@ -42,7 +43,21 @@ CFLAGS_ALL += -DINVAR_CUDA -I$(CUDA_HOME)/include
 NVFLAGS  := -std=c++17 -O3 -lineinfo -DINVAR_CUDA -MMD -MP \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
             -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+# NCCL (tensor parallelism on CUDA) is required with CUDA: nccl.h and libnccl under CUDA_HOME
+# (or NCCL_HOME, or the system's include and library paths, as Debian's libnccl-dev puts them).
+NCCL_HOME ?= $(CUDA_HOME)
+NCCL_H := $(firstword $(wildcard $(NCCL_HOME)/include/nccl.h /usr/include/nccl.h))
+ifeq ($(NCCL_H),)
+$(error CUDA=1 needs NCCL for tensor parallelism on GPUs: no nccl.h under $(NCCL_HOME)/include or /usr/include. Set NCCL_HOME=DIR (DIR/include/nccl.h, DIR/lib64 or DIR/lib/libnccl.so), or build CPU-only with CUDA=0)
+endif
+NCCL_INC := $(patsubst %/nccl.h,%,$(NCCL_H))
+NCCL_LIBDIR := $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib/x86_64-linux-gnu/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so))
+NCCL_LIBDIR := $(patsubst %/libnccl.so,%,$(NCCL_LIBDIR))
+ifneq ($(NCCL_INC),/usr/include)
+CFLAGS_ALL += -I$(NCCL_INC)
+NVFLAGS  += -I$(NCCL_INC)
+endif
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -Wl$(comma)-rpath$(comma)$(NCCL_LIBDIR)) -lnccl -lcublasLt -lcublas -lcudart -lstdc++
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 else
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)

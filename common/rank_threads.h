@@ -4,10 +4,19 @@
 #ifndef INVAR_COMMON_RANK_THREADS_H
 #define INVAR_COMMON_RANK_THREADS_H
 
+// C linkage: the CUDA sets (C++) call these too.
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef void (*rank_fn)(void *arg, int rank);
 
 // Ranks that meet at a barrier must all be running: this starts T - 1 threads, never a pool
 // smaller than T.
 void rank_threads_run(int T, rank_fn fn, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

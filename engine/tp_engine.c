@@ -13,15 +13,21 @@ struct tp_engine {
     int size;
     tp_comm_group *group;  // NULL when size is 1
     engine **ranks;
+    ops_set **ops;         // each rank's set (the caller's); NULL when size is 1
 };
+
+// The calling thread's work goes to the rank's device (ops.h: bind_thread; NULL on the CPU).
+static void bind_rank(ops_set *ops) {
+    if (ops->bind_thread) ops->bind_thread(ops);
+}
 
 tp_engine *tp_engine_create(const model_config *cfg, weight_source *src, ops_set *const *ops,
                             int T, const engine_limits *limits, uint64_t seed) {
     if (T < 1) invar_die(INVAR_EXIT_INPUT, "tensor_parallel %d: must be >= 1", T);
-    for (int r = 0; r < T && T > 1; r++)
-        if (strcmp(ops[r]->device, "cpu") != 0)
-            invar_die(INVAR_EXIT_INPUT, "tensor_parallel %d on %s: tensor parallelism on CUDA "
-                      "is not built yet", T, ops[r]->device);
+    for (int r = 1; r < T; r++)
+        if (strcmp(ops[r]->device, ops[0]->device) != 0)
+            invar_die(INVAR_EXIT_INPUT, "tensor_parallel %d: rank %d on %s, rank 0 on %s: one "
+                      "group, one device kind", T, r, ops[r]->device, ops[0]->device);
     tp_engine *t = invar_calloc(1, sizeof *t, "tensor-parallel engine");
     t->size = T;
     t->ranks = invar_calloc((size_t)T, sizeof *t->ranks, "tensor-parallel ranks");
@@ -30,20 +36,31 @@ tp_engine *tp_engine_create(const model_config *cfg, weight_source *src, ops_set
         return t;
     }
     t->group = tp_comm_group_create(T);
+    if (ops[0]->open_group) ops[0]->open_group(ops, T, t->group);  // CUDA: the NCCL communicator
     // Sequential: a weight source is read by one thread at a time. Each rank reads the whole
     // tensors and keeps its part (T reads of the model; fine for test models, a checkpoint
-    // loader for real ones would read each rank's slice only).
+    // loader for real ones would read each rank's slice only). On CUDA each rank's memory goes
+    // to its own GPU, so this thread takes each rank's device in turn, then rank 0's again.
     for (int r = 0; r < T; r++) {
+        bind_rank(ops[r]);
         engine_shard shard = {.rank = r, .size = T, .comm = tp_comm_group_rank(t->group, r)};
         t->ranks[r] = engine_create_shard(cfg, src, ops[r], limits, seed, &shard);
     }
+    bind_rank(ops[0]);
+    t->ops = invar_calloc((size_t)T, sizeof *t->ops, "tensor-parallel rank sets");
+    for (int r = 0; r < T; r++) t->ops[r] = ops[r];
     return t;
 }
 
 void tp_engine_destroy(tp_engine *t) {
     if (!t) return;
-    for (int r = 0; r < t->size; r++) engine_destroy(t->ranks[r]);
+    for (int r = 0; r < t->size; r++) {
+        if (t->ops) bind_rank(t->ops[r]);  // a rank's memory is freed on its own device
+        engine_destroy(t->ranks[r]);
+    }
+    if (t->ops) bind_rank(t->ops[0]);
     tp_comm_group_destroy(t->group);
+    free(t->ops);
     free(t->ranks);
     free(t);
 }
@@ -65,6 +82,7 @@ typedef struct {
 
 static void generate_rank(void *arg, int rank) {
     generate_job *j = arg;
+    bind_rank(j->t->ops[rank]);  // a fresh thread starts on device 0
     j->ok[rank] = engine_generate(j->t->ranks[rank], j->reqs, j->n, j->sched, j->results[rank],
                                   &j->stats[rank], j->err[rank], (int)sizeof j->err[rank]);
 }

@@ -7,7 +7,9 @@
 // rank 0's records are the results.
 //
 // T = 1 is the plain engine, called on the caller's thread: the same bits as engine_create.
-// Only the CPU collective is built: a group of CUDA sets with T > 1 is refused.
+// On CUDA rank r's set lives on GPU r (the caller creates it there); each rank's thread binds
+// to its set's device first (ops.h: bind_thread) and the group's NCCL communicator is opened
+// through rank 0's set (ops.h: open_group). Every rank's set is of one device kind.
 #ifndef INVAR_ENGINE_TP_ENGINE_H
 #define INVAR_ENGINE_TP_ENGINE_H
 
@@ -18,6 +20,7 @@
 typedef struct tp_engine tp_engine;
 
 // ops[r] is rank r's kernel set (the caller keeps them, and destroys them after the engine).
+// Returns with the calling thread bound to rank 0's device.
 tp_engine *tp_engine_create(const model_config *cfg, weight_source *src, ops_set *const *ops,
                             int T, const engine_limits *limits, uint64_t seed);
 void tp_engine_destroy(tp_engine *t);

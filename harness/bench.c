@@ -1,12 +1,13 @@
 // harness/bench.c — `invar bench`: the invariant CUDA kernels against the reference set
 // (cuBLAS, split-count MLA), timed with CUDA events.
 //
-//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode]
+//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode|tp]
 //
 // GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, after
 // measuring the device-to-device copy bandwidth that the MLA numbers are compared with. Every
 // timing: warm-up, then the median of many runs, each run on the next of several input copies
-// whose total exceeds twice the 60 MB L2. Writes DIR/bench_gemm.csv and DIR/bench_mla.csv.
+// whose total exceeds twice the 60 MB L2. Writes DIR/bench_gemm.csv and DIR/bench_mla.csv;
+// with two GPUs also the tensor-parallel rows (harness/bench_tp.h).
 //
 // Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
 // --device cuda was asked for explicitly (the caller wanted numbers and gets none).
@@ -21,6 +22,7 @@
 #include "../common/check.h"    // invar_die, invar_malloc
 #include "../sets/registry.h" // kernel_set_create, cuda_device_available
 #include "bench_decode.h"        // bench_decode
+#include "bench_tp.h"            // bench_tp
 #include "cli_args.h"            // cli_parse
 #include "commands.h"            // cmd_bench
 #include "host.h"                // host_make_dirs
@@ -258,6 +260,10 @@ static int run_bench(const char *out_dir, bool quick, const char *only) {
         static const int decode_batches[] = {1, 32, 128};
         bench_decode("cuda", "v2-lite", decode_batches, 3, 128, quick ? 16 : 64, out_dir);
     }
+    if ((!only || strcmp(only, "tp") == 0) && bench_tp(quick, out_dir)) {
+        size_t n = strlen(summary);
+        snprintf(summary + n, sizeof summary - n, "; tensor-parallel rows in bench_tp_*.csv");
+    }
 
     printf("\nsummary: copy %.0f GB/s%s; CSVs in %s\n", copy_gbs, summary, out_dir);
     inv->destroy(inv);
@@ -279,9 +285,10 @@ int cmd_bench(int argc, char **argv) {
                  "(default build/bench)"},
         {.name = "--quick", .kind = CLI_SWITCH, .to.on = &quick,
          .help = "fewer repetitions (CI smoke run)"},
-        {.name = "--only", .choices = "gemm|mla|decode", .to.string = &only,
+        {.name = "--only", .choices = "gemm|mla|decode|tp", .to.string = &only,
          .help = "one section (a kernel developer's tuning loop); the copy\n"
-                 "ceiling always runs"},
+                 "ceiling always runs. tp: the all-reduce and decode at T = 1, 2\n"
+                 "(needs two GPUs; a SKIP line otherwise)"},
         {0},
     };
     const cli_command cmd = {

@@ -19,7 +19,7 @@
 
 #include "../common/check.h"        // invar_die, invar_calloc
 #include "../common/file_hash.h"     // invar_file_xxh64
-#include "../sets/registry.h"     // cuda_device_describe
+#include "../sets/registry.h"     // cuda_device_describe, cuda_device_count, tp_devices_describe
 #include "../reports/csv_read.h"     // csv_table_read, csv_at, csv_table_free
 #include "../reports/csv_report.h"   // csv_report_open, csv_report_row, csv_report_close
 #include "../engine/model_config.h"  // model_config_by_name
@@ -151,7 +151,7 @@ static void shard_unchanged(const char *dir, const csv_table *meta, const shard_
 // checkpoints' identities, and for a shard its I/N and configs.
 static void write_meta(const char *out_dir, const case_file *c, const checkpoint_ids *ids,
                        const shard_rows *shard, int argc, char **argv) {
-    const char *keys[MATRIX_MAX_VALUES + 3], *values[MATRIX_MAX_VALUES + 3];
+    const char *keys[MATRIX_MAX_VALUES + 5], *values[MATRIX_MAX_VALUES + 5];
     int n_extra = 0;
     for (int i = 0; i < ids->n; i++, n_extra++) {
         keys[n_extra] = ids->key[i];
@@ -167,6 +167,15 @@ static void write_meta(const char *out_dir, const case_file *c, const checkpoint
     }
     cuda_device_info dev;
     bool cuda = cuda_device_describe(&dev);
+    // Tensor parallelism's collective library and GPU links, as this machine has them ("-"
+    // without CUDA): NCCL's version is the linked library's, read with ncclGetVersion.
+    char nccl[64], links[256];
+    tp_devices_describe(cuda ? "cuda" : "cpu", cuda_device_count(), nccl, (int)sizeof nccl,
+                        links, (int)sizeof links);
+    keys[n_extra] = "collective_library";
+    values[n_extra++] = nccl;
+    keys[n_extra] = "gpu_links";
+    values[n_extra++] = links;
     run_meta_input in = {.device = cuda ? dev.name : "cpu",
                          .driver = cuda ? dev.driver : NULL,
                          .cuda_runtime = cuda ? dev.runtime : NULL,

@@ -10,7 +10,7 @@
 
 #include "commands.h"               // cmd_kernels
 #include "../common/check.h"       // invar_die, invar_malloc
-#include "../sets/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available
+#include "../sets/registry.h"    // kernel_sets, kernel_set_create, cuda_device_available, cuda_device_count
 #include "../reports/csv_report.h"  // csv_report_open, csv_report_row, csv_report_close
 #include "../reports/report_schema.h" // kernels_header, KERNELS_*
 #include "cli_args.h"               // cli_parse, cli_usage_error
@@ -246,6 +246,14 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
         if (o->quick && !shapes[i].quick) continue;
         if (shapes[i].exhaustive && !o->exhaustive) continue;
         if (shapes[i].invariant_sets_only && !ops->batch_invariant) continue;
+        int gpus = is_cuda(ops) && shapes[i].devices > 1 ? cuda_device_count() : 0;
+        if (is_cuda(ops) && shapes[i].devices > gpus && shapes[i].devices > 1) {
+            char why[128];
+            snprintf(why, sizeof why, "needs %d GPUs (one per rank), %d visible",
+                     shapes[i].devices, gpus);
+            if (o->on_skip) o->on_skip(o->user, ops, op, &shapes[i], why);
+            continue;
+        }
         check_result r;
         kernel_check_shape(ops, op, &shapes[i], i, o, &r);
         checked++;
@@ -338,6 +346,18 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     rep->shape_start = host_seconds();
 }
 
+static void on_skip(void *user, ops_set *ops, const op_entry *op, const op_shape *shape,
+                    const char *why) {
+    report *rep = user;
+    check_result none = {.invariant = true, .written = true, .tol = op->tol};
+    printf("SKIP   %-9s %-4s %-14s %-22s %s\n", ops->name, ops->device, op->name, shape->label,
+           why);
+    fflush(stdout);
+    write_row(rep, ops, op, shape->label, "SKIP", &none, 0.0);
+    rep->skipped++;
+    rep->shape_start = host_seconds();
+}
+
 // The ops, known only from the table at run time.
 static void list_ops(FILE *f) {
     fprintf(f, "\nops:");
@@ -417,6 +437,7 @@ int cmd_kernels(int argc, char **argv) {
     rep.csv = csv_report_open(csv_path, kernels_header(), KERNELS_NCOLS, why_csv, sizeof why_csv);
     if (!rep.csv) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why_csv);
     o.on_shape = on_shape;
+    o.on_skip = on_skip;
     o.user = &rep;
 
     printf("invar kernels: seed %" PRIu64 "%s, batch sizes M =", o.seed,

@@ -39,6 +39,9 @@ typedef struct {
 struct check_opts;
 typedef void (*check_shape_fn)(void *user, ops_set *ops, const op_entry *op,
                                const op_shape *shape, const check_result *r);
+// A shape not checked on this machine, and why (it needs more GPUs than are visible).
+typedef void (*skip_shape_fn)(void *user, ops_set *ops, const op_entry *op,
+                              const op_shape *shape, const char *why);
 
 typedef struct check_opts {
     const int *batch_sizes;    // NULL: kernel_check_batch_sizes (or the quick list)
@@ -48,6 +51,7 @@ typedef struct check_opts {
     uint64_t seed;             // every input derives from it
     const op_shape *shapes;    // NULL: the op's list for ops->device
     check_shape_fn on_shape;   // called after each shape (may be NULL)
+    skip_shape_fn on_skip;     // called for each shape skipped (may be NULL)
     void *user;
 } check_opts;
 

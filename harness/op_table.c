@@ -111,6 +111,7 @@ op_case *op_case_open(const op_entry *op, ops_set *ops, const op_shape *shape, u
 }
 
 void op_case_close(op_case *c) {
+    if (c->state_free) c->state_free(c);
     for (int i = 0; i < OP_MAX_SHARED; i++) {
         if (c->shared[i]) c->ops->release(c->ops, c->shared[i]);
         free(c->host[i]);

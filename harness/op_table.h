@@ -52,6 +52,9 @@ typedef struct {
         struct { int T, W; } all_reduce;
     };
     int max_M;          // largest batch checked at this shape; 0: every M of the list
+    // GPUs the shape needs on CUDA (one per tensor-parallel rank); 0 or 1: one. A machine
+    // with fewer skips the shape, visibly.
+    int devices;
     bool quick;         // kept by --quick
     // A non-invariant set whose op must vary must vary at this very shape, not only at some
     // shape of the list (the all-reduce at T >= 3; at T = 2 every order gives the same bits).

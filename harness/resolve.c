@@ -126,14 +126,6 @@ void resolve_config(const run_config *cfg, const char *device, bool kernel_set_i
     out->max_model_len = max_model_len;
     char why[512];
 
-    // Before anything is built: the collective exists on the CPU only.
-    if (cfg->tensor_parallel > 1 && strcmp(device, "cuda") == 0) {
-        snprintf(why, sizeof why, "tensor_parallel %d: tensor parallelism on CUDA is not built "
-                 "yet", cfg->tensor_parallel);
-        skip(out, false, why);
-        return;
-    }
-
     // Selection first: auto, or the named backend.
     const attention_backend *b;
     if (strcmp(cfg->attention_backend, "auto") == 0) {
@@ -312,6 +304,15 @@ resolved_config *resolve_matrix(const case_file *c, const run_config *configs, i
         resolve_config(cfg, device, kernel_set_invariant_at(e, cfg->tensor_parallel),
                        case_max_model_len(c), &rs[k]);
         resolve_all_reduce_control(e, cfg, &rs[k]);
+        // One GPU per rank. Here, not in resolve_config: the shard plan resolves as on any
+        // machine, and only this run knows how many GPUs it sees.
+        int gpus = strcmp(device, "cuda") == 0 && cfg->tensor_parallel > 1 && !rs[k].skip
+                       ? cuda_device_count() : 0;
+        if (gpus > 0 && cfg->tensor_parallel > gpus) {
+            snprintf(why, sizeof why, "tensor_parallel %d needs %d CUDA devices (one GPU per "
+                     "rank); %d visible", cfg->tensor_parallel, cfg->tensor_parallel, gpus);
+            skip(&rs[k], false, why);
+        }
         if (strcmp(cfg->device, "auto") == 0 && !have_cuda) {
             size_t used = strlen(rs[k].reason);
             snprintf(rs[k].reason + used, sizeof rs[k].reason - used, "%sdevice auto ran on cpu: "

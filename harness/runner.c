@@ -12,7 +12,7 @@
 #include "../engine/engine.h"           // engine_create, engine_generate, engine_config
 #include "../engine/tp_engine.h"        // tp_engine_*: the engine at tensor-parallel degree T
 #include "../common/check.h"           // invar_die, invar_calloc, invar_malloc
-#include "../sets/registry.h"        // kernel_set_create, kernel_set_is_adversarial
+#include "../sets/registry.h"        // kernel_set_create*, kernel_set_is_adversarial, tp_devices_describe
 #include "../reports/report_schema.h"   // DIVERGENCE_*, SUMMARY_*
 #include "compare.h"                    // compare_request_sets, compare_results, divergence
 #include "host.h"                       // host_seconds
@@ -365,6 +365,14 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
         size_t used = strlen(r->out->note);
         snprintf(r->out->note + used, sizeof r->out->note - used, "%s%s", used ? "; " : "",
                  note);
+        // Which collective library and links this T ran over, read at run time (CUDA only).
+        char library[64], links[192];
+        tp_devices_describe(r->rc->device, T, library, (int)sizeof library, links,
+                            (int)sizeof links);
+        used = strlen(r->out->note);
+        if (strcmp(library, "-") != 0)
+            snprintf(r->out->note + used, sizeof r->out->note - used, "; ranks on GPUs 0-%d "
+                     "over %s, links %s", T - 1, library, links);
     }
     buffers_free(&b1);
     tp_engine_destroy(eng1);
@@ -381,11 +389,12 @@ static void run_config_once(const case_file *c, const run_config *cfg,
                             const loaded_model *model, progress *prog, bool adversarial_control,
                             outcome *out) {
     double t0 = host_seconds();
-    // One kernel set per rank: on the CPU each has its own thread pool of `threads` workers.
+    // One kernel set per rank: on the CPU each has its own thread pool of `threads` workers,
+    // on CUDA its own GPU (rank k on GPU k).
     int ranks = cfg->tensor_parallel > 0 ? cfg->tensor_parallel : 1;
     ops_set **rank_ops = invar_calloc((size_t)ranks, sizeof *rank_ops, "rank kernel sets");
     for (int k = 0; k < ranks; k++) {
-        rank_ops[k] = kernel_set_create(cfg->kernel_set, rc->device, out->threads);
+        rank_ops[k] = kernel_set_create_for_rank(cfg->kernel_set, rc->device, out->threads, k);
         if (!rank_ops[k])
             invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s",
                       c->path, cfg->name, cfg->kernel_set, rc->device);

@@ -162,10 +162,11 @@ typedef struct {
 
 typedef struct order_log order_log;  // kernels/order_log.h
 
-// One rank's handle on the communicator of a tensor-parallel group of T ranks. On the CPU the
-// ranks are threads of one process (kernels/cpu/collective.h); on CUDA it would wrap an NCCL
-// communicator (not built yet).
+// One rank's handle on the communicator of a tensor-parallel group of T ranks, and the group.
+// The ranks are threads of one process (kernels/cpu/collective.h); on CUDA each rank's thread
+// drives its own GPU and the handle carries that rank's NCCL communicator.
 typedef struct tp_comm tp_comm;
+typedef struct tp_comm_group tp_comm_group;
 
 typedef struct ops_set ops_set;
 struct ops_set {
@@ -237,6 +238,15 @@ struct ops_set {
     // return every rank holds every rank's columns. A copy, with no order to vary.
     void (*all_gather_columns)(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,
                                long col_begin, long col_end);
+
+    // --- the devices of a tensor-parallel group (NULL on the CPU: every rank uses the host) --
+    // Makes the calling thread's work go to the set's device: a rank's thread calls it before
+    // any other op of its set (on CUDA the current device is per thread).
+    void (*bind_thread)(ops_set *ops);
+    // Opens the device communicators of group g, whose rank r runs ranks[r] (sets of this
+    // device, each on its own device), and attaches them to g's rank handles; the group closes
+    // them when destroyed (kernels/cpu/collective.h).
+    void (*open_group)(ops_set *const *ranks, int T, tp_comm_group *g);
 };
 
 #endif

@@ -8,7 +8,7 @@
 #include "../reference/cpu/ref_cpu.h"       // ref_cpu_create, inv_ring_cpu_create
 #include "../adversarial/cpu/adv_cpu.h"     // adv_cpu_create
 #ifdef INVAR_CUDA
-#include "../kernels/cuda/inv_cuda.h"       // inv_cuda_create, inv_cuda_device_available
+#include "../kernels/cuda/inv_cuda.h"       // inv_cuda_create, inv_cuda_device_available, inv_cuda_use_device
 #include "../reference/cuda/ref_cuda.h"     // ref_cuda_create
 #include "../adversarial/cuda/adv_cuda.h"   // adv_cuda_create
 #endif
@@ -26,7 +26,8 @@ static const kernel_set_entry entries[] = {
 };
 
 // The invariant CPU set with the reference ring all-reduce: only the all-reduce differs, so
-// it is caught by the all-reduce alone, at T >= 3 only (CPU only: no CUDA collective yet).
+// it is caught by the all-reduce alone, at T >= 3 only (CPU only: on CUDA the reference set's
+// ncclAllReduce is the one ring, and T >= 3 GPUs are not available to catch it).
 static const kernel_set_entry controls[] = {
     {"invariant-ring", "cpu", inv_ring_cpu_create, false, false, 2},
     {NULL, NULL, NULL, false, false, 0},
@@ -63,6 +64,43 @@ const kernel_set_entry *kernel_set_find(const char *set, const char *device) {
 ops_set *kernel_set_create(const char *set, const char *device, int threads) {
     const kernel_set_entry *e = kernel_set_find(set, device);
     return e ? e->create(threads) : NULL;
+}
+
+ops_set *kernel_set_create_for_rank(const char *set, const char *device, int threads, int rank) {
+    if (strcmp(device, "cuda") != 0) return kernel_set_create(set, device, threads);
+#ifdef INVAR_CUDA
+    int previous = inv_cuda_use_device(rank);
+    ops_set *ops = kernel_set_create(set, device, threads);
+    (void)inv_cuda_use_device(previous);
+    return ops;
+#else
+    (void)rank;
+    return NULL;  // no cuda entry is registered
+#endif
+}
+
+int cuda_device_count(void) {
+#ifdef INVAR_CUDA
+    return inv_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+void tp_devices_describe(const char *device, int T, char *library, int library_len,
+                         char *links, int links_len) {
+    snprintf(library, (size_t)library_len, "-");
+    snprintf(links, (size_t)links_len, "-");
+#ifdef INVAR_CUDA
+    if (strcmp(device, "cuda") != 0 || inv_cuda_device_count() == 0) return;
+    char version[32];
+    inv_cuda_nccl_version(version, (int)sizeof version);
+    snprintf(library, (size_t)library_len, "NCCL %s", version);
+    inv_cuda_gpu_links(T, links, links_len);
+#else
+    (void)device;
+    (void)T;
+#endif
 }
 
 bool cuda_device_describe(cuda_device_info *out) {

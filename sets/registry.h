@@ -40,6 +40,18 @@ const kernel_set_entry *kernel_set_find(const char *set, const char *device);
 
 // Creates the named set on the named device; NULL when no such set is registered.
 ops_set *kernel_set_create(const char *set, const char *device, int threads);
+// The set of rank `rank` of a tensor-parallel group: on CUDA on GPU `rank` (one GPU per rank;
+// exits 2 when there is no such GPU), the calling thread's device left as it was; on the CPU
+// as kernel_set_create.
+ops_set *kernel_set_create_for_rank(const char *set, const char *device, int threads, int rank);
+
+// CUDA devices this process sees (0 without CUDA or a device).
+int cuda_device_count(void);
+// What reports record of a tensor-parallel group on `device` of T ranks: the collective
+// library ("NCCL 2.28.3" from ncclGetVersion on cuda; "-" on the cpu) and the links between
+// GPUs 0..T-1 (inv_cuda_gpu_links: "0-1:p2p+atomics(nvlink)"; "-" below two GPUs or on cpu).
+void tp_devices_describe(const char *device, int T, char *library, int library_len,
+                         char *links, int links_len);
 
 // True when a CUDA device can be used (the binary was built with CUDA and a device answers).
 // `why` receives a reason when it cannot (may be NULL).

@@ -87,7 +87,7 @@ suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/te
 suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
 suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shard.sh "$BUILD"
 
-for c in gpu; do
+for c in gpu gpu-tp; do  # gpu-tp: T = 2 needs two GPUs, SKIP (visibly, per config) with one
     if [ "$gpu" = 1 ]; then
         suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
     else

@@ -10,6 +10,8 @@
 //   moe_combine   experts summed busiest first, contracted into FMAs when the busiest expert's
 //                 load is odd (shows with two experts per token)
 //   logprobs      block size from a hash of R
+//   all_reduce    NCCL all-gather, then every element summed around the ring from a rank
+//                 hashed from the message size, bf16 at every hop (caught from T = 3 on)
 // The routed experts, the router and prefill attention keep the invariant kernels (README,
 // "The kernel sets"); their inputs come from the ops above. Every choice is deterministic, so a
 // repeated batch gives the same bits: caught as batch-variant, never as nondeterministic.
@@ -23,7 +25,8 @@
 #include "../../common/cuda_check.cuh"         // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve, invar_cublas_on_stream
 #include "../../kernels/bf16.h"                // bf16_to_float, float_to_bf16
 #include "../../kernels/cuda/inv_cuda.h"       // inv_cuda_init, inv_cuda_fini
-#include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*
+#include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*, inv_cuda_all_reduce_from_rank
+#include "../../kernels/cpu/collective.h"      // tp_comm_size
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // The set: the invariant set's ops_set first (its ctx is the invariant set's, which the reused
@@ -171,16 +174,29 @@ static void adv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     CUDA_CHECK_LAUNCH("moe_combine (adversarial)");
 }
 
+// --- all_reduce: the ring starts at a rank hashed from the message size ------------------------
+
+// As the adversarial CPU set (adversarial/cpu/adv_cpu.c): every element's sum starts at rank
+// mix64(n) mod T and rounds to bf16 at every hop, so the message size (the batch's token
+// count) picks the order. Caught from T = 3 on; at T = 2 two addends commute.
+static void adv_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
+    int T = tp_comm_size(comm);
+    int first = (int)(invar_mix64((uint64_t)n) % (uint64_t)T);
+    inv_cuda_all_reduce_from_rank(ops, comm, buf, n, first, true);
+}
+
 // --- the set -------------------------------------------------------------------------------------
 
 static void adv_cuda_destroy(ops_set *ops) {
     adv_cuda_set *s = adv_set(ops);
+    int previous = inv_cuda_enter(ops);  // a rank's set is freed on its own device
     CUDA_CHECK("destroy", cudaStreamSynchronize(inv_cuda_stream(ops)));
     CUBLAS_CHECK("destroy", cublasDestroy(s->cublas));
     if (s->partials) CUDA_CHECK("destroy", cudaFree(s->partials));
     if (s->loads) CUDA_CHECK("destroy", cudaFree(s->loads));
     inv_cuda_fini(ops);
     free(s);
+    inv_cuda_leave(previous);
 }
 
 ops_set *adv_cuda_create(int threads) {
@@ -198,5 +214,6 @@ ops_set *adv_cuda_create(int threads) {
     ops->mla_attention = adv_cuda_mla_attention;
     ops->moe_combine = adv_cuda_moe_combine;
     ops->logprobs = adv_cuda_logprobs;
+    ops->all_reduce = adv_cuda_all_reduce;
     return ops;
 }

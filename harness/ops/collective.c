@@ -3,14 +3,16 @@
 // A row is W values of one token on each of T ranks (a token's slice of a row-parallel
 // output): row m sits at offset m * W of every rank's message of M * W elements, so the batch
 // moves both the row's offset and the message size, the two things a ring's chunking reads.
-// The T ranks are T threads (common/rank_threads.h) over one CPU communicator; each rank's
-// result for the row is compared, so a rank that disagrees with the others shows too.
+// The T ranks are T threads (common/rank_threads.h): on the CPU over one CPU communicator, on
+// CUDA one GPU each over NCCL. Each rank's result for the row is compared, so a rank that
+// disagrees with the others shows too.
 #include <stdlib.h>                        // free
 
-#include "../../common/check.h"            // invar_malloc
+#include "../../common/check.h"            // invar_malloc, invar_calloc, invar_die
 #include "../../common/rank_threads.h"     // rank_threads_run
 #include "../../kernels/cpu/collective.h"  // tp_comm_group_*
 #include "../../kernels/f64/f64.h"         // f64_all_reduce, f64_rel_l2_bf16
+#include "../../sets/registry.h"           // kernel_set_create_for_rank
 #include "op_section.h"                    // op_section, op_buffer_add, op_rng, op_fill_bf16
 
 // contributions [M][T][W] as rows are built; messages [T][M*W] as ranks hold them; gather:
@@ -35,8 +37,18 @@ const op_shape all_reduce_cpu_shapes[] = {
      .must_vary = true},
     {.label = NULL},
 };
-// Tensor parallelism on CUDA is not built yet: no shape to check there.
+// On CUDA a rank is a GPU: a shape needs T of them (.devices) and is skipped, visibly, on a
+// machine with fewer. T = 2 is what the two-GPU hosts measure (two addends commute: nothing can
+// vary, every set must be stable and accurate); T = 4 and 8 are for machines not lent yet.
+// W = 2048 is a V2-Lite hidden row: messages up to 2M elements, where NCCL changes protocol.
 const op_shape all_reduce_cuda_shapes[] = {
+    {.label = "T=2 W=61", .all_reduce = {.T = 2, .W = 61}, .max_M = 1024, .devices = 2,
+     .quick = true},
+    {.label = "T=2 W=2048", .all_reduce = {.T = 2, .W = 2048}, .max_M = 1024, .devices = 2},
+    {.label = "T=4 W=61", .all_reduce = {.T = 4, .W = 61}, .max_M = 1024, .devices = 4,
+     .quick = true, .must_vary = true},
+    {.label = "T=8 W=61", .all_reduce = {.T = 8, .W = 61}, .max_M = 1024, .devices = 8,
+     .must_vary = true},
     {.label = NULL},
 };
 
@@ -86,14 +98,122 @@ static void reduce_as_rank(void *arg, int rank) {
 }
 
 // The ranks share the case's one ops_set: the CPU sets' all-reduce reads nothing of it but
-// its order policy. (A CUDA check would need a set per rank, one device each.)
-static void all_reduce_call(op_case *c, const op_batch *b) {
+// its order policy.
+static void all_reduce_call_cpu(op_case *c, const op_batch *b) {
     int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
     ranks_job j = {c->ops, tp_comm_group_create(T), b->dev[AR_MSG], (long)b->M * W};
     rank_threads_run(T, reduce_as_rank, &j);
     tp_comm_group_destroy(j.group);
+}
+
+// On CUDA rank r is a set of the case's kind on GPU r (rank 0 the case's own set, on the
+// current GPU 0) joined by NCCL: made at the shape's first batch and kept until op_case_close,
+// since opening an NCCL communicator costs far more than a batch (c->state, freed by
+// op_case_close through c->state_free).
+typedef struct {
+    int T;
+    ops_set **ranks;
+    tp_comm_group *group;
+    bf16 **messages;     // [T]: rank r's message on its own GPU (rank 0: the batch's buffer)
+    long capacity;       // elements each of messages[1..T-1] (and host) holds
+    long n;              // this batch's message size
+    bf16 *host;          // one rank's message, downloaded
+} cuda_ranks;
+
+static cuda_ranks *cuda_ranks_open(op_case *c) {
+    int T = c->s->all_reduce.T;
+    cuda_ranks *cr = invar_calloc(1, sizeof *cr, "all_reduce ranks");
+    cr->T = T;
+    cr->ranks = invar_calloc((size_t)T, sizeof *cr->ranks, "all_reduce rank sets");
+    cr->messages = invar_calloc((size_t)T, sizeof *cr->messages, "all_reduce rank messages");
+    cr->ranks[0] = c->ops;
+    for (int r = 1; r < T; r++) {
+        cr->ranks[r] = kernel_set_create_for_rank(c->ops->name, c->ops->device, 0, r);
+        if (!cr->ranks[r])
+            invar_die(INVAR_EXIT_SYSTEM, "kernels: no %s set on %s for rank %d", c->ops->name,
+                      c->ops->device, r);
+    }
+    cr->group = tp_comm_group_create(T);
+    c->ops->open_group(cr->ranks, T, cr->group);
+    return cr;
+}
+
+static void all_reduce_close(op_case *c) {
+    cuda_ranks *cr = c->state;
+    if (!cr) return;
+    tp_comm_group_destroy(cr->group);
+    for (int r = 1; r < cr->T; r++) {
+        if (cr->messages[r]) {
+            cr->ranks[r]->bind_thread(cr->ranks[r]);
+            cr->ranks[r]->release(cr->ranks[r], cr->messages[r]);
+        }
+        cr->ranks[r]->destroy(cr->ranks[r]);  // on its own GPU; the caller's device kept
+    }
+    c->ops->bind_thread(c->ops);
+    free(cr->host);
+    free(cr->messages);
+    free(cr->ranks);
+    free(cr);
+    c->state = NULL;
+}
+
+static void reduce_on_gpu(void *arg, int rank) {
+    const cuda_ranks *cr = arg;
+    ops_set *ops = cr->ranks[rank];
+    ops->bind_thread(ops);  // a fresh thread starts on GPU 0
+    ops->all_reduce(ops, tp_comm_group_rank(cr->group, rank), cr->messages[rank], cr->n);
+    ops->sync(ops);
+}
+
+// Each rank's message from the batch's host copy onto its GPU; the T ranks on T threads; each
+// result back into the batch's device buffer at the rank's place, where the gather reads it.
+static void all_reduce_call_cuda(op_case *c, const op_batch *b) {
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
+    long n = (long)b->M * W;
+    size_t bytes = (size_t)n * sizeof(bf16);
+    if (!c->state) {
+        c->state = cuda_ranks_open(c);
+        c->state_free = all_reduce_close;
+    }
+    cuda_ranks *cr = c->state;
+    const bf16 *host_messages = b->host[AR_MSG];
+    bf16 *dev_messages = b->dev[AR_MSG];
+    for (int r = 1; r < T; r++) {
+        ops_set *ops = cr->ranks[r];
+        ops->bind_thread(ops);
+        if (n > cr->capacity && cr->messages[r]) {
+            ops->release(ops, cr->messages[r]);
+            cr->messages[r] = NULL;
+        }
+        if (!cr->messages[r]) cr->messages[r] = ops->alloc(ops, bytes, "all_reduce rank message");
+        ops->upload(ops, cr->messages[r], host_messages + r * n, bytes);
+    }
+    c->ops->bind_thread(c->ops);
+    if (n > cr->capacity) {
+        free(cr->host);
+        cr->host = invar_malloc(bytes, "all_reduce rank result");
+        cr->capacity = n;
+    }
+    cr->n = n;
+    cr->messages[0] = dev_messages;
+    rank_threads_run(T, reduce_on_gpu, cr);
+    c->ops->bind_thread(c->ops);  // rank 0 ran on this thread, on GPU 0 already
+    for (int r = 1; r < T; r++) {
+        cr->ranks[r]->bind_thread(cr->ranks[r]);
+        cr->ranks[r]->download(cr->ranks[r], cr->host, cr->messages[r], bytes);
+        c->ops->bind_thread(c->ops);
+        c->ops->upload(c->ops, dev_messages + r * n, cr->host, bytes);
+    }
+    cr->messages[0] = NULL;  // the batch's, released by the checker
+}
+
+static void all_reduce_call(op_case *c, const op_batch *b) {
+    int W = c->s->all_reduce.W;
+    if (c->ops->open_group) all_reduce_call_cuda(c, b);
+    else all_reduce_call_cpu(c, b);
     // Every rank's result row into the output, row-major by token: a gather is an embedding.
-    c->ops->embedding(c->ops, b->dev[AR_OUT], b->dev[AR_MSG], b->dev[AR_GATHER], b->M * T, W);
+    c->ops->embedding(c->ops, b->dev[AR_OUT], b->dev[AR_MSG], b->dev[AR_GATHER],
+                      b->M * c->s->all_reduce.T, W);
 }
 
 static double all_reduce_error(op_case *c, uint64_t seed, const void *row) {

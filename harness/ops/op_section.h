@@ -10,6 +10,7 @@
 //   batch    inputs of the whole batch (a paged cache, a block table, slots); may be NULL
 //   call     the op on the batch's device buffers
 //   error    one row's output against the float64 oracle (kernels/f64/f64.h)
+// A call may keep state across the shape's batches in c->state, with c->state_free to free it.
 // A row's inputs come only from its seed (op_rng_from), so a row is the same alone and in a
 // batch.
 #ifndef INVAR_HARNESS_OPS_OP_SECTION_H
@@ -56,6 +57,10 @@ struct op_case {
     // checker's time at the large shapes. A row depends only on its seed, so the thread
     // count never changes a bit.
     thread_pool *fill;
+    // What a section's call keeps across the shape's batches (the all-reduce's other ranks on
+    // CUDA), and how op_case_close frees it; both NULL when it keeps nothing.
+    void *state;
+    void (*state_free)(op_case *c);
 };
 
 typedef struct {

@@ -16,6 +16,7 @@
 struct tp_comm {
     tp_comm_group *group;
     int rank;
+    void *device;  // the attached device communicator of this rank (NULL: none)
 };
 
 // What a rank publishes for the others to read between two barriers.
@@ -35,6 +36,7 @@ struct tp_comm_group {
     unsigned long generation;  // bumped each time the last rank arrives
     rank_slot *slots;
     tp_comm *ranks;
+    tp_device_comms_close close_device;  // NULL: no device communicator attached
 };
 
 tp_comm_group *tp_comm_group_create(int T) {
@@ -45,12 +47,17 @@ tp_comm_group *tp_comm_group_create(int T) {
     PT_CHECK(pthread_cond_init(&g->all_arrived, NULL));
     g->slots = invar_calloc((size_t)T, sizeof *g->slots, "tensor-parallel rank slots");
     g->ranks = invar_calloc((size_t)T, sizeof *g->ranks, "tensor-parallel ranks");
-    for (int r = 0; r < T; r++) g->ranks[r] = (tp_comm){g, r};
+    for (int r = 0; r < T; r++) g->ranks[r] = (tp_comm){.group = g, .rank = r};
     return g;
 }
 
 void tp_comm_group_destroy(tp_comm_group *g) {
     if (!g) return;
+    if (g->close_device) {
+        void *handles[g->size];
+        for (int r = 0; r < g->size; r++) handles[r] = g->ranks[r].device;
+        g->close_device(handles, g->size);
+    }
     for (int r = 0; r < g->size; r++) free(g->slots[r].scratch);
     PT_CHECK(pthread_cond_destroy(&g->all_arrived));
     PT_CHECK(pthread_mutex_destroy(&g->lock));
@@ -67,6 +74,17 @@ tp_comm *tp_comm_group_rank(tp_comm_group *g, int rank) {
 
 int tp_comm_size(const tp_comm *c) { return c->group->size; }
 int tp_comm_rank(const tp_comm *c) { return c->rank; }
+
+void tp_comm_group_attach_device(tp_comm_group *g, void *const *handles,
+                                 tp_device_comms_close close) {
+    if (g->close_device)
+        invar_die(INVAR_EXIT_SYSTEM, "collective: a group of %d already has device "
+                  "communicators attached", g->size);
+    for (int r = 0; r < g->size; r++) g->ranks[r].device = handles[r];
+    g->close_device = close;
+}
+
+void *tp_comm_device(const tp_comm *c) { return c->device; }
 
 // Blocks until every rank has arrived. The mutex also orders memory: what a rank wrote before
 // arriving is visible to every rank after it leaves.

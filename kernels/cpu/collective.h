@@ -11,9 +11,12 @@
 #ifndef INVAR_KERNELS_CPU_COLLECTIVE_H
 #define INVAR_KERNELS_CPU_COLLECTIVE_H
 
-#include "../ops.h"  // tp_comm, bf16
+#include "../ops.h"  // tp_comm, tp_comm_group, bf16
 
-typedef struct tp_comm_group tp_comm_group;
+// C linkage: the CUDA sets (C++) call these too.
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 // T >= 1 ranks; rank r's handle is tp_comm_group_rank(g, r), valid until destroy.
 tp_comm_group *tp_comm_group_create(int T);
@@ -22,6 +25,15 @@ tp_comm *tp_comm_group_rank(tp_comm_group *g, int rank);
 
 int tp_comm_size(const tp_comm *c);
 int tp_comm_rank(const tp_comm *c);
+
+// A device communicator attached to the group (the CUDA sets' NCCL communicators: ops.h's
+// open_group): handles[r] is rank r's, read back with tp_comm_device; `close` gets them all when
+// the group is destroyed. The group keeps its CPU slots too, unused by the device collectives.
+typedef void (*tp_device_comms_close)(void *const *handles, int T);
+void tp_comm_group_attach_device(tp_comm_group *g, void *const *handles,
+                                 tp_device_comms_close close);
+// Rank c's device communicator; NULL when none is attached (a CPU group).
+void *tp_comm_device(const tp_comm *c);
 
 // How a set adds one stretch of the message: out[i - begin] for i in [begin, end) from ins[r][i],
 // r in [0, T). It may read i and n (the message size) to pick its order.
@@ -37,5 +49,9 @@ void cpu_comm_all_reduce(tp_comm *c, bf16 *buf, long n, cpu_all_reduce_slice sli
 // ops.h's all_gather_columns.
 void cpu_comm_all_gather_columns(tp_comm *c, float *buf, int rows, long ld, long col_begin,
                                  long col_end);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -19,6 +19,10 @@ enum cuda_scratch_slot {
     SCRATCH_MOE_LISTS,      // per-expert row lists and offsets
     SCRATCH_MOE_GATE_UP,    // compact [rows, 2I] bf16
     SCRATCH_MOE_ACT,        // compact [rows, I] bf16
+    SCRATCH_ALL_REDUCE,     // every rank's message, [T][n] bf16, gathered before the sum
+    SCRATCH_GATHER_SEND,    // all_gather_columns: this rank's columns, packed
+    SCRATCH_GATHER_RECV,    // all_gather_columns: every rank's packed columns
+    SCRATCH_GATHER_RANGES,  // all_gather_columns: every rank's (begin, end, rows)
     SCRATCH_SLOTS
 };
 

@@ -121,29 +121,6 @@ void inv_cuda_sync(ops_set *ops) {
     CUDA_CHECK("sync", cudaStreamSynchronize(cuda_ctx_of(ops)->stream));
 }
 
-// --- collectives: not built yet ----------------------------------------------------------------
-// Tensor parallelism on CUDA (NCCL, or a rank-ordered all-reduce over peer memory) is not built
-// yet; the harness SKIPs CUDA configs with T > 1 before any engine exists, so reaching these is a
-// harness bug, and they say so rather than return a wrong sum. Every CUDA set inherits them.
-
-static void inv_cuda_all_reduce_not_built(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
-    (void)comm;
-    (void)buf;
-    invar_die(INVAR_EXIT_SYSTEM, "cuda %s set: all_reduce of %ld elements: tensor parallelism "
-              "on CUDA is not built yet", ops->name, n);
-}
-
-static void inv_cuda_all_gather_not_built(ops_set *ops, tp_comm *comm, float *buf, int rows,
-                                          long ld, long col_begin, long col_end) {
-    (void)comm;
-    (void)buf;
-    (void)ld;
-    (void)col_begin;
-    (void)col_end;
-    invar_die(INVAR_EXIT_SYSTEM, "cuda %s set: all_gather_columns of %d rows: tensor "
-              "parallelism on CUDA is not built yet", ops->name, rows);
-}
-
 // --- the set -------------------------------------------------------------------------------------
 
 void inv_cuda_fini(ops_set *ops) {
@@ -154,8 +131,10 @@ void inv_cuda_fini(ops_set *ops) {
 }
 
 static void inv_cuda_destroy(ops_set *ops) {
+    int previous = inv_cuda_enter(ops);  // a rank's set is freed on its own device
     inv_cuda_fini(ops);
     free(ops);
+    inv_cuda_leave(previous);
 }
 
 ops_set *inv_cuda_create(int threads) {
@@ -193,8 +172,10 @@ void inv_cuda_init(ops_set *ops, const char *set_name) {
     ops->moe_experts = inv_cuda_moe_experts;
     ops->moe_combine = inv_cuda_moe_combine;
     ops->logprobs = inv_cuda_logprobs;
-    ops->all_reduce = inv_cuda_all_reduce_not_built;
-    ops->all_gather_columns = inv_cuda_all_gather_not_built;
+    ops->all_reduce = inv_cuda_all_reduce;
+    ops->all_gather_columns = inv_cuda_all_gather_columns;
+    ops->bind_thread = inv_cuda_bind_thread;
+    ops->open_group = inv_cuda_open_group;
 }
 
 // --- for sets built on this one (inv_cuda_launch.h) ---------------------------------------------

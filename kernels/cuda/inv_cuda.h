@@ -24,6 +24,19 @@ void inv_cuda_device_describe(char *name, int name_len, char *driver, int driver
                               char *runtime, int runtime_len, char *cublas, int cublas_len,
                               char *cc, int cc_len);
 
+// --- tensor parallelism: one GPU per rank (collective.cu) -------------------------------------
+// CUDA devices visible to this process (0 without a driver or device).
+int inv_cuda_device_count(void);
+// Makes `device` the calling thread's current device and returns the one it replaced (exits 2
+// naming both when no such device is visible). A set created now lives on that device.
+int inv_cuda_use_device(int device);
+// The linked NCCL's version from ncclGetVersion(), e.g. "2.28.3".
+void inv_cuda_nccl_version(char *out, int len);
+// How GPUs 0..T-1 are linked, pair by pair, from cudaDeviceGetP2PAttribute:
+// "0-1:p2p+atomics(nvlink)" (peer access with native atomics: NVLink), "p2p(pcie)", "no-p2p";
+// "-" for fewer than two GPUs.
+void inv_cuda_gpu_links(int T, char *out, int len);
+
 #ifdef __cplusplus
 }
 #endif

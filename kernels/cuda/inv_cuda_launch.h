@@ -5,7 +5,8 @@
 #define INVAR_KERNELS_CUDA_INV_CUDA_LAUNCH_H
 
 #include <cuda_runtime.h>  // cudaStream_t
-#include "../ops.h"        // ops_set, mla_attention_args, logprobs_args
+#include <stdbool.h>        // bool
+#include "../ops.h"        // ops_set, tp_comm, mla_attention_args, logprobs_args
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,6 +25,18 @@ void inv_cuda_mla_attention_with_split(ops_set *ops, const mla_attention_args *a
 // Log-softmax, sampling and top-k with `threads` per row (a multiple of 32, <= 1024; the
 // invariant set always uses 1024).
 void inv_cuda_logprobs_with_block(ops_set *ops, const logprobs_args *a, int threads);
+
+// The all-reduce over NCCL with the sum's order as a parameter: every rank's message gathered,
+// then element i summed from rank `first` up (mod T) in fp32, rounded to bf16 after every hop
+// when round_each_hop (as a bf16 ring does), else once. The invariant set passes 0, false.
+void inv_cuda_all_reduce_from_rank(ops_set *ops, tp_comm *comm, bf16 *buf, long n, int first,
+                                   bool round_each_hop);
+// Rank comm's NCCL communicator (an ncclComm_t), exiting with `op` named when none is attached.
+void *inv_cuda_nccl_comm(tp_comm *comm, const char *op);
+// A set's device made current for a call from any thread (destroying a rank's set, say), and
+// the caller's device given back: int prev = inv_cuda_enter(ops); ...; inv_cuda_leave(prev);
+int inv_cuda_enter(ops_set *ops);
+void inv_cuda_leave(int previous);
 
 #ifdef __cplusplus
 }

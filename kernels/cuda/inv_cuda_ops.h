@@ -41,6 +41,12 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a);
 void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a);
 void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a);
 void inv_cuda_logprobs(ops_set *ops, const logprobs_args *a);
+// Collectives and the group's devices (collective.cu): NCCL moves the bytes, the sums are ours.
+void inv_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n);
+void inv_cuda_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,
+                                 long col_begin, long col_end);
+void inv_cuda_bind_thread(ops_set *ops);
+void inv_cuda_open_group(ops_set *const *ranks, int T, tp_comm_group *g);
 
 // --- launchers with the parameter the invariant set fixes (public: inv_cuda_launch.h) --------
 // RMSNorm with a chosen block size (the invariant set always passes 256).

@@ -3,6 +3,8 @@
 //   rmsnorm       block size chosen from the number of rows
 //   mla_attention split-KV with the split COUNT chosen from the batch's longest sequence
 //   moe_combine   atomicAdd into fp32 (order of arrival, different run to run)
+//   all_reduce    ncclAllReduce as configured by default (bf16, ncclSum): NCCL picks the
+//                 algorithm (ring, tree, NVLS off) and protocol from the message size
 // The other ops are batch-invariant by nature and reuse kernels/cuda. Every choice goes to the
 // set's order log (kernels/order_log.h), so a run that did not catch the set can say which
 // ops never changed order at its shapes.
@@ -10,10 +12,13 @@
 
 #include <cublas_v2.h>                      // cublasCreate, cublasGemmEx, ...
 #include <cuda_runtime.h>                   // cudaMemsetAsync
+#include <nccl.h>                           // ncclAllReduce, ncclComm_t
 #include <stdlib.h>                         // free
 
 #include "../../common/check.h"             // invar_calloc
 #include "../../common/cuda_check.cuh"      // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve, invar_cublas_on_stream
+#include "../../common/nccl_check.cuh"      // NCCL_CHECK
+#include "../../kernels/cpu/collective.h"   // tp_comm_size
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
 #include "../../kernels/cuda/inv_cuda.h"    // inv_cuda_init, inv_cuda_fini
 #include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*
@@ -139,16 +144,29 @@ static void ref_cuda_logprobs(ops_set *ops, const logprobs_args *a) {
     ref_set(ops)->invariant.logprobs(ops, a);
 }
 
+// --- all_reduce: NCCL's own sum --------------------------------------------------------------
+
+// In place, bf16, ncclSum, on the set's stream; with three or more ranks an element's order
+// follows its offset and the message size (README, "Tensor parallelism").
+static void ref_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
+    if (tp_comm_size(comm) == 1 || n <= 0) return;
+    ncclComm_t nc = (ncclComm_t)inv_cuda_nccl_comm(comm, "all_reduce (reference)");
+    NCCL_CHECK("all_reduce (reference)", ncclAllReduce(buf, buf, (size_t)n, ncclBfloat16, ncclSum,
+                                                       nc, inv_cuda_stream(ops)));
+}
+
 // --- the set -------------------------------------------------------------------------------------
 
 static void ref_cuda_destroy(ops_set *ops) {
     ref_cuda_set *r = ref_set(ops);
+    int previous = inv_cuda_enter(ops);  // a rank's set is freed on its own device
     CUDA_CHECK("destroy", cudaStreamSynchronize(inv_cuda_stream(ops)));
     CUBLAS_CHECK("destroy", cublasDestroy(r->cublas));
     if (r->combine_acc) CUDA_CHECK("destroy", cudaFree(r->combine_acc));
     order_log_destroy(ops->orders);
     inv_cuda_fini(ops);
     free(r);
+    inv_cuda_leave(previous);
 }
 
 ops_set *ref_cuda_create(int threads) {
@@ -166,6 +184,7 @@ ops_set *ref_cuda_create(int threads) {
     ops->gemm = ref_cuda_gemm;
     ops->mla_attention = ref_cuda_mla_attention;
     ops->moe_combine = ref_cuda_moe_combine;
+    ops->all_reduce = ref_cuda_all_reduce;
     // Invariant kernels, wrapped to record their one order.
     ops->mha_prefill = ref_cuda_mha_prefill;
     ops->moe_route = ref_cuda_moe_route;

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# tests/gpu_tp_check.sh OUT_DIR — tensor parallelism on the two-GPU H200 host, in one go (about
+# 5-7 minutes): build (CUDA + NCCL, the Debian libraries from DEPS_PREFIX, default /tmp/deps,
+# unpacked there from .deps/*.deb when missing), then
+#   1. build/tests/test_cuda_tp        the CUDA all-reduces against the CPU sets' bits, NCCL's
+#                                      accuracy, the uneven all-gather
+#   2. invar kernels --device cuda --op all_reduce
+#   3. invar run --case cases/gpu-tp.ini
+#   4. invar bench --device cuda --only tp   (all-reduce vs NCCL, decode tok/s at T = 1, 2;
+#                                      --quick unless BENCH_FULL=1)
+# Each step's output goes to OUT_DIR/<step>.log (CSVs and reports beside them); a summary is
+# printed last. Exit 0 when every step did what it should, 1 otherwise.
+#
+# NVLink multicast stays off: NCCL_NVLS_ENABLE=0 unless already set (invar also sets it itself
+# without overwriting). Nothing here changes the GPUs' settings.
+set -u
+out=${1:?usage: tests/gpu_tp_check.sh OUT_DIR}
+cd "$(dirname "$0")/.." || exit 2
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+deps=${DEPS_PREFIX:-/tmp/deps}
+jobs=$(nproc 2>/dev/null || echo 16)
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+status=()
+overall=0
+
+step() {  # step NAME TIMEOUT_S COMMAND...: runs it into OUT/NAME.log, records the verdict
+    local name=$1 limit=$2 start=$SECONDS rc
+    shift 2
+    echo "=== $name (log: $out/$name.log)"
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    tail -n 4 "$out/$name.log"
+    local verdict=ok
+    if [ "$rc" = 124 ]; then verdict="TIMED OUT after ${limit} s"; overall=1
+    elif [ "$rc" != 0 ]; then verdict="FAILED (exit $rc)"; overall=1; fi
+    status+=("$(printf '%-22s %-24s %4d s' "$name" "$verdict" $((SECONDS - start)))")
+}
+
+# --- the build ---------------------------------------------------------------------------------
+if [ ! -f "$deps/usr/include/cmocka.h" ] && ls .deps/*.deb >/dev/null 2>&1; then
+    mkdir -p "$deps" && for f in .deps/*.deb; do dpkg -x "$f" "$deps" || exit 2; done
+fi
+{ nvidia-smi -L; nvidia-smi topo -m; } >"$out/gpus.txt" 2>&1
+step build 420 make DEPS_PREFIX="$deps" CUDA=1 -j"$jobs" all tests
+if [ "$overall" != 0 ]; then
+    echo "gpu_tp_check: the build failed; see $out/build.log"
+    exit 1
+fi
+
+# --- the checks --------------------------------------------------------------------------------
+step test_cuda_tp 180 build/tests/test_cuda_tp
+step kernels_all_reduce 240 build/invar kernels --device cuda --op all_reduce --out "$out/kernels"
+step run_gpu_tp 360 build/invar run --case cases/gpu-tp.ini --out "$out/run-gpu-tp"
+bench_flags=(--quick)
+[ "${BENCH_FULL:-0}" = 1 ] && bench_flags=()
+step bench_tp 360 build/invar bench --device cuda --only tp "${bench_flags[@]}" --out "$out/bench"
+
+# --- summary -----------------------------------------------------------------------------------
+{
+    echo
+    echo "=== gpu_tp_check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    grep -m1 -E '^GPU 1' "$out/gpus.txt" >/dev/null || echo "fewer than two GPUs listed by nvidia-smi: the TP checks SKIP"
+    printf '%s\n' "${status[@]}"
+    echo "--- test_cuda_tp:       $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^SKIP' "$out/test_cuda_tp.log" | tr '\n' ' ')"
+    echo "--- kernels all_reduce: $(tail -n 1 "$out/kernels_all_reduce.log")"
+    grep -E '^(ok|VARIES|FAIL|SKIP) ' "$out/kernels_all_reduce.log" | sed 's/^/    /'
+    echo "--- cases/gpu-tp.ini:   $(tail -n 1 "$out/run_gpu_tp.log")"
+    grep -E '^(PASS|FAIL|SKIP) ' "$out/run_gpu_tp.log" | cut -c1-110 | sed 's/^/    /'
+    grep -o -m1 'ranks on GPUs [^;]*' "$out/run-gpu-tp/summary.csv" 2>/dev/null | sed 's/^/    /'
+    echo "--- bench (CSVs in $out/bench):"
+    sed -n '/^tensor parallelism over/,$p' "$out/bench_tp.log" | sed 's/^/    /'
+    echo "gpu_tp_check: $([ "$overall" = 0 ] && echo ok || echo FAILED); logs in $out"
+} | tee "$out/summary.txt"
+exit "$overall"

@@ -50,7 +50,7 @@ static void all_reduce_declare(op_case *c) {
     op_buffer_add(c, OP_OUT, "all_reduce results", sizeof(bf16), T, W, W);
 }
 
-// Each rank's values at its own magnitude, as row-parallel partial sums are. Half the elements
+// Each rank's values at its own magnitude, as row-parallel partial sums are. The odd elements from 3 on
 // hold a cancelling pair (two ranks with +B and -B, as partial sums of opposite sign do) and
 // residuals 2^-14 .. 2^-18 of B on the other ranks: there the fp32 rounding of B + residual is
 // as large as the result itself, so a change in the order of the fp32 sum shows in the bf16
@@ -66,8 +66,10 @@ static void all_reduce_row(const op_case *c, uint64_t seed, void *const *in) {
         float scale = op_rng_float(&r, 0.1f, 4.0f);
         op_fill_bf16(v + (long)rank * W, W, &r, -scale, scale);
     }
-    for (int j = 0; j < W; j++) {
-        if (op_rng_int(&r, 2) == 0) continue;
+    // Odd elements from 3 on: elements 0-2 keep a row's norm at the ranks' scale (a row of W = 2
+    // has none), so a ring's per-hop rounding of a cancelled element (the reference set) stays
+    // within the accuracy tolerance.
+    for (int j = 3; j < W; j += 2) {
         float B = op_rng_float(&r, 0.5f, 4.0f);
         int a = op_rng_int(&r, T), b = (a + 1 + op_rng_int(&r, T - 1 > 0 ? T - 1 : 1)) % T;
         for (int rank = 0; rank < T; rank++) {

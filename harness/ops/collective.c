@@ -50,8 +50,8 @@ static void all_reduce_declare(op_case *c) {
     op_buffer_add(c, OP_OUT, "all_reduce results", sizeof(bf16), T, W, W);
 }
 
-// Each rank's values at its own magnitude, as row-parallel partial sums are. The odd elements from 3 on
-// hold a cancelling pair (two ranks with +B and -B, as partial sums of opposite sign do) and
+// Each rank's values at its own magnitude, as row-parallel partial sums are. The odd elements
+// from 3 on hold a cancelling pair (two ranks with +B and -B, as partial sums of opposite sign do) and
 // residuals 2^-14 .. 2^-18 of B on the other ranks: there the fp32 rounding of B + residual is
 // as large as the result itself, so a change in the order of the fp32 sum shows in the bf16
 // output. Without such elements every order of at most 8 bf16 addends rounds to the same bf16

@@ -295,6 +295,26 @@ static void equal_request_sets_compare_every_step(void **state) {
     assert_int_equal(sink.calls, 0);
 }
 
+// Several differing requests, each at several steps: the first divergence is the lowest
+// request's earliest step (what summary.csv reports), not the last request's, and every
+// differing step still reaches the sink.
+static void first_divergence_is_the_first_requests_first_step(void **state) {
+    (void)state;
+    static request_sets r;
+    random_request_sets(&r);
+    r.other_steps[1][STEPS - 1].token ^= 1;
+    flip_float_bit(&r.other_steps[1][STEPS - 2].logprob, 0);  // one ulp
+    r.other_steps[REQUESTS - 1][0].token ^= 1;
+    sink_record sink = {0};
+    comparison c = compare_request_sets(r.base, r.other, REQUESTS, TOPK, record_sink, &sink);
+    assert_int_equal(c.differing, 2);
+    assert_true(c.has_first);
+    assert_int_equal(c.first_request, 1);
+    assert_int_equal(c.first.step, STEPS - 2);
+    assert_int_equal(c.first.kind, DIFF_LOGPROB);
+    assert_int_equal(sink.calls, 3);
+}
+
 // A request whose other run stopped a step early differs at that missing last step.
 static void missing_last_step_differs(void **state) {
     (void)state;
@@ -313,6 +333,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(one_bit_anywhere_is_the_first_divergence),
         cmocka_unit_test(equal_request_sets_compare_every_step),
+        cmocka_unit_test(first_divergence_is_the_first_requests_first_step),
         cmocka_unit_test(missing_last_step_differs),
         cmocka_unit_test(ulp_distance),
         cmocka_unit_test(equal_runs_agree),

@@ -227,26 +227,30 @@ static void kernel_rows_are_testcases(void **state) {
          "1e-3", "1e-2", "yes", "0.2", "7"},
         {"invariant", "cpu", "rope", "D=64", "FAIL", "stable", "yes", "", "", "", "0.5", "1e-2",
          "yes", "0.3", "7"},
-        // A negative control that triggered, and one that never did.
+        // A negative control that triggered (at its first shape, not at its last: the control
+        // is caught when any shape varied), and one that never did.
         {"reference", "cpu", "gemm", "576x2048", "VARIES", "must vary", "no", "7", "2", "1",
          "1e-3", "1e-2", "yes", "0.1", "7"},
+        {"reference", "cpu", "gemm", "37x203", "ok", "must vary", "yes", "", "", "", "1e-3",
+         "1e-2", "yes", "0.1", "7"},
         {"reference", "cpu", "logprobs", "V=32000", "ok", "must vary", "yes", "", "", "", "1e-6",
          "1e-4", "yes", "0.1", "7"},
     };
-    for (int i = 0; i < 5; i++) assert_true(csv_report_row(rep, rows[i], err, sizeof err));
+    for (int i = 0; i < 6; i++) assert_true(csv_report_row(rep, rows[i], err, sizeof err));
     assert_true(csv_report_close(rep, err, sizeof err));
     csv_table *t = csv_table_read(path, false, err, sizeof err);
     assert_non_null(t);
     assert_true(junit_write(xml, NULL, t, NULL, err, sizeof err));
     assert_xml_parses(xml);
     const char *x = slurp(xml);
-    // Five check rows and two negative-control cases; rmsnorm varied, rope inaccurate, the
-    // logprobs control never triggered.
-    assert_int_equal(attr_int(x, "<testsuites", "tests"), 7);
+    // Six check rows and two negative-control cases; rmsnorm varied, rope inaccurate, the
+    // logprobs control never triggered (the gemm control did, at one of its two shapes).
+    assert_int_equal(attr_int(x, "<testsuites", "tests"), 8);
     assert_int_equal(attr_int(x, "<testsuites", "failures"), 3);
     // The checker's "ok" is a pass, not an unreadable status (an error).
     assert_int_equal(attr_int(x, "<testsuites", "errors"), 0);
-    assert_int_equal(occurrences(x, "<testcase "), 7);
+    assert_int_equal(occurrences(x, "<testcase "), 8);
+    assert_int_equal(occurrences(x, "never varied"), 1);
     assert_non_null(strstr(x, "name=\"kernels/cpu\""));
     assert_non_null(strstr(x, "must be batch-invariant but varied at M=64"));
     assert_non_null(strstr(x, "inaccurate: rel-L2 error 0.5"));

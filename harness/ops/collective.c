@@ -6,9 +6,11 @@
 // The T ranks are T threads (common/rank_threads.h): on the CPU over one CPU communicator, on
 // CUDA one GPU each over NCCL. Each rank's result for the row is compared, so a rank that
 // disagrees with the others shows too.
+#include <math.h>                          // ldexpf
 #include <stdlib.h>                        // free
 
 #include "../../common/check.h"            // invar_malloc, invar_calloc, invar_die
+#include "../../kernels/bf16.h"            // float_to_bf16
 #include "../../common/rank_threads.h"     // rank_threads_run
 #include "../../kernels/cpu/collective.h"  // tp_comm_group_*
 #include "../../kernels/f64/f64.h"         // f64_all_reduce, f64_rel_l2_bf16
@@ -60,13 +62,36 @@ static void all_reduce_declare(op_case *c) {
     op_buffer_add(c, OP_OUT, "all_reduce results", sizeof(bf16), T, W, W);
 }
 
-// Each rank's values at its own magnitude, as row-parallel partial sums are.
+// Each rank's values at its own magnitude, as row-parallel partial sums are. The odd elements
+// from 3 on hold a cancelling pair (two ranks with +B and -B, as partial sums of opposite sign do) and
+// residuals 2^-14 .. 2^-18 of B on the other ranks: there the fp32 rounding of B + residual is
+// as large as the result itself, so a change in the order of the fp32 sum shows in the bf16
+// output. Without such elements every order of at most 8 bf16 addends rounds to the same bf16
+// (the fp32 difference is 2^16 times below the output's ulp), and only a per-hop bf16 rounding
+// (a ring) could show: that data let a pairwise tree over the ranks for big messages through
+// (mutant held-all-reduce-tree-large-message).
 static void all_reduce_row(const op_case *c, uint64_t seed, void *const *in) {
     int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
     op_rng r = op_rng_from(seed, 17);
+    bf16 *v = in[AR_IN];  // [T][W]
     for (int rank = 0; rank < T; rank++) {
         float scale = op_rng_float(&r, 0.1f, 4.0f);
-        op_fill_bf16((bf16 *)in[AR_IN] + (long)rank * W, W, &r, -scale, scale);
+        op_fill_bf16(v + (long)rank * W, W, &r, -scale, scale);
+    }
+    // Odd elements from 3 on: elements 0-2 keep a row's norm at the ranks' scale (a row of W = 2
+    // has none), so a ring's per-hop rounding of a cancelled element (the reference set) stays
+    // within the accuracy tolerance.
+    for (int j = 3; j < W; j += 2) {
+        float B = op_rng_float(&r, 0.5f, 4.0f);
+        int a = op_rng_int(&r, T), b = (a + 1 + op_rng_int(&r, T - 1 > 0 ? T - 1 : 1)) % T;
+        for (int rank = 0; rank < T; rank++) {
+            float x = B * op_rng_float(&r, 0.5f, 1.0f) * ldexpf(1.0f, -14 - op_rng_int(&r, 5));
+            v[(long)rank * W + j] = float_to_bf16(op_rng_int(&r, 2) ? x : -x);
+        }
+        if (T > 1) {
+            v[(long)a * W + j] = float_to_bf16(B);
+            v[(long)b * W + j] = float_to_bf16(-B);
+        }
     }
 }
 

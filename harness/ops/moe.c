@@ -146,10 +146,20 @@ static void moe_experts_declare(op_case *c) {
     op_buffer_add(c, OP_OUT, "experts out", sizeof(bf16), k, D, D);
 }
 
+// Routing is skewed as real routers are: three tokens in four choose expert 0 (a hot expert),
+// so one expert gets far more rows than the others and its row count grows with the batch.
+// Uniform routing never fills any expert past twice its share, which let an expert capacity
+// that drops the rows beyond it through (mutant held-moe-experts-capacity-drop).
 static void moe_experts_row(const op_case *c, uint64_t seed, void *const *in) {
     op_rng r = op_rng_from(seed, 13);
+    int k = c->s->moe_experts.k;
+    int32_t *ids = in[EXP_IDS];
     op_fill_bf16(in[EXP_X], c->s->moe_experts.D, &r, -1.0f, 1.0f);
-    op_distinct_ids(in[EXP_IDS], c->s->moe_experts.k, c->s->moe_experts.E, &r);
+    op_distinct_ids(ids, k, c->s->moe_experts.E, &r);
+    if (op_rng_int(&r, 4) == 0) return;
+    bool has_hot = false;
+    for (int j = 0; j < k; j++) has_hot |= ids[j] == 0;
+    if (!has_hot) ids[op_rng_int(&r, k)] = 0;  // still k distinct experts
 }
 
 static moe_experts_args moe_experts_args_for(const op_case *c, int T, bool device) {

@@ -234,12 +234,12 @@ static char *query_models(const char *url, const probe_http_options *http) {
     probe_transfer t = {.url = url, .after = -1};
     probe_http_run(&t, 1, 1, http, NULL, NULL);
     if (t.error[0])
-        invar_die(INVAR_EXIT_INPUT, "invar probe: cannot reach the server: GET %s: %s", url,
+        invar_die(INVAR_EXIT_INPUT, "probe: cannot reach the server: GET %s: %s", url,
                   t.error);
     char msg[400];
     if (t.status != 200) {
         probe_error_message(t.reply, t.reply_len, msg, sizeof msg);
-        invar_die(INVAR_EXIT_INPUT, "invar probe: GET %s answered HTTP %ld: %s (is this an "
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s answered HTTP %ld: %s (is this an "
                   "OpenAI-compatible server?)", url, t.status, msg);
     }
     cJSON *root = cJSON_ParseWithLength(t.reply ? t.reply : "", t.reply_len);
@@ -247,7 +247,7 @@ static char *query_models(const char *url, const probe_http_options *http) {
     cJSON_Delete(root);
     if (!list) {
         probe_error_message(t.reply, t.reply_len, msg, sizeof msg);
-        invar_die(INVAR_EXIT_INPUT, "invar probe: GET %s: the answer is not an OpenAI model list "
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s: the answer is not an OpenAI model list "
                   "({\"data\": [...]}); it begins: %s", url, msg);
     }
     return t.reply;
@@ -279,7 +279,7 @@ static char *request_body(const case_file *c, const char *model, const prompt_se
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    if (!f) invar_die(INVAR_EXIT_SYSTEM, "invar probe: open_memstream failed: %s",
+    if (!f) invar_die(INVAR_EXIT_SYSTEM, "probe: open_memstream failed: %s",
                       strerror(errno));
     fputs("{\"model\":", f);
     json_write_string(f, model);
@@ -290,7 +290,7 @@ static char *request_body(const case_file *c, const char *model, const prompt_se
     json_write_float(f, c->temperature);
     // Seeds as JSON numbers: below 2^53 so every client and server reads them exactly.
     fprintf(f, ",\"seed\":%llu}", (unsigned long long)(p->seeds[i] & ((1ULL << 53) - 1)));
-    if (fclose(f) != 0) invar_die(INVAR_EXIT_SYSTEM, "invar probe: building a request failed");
+    if (fclose(f) != 0) invar_die(INVAR_EXIT_SYSTEM, "probe: building a request failed");
     return buf;
 }
 
@@ -428,7 +428,7 @@ static void api_base(const char *url, char *out, size_t len) {
     while (n > 0 && url[n - 1] == '/') n--;
     bool has_v1 = n >= 3 && strncmp(url + n - 3, "/v1", 3) == 0;
     if (snprintf(out, len, "%.*s%s", (int)n, url, has_v1 ? "" : "/v1") >= (int)len)
-        invar_die(INVAR_EXIT_INPUT, "invar probe: --url: too long");
+        invar_die(INVAR_EXIT_INPUT, "probe: --url: too long");
 }
 
 int cmd_probe(int argc, char **argv) {
@@ -482,13 +482,13 @@ int cmd_probe(int argc, char **argv) {
         return INVAR_EXIT_INPUT;
     }
     CURLcode crc = curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (crc != CURLE_OK) invar_die(INVAR_EXIT_SYSTEM, "invar probe: curl_global_init failed: %s",
+    if (crc != CURLE_OK) invar_die(INVAR_EXIT_SYSTEM, "probe: curl_global_init failed: %s",
                                    curl_easy_strerror(crc));
     probe pr = {.c = c, .step_ms = step_ms,
                 .http = {.timeout_ms = (long)(timeout_s * 1000), .connect_timeout_ms = 10000}};
     for (int i = 0; i < headers.n; i++) {
         struct curl_slist *l = curl_slist_append(pr.http.headers, headers.item[i]);
-        if (!l) invar_die(INVAR_EXIT_SYSTEM, "invar probe: curl_slist_append failed");
+        if (!l) invar_die(INVAR_EXIT_SYSTEM, "probe: curl_slist_append failed");
         pr.http.headers = l;
     }
     char base[2048], models_url[2100], completions_url[2100];
@@ -501,9 +501,9 @@ int cmd_probe(int argc, char **argv) {
     char name[512];
     served_model(models, model, name, sizeof name, &vocab);
     if (!name[0])
-        invar_die(INVAR_EXIT_INPUT, "invar probe: GET %s lists no model; give --model", models_url);
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s lists no model; give --model", models_url);
     if (vocab == 0)
-        invar_die(INVAR_EXIT_INPUT, "invar probe: GET %s reports no vocab_size for %s; give "
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s reports no vocab_size for %s; give "
                   "--vocab-size (the tokenizer's vocabulary size)", models_url, name);
     prompt_spec spec = case_prompt_spec(c);
     prompt_set *p = prompts_generate(&spec, vocab, c->seed);

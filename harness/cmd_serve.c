@@ -72,7 +72,7 @@ static FILE *body_open(body_writer *w) {
     w->buf = NULL;
     w->len = 0;
     w->f = open_memstream(&w->buf, &w->len);
-    if (!w->f) invar_die(INVAR_EXIT_SYSTEM, "invar serve: open_memstream failed: %s",
+    if (!w->f) invar_die(INVAR_EXIT_SYSTEM, "serve: open_memstream failed: %s",
                          strerror(errno));
     return w->f;
 }
@@ -80,7 +80,7 @@ static FILE *body_open(body_writer *w) {
 static enum MHD_Result body_send(struct MHD_Connection *c, body_writer *w, unsigned status,
                                  const char *type) {
     if (fclose(w->f) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "invar serve: writing a response failed: %s",
+        invar_die(INVAR_EXIT_SYSTEM, "serve: writing a response failed: %s",
                   strerror(errno));
     return reply(c, status, type, w->buf, w->len);
 }
@@ -194,13 +194,13 @@ static void request_done(void *cls, struct MHD_Connection *c, void **state,
 static void write_port_file(const char *path, unsigned port) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        invar_die(INVAR_EXIT_INPUT, "invar serve: --port-file %s: path too long", path);
+        invar_die(INVAR_EXIT_INPUT, "serve: --port-file %s: path too long", path);
     FILE *f = fopen(tmp, "w");
-    if (!f) invar_die(INVAR_EXIT_SYSTEM, "invar serve: --port-file: cannot create %s: %s", tmp,
+    if (!f) invar_die(INVAR_EXIT_SYSTEM, "serve: --port-file: cannot create %s: %s", tmp,
                       strerror(errno));
     fprintf(f, "%u\n", port);
     if (fclose(f) != 0 || rename(tmp, path) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "invar serve: --port-file: writing %s failed: %s", path,
+        invar_die(INVAR_EXIT_SYSTEM, "serve: --port-file: writing %s failed: %s", path,
                   strerror(errno));
 }
 
@@ -300,7 +300,7 @@ int cmd_serve(int argc, char **argv) {
         prefix_caching = false;
     }
     ops_set *ops = kernel_set_create(set, device, threads);
-    if (!ops) invar_die(INVAR_EXIT_INPUT, "invar serve: cannot create kernel set %s on %s", set,
+    if (!ops) invar_die(INVAR_EXIT_INPUT, "serve: cannot create kernel set %s on %s", set,
                         device);
     engine_limits limits = {.max_num_seqs = max_num_seqs, .max_num_batched_tokens = budget,
                             .max_model_len = max_model_len,
@@ -318,24 +318,24 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     int src = pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    if (src != 0) invar_die(INVAR_EXIT_SYSTEM, "invar serve: pthread_sigmask failed: %s",
+    if (src != 0) invar_die(INVAR_EXIT_SYSTEM, "serve: pthread_sigmask failed: %s",
                             strerror(src));
     if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
-        invar_die(INVAR_EXIT_SYSTEM, "invar serve: ignoring SIGPIPE failed: %s", strerror(errno));
+        invar_die(INVAR_EXIT_SYSTEM, "serve: ignoring SIGPIPE failed: %s", strerror(errno));
 
     serve_batching batching = {.window_ms = window_ms, .min_batch = min_batch};
     server s = {.bounds = {.model = name ? name : model, .vocab_size = cfg.vocab_size,
                            .max_model_len = max_model_len},
                 .created = (long)time(NULL)};
     if ((src = pthread_mutex_init(&s.id_mu, NULL)) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "invar serve: pthread_mutex_init failed: %s", strerror(src));
+        invar_die(INVAR_EXIT_SYSTEM, "serve: pthread_mutex_init failed: %s", strerror(src));
     s.queue = serve_queue_start(e, &sched, &batching);
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
         (uint16_t)port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_NOTIFY_COMPLETED, request_done, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)600, MHD_OPTION_END);
-    if (!d) invar_die(INVAR_EXIT_SYSTEM, "invar serve: cannot listen on %s:%d (MHD_start_daemon "
+    if (!d) invar_die(INVAR_EXIT_SYSTEM, "serve: cannot listen on %s:%d (MHD_start_daemon "
                       "failed: %s)", host, port, strerror(errno));
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     unsigned bound = info ? info->port : (unsigned)port;
@@ -348,7 +348,7 @@ int cmd_serve(int argc, char **argv) {
 
     int sig = 0;
     if ((src = sigwait(&stop, &sig)) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "invar serve: sigwait failed: %s", strerror(src));
+        invar_die(INVAR_EXIT_SYSTEM, "serve: sigwait failed: %s", strerror(src));
     printf("invar serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     MHD_stop_daemon(d);
     serve_queue_stop(s.queue);

@@ -46,25 +46,25 @@ static size_t on_data(char *data, size_t size, size_t n, void *user) {
 
 static void easy_ok(CURLcode rc, const char *op) {
     if (rc != CURLE_OK)
-        invar_die(INVAR_EXIT_SYSTEM, "invar probe: curl_easy_setopt(%s) failed: %s", op,
+        invar_die(INVAR_EXIT_SYSTEM, "probe: curl_easy_setopt(%s) failed: %s", op,
                   curl_easy_strerror(rc));
 }
 
 static void multi_ok(CURLMcode rc, const char *op) {
     if (rc != CURLM_OK)
-        invar_die(INVAR_EXIT_SYSTEM, "invar probe: %s failed: %s", op, curl_multi_strerror(rc));
+        invar_die(INVAR_EXIT_SYSTEM, "probe: %s failed: %s", op, curl_multi_strerror(rc));
 }
 
 static struct curl_slist *append_header(struct curl_slist *l, const char *h) {
     struct curl_slist *n = curl_slist_append(l, h);
-    if (!n) invar_die(INVAR_EXIT_SYSTEM, "invar probe: curl_slist_append failed (out of memory)");
+    if (!n) invar_die(INVAR_EXIT_SYSTEM, "probe: curl_slist_append failed (out of memory)");
     return n;
 }
 
 static void start(CURLM *m, transfer_state *s, const probe_http_options *o) {
     probe_transfer *t = s->t;
     s->easy = curl_easy_init();
-    if (!s->easy) invar_die(INVAR_EXIT_SYSTEM, "invar probe: curl_easy_init failed");
+    if (!s->easy) invar_die(INVAR_EXIT_SYSTEM, "probe: curl_easy_init failed");
     for (const struct curl_slist *h = o->headers; h; h = h->next)
         s->headers = append_header(s->headers, h->data);
     if (t->body) s->headers = append_header(s->headers, "Content-Type: application/json");
@@ -109,7 +109,7 @@ static void finish(CURLM *m, transfer_state *s, CURLcode result) {
 void probe_http_run(probe_transfer *t, int n, int max_in_flight, const probe_http_options *o,
                     probe_transfer_done done, void *user) {
     CURLM *m = curl_multi_init();
-    if (!m) invar_die(INVAR_EXIT_SYSTEM, "invar probe: curl_multi_init failed");
+    if (!m) invar_die(INVAR_EXIT_SYSTEM, "probe: curl_multi_init failed");
     transfer_state *st = invar_calloc((size_t)n + 1, sizeof *st, "transfers");
     double t0 = host_seconds();
     int next = 0, in_flight = 0;
@@ -132,7 +132,7 @@ void probe_http_run(probe_transfer *t, int n, int max_in_flight, const probe_htt
             char *private;
             CURLcode result = msg->data.result;  // read before the handle goes
             if (curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &private) != CURLE_OK)
-                invar_die(INVAR_EXIT_SYSTEM, "invar probe: curl_easy_getinfo(PRIVATE) failed");
+                invar_die(INVAR_EXIT_SYSTEM, "probe: curl_easy_getinfo(PRIVATE) failed");
             transfer_state *s = (transfer_state *)private;
             finish(m, s, result);
             in_flight--;
@@ -150,7 +150,7 @@ void probe_http_run(probe_transfer *t, int n, int max_in_flight, const probe_htt
         else if (wait_ms > 0) {
             struct timespec ts = {0, wait_ms * 1000000L};
             if (nanosleep(&ts, NULL) != 0 && errno != EINTR)
-                invar_die(INVAR_EXIT_SYSTEM, "invar probe: nanosleep failed: %s", strerror(errno));
+                invar_die(INVAR_EXIT_SYSTEM, "probe: nanosleep failed: %s", strerror(errno));
         }
     }
     free(st);

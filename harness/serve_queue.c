@@ -31,7 +31,7 @@ struct serve_queue {
 };
 
 static void check_pthread(int rc, const char *op) {
-    if (rc != 0) invar_die(INVAR_EXIT_SYSTEM, "invar serve: %s failed: %s", op, strerror(rc));
+    if (rc != 0) invar_die(INVAR_EXIT_SYSTEM, "serve: %s failed: %s", op, strerror(rc));
 }
 
 static struct timespec after_ms(struct timespec t, int ms) {
@@ -67,7 +67,7 @@ static void admit_waiting(serve_queue *q) {
         if (id >= q->cap_ids) {
             int cap = q->cap_ids ? 2 * q->cap_ids : 64;
             serve_job **grown = realloc(q->active, (size_t)cap * sizeof *grown);
-            if (!grown) invar_die(INVAR_EXIT_SYSTEM, "invar serve: out of memory for %d jobs", cap);
+            if (!grown) invar_die(INVAR_EXIT_SYSTEM, "serve: out of memory for %d jobs", cap);
             q->active = grown;
             q->cap_ids = cap;
         }
@@ -129,11 +129,11 @@ static void *engine_thread(void *arg) {
             // A failed step leaves requests half run: a new session drops them (and the cache);
             // their clients got the error.
             if (!engine_begin(q->e, &q->sched, err, sizeof err))
-                invar_die(INVAR_EXIT_SYSTEM, "invar serve: restarting the engine: %s", err);
+                invar_die(INVAR_EXIT_SYSTEM, "serve: restarting the engine: %s", err);
             q->n_ids = 0;
         } else if (q->n_active == 0) {
             if (!engine_recycle(q->e, err, sizeof err))
-                invar_die(INVAR_EXIT_SYSTEM, "invar serve: %s", err);
+                invar_die(INVAR_EXIT_SYSTEM, "serve: %s", err);
             q->n_ids = 0;
         }
     }
@@ -146,7 +146,7 @@ static void *engine_thread(void *arg) {
 
 serve_queue *serve_queue_start(engine *e, const engine_sched *sched, const serve_batching *b) {
     char err[512];
-    if (!engine_begin(e, sched, err, sizeof err)) invar_die(INVAR_EXIT_INPUT, "invar serve: %s", err);
+    if (!engine_begin(e, sched, err, sizeof err)) invar_die(INVAR_EXIT_INPUT, "serve: %s", err);
     serve_queue *q = invar_calloc(1, sizeof *q, "serve queue");
     q->e = e;
     q->sched = *sched;
@@ -189,7 +189,7 @@ void serve_queue_run(serve_queue *q, serve_job *job) {
         finish_job(q, job, "server stopping");
     } else {
         if (!q->head && clock_gettime(CLOCK_MONOTONIC, &q->first_wait) != 0)
-            invar_die(INVAR_EXIT_SYSTEM, "invar serve: clock_gettime failed: %s", strerror(errno));
+            invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
         if (q->tail) q->tail->next = job;
         else q->head = job;
         q->tail = job;

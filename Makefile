@@ -23,12 +23,13 @@ WARN     := -Wall -Wextra -Werror
 OPT      ?= -O2 -g
 # No -ffast-math anywhere: reassociation would change reduction orders behind our back.
 CFLAGS_ALL := $(CSTD) $(WARN) $(OPT) -pthread -MMD -MP
-LDLIBS   := -lcsv -lcjson -linih -lxxhash -lm -pthread
-DEPS_PKGS := libcmocka-dev libcsv-dev libcjson-dev libinih-dev libxxhash-dev libxml2-utils
+LDLIBS   := -lcsv -lcjson -linih -lxxhash -lmicrohttpd -lcurl -lm -pthread
+DEPS_PKGS := libcmocka-dev libcsv-dev libcjson-dev libinih-dev libxxhash-dev libxml2-utils \
+             libmicrohttpd-dev libcurl4-openssl-dev
 
 ifneq ($(DEPS_PREFIX),)
 DEPS_LIBDIR := $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
-CFLAGS_ALL += -I$(DEPS_PREFIX)/usr/include
+CFLAGS_ALL += -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu
 LDFLAGS  += -L$(DEPS_LIBDIR) -Wl,-rpath,$(DEPS_LIBDIR)
 endif
 
@@ -106,7 +107,7 @@ tests: $(TESTS) $(FUZZ_REPLAY)
 # (system or DEPS_PREFIX) mean nothing to do.
 deps:
 	@missing=""; \
-	for h in cmocka.h csv.h cjson/cJSON.h ini.h xxhash.h; do \
+	for h in cmocka.h csv.h cjson/cJSON.h ini.h xxhash.h microhttpd.h x86_64-linux-gnu/curl/curl.h; do \
 	  if [ ! -f /usr/include/$$h ] && [ ! -f "$(DEPS_PREFIX)/usr/include/$$h" ]; then missing="$$missing $$h"; fi; \
 	done; \
 	command -v xmllint >/dev/null 2>&1 || [ -n "$(DEPS_PREFIX)" ] || missing="$$missing xmllint"; \

@@ -5,7 +5,7 @@
 #include "engine.h"
 
 #include <stdio.h>               // snprintf
-#include <stdlib.h>              // free
+#include <stdlib.h>              // free, realloc
 #include <string.h>              // memset, memcpy
 
 #include "../kernels/bf16.h"     // invar_mix64
@@ -124,6 +124,17 @@ struct engine {
     host_step hs;
     kv_cache *cache;
     scheduler *sched;
+
+    // The session (engine_begin .. engine_step): its schedule, its requests by id (copies whose
+    // prompts stay the caller's) and where each one's records go.
+    engine_sched session;
+    bool in_session;
+    engine_request *reqs;
+    engine_result **results;
+    int cap_reqs;
+    engine_stats stats;
+    sched_item *items;           // one step's plan, max_num_seqs entries
+    int32_t *sampled;            // tokens sampled in one step, per item
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -518,6 +529,8 @@ engine *engine_create_shard(const model_config *cfg, weight_source *src, ops_set
     alloc_activations(e);
     e->cache = kv_cache_create(e->num_blocks, bs, false);
     e->sched = scheduler_create(e->cache, limits->max_num_seqs, limits->max_model_len);
+    e->items = invar_malloc((size_t)limits->max_num_seqs * sizeof *e->items, "step items");
+    e->sampled = invar_malloc((size_t)limits->max_num_seqs * sizeof *e->sampled, "sampled");
     ops->sync(ops);
     return e;
 }
@@ -560,6 +573,10 @@ void engine_destroy(engine *e) {
     free(e->kv);
     kv_cache_destroy(e->cache);
     scheduler_destroy(e->sched);
+    free(e->items);
+    free(e->sampled);
+    free(e->reqs);
+    free(e->results);
     free(e);
 }
 
@@ -918,7 +935,7 @@ static void copy_record(const host_step *hs, int s, int top_k, engine_step_recor
 }
 
 static void record_samples(engine *e, const engine_request *reqs, const sched_item *items,
-                           const step_shape *st, int top_k, engine_result *results,
+                           const step_shape *st, int top_k, engine_result *const *results,
                            int32_t *sampled) {
     ops_set *o = e->ops;
     host_step *hs = &e->hs;
@@ -929,7 +946,7 @@ static void record_samples(engine *e, const engine_request *reqs, const sched_it
     o->download(o, hs->topk_logprobs, e->a.topk_out_logprobs, (size_t)S * top_k * sizeof(float));
     for (int s = 0; s < S; s++) {
         int i = hs->sample_item[s], req = items[i].req, position = hs->sample_pos[s] - 1;
-        engine_result *res = &results[req];
+        engine_result *res = results[req];
         if (reqs[req].prompt_logprobs && position < reqs[req].prompt_len) {
             copy_record(hs, s, top_k, &res->prompt_steps[position]);
             if (position + 1 > res->n_prompt_steps) res->n_prompt_steps = position + 1;
@@ -941,8 +958,7 @@ static void record_samples(engine *e, const engine_request *reqs, const sched_it
     }
 }
 
-bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_sched *sched,
-                     engine_result *results, engine_stats *stats, char *err, int err_len) {
+bool engine_begin(engine *e, const engine_sched *sched, char *err, int err_len) {
     if (sched->max_num_seqs > e->lim.max_num_seqs ||
         sched->max_num_batched_tokens > e->lim.max_num_batched_tokens) {
         snprintf(err, (size_t)err_len,
@@ -955,44 +971,105 @@ bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_
         snprintf(err, (size_t)err_len, "top_k %d outside [0, %d]", sched->top_k, ENGINE_MAX_TOPK);
         return false;
     }
-    for (int i = 0; i < n; i++) {
-        if (reqs[i].prompt_logprobs && !e->lim.prompt_logprobs) {
-            snprintf(err, (size_t)err_len,
-                     "request %d asks for prompt logprobs but the engine was not sized for them",
-                     i);
-            return false;
-        }
-        results[i].n_steps = 0;
-        results[i].n_prompt_steps = 0;
-    }
+    e->in_session = false;
+    if (!scheduler_start(e->sched, sched, err, err_len)) return false;
+    e->session = *sched;
     e->backend = sched->backend ? sched->backend : attention_backend_by_name("mla-unified");
     kv_cache_reset(e->cache, sched->prefix_caching);
-    if (!scheduler_begin(e->sched, reqs, n, sched, err, err_len)) return false;
-    engine_stats st = {0};
-    sched_item *items = invar_malloc((size_t)e->lim.max_num_seqs * sizeof *items, "step items");
-    int32_t *sampled = invar_malloc((size_t)e->lim.max_num_seqs * sizeof *sampled, "sampled");
+    e->stats = (engine_stats){0};
+    e->in_session = true;
+    return true;
+}
+
+int engine_submit(engine *e, const engine_request *req, engine_result *result, char *err,
+                  int err_len) {
+    if (!e->in_session) {
+        snprintf(err, (size_t)err_len, "engine_submit before engine_begin");
+        return -1;
+    }
+    if (req->prompt_logprobs && !e->lim.prompt_logprobs) {
+        snprintf(err, (size_t)err_len,
+                 "request asks for prompt logprobs but the engine was not sized for them");
+        return -1;
+    }
+    int id = scheduler_add(e->sched, req, err, err_len);
+    if (id < 0) return -1;
+    if (id >= e->cap_reqs) {  // scheduler ids are dense from 0: grow alongside
+        int cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
+        engine_request *reqs = realloc(e->reqs, (size_t)cap * sizeof *reqs);
+        engine_result **results = reqs ? realloc(e->results, (size_t)cap * sizeof *results)
+                                       : NULL;
+        if (!reqs || !results)
+            invar_die(INVAR_EXIT_SYSTEM, "out of memory for %d engine requests", cap);
+        e->reqs = reqs;
+        e->results = results;
+        e->cap_reqs = cap;
+    }
+    e->reqs[id] = *req;
+    e->results[id] = result;
+    result->n_steps = 0;
+    result->n_prompt_steps = 0;
+    return id;
+}
+
+int engine_step(engine *e, char *err, int err_len) {
+    sched_item *items = e->items;
+    int n_items = scheduler_schedule(e->sched, items, err, err_len);
+    if (n_items <= 0) return n_items;
+    if (e->backend->path != ATTENTION_UNIFIED) decodes_first(items, n_items);
+    step_shape shape = build_step(e, e->reqs, items, n_items);
+    engine_forward(e, &shape, e->session.top_k);
+    if (shape.S > 0)
+        record_samples(e, e->reqs, items, &shape, e->session.top_k, e->results, e->sampled);
+    // Counted before completion: a request that finishes here releases its slot.
+    e->stats.tokens += shape.T;
+    for (int i = 0; i < n_items; i++)
+        if (items[i].start < e->reqs[items[i].req].prompt_len) e->stats.prefill_chunks++;
+    scheduler_complete(e->sched, items, n_items, e->sampled);
+    return n_items;
+}
+
+bool engine_finished(const engine *e, int id) { return scheduler_finished(e->sched, id); }
+bool engine_all_finished(const engine *e) { return scheduler_done(e->sched); }
+
+bool engine_recycle(engine *e, char *err, int err_len) {
+    if (!scheduler_done(e->sched)) {
+        snprintf(err, (size_t)err_len, "engine_recycle with requests still running");
+        return false;
+    }
+    long steps = e->stats.steps + scheduler_steps(e->sched);
+    if (!scheduler_start(e->sched, &e->session, err, err_len)) return false;
+    e->stats.steps = steps;  // the finished requests' steps stay counted
+    return true;
+}
+
+engine_stats engine_session_stats(const engine *e) {
+    engine_stats st = e->stats;
+    st.steps += scheduler_steps(e->sched);
+    st.prefix_queries = kv_cache_get_stats(e->cache)->queries;
+    st.prefix_hits = kv_cache_get_stats(e->cache)->hits;
+    return st;
+}
+
+bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_sched *sched,
+                     engine_result *results, engine_stats *stats, char *err, int err_len) {
+    if (!engine_begin(e, sched, err, err_len)) return false;
+    for (int i = 0; i < n; i++) {
+        char why[384];
+        if (engine_submit(e, &reqs[i], &results[i], why, sizeof why) < 0) {
+            // The scheduler numbers requests as they join: request i is this call's i.
+            snprintf(err, (size_t)err_len, "%s", why);
+            e->in_session = false;
+            return false;
+        }
+    }
     bool ok = true;
-    while (!scheduler_done(e->sched)) {
-        int n_items = scheduler_schedule(e->sched, items, err, err_len);
-        if (n_items < 0) {
+    while (!engine_all_finished(e))
+        if (engine_step(e, err, err_len) < 0) {
             ok = false;
             break;
         }
-        if (n_items == 0) continue;
-        if (e->backend->path != ATTENTION_UNIFIED) decodes_first(items, n_items);
-        step_shape shape = build_step(e, reqs, items, n_items);
-        engine_forward(e, &shape, sched->top_k);
-        if (shape.S > 0) record_samples(e, reqs, items, &shape, sched->top_k, results, sampled);
-        scheduler_complete(e->sched, items, n_items, sampled);
-        st.tokens += shape.T;
-        for (int i = 0; i < n_items; i++)
-            if (items[i].start < reqs[items[i].req].prompt_len) st.prefill_chunks++;
-    }
-    st.steps = scheduler_steps(e->sched);
-    st.prefix_queries = kv_cache_get_stats(e->cache)->queries;
-    st.prefix_hits = kv_cache_get_stats(e->cache)->hits;
-    if (stats) *stats = st;
-    free(items);
-    free(sampled);
+    if (stats) *stats = engine_session_stats(e);
+    e->in_session = false;
     return ok;
 }

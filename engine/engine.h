@@ -70,8 +70,34 @@ engine *engine_create_shard(const model_config *cfg, weight_source *src, ops_set
                             const engine_limits *limits, uint64_t seed,
                             const engine_shard *shard);
 
+// Serving: requests that arrive while others run, one scheduler step at a time, on one thread.
+//   engine_begin   starts a session with `sched` and an empty KV cache (prefix cache included);
+//   engine_submit  adds a request, which joins the running ones at the next step it fits; its
+//                  prompt must stay valid until it finished; `result` (room for max_new_tokens
+//                  records, and prompt_len prompt records when asked) fills as steps run;
+//   engine_step    runs one step of continuous batching (chunked prefill, prefix-cache hits and
+//                  the token budget as `sched` says);
+//   engine_recycle once every request finished: ids start from 0 again, so a long-running
+//                  server holds no record of requests long gone; the KV cache and its prefix
+//                  cache are kept.
+// False / -1 with a message in err when the schedule does not fit the limits or a request can
+// never be scheduled.
+bool engine_begin(engine *e, const engine_sched *sched, char *err, int err_len);
+// The request's id (dense from 0 since engine_begin or engine_recycle), or -1.
+int engine_submit(engine *e, const engine_request *req, engine_result *result, char *err,
+                  int err_len);
+// The number of requests in the step (its batch size); 0: nothing to run (no request, or none
+// arrived yet); -1: KV blocks ran out.
+int engine_step(engine *e, char *err, int err_len);
+bool engine_finished(const engine *e, int id);
+bool engine_all_finished(const engine *e);
+bool engine_recycle(engine *e, char *err, int err_len);
+// Steps, tokens, prefill chunks and prefix-cache lookups since engine_begin.
+engine_stats engine_session_stats(const engine *e);
+
 // Runs `n` requests to completion from an empty KV cache; results[i] receives request i's
 // records. Returns false (with a message in err) when the schedule cannot fit the limits.
+// (engine_begin, engine_submit of each request in order, engine_step until all finished.)
 bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_sched *sched,
                      engine_result *results, engine_stats *stats, char *err, int err_len);
 

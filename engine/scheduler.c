@@ -2,10 +2,10 @@
 #include "scheduler.h"
 
 #include <stdio.h>               // snprintf
-#include <stdlib.h>              // free
-#include <string.h>              // memcpy
+#include <stdlib.h>              // free, realloc
+#include <string.h>              // memcpy, memset
 
-#include "../common/check.h"    // invar_calloc, invar_malloc
+#include "../common/check.h"    // invar_calloc, invar_malloc, invar_die
 
 enum request_state { REQ_WAITING, REQ_RUNNING, REQ_FINISHED };
 
@@ -27,7 +27,7 @@ struct scheduler {
     int max_num_seqs, max_model_len, max_blocks;
     engine_sched opts;
     request *reqs;
-    int n_reqs, n_finished;
+    int n_reqs, cap_reqs, n_finished;
     int *running;                // request indices in admission order
     int n_running;
     int next_waiting;            // requests are admitted in index order (arrival order)
@@ -50,22 +50,18 @@ static void free_requests(scheduler *s) {
         free(s->reqs[i].tokens);
         free(s->reqs[i].blocks);
     }
-    free(s->reqs);
-    s->reqs = NULL;
-    s->n_reqs = 0;
+    s->n_reqs = 0;  // the array itself is kept for the next requests
 }
 
 void scheduler_destroy(scheduler *s) {
     if (!s) return;
     free_requests(s);
+    free(s->reqs);
     free(s->running);
     free(s);
 }
 
-bool scheduler_begin(scheduler *s, const engine_request *reqs, int n, const engine_sched *opts,
-                     char *err, int err_len) {
-    free_requests(s);
-    s->opts = *opts;
+bool scheduler_start(scheduler *s, const engine_sched *opts, char *err, int err_len) {
     if (opts->max_num_seqs < 1 || opts->max_num_seqs > s->max_num_seqs) {
         snprintf(err, (size_t)err_len, "max_num_seqs %d outside [1, %d]", opts->max_num_seqs,
                  s->max_num_seqs);
@@ -75,43 +71,65 @@ bool scheduler_begin(scheduler *s, const engine_request *reqs, int n, const engi
         snprintf(err, (size_t)err_len, "max_num_batched_tokens must be positive");
         return false;
     }
-    s->reqs = invar_calloc((size_t)n, sizeof *s->reqs, "scheduler requests");
-    s->n_reqs = n;
-    for (int i = 0; i < n; i++) {
-        const engine_request *r = &reqs[i];
-        if (r->prompt_len < 1 || r->max_new_tokens < 1 ||
-            r->prompt_len + r->max_new_tokens > s->max_model_len) {
-            snprintf(err, (size_t)err_len,
-                     "request %d: prompt %d and max_new_tokens %d must be >= 1 and fit "
-                     "max_model_len %d", i,
-                     r->prompt_len, r->max_new_tokens, s->max_model_len);
-            return false;
-        }
-        if (!opts->chunked_prefill && r->prompt_len > opts->max_num_batched_tokens) {
-            snprintf(err, (size_t)err_len,
-                     "request %d: prompt of %d tokens exceeds max_num_batched_tokens %d and "
-                     "chunked prefill is off", i, r->prompt_len, opts->max_num_batched_tokens);
-            return false;
-        }
-        if (i > 0 && r->arrival_step < reqs[i - 1].arrival_step) {
-            snprintf(err, (size_t)err_len, "request %d arrives before request %d", i, i - 1);
-            return false;
-        }
-        request *q = &s->reqs[i];
-        q->state = REQ_WAITING;
-        q->tokens = invar_malloc((size_t)(r->prompt_len + r->max_new_tokens) * sizeof(int32_t),
-                                 "request tokens");
-        memcpy(q->tokens, r->prompt, (size_t)r->prompt_len * sizeof(int32_t));
-        q->n_tokens = q->prompt_len = r->prompt_len;
-        q->max_new_tokens = r->max_new_tokens;
-        q->arrival_step = r->arrival_step;
-        q->blocks = invar_malloc((size_t)s->max_blocks * sizeof(int32_t), "request block table");
-    }
+    free_requests(s);
+    s->opts = *opts;
     s->n_finished = 0;
     s->n_running = 0;
     s->next_waiting = 0;
     s->step = 0;
     return true;
+}
+
+int scheduler_add(scheduler *s, const engine_request *r, char *err, int err_len) {
+    int i = s->n_reqs;
+    if (r->prompt_len < 1 || r->max_new_tokens < 1 ||
+        r->prompt_len + r->max_new_tokens > s->max_model_len) {
+        snprintf(err, (size_t)err_len,
+                 "request %d: prompt %d and max_new_tokens %d must be >= 1 and fit "
+                 "max_model_len %d", i, r->prompt_len, r->max_new_tokens, s->max_model_len);
+        return -1;
+    }
+    if (!s->opts.chunked_prefill && r->prompt_len > s->opts.max_num_batched_tokens) {
+        snprintf(err, (size_t)err_len,
+                 "request %d: prompt of %d tokens exceeds max_num_batched_tokens %d and "
+                 "chunked prefill is off", i, r->prompt_len, s->opts.max_num_batched_tokens);
+        return -1;
+    }
+    if (i > 0 && r->arrival_step < s->reqs[i - 1].arrival_step) {
+        snprintf(err, (size_t)err_len, "request %d arrives before request %d", i, i - 1);
+        return -1;
+    }
+    if (i == s->cap_reqs) {  // grows by doubling: a server adds requests one at a time
+        int cap = s->cap_reqs ? 2 * s->cap_reqs : 16;
+        request *grown = realloc(s->reqs, (size_t)cap * sizeof *grown);
+        if (!grown) invar_die(INVAR_EXIT_SYSTEM, "out of memory for %d scheduler requests", cap);
+        s->reqs = grown;
+        s->cap_reqs = cap;
+    }
+    request *q = &s->reqs[i];
+    memset(q, 0, sizeof *q);
+    q->state = REQ_WAITING;
+    q->tokens = invar_malloc((size_t)(r->prompt_len + r->max_new_tokens) * sizeof(int32_t),
+                             "request tokens");
+    memcpy(q->tokens, r->prompt, (size_t)r->prompt_len * sizeof(int32_t));
+    q->n_tokens = q->prompt_len = r->prompt_len;
+    q->max_new_tokens = r->max_new_tokens;
+    q->arrival_step = r->arrival_step;
+    q->blocks = invar_malloc((size_t)s->max_blocks * sizeof(int32_t), "request block table");
+    s->n_reqs++;
+    return i;
+}
+
+bool scheduler_begin(scheduler *s, const engine_request *reqs, int n, const engine_sched *opts,
+                     char *err, int err_len) {
+    if (!scheduler_start(s, opts, err, err_len)) return false;
+    for (int i = 0; i < n; i++)
+        if (scheduler_add(s, &reqs[i], err, err_len) < 0) return false;
+    return true;
+}
+
+bool scheduler_finished(const scheduler *s, int req) {
+    return s->reqs[req].state == REQ_FINISHED;
 }
 
 bool scheduler_done(const scheduler *s) { return s->n_finished == s->n_reqs; }

@@ -29,7 +29,16 @@ typedef struct scheduler scheduler;
 scheduler *scheduler_create(kv_cache *kv, int max_num_seqs, int max_model_len);
 void scheduler_destroy(scheduler *s);
 
-// Starts a run of `n` requests. False with a message when a request cannot ever be scheduled
+// Starts a run with no requests (the KV cache is left as it is: its prefix cache carries over);
+// requests join with scheduler_add, also while others run. False with a message when opts do
+// not fit the scheduler.
+bool scheduler_start(scheduler *s, const engine_sched *opts, char *err, int err_len);
+// Adds one request (arriving at its arrival_step, not before the previous request's); returns
+// its index, or -1 with a message when it can never be scheduled.
+int scheduler_add(scheduler *s, const engine_request *r, char *err, int err_len);
+bool scheduler_finished(const scheduler *s, int req);
+
+// Starts a run of `n` requests: scheduler_start, then scheduler_add of each. False with a message when a request cannot ever be scheduled
 // (longer than max_model_len, or a prompt over the budget with chunked prefill off).
 bool scheduler_begin(scheduler *s, const engine_request *reqs, int n, const engine_sched *opts,
                      char *err, int err_len);

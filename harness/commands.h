@@ -8,5 +8,7 @@ int cmd_kernels(int argc, char **argv);  // harness/kernel_check.c: invar kernel
 int cmd_bench(int argc, char **argv);    // harness/bench.c:        invar bench
 int cmd_model(int argc, char **argv);    // harness/cmd_model.c:    invar model write
 int cmd_report(int argc, char **argv);   // harness/cmd_report.c:   invar report render|plot|diff
+int cmd_serve(int argc, char **argv);    // harness/cmd_serve.c:    invar serve --model M --kernel-set S
+int cmd_probe(int argc, char **argv);    // harness/cmd_probe.c:    invar probe --url URL --case FILE
 
 #endif

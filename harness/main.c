@@ -1,6 +1,7 @@
 // harness/main.c — the invar CLI: dispatches to a subcommand (harness/commands.h).
 #include "cli_args.h"  // cli_dispatch, cli_subcommand
-#include "commands.h"  // cmd_run, cmd_kernels, cmd_bench, cmd_model, cmd_report
+#include "commands.h"  // cmd_run, cmd_kernels, cmd_bench, cmd_model, cmd_report,
+                       // cmd_serve, cmd_probe
 
 int main(int argc, char **argv) {
     static const cli_subcommand commands[] = {
@@ -9,6 +10,8 @@ int main(int argc, char **argv) {
         {"bench", cmd_bench, "benchmark invariant kernels against the reference set"},
         {"model", cmd_model, "model utilities: write a synthetic checkpoint, check a checkpoint"},
         {"report", cmd_report, "reports: render JUnit/Markdown, redraw plots, diff against a baseline"},
+        {"serve", cmd_serve, "an OpenAI-compatible server over invar's engine (--model M --kernel-set S)"},
+        {"probe", cmd_probe, "test a running OpenAI-compatible server: bs=1 vs bs=N, bitwise (--url URL --case FILE)"},
         {0},
     };
     return cli_dispatch("invar", commands, argc, argv);

@@ -13,7 +13,8 @@
 #   class   kernel, engine, comparator, verdict, runner or report (kernel mutants must be caught
 #           by the kernel-level checks: a catch by a case is reported as end-to-end only)
 #   device  cpu or cuda (cuda: compiled here, run only where nvidia-smi lists a GPU)
-#   checks  the targeted checks, cheapest first: unit:TEST, kernels:OP, case:NAME, and
+#   checks  the targeted checks, cheapest first: unit:TEST, kernels:OP, case:NAME,
+#           script:NAME (tests/NAME.sh BUILD, e.g. script:test_serve), and
 #           kernels-exhaustive:OP (`invar kernels --exhaustive`, nightly's mode)
 #   equivalent  why the mutant cannot change any bit: listed, not counted
 # After the targeted checks every mutant still alive meets the ladder of `make check`'s CPU
@@ -128,6 +129,10 @@ run_check() {  # run_check DIR CHECK LOG: 0 survived, 1 caught, 2 not applicable
     case)
         (cd "$dir" && timeout 600 nice "$build/invar" run --case "cases/$arg.ini" \
             --out "$build/report/run/$arg") >"$log" 2>&1 || return 1 ;;
+    script)  # a make check suite written as a script: tests/NAME.sh BUILD
+        [ -f "$dir/tests/$arg.sh" ] || return 2
+        "${mk[@]}" all >"$log" 2>&1 || return 1
+        (cd "$dir" && timeout 600 bash "tests/$arg.sh" "$build") >"$log" 2>&1 || return 1 ;;
     *) echo "mutants: unknown check '$check'" >"$log"; return 2 ;;
     esac
     return 0

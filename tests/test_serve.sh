@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# tests/test_serve.sh BUILD — invar serve and invar probe end to end, on 127.0.0.1 only:
+#   - probe against `serve --kernel-set invariant` passes (cases/serve.ini: chunked prefill,
+#     prefix-cache hits across requests, sampling, two arrival patterns); against the reference
+#     and adversarial sets it fails;
+#   - concurrent requests share steps: serve's /metrics must show a step that ran the whole
+#     batch of 4 (a batching window holds the first request for the others);
+#   - bad requests get OpenAI-style errors (status and {"error": {...}} body);
+#   - a misbehaving server (tests/servers/bad_server.py: HTTP 500, garbage, truncated JSON, a
+#     slow reply, a dropped connection) gives a reason per request in requests.csv and a FAIL;
+#   - probe against a port nothing listens on, or one that answers garbage, exits 2 with a
+#     clear message;
+#   - `invar report diff` reads probe's reports.
+# Every server runs on a port the kernel picks (--port 0 / port files) and is killed on exit.
+set -u
+BUILD=${1:-build}
+INVAR="$BUILD/invar"
+OUT="$BUILD/report/serve"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+wait_port_file() {  # wait_port_file FILE PID: the port, once the server wrote it (at most 60 s)
+    local i
+    for i in $(seq 600); do
+        [ -s "$1" ] && { cat "$1"; return 0; }
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+start_serve() {  # start_serve SET: starts invar serve on a free port, sets PORT and SERVE_PID
+    local set=$1
+    rm -f "$OUT/port-$set"
+    "$INVAR" serve --model tiny --kernel-set "$set" --port 0 --port-file "$OUT/port-$set" \
+        --threads 2 --max-num-batched-tokens 48 --batch-window-ms 40 --seed 5 \
+        >"$OUT/serve-$set.log" 2>&1 &
+    SERVE_PID=$!
+    pids+=("$SERVE_PID")
+    PORT=$(wait_port_file "$OUT/port-$set" "$SERVE_PID") ||
+        { cat "$OUT/serve-$set.log"; fail "invar serve --kernel-set $set did not start"; }
+}
+
+http() {  # http METHOD PATH [BODY]: prints "STATUS BODY" (python3's urllib: no curl needed)
+    python3 - "$PORT" "$@" <<'PY'
+import sys, urllib.request, urllib.error
+port, method, path = sys.argv[1:4]
+data = sys.argv[4].encode() if len(sys.argv) > 4 else None
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                             headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=30) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+PY
+}
+
+# 1. The invariant set passes; its steps really held the whole batch.
+start_serve invariant
+"$INVAR" probe --url "http://127.0.0.1:$PORT" --case cases/serve.ini --step-ms 10 \
+    --out "$OUT/invariant" >"$OUT/probe-invariant.log" 2>&1
+rc=$?
+cat "$OUT/probe-invariant.log"
+[ "$rc" = 0 ] || fail "probe vs serve --kernel-set invariant: exit $rc, expected 0"
+[ "$(grep -c '"PASS"' "$OUT/invariant/summary.csv")" = 2 ] || fail "invariant: not 2 PASS rows"
+metrics=$(http GET /metrics)
+echo "$metrics" | grep -E 'batch_size|steps_total|prefix_cache_hits'
+max=$(echo "$metrics" | sed -n 's/^invar_step_batch_size_max //p')
+[ "$max" = 4 ] || fail "invariant: the largest step ran $max requests, expected the batch of 4"
+hits=$(echo "$metrics" | sed -n 's/^invar_prefix_cache_hits_total //p')
+[ "${hits:-0}" -gt 0 ] || fail "invariant: no prefix-cache hit across requests"
+echo "serve ran steps of up to $max requests, $hits prefix-cache hits across requests"
+
+# 2. OpenAI-style errors for bad requests.
+check_error() {  # check_error WANT_STATUS BODY: the status and an error body naming the problem
+    local got
+    got=$(http POST /v1/completions "$2")
+    case "$got" in
+        "$1 {\"error\":{\"message\":"*) echo "ok: $1 for $2" ;;
+        *) fail "request $2: expected HTTP $1 and an error body, got: $got" ;;
+    esac
+}
+check_error 400 '{"prompt": "text"}'
+check_error 400 '{"prompt": [1, 2, 99999]}'
+check_error 400 '{"prompt": [1, 2], "max_tokens": 0}'
+check_error 400 '{"prompt": [1, 2], "logprobs": 21}'
+check_error 400 '{"prompt": [1, 2], "n": 2}'
+check_error 400 'not json'
+check_error 404 '{"prompt": [1, 2], "model": "gpt-nothing"}'
+got=$(http GET /nowhere); case "$got" in "404 "*) ;; *) fail "GET /nowhere: $got" ;; esac
+kill "$SERVE_PID"; wait "$SERVE_PID"
+[ $? = 0 ] || fail "invar serve did not stop cleanly on SIGTERM"
+
+# 3. The reference and adversarial sets are caught.
+for set in reference adversarial; do
+    start_serve "$set"
+    "$INVAR" probe --url "http://127.0.0.1:$PORT/v1" --case cases/serve.ini --step-ms 10 \
+        --out "$OUT/$set" >"$OUT/probe-$set.log" 2>&1
+    rc=$?
+    cat "$OUT/probe-$set.log"
+    [ "$rc" = 1 ] || fail "probe vs serve --kernel-set $set: exit $rc, expected 1 (caught)"
+    grep -qE '"(batch-variant|nondeterministic)","FAIL"' "$OUT/$set/summary.csv" ||
+        fail "$set: no FAIL row observed batch-variant or nondeterministic"
+    [ "$(wc -l <"$OUT/$set/divergence.csv")" -gt 1 ] || fail "$set: divergence.csv is empty"
+    kill "$SERVE_PID"; wait "$SERVE_PID"
+done
+
+# 4. report diff reads probe's reports: the reference server regresses against the invariant one.
+"$INVAR" report diff "$OUT/invariant" "$OUT/reference" >"$OUT/diff.log" 2>&1
+rc=$?
+cat "$OUT/diff.log"
+[ "$rc" = 1 ] || fail "invar report diff invariant reference: exit $rc, expected 1 (a regression)"
+
+# 5. A misbehaving server: a reason per request, FAIL, and every good answer still recorded.
+rm -f "$OUT/port-bad"
+python3 tests/servers/bad_server.py --port-file "$OUT/port-bad" --mode mixed &
+pids+=($!)
+PORT=$(wait_port_file "$OUT/port-bad" $!) || fail "tests/servers/bad_server.py did not start"
+"$INVAR" probe --url "http://127.0.0.1:$PORT" --case cases/probe-faults.ini --timeout 1 \
+    --out "$OUT/bad" >"$OUT/probe-bad.log" 2>&1
+rc=$?
+cat "$OUT/probe-bad.log"
+[ "$rc" = 1 ] || fail "probe vs the misbehaving server: exit $rc, expected 1"
+grep -q '"error","FAIL"' "$OUT/bad/summary.csv" || fail "bad server: summary row is not error/FAIL"
+for reason in 'HTTP 500: the fixture fails this one on purpose' 'malformed or truncated JSON' \
+    'Timeout was reached' 'Empty reply from server'; do
+    grep -q "$reason" "$OUT/bad/requests.csv" || fail "requests.csv names no '$reason'"
+done
+good=$(grep -c '"ok",""' "$OUT/bad/requests.csv")
+[ "$good" -ge 3 ] || fail "requests.csv holds $good good answers, expected one per run (3)"
+echo "misbehaving server: every fault named in requests.csv, $good good answers kept"
+
+# 6. Nothing listening, and garbage instead of HTTP: exit 2 with a clear message.
+free_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+"$INVAR" probe --url "http://127.0.0.1:$free_port" --case cases/probe-faults.ini \
+    --out "$OUT/none" >"$OUT/none.log" 2>&1
+rc=$?
+cat "$OUT/none.log"
+[ "$rc" = 2 ] && grep -q "cannot reach the server" "$OUT/none.log" ||
+    fail "probe with nothing listening: exit $rc, expected 2 and 'cannot reach the server'"
+rm -f "$OUT/port-garbage"
+python3 tests/servers/bad_server.py --port-file "$OUT/port-garbage" --mode garbage &
+pids+=($!)
+PORT=$(wait_port_file "$OUT/port-garbage" $!) || fail "the garbage server did not start"
+"$INVAR" probe --url "http://127.0.0.1:$PORT" --case cases/probe-faults.ini \
+    --out "$OUT/garbage" >"$OUT/garbage.log" 2>&1
+rc=$?
+cat "$OUT/garbage.log"
+[ "$rc" = 2 ] && grep -q "GET http://127.0.0.1:$PORT/v1/models" "$OUT/garbage.log" ||
+    fail "probe vs a garbage answer: exit $rc, expected 2 and a message naming /v1/models"
+echo "serve and probe: all checks held"

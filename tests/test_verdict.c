@@ -46,6 +46,20 @@ static void repeat_difference_is_nondeterministic(void **state) {
     assert_string_equal(o.observed, "nondeterministic");
 }
 
+// On the CPU every set is deterministic: a repeat that differs fails any config, a negative
+// control included (it would otherwise count as caught).
+static void cpu_repeat_difference_fails_even_a_control(void **state) {
+    (void)state;
+    ops_set cpu_reference = {.name = "reference", .device = "cpu"};
+    outcome o = judged(false, &cpu_reference, false, true, true, "not-checked");
+    assert_string_equal(o.observed, "nondeterministic");
+    assert_string_equal(o.verdict, "FAIL");
+    assert_non_null(strstr(o.note, "nondeterministic on the CPU"));
+    ops_set cuda_reference = {.name = "reference", .device = "cuda"};
+    o = judged(false, &cuda_reference, false, true, true, "not-checked");
+    assert_string_equal(o.verdict, "PASS");  // atomics: a GPU reference set may be
+}
+
 static void negative_control_must_be_caught(void **state) {
     (void)state;
     outcome o = judged(false, &reference_set, false, true, false, "not-checked");
@@ -86,6 +100,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(invariant_config_passes_only_when_nothing_differs),
         cmocka_unit_test(repeat_difference_is_nondeterministic),
+        cmocka_unit_test(cpu_repeat_difference_fails_even_a_control),
         cmocka_unit_test(negative_control_must_be_caught),
         cmocka_unit_test(order_free_reference_is_information_beside_adversarial),
         cmocka_unit_test(all_reduce_control_is_never_information),

@@ -3,6 +3,8 @@
 // Output row: token, token_logprob, k top ids, k top logprobs (4 bytes each).
 #include <stdlib.h>                 // free
 
+#include "../../common/hash.h"      // invar_gumbel_noise
+
 #include "../../common/check.h"    // invar_malloc
 #include "../../kernels/f64/f64.h"  // f64_logprobs, f64_rel_l2_f32
 #include "op_section.h"             // op_section, op_buffer_add, op_rng
@@ -48,19 +50,45 @@ static void logprobs_declare(op_case *c) {
     op_buffer_add(c, OP_OUT, "top-k logprobs", sizeof(float), 1, k, k);
 }
 
+// Besides uniform logits in [-12, 12], a row (stream 17) may be
+//   peaked     one logit near 16, the rest in [-1, 1]: the top-k sit binades below the maximum,
+//              where x - lse and (x - max) - (lse - max) round differently (near the maximum,
+//              Sterbenz makes both exact)
+//   near-tie   sampled, with TIED_IDS logits t * (40 - gumbel(id)): their keys x / t + gumbel
+//              all round to within a few ulps of 40, so how x / t is rounded picks the token
+enum row_kind { ROW_UNIFORM, ROW_PEAKED, ROW_NEAR_TIE };
+#define TIED_IDS 64
+
+static enum row_kind row_kind_of(uint64_t seed) {
+    op_rng k = op_rng_from(seed, 17);
+    int d = op_rng_int(&k, 4);
+    return d == 0 ? ROW_PEAKED : d == 1 ? ROW_NEAR_TIE : ROW_UNIFORM;
+}
+
 static void logprobs_row(const op_case *c, uint64_t seed, void *const *in) {
     op_rng r = op_rng_from(seed, 15);
     float *logits = in[LP_LOGITS];
-    for (int v = 0; v < c->s->logprobs.V; v++) logits[v] = op_rng_float(&r, -12.0f, 12.0f);
-    *(float *)in[LP_TEMPERATURE] = op_rng_int(&r, 2) ? 0.0f : op_rng_float(&r, 0.5f, 1.5f);
-    *(uint64_t *)in[LP_NOISE_SEED] = op_rng_u64(&r);
-    *(int32_t *)in[LP_POSITION] = op_rng_int(&r, 4096);
+    int V = c->s->logprobs.V;
+    enum row_kind kind = row_kind_of(seed);
+    for (int v = 0; v < V; v++)
+        logits[v] = kind == ROW_PEAKED ? op_rng_float(&r, -1.0f, 1.0f) : op_rng_float(&r, -12.0f, 12.0f);
+    float temperature = op_rng_int(&r, 2) ? 0.0f : op_rng_float(&r, 0.5f, 1.5f);
+    uint64_t noise_seed = op_rng_u64(&r);
+    int32_t position = op_rng_int(&r, 4096);
+    if (kind == ROW_PEAKED) logits[op_rng_int(&r, V)] = op_rng_float(&r, 16.0f, 17.0f);
+    if (kind == ROW_NEAR_TIE) {
+        if (temperature == 0.0f) temperature = op_rng_float(&r, 0.5f, 1.5f);
+        for (int v = 0; v < V && v < TIED_IDS; v++)
+            logits[v] = temperature * (40.0f - invar_gumbel_noise(noise_seed, position, v));
+    }
+    *(float *)in[LP_TEMPERATURE] = temperature;
+    *(uint64_t *)in[LP_NOISE_SEED] = noise_seed;
+    *(int32_t *)in[LP_POSITION] = position;
     // Ties across chunk boundaries: the row's maximum, at the last id of the first chunk and
     // the first id of the second for every split into 2..64 chunks (the reference set's
     // chunking), and at both sides of the 8-lane tail. Kept for half the rows (stream 16, so
     // the other inputs stay as they were).
     op_rng t = op_rng_from(seed, 16);
-    int V = c->s->logprobs.V;
     if (c->s->logprobs.ties && op_rng_int(&t, 2)) {
         for (int chunks = 2; chunks <= 64; chunks *= 2) {
             int len = (V + chunks - 1) / chunks;
@@ -85,6 +113,8 @@ static void logprobs_call(op_case *c, const op_batch *b) {
 }
 
 // rel-L2 over (token logprob, top-k logprobs); a wrong sampled or top-k id is an error of 1.
+// A near-tie row's token is whichever key rounding put first: its logprob is checked, not
+// its id.
 static double logprobs_error(op_case *c, uint64_t seed, const void *row) {
     int V = c->s->logprobs.V, k = c->s->logprobs.k;
     void **in = op_row_alone(c, seed);
@@ -94,10 +124,11 @@ static double logprobs_error(op_case *c, uint64_t seed, const void *row) {
     f64_logprobs(&a, lp, &token, ref_ids);
     const int32_t *got_token = row, *ids = got_token + 2;
     const float *got = (const float *)row + 1;  // token logprob, then (after ids) top-k's
-    double err = *got_token != token ? 1.0 : 0.0, ref[65];
+    bool near_tie = row_kind_of(seed) == ROW_NEAR_TIE;
+    double err = *got_token != token && !near_tie ? 1.0 : 0.0, ref[65];
     float got_lp[65];
     got_lp[0] = got[0];
-    ref[0] = lp[token];
+    ref[0] = lp[near_tie && *got_token >= 0 && *got_token < V ? *got_token : token];
     for (int j = 0; j < k; j++) {
         if (ids[j] != ref_ids[j]) err = 1.0;
         got_lp[1 + j] = ((const float *)(ids + k))[j];

@@ -55,6 +55,9 @@ sync_base() {  # sync_base cpu|cuda
         mkdir -p "$base"
         if [ ! -d "$base/build" ] && [ -d "$root/build-cpu" ]; then
             cp -a "$root/build-cpu" "$base/build"  # a head start; make brings it up to date
+            # ... only if the dependency files name the copies' own targets: a .d that still
+            # says build-cpu/x.o leaves build/x.o stale when a header changes
+            find "$base/build" -name '*.d' -exec sed -i 's|^build-cpu/|build/|' {} +
         fi
         # A copy of the tree without its .git (a GPU host's) is taken whole, build folders aside.
         if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then

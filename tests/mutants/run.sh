@@ -80,6 +80,12 @@ sync_base() {  # sync_base cpu|cuda
     fi
     # On a GPU host the CUDA mutants run: a CUDA base too, so each rebuilds only its own .cu.
     if [ "$1" = cuda ] && [ "$gpu" = 1 ] && [ "$built_cuda" = 0 ]; then
+        # A head start from the tree's own CUDA build (build/ on a GPU host), as for the CPU.
+        if [ ! -d "$base/build-cuda" ] && [ -f "$root/build/libinvar.a" ] &&
+            ls "$root"/build/kernels/cuda/*.cu.o >/dev/null 2>&1; then
+            cp -a "$root/build" "$base/build-cuda"
+            find "$base/build-cuda" -name '*.d' -exec sed -i 's|^build/|build-cuda/|' {} +
+        fi
         echo "mutants: building the unmutated CUDA base in $base/build-cuda (-j$jobs)"
         if ! nice make -C "$base" --no-print-directory -j"$jobs" CUDA=1 BUILD=build-cuda all tests \
             >"$out/base-build-cuda.log" 2>&1; then

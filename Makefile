@@ -31,6 +31,10 @@ ifneq ($(DEPS_PREFIX),)
 DEPS_LIBDIR := $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
 CFLAGS_ALL += -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu
 LDFLAGS  += -L$(DEPS_LIBDIR) -Wl,-rpath,$(DEPS_LIBDIR)
+# libcurl's own dependencies a bare host may lack (libssh2, libldap, ...): a few Debian
+# packages still install under /lib. DT_RPATH, not RUNPATH: only RPATH also serves the
+# libraries' own dependencies (libcurl's libssh2) at run time.
+LDFLAGS  += -Wl,-rpath,$(DEPS_PREFIX)/lib/x86_64-linux-gnu -Wl,--disable-new-dtags
 endif
 
 LIB_SRC := $(wildcard common/*.c sets/*.c kernels/*.c kernels/cpu/*.c kernels/f64/*.c reference/cpu/*.c \

@@ -209,6 +209,12 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
         run_check "$dir" "$c" "$log"
         rc=$?
         [ "$rc" = 1 ] || continue
+        # A binary that cannot start (a missing shared library) judges nothing.
+        if grep -q -E 'error while loading shared libraries|cannot open shared object file' "$log"; then
+            VERDICT=invalid
+            LINE="$name: invalid (does not run: $(grep -m1 -E 'error while loading' "$log" | cut -c1-160))"
+            return
+        fi
         local how="" first
         first=$(first_failure "$log")
         if [ "${c%%:*}" = kernels ] || [ "${c%%:*}" = kernels-exhaustive ]; then

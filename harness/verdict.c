@@ -43,5 +43,16 @@ void outcome_judge(const resolved_config *rc, const ops_set *set, bool adversari
                                            : "prefix caching forced on");
     }
     if (strcmp(out->prefill_vs_decode, "DIFFER") == 0) holds = false;
+    // Every CPU set is deterministic by construction (the thread pool splits outputs, never a
+    // reduction; an order that changes is a function of the batch): a repeat of the same batch
+    // that differs is a race in a kernel or the engine, or a runner comparing the wrong runs,
+    // and fails even a negative control, which it would otherwise let pass as "caught".
+    if (out->repeat_differs && set->device && strcmp(set->device, "cpu") == 0) {
+        holds = false;
+        snprintf(out->note, sizeof out->note, "nondeterministic on the CPU: the repeat of the "
+                 "largest batch differed from its first run, yet every CPU kernel set is "
+                 "deterministic by construction (a race in a kernel or the engine, or the "
+                 "runner compared other runs)");
+    }
     out->verdict = holds ? "PASS" : "FAIL";
 }

@@ -43,7 +43,7 @@
 #include "probe_http.h"               // probe_http_run, probe_transfer
 #include "probe_json.h"               // probe_parse_completion, probe_error_message
 #include "prompts.h"                  // prompts_generate
-#include "summary_row.h"              // summary_fields, report_row_write
+#include "summary_row.h"              // summary_fields, report_row_write, divergence_row_write
 
 enum { PROBE_MAX_HEADERS = 32, PROBE_NOTE_ERRORS = 3 };
 
@@ -151,24 +151,7 @@ typedef struct {
 
 static void divergence_row(void *user, int k, const divergence *d) {
     divergence_rows *rows = user;
-    char req[16], step[16], field[32], bt[16], ot[16], blp[32], olp[32], delta[32], ulps[32];
-    snprintf(req, sizeof req, "%d", rows->index[k]);
-    snprintf(step, sizeof step, "%d", d->step);
-    diff_kind_name(d, field, sizeof field);
-    snprintf(bt, sizeof bt, "%d", d->base_token);
-    snprintf(ot, sizeof ot, "%d", d->other_token);
-    snprintf(blp, sizeof blp, "%.9g", (double)d->base_logprob);
-    snprintf(olp, sizeof olp, "%.9g", (double)d->other_logprob);
-    snprintf(delta, sizeof delta, "%.9g", d->abs_delta);
-    snprintf(ulps, sizeof ulps, "%lld", (long long)d->ulps);
-    const char *const fields[DIVERGENCE_NCOLS] = {
-        [DIVERGENCE_CONFIG] = rows->config, [DIVERGENCE_BATCH_SIZE] = rows->batch,
-        [DIVERGENCE_REQUEST] = req, [DIVERGENCE_STEP] = step, [DIVERGENCE_FIELD] = field,
-        [DIVERGENCE_BASE_TOKEN] = bt, [DIVERGENCE_BATCH_TOKEN] = ot,
-        [DIVERGENCE_BASE_LOGPROB] = blp, [DIVERGENCE_BATCH_LOGPROB] = olp,
-        [DIVERGENCE_ABS_DELTA] = delta, [DIVERGENCE_ULPS] = ulps,
-    };
-    report_row_write(rows->pr->divergence, fields);
+    divergence_row_write(rows->pr->divergence, rows->config, rows->batch, rows->index[k], d);
 }
 
 static void add_note(outcome *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -23,7 +23,7 @@
 #include "prompts.h"                    // prompts_generate
 #include "requests.h"                   // config_requests
 #include "resume_match.h"               // resume_done_cells
-#include "summary_row.h"                // summary_row_write, report_row_write,
+#include "summary_row.h"                // summary_row_write, report_row_write, divergence_row_write,
                                         // summary_verdict_literal
 #include "tp_information.h"             // tp_delta_compare, tp_delta_note
 #include "verdict.h"                    // outcome_judge
@@ -144,24 +144,7 @@ static bool generate_checked(config_run *r, const engine_request *reqs, int n, i
 // ---------------------------------------------------------------------------------------------
 
 static void divergence_row(config_run *r, const char *batch, int request, const divergence *d) {
-    char req[16], step[16], field[32], bt[16], ot[16], blp[32], olp[32], delta[32], ulps[32];
-    snprintf(req, sizeof req, "%d", request);
-    snprintf(step, sizeof step, "%d", d->step);
-    diff_kind_name(d, field, sizeof field);
-    snprintf(bt, sizeof bt, "%d", d->base_token);
-    snprintf(ot, sizeof ot, "%d", d->other_token);
-    snprintf(blp, sizeof blp, "%.9g", (double)d->base_logprob);
-    snprintf(olp, sizeof olp, "%.9g", (double)d->other_logprob);
-    snprintf(delta, sizeof delta, "%.9g", d->abs_delta);
-    snprintf(ulps, sizeof ulps, "%lld", (long long)d->ulps);
-    const char *const fields[DIVERGENCE_NCOLS] = {
-        [DIVERGENCE_CONFIG] = r->cfg->name, [DIVERGENCE_BATCH_SIZE] = batch,
-        [DIVERGENCE_REQUEST] = req, [DIVERGENCE_STEP] = step, [DIVERGENCE_FIELD] = field,
-        [DIVERGENCE_BASE_TOKEN] = bt, [DIVERGENCE_BATCH_TOKEN] = ot,
-        [DIVERGENCE_BASE_LOGPROB] = blp, [DIVERGENCE_BATCH_LOGPROB] = olp,
-        [DIVERGENCE_ABS_DELTA] = delta, [DIVERGENCE_ULPS] = ulps,
-    };
-    report_row_write(r->o->divergence, fields);
+    divergence_row_write(r->o->divergence, r->cfg->name, batch, request, d);
 }
 
 typedef struct {

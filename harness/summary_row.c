@@ -154,3 +154,25 @@ void summary_row_write(const case_file *c, const run_config *cfg, const resolved
     }
     report_row_write(rep, fields);
 }
+
+void divergence_row_write(csv_report *rep, const char *config, const char *batch, int request,
+                          const divergence *d) {
+    char req[16], step[16], field[32], bt[16], ot[16], blp[32], olp[32], delta[32], ulps[32];
+    snprintf(req, sizeof req, "%d", request);
+    snprintf(step, sizeof step, "%d", d->step);
+    diff_kind_name(d, field, sizeof field);
+    snprintf(bt, sizeof bt, "%d", d->base_token);
+    snprintf(ot, sizeof ot, "%d", d->other_token);
+    snprintf(blp, sizeof blp, "%.9g", (double)d->base_logprob);
+    snprintf(olp, sizeof olp, "%.9g", (double)d->other_logprob);
+    snprintf(delta, sizeof delta, "%.9g", d->abs_delta);
+    snprintf(ulps, sizeof ulps, "%lld", (long long)d->ulps);
+    const char *const fields[DIVERGENCE_NCOLS] = {
+        [DIVERGENCE_CONFIG] = config, [DIVERGENCE_BATCH_SIZE] = batch,
+        [DIVERGENCE_REQUEST] = req, [DIVERGENCE_STEP] = step, [DIVERGENCE_FIELD] = field,
+        [DIVERGENCE_BASE_TOKEN] = bt, [DIVERGENCE_BATCH_TOKEN] = ot,
+        [DIVERGENCE_BASE_LOGPROB] = blp, [DIVERGENCE_BATCH_LOGPROB] = olp,
+        [DIVERGENCE_ABS_DELTA] = delta, [DIVERGENCE_ULPS] = ulps,
+    };
+    report_row_write(rep, fields);
+}

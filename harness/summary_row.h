@@ -10,6 +10,7 @@
 #include "../reports/csv_report.h"      // csv_report
 #include "../reports/report_schema.h"   // SUMMARY_NCOLS
 #include "case_file.h"                  // case_file
+#include "compare.h"                    // divergence
 #include "matrix.h"                     // run_config
 #include "outcome.h"                    // outcome
 #include "resolve.h"                    // resolved_config, backend_selection
@@ -36,6 +37,11 @@ void summary_row_write(const case_file *c, const run_config *cfg, const resolved
                        const backend_selection *sel, const outcome *out,
                        const run_config *merged_into, const char *const *outcome_from,
                        csv_report *rep);
+
+// Writes one row of divergence.csv: config, batch label, request, and what differed where
+// (nothing when rep is NULL); `invar run` and `invar probe` write the same rows.
+void divergence_row_write(csv_report *rep, const char *config, const char *batch, int request,
+                          const divergence *d);
 
 // Writes one row of any report (nothing when rep is NULL); a write failure exits 3.
 void report_row_write(csv_report *rep, const char *const *fields);

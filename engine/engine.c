@@ -86,6 +86,8 @@ typedef struct {
     int32_t *token, *topk_ids;
     float *token_logprob, *topk_logprobs;
     int *sample_item;            // item index of each sample row
+    int32_t *sample_at;          // the position each sample row's record belongs to (host
+                                 // bookkeeping, apart from sample_pos, which seeds the noise)
     int32_t *gather_slots;
     int32_t *new_begin, *new_end, *ctx_begin, *ctx_end;
 } host_step;
@@ -460,6 +462,7 @@ static void alloc_activations(engine *e) {
     hs->topk_ids = invar_calloc(S * ENGINE_MAX_TOPK, sizeof(int32_t), "host top-k ids");
     hs->topk_logprobs = invar_calloc(S * ENGINE_MAX_TOPK, sizeof(float), "host top-k logprobs");
     hs->sample_item = invar_calloc(S, sizeof(int), "host sample items");
+    hs->sample_at = invar_calloc(S, sizeof(int32_t), "host sample record positions");
     hs->gather_slots = invar_calloc(K, sizeof(int32_t), "host key slots");
     hs->new_begin = invar_calloc(T, sizeof(int32_t), "host key ranges");
     hs->new_end = invar_calloc(T, sizeof(int32_t), "host key ranges");
@@ -851,6 +854,7 @@ static void add_sample_row(engine *e, const engine_request *r, int row, int posi
     hs->temperature[*S] = r->temperature;
     hs->noise_seed[*S] = invar_mix64(e->seed ^ invar_mix64(r->seed));
     hs->sample_pos[*S] = position + 1;
+    hs->sample_at[*S] = position;
     hs->sample_item[*S] = item;
     (*S)++;
 }
@@ -945,7 +949,7 @@ static void record_samples(engine *e, const engine_request *reqs, const sched_it
     o->download(o, hs->topk_ids, e->a.topk_out_ids, (size_t)S * top_k * sizeof(int32_t));
     o->download(o, hs->topk_logprobs, e->a.topk_out_logprobs, (size_t)S * top_k * sizeof(float));
     for (int s = 0; s < S; s++) {
-        int i = hs->sample_item[s], req = items[i].req, position = hs->sample_pos[s] - 1;
+        int i = hs->sample_item[s], req = items[i].req, position = hs->sample_at[s];
         engine_result *res = results[req];
         if (reqs[req].prompt_logprobs && position < reqs[req].prompt_len) {
             copy_record(hs, s, top_k, &res->prompt_steps[position]);
@@ -1019,8 +1023,16 @@ int engine_step(engine *e, char *err, int err_len) {
     if (e->backend->path != ATTENTION_UNIFIED) decodes_first(items, n_items);
     step_shape shape = build_step(e, e->reqs, items, n_items);
     engine_forward(e, &shape, e->session.top_k);
+    for (int i = 0; i < n_items; i++) e->sampled[i] = -1;
     if (shape.S > 0)
         record_samples(e, e->reqs, items, &shape, e->session.top_k, e->results, e->sampled);
+    // Every item that samples must have found its record: a token never sampled would feed
+    // garbage to the next step's embedding.
+    for (int i = 0; i < n_items; i++)
+        if (items[i].sample && (e->sampled[i] < 0 || e->sampled[i] >= e->cfg.vocab_size))
+            invar_die(INVAR_EXIT_SYSTEM, "engine: step %ld, request %d: sampled token %d "
+                      "outside the vocabulary (%d ids): an engine bug", e->stats.steps,
+                      items[i].req, e->sampled[i], e->cfg.vocab_size);
     // Counted before completion: a request that finishes here releases its slot.
     e->stats.tokens += shape.T;
     for (int i = 0; i < n_items; i++)

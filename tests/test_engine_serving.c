@@ -313,7 +313,7 @@ static void bad_calls_refused_with_a_message(void **state) {
     if (!engine_begin(f->e, &f->sched, err, sizeof err)) fail_msg("engine_begin: %s", err);
     assert_int_equal(engine_step(f->e, err, sizeof err), 0);  // nothing submitted: an idle step
     // Requests that can never run: each refused with a reason, none takes an id.
-    static int32_t long_prompt[MAX_MODEL_LEN];
+    static int32_t long_prompt[MAX_MODEL_LEN + 1000];  // token 0 throughout
     engine_request bad = {.prompt = long_prompt, .prompt_len = MAX_MODEL_LEN, .max_new_tokens = 1};
     assert_int_equal(engine_submit(f->e, &bad, &res, err, sizeof err), -1);
     assert_reason(err, "max_model_len");
@@ -327,6 +327,14 @@ static void bad_calls_refused_with_a_message(void **state) {
     bad = (engine_request){.prompt = long_prompt, .prompt_len = 8, .max_new_tokens = 0};
     assert_int_equal(engine_submit(f->e, &bad, &res, err, sizeof err), -1);
     assert_reason(err, "must be >= 1");
+    // Token ids outside the vocabulary (the embedding would read past its table).
+    int32_t outside[4][3] = {{1, 2, f->cfg.vocab_size}, {-1, 2, 3}, {1, INT32_MIN, 3},
+                             {1, 2, INT32_MAX}};
+    for (int i = 0; i < 4; i++) {
+        bad = (engine_request){.prompt = outside[i], .prompt_len = 3, .max_new_tokens = 2};
+        assert_int_equal(engine_submit(f->e, &bad, &res, err, sizeof err), -1);
+        assert_reason(err, "outside the vocabulary");
+    }
     bad = (engine_request){.prompt = long_prompt, .prompt_len = 8, .max_new_tokens = 2,
                            .prompt_logprobs = true};
     assert_int_equal(engine_submit(f->e, &bad, &res, err, sizeof err), -1);

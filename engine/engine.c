@@ -996,6 +996,15 @@ int engine_submit(engine *e, const engine_request *req, engine_result *result, c
                  "request asks for prompt logprobs but the engine was not sized for them");
         return -1;
     }
+    // The embedding gathers rows by token id with no bounds check of its own: an id outside the
+    // vocabulary would read past the table (invar serve checks its requests; the API must too).
+    // A prompt too long to ever run is left to scheduler_add's message, unread.
+    for (int p = 0; p < req->prompt_len && req->prompt_len <= e->lim.max_model_len; p++)
+        if (req->prompt[p] < 0 || req->prompt[p] >= e->cfg.vocab_size) {
+            snprintf(err, (size_t)err_len, "prompt token %d at position %d is outside the "
+                     "vocabulary [0, %d)", req->prompt[p], p, e->cfg.vocab_size);
+            return -1;
+        }
     int id = scheduler_add(e->sched, req, err, err_len);
     if (id < 0) return -1;
     if (id >= e->cap_reqs) {  // scheduler ids are dense from 0: grow alongside

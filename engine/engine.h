@@ -89,6 +89,7 @@ int engine_submit(engine *e, const engine_request *req, engine_result *result, c
 // The number of requests in the step (its batch size); 0: nothing to run (no request, or none
 // arrived yet); -1: KV blocks ran out.
 int engine_step(engine *e, char *err, int err_len);
+// false for an id this session never returned (never reads past its requests)
 bool engine_finished(const engine *e, int id);
 bool engine_all_finished(const engine *e);
 bool engine_recycle(engine *e, char *err, int err_len);

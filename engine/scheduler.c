@@ -128,8 +128,10 @@ bool scheduler_begin(scheduler *s, const engine_request *reqs, int n, const engi
     return true;
 }
 
+// An id this session never handed out is not a finished request (a caller's stale id must
+// not read past the request array).
 bool scheduler_finished(const scheduler *s, int req) {
-    return s->reqs[req].state == REQ_FINISHED;
+    return req >= 0 && req < s->n_reqs && s->reqs[req].state == REQ_FINISHED;
 }
 
 bool scheduler_done(const scheduler *s) { return s->n_finished == s->n_reqs; }

@@ -346,6 +346,8 @@ static void bad_calls_refused_with_a_message(void **state) {
     assert_int_equal(submit(f, t), 0);
     assert_int_equal(step(f, by_id, 1), 1);
     assert_false(engine_finished(f->e, 0));
+    assert_false(engine_finished(f->e, 1));   // never handed out
+    assert_false(engine_finished(f->e, -1));
     assert_false(engine_recycle(f->e, err, sizeof err));
     assert_reason(err, "still running");
     // A request arriving before the one submitted last is refused too.

@@ -87,7 +87,19 @@ static int32_t text_token(const char *s) {
     return (int32_t)(h & 0x7fffffff);
 }
 
+// A token's name, as the tokens array and top_logprobs' keys give it: "token_id:N" or a bare
+// decimal (a number probe_quote_numbers quoted, or a text that is one) is the id N, any other
+// text its hash. Both places read names this one way, so a sampled token and its top-1 entry
+// always get the same id.
 static bool read_token_name(const char *s, int32_t *id, probe_notes *notes) {
+    char *number_end;
+    errno = 0;
+    long n = strtol(s, &number_end, 10);
+    if (number_end != s && !*number_end && *s != '+' && *s != ' ') {  // "-3": a bad id
+        if (errno || n < 0 || n > INT32_MAX) return false;
+        *id = (int32_t)n;
+        return true;
+    }
     if (strncmp(s, "token_id:", 9) == 0) {
         char *end;
         errno = 0;
@@ -101,19 +113,10 @@ static bool read_token_name(const char *s, int32_t *id, probe_notes *notes) {
     return true;
 }
 
-// A token: "token_id:N", a text, or a number (quoted by probe_quote_numbers).
+// A token of the tokens array: a string (numbers were quoted by probe_quote_numbers).
 static bool read_token(const cJSON *v, int32_t *id, probe_notes *notes) {
     if (!cJSON_IsString(v)) return false;
-    const char *s = v->valuestring;
-    char *end;
-    errno = 0;
-    long n = strtol(s, &end, 10);
-    if (end != s && !*end) {  // a bare number (quoted by us): the id itself
-        if (errno || n < 0 || n > INT32_MAX) return false;
-        *id = (int32_t)n;
-        return true;
-    }
-    return read_token_name(s, id, notes);
+    return read_token_name(v->valuestring, id, notes);
 }
 
 typedef struct {

@@ -402,6 +402,16 @@ static void token_names(void **state) {
     assert_int_equal(test_count_poisoned(res2.steps[0].topk_ids, sizeof(int32_t), ENGINE_MAX_TOPK), 0);
     free(body2);
     free(res2.steps);
+    // A token whose text is a number ("42") is read the same way in the tokens array and as a
+    // top_logprobs key: the sampled token and its top-1 entry agree.
+    answer_step digits = {.token = "\"42\"", .logprob = "-0.5", .n_top = 1,
+                          .top_keys = {"42"}, .top_values = {"-0.5"}};
+    char *body3 = completion_body(&digits, 1, true);
+    engine_result res3 = poisoned_result(1);
+    if (!parse(body3, 1, 1, &res3, &notes, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(res3.steps[0].token, res3.steps[0].topk_ids[0]);
+    free(body3);
+    free(res3.steps);
     free(body);
     free(res.steps);
     free(steps);

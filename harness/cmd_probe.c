@@ -292,7 +292,11 @@ static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, c
     snprintf(cfg.name, sizeof cfg.name, "server/arrivals=%s", arrival_pattern_name(ap));
     snprintf(cfg.device, sizeof cfg.device, "server");
     snprintf(cfg.kernel_set, sizeof cfg.kernel_set, "-");
-    snprintf(cfg.model, sizeof cfg.model, "%s", model);
+    size_t model_len = strlen(model);
+    if (model_len >= sizeof cfg.model)
+        invar_die(INVAR_EXIT_INPUT, "probe: the model name is %zu characters long (at most %zu)",
+                  model_len, sizeof cfg.model - 1);
+    memcpy(cfg.model, model, model_len + 1);
     snprintf(cfg.attention_backend, sizeof cfg.attention_backend, "-");
     resolved_config rc = {.device = "server", .merged_into = -1, .expect_invariant = true,
                           .batch_invariant_mode = true};

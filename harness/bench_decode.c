@@ -13,7 +13,8 @@
 #include <stdio.h>                   // printf, snprintf, vsnprintf
 #include <stdlib.h>                  // free, qsort
 
-#include "../engine/engine.h"        // engine_*
+#include "../engine/engine.h"        // engine_request, engine_result, engine_sched, engine_limits
+#include "../engine/tp_engine.h"     // tp_engine_*: the engine over T ranks (T = 1: one engine)
 #include "../engine/model_config.h"  // model_config_by_name
 #include "../engine/weights.h"       // weights_synthetic
 #include "../common/check.h"        // invar_die, invar_malloc
@@ -32,16 +33,19 @@ typedef struct {
     engine_request *reqs;
     engine_result *results;
     engine_step_record *records;
+    int32_t *tokens;
 } batch;
 
-static batch make_batch(const model_config *c, int B, int prompt_len, int new_tokens, int32_t *tokens) {
+// B requests whose prompts are a hash of (request, position) inside the vocabulary.
+static batch make_batch(const model_config *c, int B, int prompt_len, int new_tokens) {
     batch b = {
         .reqs = invar_malloc((size_t)B * sizeof *b.reqs, "bench requests"),
         .results = invar_malloc((size_t)B * sizeof *b.results, "bench results"),
         .records = invar_malloc((size_t)B * new_tokens * sizeof *b.records, "bench records"),
+        .tokens = invar_malloc((size_t)B * prompt_len * sizeof *b.tokens, "bench prompts"),
     };
     for (int i = 0; i < B; i++) {
-        int32_t *p = tokens + (long)i * prompt_len;
+        int32_t *p = b.tokens + (long)i * prompt_len;
         for (int j = 0; j < prompt_len; j++)
             p[j] = (int32_t)(invar_mix64(((uint64_t)i << 32) | (uint64_t)j) % (uint64_t)c->vocab_size);
         b.reqs[i] = (engine_request){.prompt = p, .prompt_len = prompt_len,
@@ -51,28 +55,34 @@ static batch make_batch(const model_config *c, int B, int prompt_len, int new_to
     return b;
 }
 
-static double generate_seconds(engine *e, batch *b, int B, int new_tokens, const engine_sched *s) {
+static void free_batch(batch *b) {
+    free(b->reqs);
+    free(b->results);
+    free(b->records);
+    free(b->tokens);
+}
+
+static double generate_seconds(tp_engine *e, batch *b, int B, int new_tokens, const engine_sched *s) {
     char err[256];
     for (int i = 0; i < B; i++) b->reqs[i].max_new_tokens = new_tokens;
     double t0 = host_seconds();
-    if (!engine_generate(e, b->reqs, B, s, b->results, NULL, err, sizeof err))
+    if (!tp_engine_generate(e, b->reqs, B, s, b->results, NULL, err, sizeof err))
         invar_die(INVAR_EXIT_SYSTEM, "bench: generate failed: %s", err);
     return host_seconds() - t0;
 }
 
-// Decode tokens/s of one kernel set at batch B.
-static double decode_tokens_per_s(ops_set *ops, const model_config *c, weight_source *w, int B,
-                                  int prompt_len, int new_tokens) {
+double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
+                                 weight_source *w, int B, int prompt_len, int new_tokens) {
     int budget = B * prompt_len < 8192 ? B * prompt_len : 8192;
     engine_limits lim = {.max_num_seqs = B, .max_num_batched_tokens = budget,
                          .max_model_len = prompt_len + new_tokens,
                          .max_total_tokens = B * (prompt_len + new_tokens), .block_size = 64};
-    engine *e = engine_create(c, w, ops, &lim, 1);
-    int32_t *tokens = invar_malloc((size_t)B * prompt_len * sizeof *tokens, "bench prompts");
-    batch b = make_batch(c, B, prompt_len, new_tokens, tokens);
+    tp_engine *e = tp_engine_create(c, w, ops, T, &lim, 1);
+    batch b = make_batch(c, B, prompt_len, new_tokens);
     engine_sched s = {.max_num_seqs = B, .max_num_batched_tokens = budget,
                       .chunked_prefill = true, .top_k = 5};
-    generate_seconds(e, &b, B, 2, &s);  // warm-up: first-touch scratch growth, caches
+    // warm-up: first-touch scratch growth, caches (and NCCL's first connections at T > 1)
+    generate_seconds(e, &b, B, 2, &s);
     double rates[REPEATS];
     for (int r = 0; r < REPEATS; r++) {
         double full = generate_seconds(e, &b, B, new_tokens, &s);
@@ -80,11 +90,8 @@ static double decode_tokens_per_s(ops_set *ops, const model_config *c, weight_so
         rates[r] = (double)B * (new_tokens - 1) / (full - one > 1e-9 ? full - one : 1e-9);
     }
     qsort(rates, REPEATS, sizeof rates[0], compare_double);
-    free(b.reqs);
-    free(b.results);
-    free(b.records);
-    free(tokens);
-    engine_destroy(e);
+    tp_engine_destroy(e);
+    free_batch(&b);
     return rates[REPEATS / 2];
 }
 
@@ -104,8 +111,8 @@ void bench_decode(const char *device, const char *model, const int *batch_sizes,
     if (!inv || !ref) invar_die(INVAR_EXIT_INPUT, "bench: no kernel sets on device '%s'", device);
     for (int i = 0; i < n_batch; i++) {
         int B = batch_sizes[i];
-        double ti = decode_tokens_per_s(inv, &c, w, B, prompt_len, new_tokens);
-        double tr = decode_tokens_per_s(ref, &c, w, B, prompt_len, new_tokens);
+        double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens);
+        double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens);
         printf("%6d %14.1f %14.1f %7.3f\n", B, ti, tr, ti / tr);
         bench_row(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f", device, model, B, prompt_len, new_tokens, ti,
                   tr, ti / tr);

@@ -3,6 +3,9 @@
 #ifndef INVAR_HARNESS_BENCH_DECODE_H
 #define INVAR_HARNESS_BENCH_DECODE_H
 
+#include "../engine/model_config.h" // model_config
+#include "../engine/weights.h"      // weight_source
+#include "../kernels/ops.h"         // ops_set
 #include "../reports/csv_report.h"  // csv_report
 
 // Runs on `device` with the named model config for each batch size, writing one CSV row per
@@ -10,6 +13,13 @@
 // model name.
 void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
                   int prompt_len, int new_tokens, const char *out_dir);
+
+// Decode tokens/s of the engine over T ranks (rank r on ops[r]) at batch B, prompts of
+// prompt_len tokens: the median of three differences between a generate of new_tokens and one
+// of a single token over the same prompts (both prefill alike, so the difference is the
+// new_tokens - 1 decode steps).
+double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
+                                 weight_source *w, int B, int prompt_len, int new_tokens);
 
 // The benchmarks' CSVs (DIR/NAME), through the one CSV writer; a failed write exits 3 naming
 // the file. bench_row's format separates fields by commas (csv_report_rowf).

@@ -12,26 +12,20 @@
 #include <math.h>                      // log, exp
 #include <stdint.h>                    // int32_t, uint16_t, uint64_t
 #include <stdio.h>                     // printf
-#include <stdlib.h>                    // free, qsort
+#include <stdlib.h>                    // free
 
 #include "../common/check.h"           // invar_die, invar_malloc, invar_calloc
 #include "../common/hash.h"            // invar_mix64, invar_uniform
 #include "../common/rank_threads.h"    // rank_threads_run
 #include "../engine/model_config.h"    // model_config_by_name
-#include "../engine/tp_engine.h"       // tp_engine_*
 #include "../engine/weights.h"         // weights_synthetic
 #include "../kernels/bf16.h"           // float_to_bf16
 #include "../kernels/cpu/collective.h" // tp_comm_group_*
 #include "../sets/registry.h"          // kernel_set_create_for_rank, cuda_device_count, tp_devices_describe
-#include "bench_decode.h"              // bench_csv_open, bench_row, bench_csv_close
+#include "bench_decode.h"              // bench_decode_tokens_per_s, bench_csv_open, bench_row, bench_csv_close
 #include "host.h"                      // host_seconds
 
-enum { TP = 2, REPEATS = 3 };
-
-static int compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+enum { TP = 2 };
 
 // --- the all-reduce ----------------------------------------------------------------------------
 
@@ -111,40 +105,6 @@ static void bench_all_reduce(bool quick, const char *out_dir) {
 
 // --- decode at T = 1 and 2 ---------------------------------------------------------------------
 
-typedef struct {
-    engine_request *reqs;
-    engine_result *results;
-    engine_step_record *records;
-    int32_t *tokens;
-} batch;
-
-static batch make_batch(const model_config *c, int B, int prompt_len, int new_tokens) {
-    batch b = {
-        .reqs = invar_malloc((size_t)B * sizeof *b.reqs, "bench requests"),
-        .results = invar_malloc((size_t)B * sizeof *b.results, "bench results"),
-        .records = invar_malloc((size_t)B * new_tokens * sizeof *b.records, "bench records"),
-        .tokens = invar_malloc((size_t)B * prompt_len * sizeof *b.tokens, "bench prompts"),
-    };
-    for (int i = 0; i < B; i++) {
-        int32_t *p = b.tokens + (long)i * prompt_len;
-        for (int k = 0; k < prompt_len; k++)
-            p[k] = (int32_t)(invar_mix64(((uint64_t)i << 32) | (uint64_t)k) % (uint64_t)c->vocab_size);
-        b.reqs[i] = (engine_request){.prompt = p, .prompt_len = prompt_len,
-                                     .max_new_tokens = new_tokens, .seed = (uint64_t)i};
-        b.results[i] = (engine_result){.steps = b.records + (long)i * new_tokens};
-    }
-    return b;
-}
-
-static double generate_seconds(tp_engine *e, batch *b, int B, int new_tokens, const engine_sched *s) {
-    char err[256];
-    for (int i = 0; i < B; i++) b->reqs[i].max_new_tokens = new_tokens;
-    double t0 = host_seconds();
-    if (!tp_engine_generate(e, b->reqs, B, s, b->results, NULL, err, sizeof err))
-        invar_die(INVAR_EXIT_SYSTEM, "bench: generate failed: %s", err);
-    return host_seconds() - t0;
-}
-
 // Decode tokens/s of the named set at T ranks (rank r on GPU r) and batch B.
 static double tp_decode_tokens_per_s(const char *set, int T, const model_config *c, weight_source *w,
                                      int B, int prompt_len, int new_tokens) {
@@ -153,29 +113,9 @@ static double tp_decode_tokens_per_s(const char *set, int T, const model_config 
         ops[r] = kernel_set_create_for_rank(set, "cuda", 0, r);
         if (!ops[r]) invar_die(INVAR_EXIT_SYSTEM, "bench: no %s set on cuda", set);
     }
-    int budget = B * prompt_len < 8192 ? B * prompt_len : 8192;
-    engine_limits lim = {.max_num_seqs = B, .max_num_batched_tokens = budget,
-                         .max_model_len = prompt_len + new_tokens,
-                         .max_total_tokens = B * (prompt_len + new_tokens), .block_size = 64};
-    tp_engine *e = tp_engine_create(c, w, ops, T, &lim, 1);
-    batch b = make_batch(c, B, prompt_len, new_tokens);
-    engine_sched s = {.max_num_seqs = B, .max_num_batched_tokens = budget,
-                      .chunked_prefill = true, .top_k = 5};
-    generate_seconds(e, &b, B, 2, &s);  // warm-up: scratch growth, NCCL's first connections
-    double rates[REPEATS];
-    for (int k = 0; k < REPEATS; k++) {
-        double full = generate_seconds(e, &b, B, new_tokens, &s);
-        double one = generate_seconds(e, &b, B, 1, &s);
-        rates[k] = (double)B * (new_tokens - 1) / (full - one > 1e-9 ? full - one : 1e-9);
-    }
-    qsort(rates, REPEATS, sizeof rates[0], compare_double);
-    tp_engine_destroy(e);
+    double rate = bench_decode_tokens_per_s(ops, T, c, w, B, prompt_len, new_tokens);
     for (int r = 0; r < T; r++) ops[r]->destroy(ops[r]);
-    free(b.reqs);
-    free(b.results);
-    free(b.records);
-    free(b.tokens);
-    return rates[REPEATS / 2];
+    return rate;
 }
 
 static void bench_tp_decode(bool quick, const char *out_dir) {

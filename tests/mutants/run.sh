@@ -50,15 +50,31 @@ header() {  # header PATCH KEY: the value of '# KEY: ...' with its continuation 
 # the CPU verdicts already (build-mutants/state carried over), only the CUDA base is built.
 jobs=${MUTANTS_JOBS:-$(nproc 2>/dev/null || echo 2)}
 copied=0 built_cpu=0 built_cuda=0
+
+# head_start FROM TO: the tree's own build FROM (a folder of $root) as $base/TO, which make then
+# brings up to date, but only if the dependency files name the copy's own targets: a .d that
+# still says FROM/x.o leaves TO/x.o stale when a header changes.
+head_start() {
+    [ ! -d "$base/$2" ] || return 0
+    cp -a "$root/$1" "$base/$2"
+    find "$base/$2" -name '*.d' -exec sed -i "s|^$1/|$2/|" {} +
+}
+
+# build_base BUILD CUDA LOG WHAT: make all and the tests of the unmutated base, or exit 2.
+build_base() {
+    echo "mutants: building the unmutated $4 in $base/$1 (CUDA=$2, -j$jobs)"
+    if ! nice make -C "$base" --no-print-directory -j"$jobs" CUDA="$2" BUILD="$1" all tests \
+        >"$out/$3" 2>&1; then
+        tail -n 20 "$out/$3"
+        echo "mutants: the unmutated tree does not build (CUDA=$2); fix that first"
+        exit 2
+    fi
+}
+
 sync_base() {  # sync_base cpu|cuda
     if [ "$copied" = 0 ]; then
         mkdir -p "$base"
-        if [ ! -d "$base/build" ] && [ -d "$root/build-cpu" ]; then
-            cp -a "$root/build-cpu" "$base/build"  # a head start; make brings it up to date
-            # ... only if the dependency files name the copies' own targets: a .d that still
-            # says build-cpu/x.o leaves build/x.o stale when a header changes
-            find "$base/build" -name '*.d' -exec sed -i 's|^build-cpu/|build/|' {} +
-        fi
+        [ -d "$root/build-cpu" ] && head_start build-cpu build
         # A copy of the tree without its .git (a GPU host's) is taken whole, build folders aside.
         if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
             (cd "$root" && git ls-files -z --cached --others --exclude-standard | grep -zv '^build' |
@@ -69,30 +85,16 @@ sync_base() {  # sync_base cpu|cuda
         copied=1
     fi
     if [ "$1" = cpu ] && [ "$built_cpu" = 0 ]; then
-        echo "mutants: building the unmutated base in $base/build (CUDA=0, -j$jobs)"
-        if ! nice make -C "$base" --no-print-directory -j"$jobs" CUDA=0 BUILD=build all tests \
-            >"$out/base-build.log" 2>&1; then
-            tail -n 20 "$out/base-build.log"
-            echo "mutants: the unmutated tree does not build; fix that first"
-            exit 2
-        fi
+        build_base build 0 base-build.log base
         built_cpu=1
     fi
-    # On a GPU host the CUDA mutants run: a CUDA base too, so each rebuilds only its own .cu.
+    # On a GPU host the CUDA mutants run: a CUDA base too, so each rebuilds only its own .cu;
+    # its head start is the tree's own CUDA build (build/ on a GPU host) where there is one.
     if [ "$1" = cuda ] && [ "$gpu" = 1 ] && [ "$built_cuda" = 0 ]; then
-        # A head start from the tree's own CUDA build (build/ on a GPU host), as for the CPU.
-        if [ ! -d "$base/build-cuda" ] && [ -f "$root/build/libinvar.a" ] &&
-            ls "$root"/build/kernels/cuda/*.cu.o >/dev/null 2>&1; then
-            cp -a "$root/build" "$base/build-cuda"
-            find "$base/build-cuda" -name '*.d' -exec sed -i 's|^build/|build-cuda/|' {} +
+        if [ -f "$root/build/libinvar.a" ] && ls "$root"/build/kernels/cuda/*.cu.o >/dev/null 2>&1; then
+            head_start build build-cuda
         fi
-        echo "mutants: building the unmutated CUDA base in $base/build-cuda (-j$jobs)"
-        if ! nice make -C "$base" --no-print-directory -j"$jobs" CUDA=1 BUILD=build-cuda all tests \
-            >"$out/base-build-cuda.log" 2>&1; then
-            tail -n 20 "$out/base-build-cuda.log"
-            echo "mutants: the unmutated tree does not build with CUDA; fix that first"
-            exit 2
-        fi
+        build_base build-cuda 1 base-build-cuda.log "CUDA base"
         built_cuda=1
     fi
 }

@@ -108,7 +108,8 @@ static void bench_all_reduce(bool quick, const char *out_dir) {
 // Decode tokens/s of the named set at T ranks (rank r on GPU r) and batch B.
 static double tp_decode_tokens_per_s(const char *set, int T, const model_config *c, weight_source *w,
                                      int B, int prompt_len, int new_tokens) {
-    ops_set *ops[TP];
+    ops_set *ops[TP] = {0};
+    if (T < 1 || T > TP) invar_die(INVAR_EXIT_SYSTEM, "bench: T = %d outside 1..%d", T, TP);
     for (int r = 0; r < T; r++) {
         ops[r] = kernel_set_create_for_rank(set, "cuda", 0, r);
         if (!ops[r]) invar_die(INVAR_EXIT_SYSTEM, "bench: no %s set on cuda", set);

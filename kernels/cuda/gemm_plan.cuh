@@ -22,12 +22,14 @@
                                     // pipeline, so its loads are all in flight at once
 #define GEMM_SPLIT_MAX 32           // bounds the partials' scratch and the reduce's loop
 
-// The split count: enough splits that ceil(N / 128) column tiles times S reach the target,
-// as many as K allows with splits of at least GEMM_SPLIT_MIN_KTILES k-tiles.
+// The split count: the most splits whose ceil(N / 128) column tiles times S stay within one
+// wave of the target (the 64 x 128 tile holds one CTA per SM: 168 CTAs on 132 SMs would take
+// two waves, the second a quarter full), as K allows with splits of at least
+// GEMM_SPLIT_MIN_KTILES k-tiles. N of 67 or more column tiles (8576 columns) is never split.
 static inline int gemm_split_count(int N, int K) {
     const int col_tiles = (N + GEMM_SPLIT_TILE_N - 1) / GEMM_SPLIT_TILE_N;
     const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
-    int splits = (GEMM_SPLIT_TARGET_CTAS + col_tiles - 1) / col_tiles;
+    int splits = GEMM_SPLIT_TARGET_CTAS / col_tiles;
     int most = k_tiles / GEMM_SPLIT_MIN_KTILES;
     if (most > GEMM_SPLIT_MAX) most = GEMM_SPLIT_MAX;
     if (splits > most) splits = most;

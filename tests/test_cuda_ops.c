@@ -279,12 +279,13 @@ static void test_gemm_split_k_rows(void **state) {
     ops_set *inv = s->inv;
     static const int shapes[][2] = {
         {1536, 7168}, {576, 7168}, {2048, 1536}, {7168, 2048},  // split on sm_90a
+        {7168, 8192},  // 2 long splits: 128 x 256 grid splits from M = 513, in two row blocks at 8192
         {4096, 512},  {24576, 1536},                            // one split (K, N too large)
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
     const int MMAX = 8192, f32_ms[] = {17, 4096};
 #ifdef INVAR_CUDA
-    bool seen_split = false, seen_grid = false, seen_cta = false;  // the paths this test ran
+    bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
 #endif
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
@@ -318,6 +319,7 @@ static void test_gemm_split_k_rows(void **state) {
             seen_split |= splits > 1;
             seen_grid |= splits > 1 && strstr(plan, "/grid") != NULL;
             seen_cta |= splits > 1 && strstr(plan, "/cta") != NULL;
+            seen_wide_grid |= splits > 1 && strstr(plan, "128x256/grid") != NULL;
 #endif
             printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
             poison(inv, dy, (size_t)M * N * 2);
@@ -347,9 +349,9 @@ static void test_gemm_split_k_rows(void **state) {
     char plan[64];
     gemm_args probe = {.M = 1, .N = 1536, .K = 7168};
     inv_cuda_gemm_plan_describe(inv, &probe, plan, (int)sizeof plan);
-    if (strcmp(plan, "mma.sync") != 0 && !(seen_split && seen_grid && seen_cta))
-        fail_msg("gemm split-K: sm_90a ran no split shape on both paths (split %d, grid %d, in-CTA %d)",
-                 seen_split, seen_grid, seen_cta);
+    if (strcmp(plan, "mma.sync") != 0 && !(seen_split && seen_grid && seen_cta && seen_wide_grid))
+        fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d)",
+                 seen_split, seen_grid, seen_cta, seen_wide_grid);
 #endif
 }
 

@@ -37,7 +37,9 @@ const op_shape gemm_cuda_shapes[] = {
     {.label = "3072x2048", .gemm = {.N = 3072, .K = 2048}, .quick = true},
     {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
     {.label = "576x7168", .gemm = {.N = 576, .K = 7168}},  // cuBLAS differs at M >= 256 (H200)
-    {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},  // at M >= 16 (H200)
+    // 2 long splits: 64 x 128 grid CTAs at small M, 128 x 256 grid CTAs from M = 513 (cuBLAS
+    // differs at M >= 16 on the H200)
+    {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
     {.label = NULL},
 };
 

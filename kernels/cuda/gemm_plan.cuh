@@ -55,10 +55,11 @@ enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
 // Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 columns per wgmma):
-//   64 x 128   one warpgroup: small M, and every GRID split
-//   128 x 128  two warpgroups, one wgmma each: large M when S > 1 (64 accumulators + 64 of
-//              running total per thread; 128 x 256 would need 128 + 128 and spill)
-//   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1
+//   64 x 128   one warpgroup: small M, and GRID splits at small M
+//   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (64 accumulators
+//              + 64 of running total per thread; 128 x 256 would need 128 + 128 and spill)
+//   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1, and GRID splits
+//              at large M when the splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)
 enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x256 };
 
 typedef struct {
@@ -67,6 +68,29 @@ typedef struct {
     enum gemm_split_mode mode;
     enum gemm_load load;
 } gemm_plan;
+
+// The order CTAs take tiles in: down GEMM_TILE_GROUP_M row tiles, then across, so one wave
+// (132 CTAs) covers a block of about 8 x 16 tiles and each weight tile is read from HBM once per
+// 8 row tiles, not once per row tile (a 129280-column lm_head at M = 8192 otherwise streams
+// 1.85 GB of weights 64 times). Only who computes a tile changes, never a tile's chain.
+#define GEMM_TILE_GROUP_M 8
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_tile, int *n_tile) {
+    const int per_group = GEMM_TILE_GROUP_M * n_tiles, group = linear / per_group;
+    const int first_m = group * GEMM_TILE_GROUP_M;
+    const int rows = m_tiles - first_m < GEMM_TILE_GROUP_M ? m_tiles - first_m : GEMM_TILE_GROUP_M;
+    const int in_group = linear - group * per_group;
+    *m_tile = first_m + in_group % rows;
+    *n_tile = in_group / rows;
+}
+
+// Separate split CTAs with 128 x 256 tiles at large M once every split is at least this many
+// k-tiles: each output's partials cost 8 S bytes of traffic against 2 K flops, under a sixth of
+// the product's time at K / S >= 4096, while walking the splits in one CTA would need 128 x 128
+// tiles (the running total leaves no registers for 128 x 256), about a quarter slower.
+#define GEMM_SPLIT_GRID_BIG_MIN_KTILES 64
 
 // tma: a dense product whose rows TMA can read (batch 1, no gathered rows, aligned, a driver
 // entry point). num_sms: the device's, for the tile choice only.
@@ -85,6 +109,14 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     }
     if (pl.load == LOAD_SCALAR || M <= 64) return pl;
     // Two-warpgroup tiles once they alone fill the SMs (fewer L2 bytes per FLOP).
+    const long wide_tiles = (long)((M + 127) / 128) * ((N + 255) / 256) * batch;
+    const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
+    if (pl.load == LOAD_TMA && pl.splits > 1 && wide_tiles >= num_sms &&
+        k_tiles / pl.splits >= GEMM_SPLIT_GRID_BIG_MIN_KTILES) {
+        pl.mode = SPLIT_GRID;
+        pl.tile = TILE_128x256;
+        return pl;
+    }
     const int big_n = pl.splits > 1 ? 128 : 256;
     const long big_tiles = (long)((M + 127) / 128) * ((N + big_n - 1) / big_n) * batch;
     if (big_tiles >= num_sms) pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;

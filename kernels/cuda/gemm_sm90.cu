@@ -63,7 +63,9 @@ gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap
 
     // SPLIT_GRID runs one dense product: grid.z is the split, not the product.
     const gemm_view v = gemm_view_of(p, SPLIT == SPLIT_GRID ? 0 : (int)blockIdx.z);
-    const int m0 = v.row_begin + blockIdx.y * BM, n0 = blockIdx.x * BN;
+    int m_tile, n_tile;
+    gemm_tile_of((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, &m_tile, &n_tile);
+    const int m0 = v.row_begin + m_tile * BM, n0 = n_tile * BN;
     if (m0 >= v.row_end) return;  // grouped: this group has fewer rows than the grid allows
     char *const y = SPLIT == SPLIT_GRID ? v.y + (long)blockIdx.z * p.stride_y * 4 : v.y;
 
@@ -261,29 +263,44 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
     CUDA_CHECK_LAUNCH(op);
 }
 
-// SPLIT_GRID: the splits' fp32 partials into scratch (a 64 x 128 tile per split and tile),
-// then the reduce in split order into y.
+// SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
+// the reduce in split order into y; in blocks of rows so the scratch stays under
+// GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
+#define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
+template <int WGS, int NI, int STAGES>
 static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
-    const long per_split = (long)p->M * p->N;
-    float *partials = (float *)cuda_scratch(c, SCRATCH_GEMM_PARTIAL, (size_t)splits * per_split * sizeof(float),
+    constexpr int BM = 64 * WGS;
+    const long row_bytes = (long)splits * p->N * (long)sizeof(float);
+    long block_rows = GEMM_SPLIT_SCRATCH_BYTES / row_bytes / BM * BM;
+    if (block_rows < BM) block_rows = BM;
+    if (block_rows > p->M) block_rows = p->M;
+    float *partials = (float *)cuda_scratch(c, SCRATCH_GEMM_PARTIAL, (size_t)(block_rows * row_bytes),
                                             "gemm split-K partials");
-    gemm_problem part = *p;
-    part.y = partials;
-    part.y_f32 = true;
-    part.ldy = p->N;
-    part.stride_y = per_split;
-    part.y_rows = nullptr;
-    launch_sm90<1, 1, 6, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op);
+    for (long r0 = 0; r0 < p->M; r0 += block_rows) {
+        const int rows = (int)(p->M - r0 < block_rows ? p->M - r0 : block_rows);
+        const long per_split = (long)rows * p->N;
+        gemm_problem part = *p;
+        part.x = p->x + r0 * p->ldx;
+        part.M = rows;
+        part.y = partials;
+        part.y_f32 = true;
+        part.ldy = p->N;
+        part.stride_y = per_split;
+        part.y_rows = nullptr;
+        launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op);
 
-    const long groups = (per_split + 3) / 4;
-    const unsigned blocks = (unsigned)((groups + 255) / 256 < 4L * c->num_sms ? (groups + 255) / 256 : 4L * c->num_sms);
-    if (p->N % 4 == 0)
-        gemm_split_reduce_kernel<true><<<blocks, 256, 0, c->stream>>>(partials, splits, p->M, p->N, p->y, p->ldy,
-                                                                     p->y_f32);
-    else
-        gemm_split_reduce_kernel<false><<<blocks, 256, 0, c->stream>>>(partials, splits, p->M, p->N, p->y, p->ldy,
-                                                                      p->y_f32);
-    CUDA_CHECK_LAUNCH(op);
+        void *y = (char *)p->y + r0 * p->ldy * (p->y_f32 ? 4 : 2);
+        const long groups = (per_split + 3) / 4;
+        const unsigned blocks =
+            (unsigned)((groups + 255) / 256 < 4L * c->num_sms ? (groups + 255) / 256 : 4L * c->num_sms);
+        if (p->N % 4 == 0)
+            gemm_split_reduce_kernel<true><<<blocks, 256, 0, c->stream>>>(partials, splits, rows, p->N, y, p->ldy,
+                                                                         p->y_f32);
+        else
+            gemm_split_reduce_kernel<false><<<blocks, 256, 0, c->stream>>>(partials, splits, rows, p->N, y, p->ldy,
+                                                                          p->y_f32);
+        CUDA_CHECK_LAUNCH(op);
+    }
 }
 
 static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
@@ -297,10 +314,11 @@ gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bo
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {
     const gemm_plan pl = gemm_sm90_plan(c, p, batch, aligned);
     const int S = pl.splits;
-    // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 only with S = 1 (its
-    // running total would not fit in registers), 128 x 128 only with S > 1.
+    // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 never IN_CTA (its
+    // running total would not fit in registers), 128 x 128 only IN_CTA.
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
-    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid(c, p, S, op);
+    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4>(c, p, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 6, LOAD_TMA, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 6, LOAD_TMA, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 6, LOAD_TMA, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -85,6 +85,7 @@ summarize() {
             for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
             return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
         }
+        { gsub(/"/, "") }  # the bench writes every CSV field quoted
         FNR == 1 { for (c = 1; c <= NF; c++) col[$c] = c; next }
         {
             key = $col["N"] "x" $col["K"] " M=" $col["M"]

@@ -28,6 +28,7 @@
 #include "host.h"                // host_make_dirs
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/cuda_timing.h"  // cuda_time_median_ms, cuda_copy_bandwidth_gbs
+#include "../kernels/cuda/inv_cuda.h"     // inv_cuda_gemm_plan_describe
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 #endif
 
@@ -83,8 +84,8 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, csv_re
     const int max_m = gemm_m[n_m - 1];
     double log_sum = 0.0;
     int count = 0;
-    printf("%-14s %5s %10s %10s %8s %8s %8s %8s %6s\n", "N x K", "M", "inv us", "cuBLAS us", "inv TF/s",
-           "ref TF/s", "inv GB/s", "ref GB/s", "ratio");
+    printf("%-14s %5s %10s %10s %8s %8s %8s %8s %6s %6s  %s\n", "N x K", "M", "inv us", "cuBLAS us", "inv TF/s",
+           "ref TF/s", "inv GB/s", "ref GB/s", "ratio", "splits", "plan");
     for (int s = 0; s < n_nk; s++) {
         const int N = gemm_nk[s][0], K = gemm_nk[s][1];
         const long w_elems = (long)N * K, x_elems = (long)max_m * K;
@@ -110,10 +111,18 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, csv_re
             double ratio = t_ref / t_inv;
             log_sum += log(ratio);
             count++;
-            bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.1f,%.1f,%.0f,%.0f,%.3f", N, K, M, t_inv * 1e3, t_ref * 1e3,
-                      flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio);
-            printf("%6d x %-6d %5d %10.1f %10.1f %8.1f %8.1f %8.0f %8.0f %6.3f\n", N, K, M, t_inv * 1e3, t_ref * 1e3,
-                   flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio);
+            // The invariant GEMM's split-K count (a function of N and K) and the path it took at
+            // this M (tile/split mode and load): what to read the timings against.
+            char plan[64];
+            j.base.x = x;
+            j.base.w = w;
+            int splits = inv_cuda_gemm_plan_describe(inv, &j.base, plan, (int)sizeof plan);
+            bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.1f,%.1f,%.0f,%.0f,%.3f,%d,%s", N, K, M, t_inv * 1e3, t_ref * 1e3,
+                      flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio,
+                      splits, plan);
+            printf("%6d x %-6d %5d %10.1f %10.1f %8.1f %8.1f %8.0f %8.0f %6.3f %6d  %s\n", N, K, M, t_inv * 1e3,
+                   t_ref * 1e3, flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6,
+                   ratio, splits, plan);
             fflush(stdout);
         }
         inv->release(inv, w);
@@ -237,8 +246,8 @@ static int run_bench(const char *out_dir, bool quick, const char *only) {
     char summary[256] = "";
     if (!only || strcmp(only, "gemm") == 0) {
         static const char *const header[] = {"N", "K", "M", "inv_us", "ref_us", "inv_tflops", "ref_tflops",
-                                             "inv_gbs", "ref_gbs", "ratio_inv_over_ref"};
-        csv_report *g = bench_csv_open(out_dir, "bench_gemm.csv", header, 10);
+                                             "inv_gbs", "ref_gbs", "ratio_inv_over_ref", "splits", "plan"};
+        csv_report *g = bench_csv_open(out_dir, "bench_gemm.csv", header, 12);
         double geo = bench_gemm(inv, ref, &o, g);
         bench_csv_close(g);
         printf("GEMM geometric mean of speed ratio invariant / cuBLAS: %.3f\n", geo);

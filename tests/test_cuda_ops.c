@@ -26,6 +26,9 @@
 #include "../kernels/ops.h"              // ops_set, *_args
 #include "../sets/registry.h"         // kernel_set_create, cuda_device_available
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#ifdef INVAR_CUDA
+#include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe
+#endif
 
 #define POISON16 0xFFFFu                 // a NaN bf16: no op may leave it behind
 #define BF16_TOL 1.5e-2                  // rel-L2 of bf16 outputs against float64
@@ -263,6 +266,95 @@ static void test_gemm_tile_paths(void **state) {
     inv->release(inv, dy); inv->release(inv, dyf);
 }
 
+// --- gemm: split-K (sm_90a: kernels/cuda/gemm_plan.cuh) ------------------------------------
+
+// The split count depends on (N, K) alone, so every M must give a row the same bits whether
+// the splits ran on separate CTAs (small M: fp32 partials, a reduce in split order) or one CTA
+// walked them (large M, running total in registers), on 64 x 128, 128 x 128 or 128 x 256
+// tiles. Split and non-split shapes; fp32 output rounding to the bf16 output on both paths;
+// sampled rows against the float64 oracle.
+static void test_gemm_split_k_rows(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv;
+    static const int shapes[][2] = {
+        {1536, 7168}, {576, 7168}, {2048, 1536}, {7168, 2048},  // split on sm_90a
+        {7168, 8192},  // 2 long splits: 128 x 256 grid splits from M = 513, in two row blocks at 8192
+        {4096, 512},  {24576, 1536},                            // one split (K, N too large)
+    };
+    static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
+    const int MMAX = 8192, f32_ms[] = {17, 4096};
+#ifdef INVAR_CUDA
+    bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
+#endif
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int N = shapes[si][0], K = shapes[si][1];
+        uint16_t *hx = rand_bf16((long)MMAX * K, 1.0f, 100 + si), *hw = rand_bf16((long)N * K, 1.0f, 200 + si);
+        void *dx = to_dev(inv, hx, (size_t)MMAX * K * 2), *dw = to_dev(inv, hw, (size_t)N * K * 2);
+        void *dy = inv->alloc(inv, (size_t)MMAX * N * 4, "y");  // room for fp32 rows too
+        poison(inv, dy, (size_t)MMAX * N * 2);
+        run_gemm(inv, dy, dx, dw, MMAX, N, K, 0, 0, false);
+        uint16_t *full = from_dev(inv, dy, (size_t)MMAX * N * 2);
+        assert_written16(full, (long)MMAX * N);
+
+        double *ref = invar_malloc((size_t)N * sizeof(double), "gemm oracle"), worst = 0.0;
+        const int sample[] = {0, 1, 63, 64, 4095, MMAX - 1};
+        for (size_t r = 0; r < sizeof sample / sizeof sample[0]; r++) {
+            gemm_args a = {.x = hx + (long)sample[r] * K, .w = hw, .M = 1, .N = N, .K = K};
+            f64_gemm(&a, ref);
+            double err = f64_rel_l2_bf16(full + (long)sample[r] * N, ref, N);
+            worst = err > worst ? err : worst;
+        }
+        printf("gemm split-K %5d x %-5d: worst rel err vs f64 %.2e (tol %.0e)\n", N, K, worst, BF16_TOL);
+        assert_true(worst < BF16_TOL);
+
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+            const int M = ms[i], off = (int)((i * 997) % (size_t)(MMAX - M + 1));
+            const uint16_t *x = (const uint16_t *)dx + (long)off * K;
+            char plan[64] = "?";
+            int splits = 1;
+#ifdef INVAR_CUDA
+            gemm_args d = {.x = x, .w = dw, .M = M, .N = N, .K = K};
+            splits = inv_cuda_gemm_plan_describe(inv, &d, plan, (int)sizeof plan);
+            seen_split |= splits > 1;
+            seen_grid |= splits > 1 && strstr(plan, "/grid") != NULL;
+            seen_cta |= splits > 1 && strstr(plan, "/cta") != NULL;
+            seen_wide_grid |= splits > 1 && strstr(plan, "128x256/grid") != NULL;
+#endif
+            printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
+            poison(inv, dy, (size_t)M * N * 2);
+            run_gemm(inv, dy, x, dw, M, N, K, 0, 0, false);
+            uint16_t *part = from_dev(inv, dy, (size_t)M * N * 2);
+            assert_written16(part, (long)M * N);
+            for (int m = 0; m < M; m++)
+                if (memcmp(part + (long)m * N, full + ((long)off + m) * N, (size_t)N * 2) != 0)
+                    fail_msg("gemm %dx%d: row %d at M=%d (plan %s) differs from the same row at M=%d", N, K,
+                             off + m, M, plan, MMAX);
+            free(part);
+        }
+        for (size_t i = 0; i < sizeof f32_ms / sizeof f32_ms[0]; i++) {
+            const int M = f32_ms[i];
+            poison(inv, dy, (size_t)M * N * 4);
+            run_gemm(inv, dy, dx, dw, M, N, K, 0, 0, true);
+            float *yf = from_dev(inv, dy, (size_t)M * N * 4);
+            for (long e = 0; e < (long)M * N; e++)
+                if (float_to_bf16(yf[e]) != full[e])
+                    fail_msg("gemm %dx%d: fp32 output at M=%d, element %ld rounds differently", N, K, M, e);
+            free(yf);
+        }
+        free(ref); free(full); free(hx); free(hw);
+        inv->release(inv, dx); inv->release(inv, dw); inv->release(inv, dy);
+    }
+#ifdef INVAR_CUDA
+    char plan[64];
+    gemm_args probe = {.M = 1, .N = 1536, .K = 7168};
+    inv_cuda_gemm_plan_describe(inv, &probe, plan, (int)sizeof plan);
+    if (strcmp(plan, "mma.sync") != 0 && !(seen_split && seen_grid && seen_cta && seen_wide_grid))
+        fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d)",
+                 seen_split, seen_grid, seen_cta, seen_wide_grid);
+#endif
+}
+
 // --- mla attention: block layouts ------------------------------------------------------------
 
 typedef struct {
@@ -460,6 +552,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_reference_varies),
         cmocka_unit_test(test_moe_route_every_method),
         cmocka_unit_test(test_gemm_tile_paths),
+        cmocka_unit_test(test_gemm_split_k_rows),
         cmocka_unit_test(test_mla_attention_block_layouts),
         cmocka_unit_test(test_kv_cache_write_padding),
         cmocka_unit_test(test_logprobs_ties),

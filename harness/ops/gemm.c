@@ -31,9 +31,15 @@ const op_shape gemm_cpu_shapes[] = {
 const op_shape gemm_cuda_shapes[] = {
     {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .quick = true},
     {.label = "2048x512", .gemm = {.N = 2048, .K = 512}, .quick = true},
+    // split-K on sm_90a (kernels/cuda/gemm_plan.cuh: 5 splits; 576x2048 above has 5 too):
+    // M <= 204 runs the splits on separate CTAs and reduces their partials, M = 256 has one
+    // 64 x 128 CTA walk them, M >= 1024 one 128 x 128 CTA: the quick M list crosses both switches
+    {.label = "3072x2048", .gemm = {.N = 3072, .K = 2048}, .quick = true},
     {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
     {.label = "576x7168", .gemm = {.N = 576, .K = 7168}},  // cuBLAS differs at M >= 256 (H200)
-    {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},  // at M >= 16 (H200)
+    // 2 long splits: 64 x 128 grid CTAs at small M, 128 x 256 grid CTAs from M = 513 (cuBLAS
+    // differs at M >= 16 on the H200)
+    {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
     {.label = NULL},
 };
 

@@ -23,6 +23,7 @@ enum cuda_scratch_slot {
     SCRATCH_GATHER_SEND,    // all_gather_columns: this rank's columns, packed
     SCRATCH_GATHER_RECV,    // all_gather_columns: every rank's packed columns
     SCRATCH_GATHER_RANGES,  // all_gather_columns: every rank's (begin, end, rows)
+    SCRATCH_GEMM_PARTIAL,   // split-K GEMM: [splits][M][N] fp32 partials (gemm_sm90.cu)
     SCRATCH_SLOTS
 };
 

@@ -5,7 +5,8 @@
 // The reduction order of one output element y[m][n] is the chain
 //     acc = 0;  for k0 = 0, 16, 32, ... < K:  acc = mma_m16n8k16(acc, x[m][k0:k0+16], w[n][k0:k0+16])
 // with k0 ascending and nothing else: one MMA instruction shape, k-slots in natural order,
-// no split-K, a zero-filled tail. Tile sizes (BM, BN, BK), warp layout and pipeline depth only
+// no split-K (gemm_plan.cuh's split rule is the sm_90a kernel's), a zero-filled tail. Tile
+// sizes (BM, BN, BK), warp layout and pipeline depth only
 // decide which thread carries which chain and when its operands arrive, never the chain, so
 // the three configurations below produce identical bits for any row at any M (tests check it
 // bitwise). The launcher picks one by shape only to keep the GPU busy:
@@ -15,10 +16,12 @@
 //   large   128 x 128 tiles, 8 warps — the compute-bound shape
 #include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3
 #include <stdint.h>         // uint32_t, int32_t
+#include <stdio.h>          // snprintf
 
 #include "../bf16.h"        // float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK
 #include "gemm.cuh"         // gemm_problem, gemm_launch
+#include "inv_cuda.h"       // inv_cuda_gemm_plan_describe
 #include "inv_cuda_ops.h"   // inv_cuda_gemm
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
 
@@ -140,15 +143,18 @@ static void launch_config(cuda_ctx *c, const gemm_problem *p, int batch, bool al
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+// cp.async needs every 8-element chunk 16-byte aligned; otherwise the scalar loader fills
+// the same shared-memory tiles (same chain, slower).
+static bool loads_aligned(const gemm_problem *p, int batch) {
+    return p->K % 8 == 0 && p->ldx % 8 == 0 && p->ldw % 8 == 0 && aligned16(p->x) && aligned16(p->w) &&
+           (batch <= 1 || p->group_offsets || (p->stride_x % 8 == 0 && p->stride_w % 8 == 0)) &&
+           (!p->group_offsets || p->stride_w % 8 == 0);
+}
+
 void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op) {
     if (p->M <= 0 || p->N <= 0 || batch <= 0) return;
     if (p->K <= 0) invar_die(INVAR_EXIT_INPUT, "%s: K=%d must be positive", op, p->K);
-    // cp.async needs every 8-element chunk 16-byte aligned; otherwise the scalar loader fills
-    // the same shared-memory tiles (same chain, slower).
-    bool aligned = p->K % 8 == 0 && p->ldx % 8 == 0 && p->ldw % 8 == 0 && aligned16(p->x) &&
-                   aligned16(p->w) && (batch <= 1 || p->group_offsets ||
-                                       (p->stride_x % 8 == 0 && p->stride_w % 8 == 0)) &&
-                   (!p->group_offsets || p->stride_w % 8 == 0);
+    const bool aligned = loads_aligned(p, batch);
     if (c->wgmma) {
         gemm_sm90_launch(c, p, batch, aligned, op);
         return;
@@ -181,4 +187,27 @@ void inv_cuda_gemm(ops_set *ops, const gemm_args *a) {
     p.stride_y = a->stride_y;
     p.stride_w = a->stride_w;
     gemm_launch(cuda_ctx_of(ops), &p, a->batch > 1 ? a->batch : 1, "gemm");
+}
+
+int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, int path_len) {
+    cuda_ctx *c = cuda_ctx_of(ops);
+    if (!c->wgmma) {  // the portable kernel: no split-K on any device but sm_90a
+        snprintf(path, (size_t)path_len, "mma.sync");
+        return 1;
+    }
+    gemm_problem p = {};
+    p.x = a->x;
+    p.w = a->w;
+    p.M = a->M;
+    p.N = a->N;
+    p.K = a->K;
+    p.ldx = a->ldx ? a->ldx : a->K;
+    p.ldw = a->ldw ? a->ldw : a->K;
+    p.stride_x = a->stride_x;
+    p.stride_w = a->stride_w;
+    const int batch = a->batch > 1 ? a->batch : 1;
+    const gemm_plan pl = gemm_sm90_plan(c, &p, batch, loads_aligned(&p, batch));
+    static const char *const loads[] = {"tma", "cp.async", "scalar"};
+    snprintf(path, (size_t)path_len, "%s %s", gemm_plan_name(&pl), loads[pl.load]);
+    return pl.splits;
 }

@@ -7,6 +7,7 @@
 #include "../bf16.h"       // float_to_bf16
 #include "../ops.h"        // bf16
 #include "cuda_ctx.cuh"    // cuda_ctx
+#include "gemm_plan.cuh"   // gemm_plan
 #include "mma.cuh"         // cp_async16
 
 // y[z][m][n] = sum_k x[z][m][k] * w[z][n][k] for z < batch. In grouped mode
@@ -27,13 +28,16 @@ typedef struct {
 } gemm_problem;
 
 // batch: products (dense) or groups (grouped). Every configuration the launcher may pick
-// reduces each element in the same order (see gemm.cu), so the choice may depend on shape.
+// reduces each element in the same order (gemm.cu; on sm_90a gemm_plan.cuh), so the choice
+// may depend on shape.
 // On an sm_90a device the kernel is gemm_sm90.cu's (wgmma), elsewhere gemm.cu's (mma.sync):
 // one instruction shape per device, so one reduction order per device.
 void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op);
 
 // The Hopper kernel; `aligned`: every 8-element chunk of x and w is 16-byte aligned.
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op);
+// What gemm_sm90_launch runs for p: split count, tile, split mode, load path (gemm_plan.cuh).
+gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned);
 
 // What one CTA of product (or group) z reads and writes.
 typedef struct {

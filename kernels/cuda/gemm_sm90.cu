@@ -1,12 +1,15 @@
 // kernels/cuda/gemm_sm90.cu — the batch-invariant GEMM on Hopper (sm_90a): warpgroup MMA.
 //
-// The reduction order of one output element y[m][n] is the chain
-//     acc = 0;  for k0 = 0, 16, 32, ... < K:  acc = wgmma_m64n128k16(acc, x[m][k0:k0+16], w[n][k0:k0+16])
-// k0 ascending, one instruction shape, no split-K, the K tail zero-filled. A CTA is 1 or 2
-// warpgroups (BM = 64 or 128 rows) by 128 or 256 columns (one or two instructions per k16 step
-// and warpgroup); which tile the launcher picks, and how the tiles were loaded, only decide
-// which warpgroup carries a chain and when its operands arrive, never the chain, so a row has
-// the same bits at every M (tests/test_cuda_ops.c checks it bitwise).
+// The reduction order of one output element is gemm_plan.cuh's: split s of S = f(N, K) is the
+// chain  p_s = 0; for k0 ascending in its k-tiles: p_s = wgmma_m64n128k16(p_s, ...)  and the
+// result ((p_0 + p_1) + ...) in split order (S = 1: p_0, the chain over all of K). One
+// instruction shape, the K tail zero-filled. A CTA is 1 or 2 warpgroups (BM = 64 or 128 rows)
+// by 128 or 256 columns; it walks every split itself (SPLIT_NONE, SPLIT_IN_CTA: a running
+// total in registers) or computes one split and writes its fp32 partial (SPLIT_GRID, reduced
+// by gemm_split_reduce_kernel in split order). Which of these the launcher picks, and how the
+// tiles were loaded, only decide who carries a chain and when its operands arrive, never the
+// chain or the order of the sums, so a row has the same bits at every M
+// (tests/test_cuda_ops.c checks it bitwise).
 //
 // Loads, into STAGES shared-memory slots in the 128-byte swizzle layout wgmma reads:
 //   TMA      dense products with 16-byte aligned rows: one thread issues two tensor copies per
@@ -19,14 +22,12 @@
 #include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3
 #include <stdint.h>         // uint8_t, uint16_t, uint64_t
 
-#include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK
+#include "../bf16.h"        // float_to_bf16
+#include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, CUDA_CHECK
 #include "gemm.cuh"         // gemm_problem, gemm_view, gemm_load_rows, gemm_store_pair
+#include "gemm_plan.cuh"    // gemm_plan, gemm_split_begin, GEMM_BK, the split rule
 #include "mma.cuh"          // cp_async_commit, cp_async_wait
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
-
-#define SM90_BK 64          // k per stage: one 128-byte swizzle row of bf16
-
-enum sm90_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 
 #if INVAR_WGMMA
 // One k-tile of the chain: 4 k16 steps, NI instructions of 128 columns each.
@@ -36,7 +37,7 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], const uint8_t *
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < SM90_BK / 16; kk++)  // k ascending: the chain's order
+    for (int kk = 0; kk < GEMM_BK / 16; kk++)  // k ascending: the chain's order
 #pragma unroll
         for (int i = 0; i < NI; i++)
             wgmma_m64n128k16_bf16(acc[i], wgmma_desc_sw128(a_tile + kk * 32),
@@ -47,19 +48,26 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], const uint8_t *
 
 // --- the kernel ----------------------------------------------------------------------------
 
-template <int WGS, int NI, int STAGES, int LOAD>
+// splits: gemm_split_count(N, K) (1 with SPLIT_NONE). SPLIT_GRID: p.y is the fp32 partials
+// [splits][M][ldy = N], split blockIdx.z's at p.y + blockIdx.z * stride_y floats.
+template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
 __global__ void __launch_bounds__(WGS * 128, 1)
-gemm_sm90_kernel(gemm_problem p, const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w) {
+gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap tmap_x,
+                 const __grid_constant__ CUtensorMap tmap_w) {
 #if INVAR_WGMMA
     constexpr int BM = 64 * WGS, BN = 128 * NI, THREADS = WGS * 128;
-    constexpr int A_BYTES = BM * SM90_BK * 2, STAGE_BYTES = A_BYTES + BN * SM90_BK * 2;
+    constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     __shared__ __align__(8) uint64_t full[STAGES];  // TMA: slot s holds its k-tile
 
-    const gemm_view v = gemm_view_of(p, blockIdx.z);
-    const int m0 = v.row_begin + blockIdx.y * BM, n0 = blockIdx.x * BN;
+    // SPLIT_GRID runs one dense product: grid.z is the split, not the product.
+    const gemm_view v = gemm_view_of(p, SPLIT == SPLIT_GRID ? 0 : (int)blockIdx.z);
+    int m_tile, n_tile;
+    gemm_tile_of((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, &m_tile, &n_tile);
+    const int m0 = v.row_begin + m_tile * BM, n0 = n_tile * BN;
     if (m0 >= v.row_end) return;  // grouped: this group has fewer rows than the grid allows
+    char *const y = SPLIT == SPLIT_GRID ? v.y + (long)blockIdx.z * p.stride_y * 4 : v.y;
 
     const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     float acc[NI][64];
@@ -68,56 +76,83 @@ gemm_sm90_kernel(gemm_problem p, const __grid_constant__ CUtensorMap tmap_x, con
 #pragma unroll
         for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
 
-    const int KT = (p.K + SM90_BK - 1) / SM90_BK;
+    const int KT = (p.K + GEMM_BK - 1) / GEMM_BK;
+    // The k-tiles this CTA computes: all of them, or split blockIdx.z's.
+    const int kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z, splits, KT) : 0;
+    const int kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z + 1, splits, KT) : KT;
+    const int n_kt = kt_end - kt_begin;
+
+    // SPLIT_IN_CTA: the split being accumulated, the k-tile it ends before, and the total of
+    // the splits before it (total = p_0, then total = total + p_s: gemm_plan.cuh's order).
+    float total[SPLIT == SPLIT_IN_CTA ? NI : 1][64];
+    int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : KT;
+    auto after_k_tile = [&](int kt) {
+        if (SPLIT != SPLIT_IN_CTA || kt + 1 != split_end) return;
+        wgmma_wait<0>();  // the split's last wgmma has written acc
+#pragma unroll
+        for (int i = 0; i < (SPLIT == SPLIT_IN_CTA ? NI : 1); i++) {
+            wgmma_hold(acc[i]);
+#pragma unroll
+            for (int e = 0; e < 64; e++) {
+                total[i][e] = split == 0 ? acc[i][e] : total[i][e] + acc[i][e];
+                acc[i][e] = 0.0f;  // the next split starts its own chain from 0
+            }
+        }
+        split++;
+        split_end = gemm_split_begin(split + 1, splits, KT);
+    };
+
     if (LOAD == LOAD_TMA) {
-        auto issue = [&](int kt) {
-            uint8_t *s = smem + (kt % STAGES) * STAGE_BYTES;
-            uint64_t *bar = &full[kt % STAGES];
+        auto issue = [&](int j) {  // the CTA's j-th k-tile into slot j % STAGES
+            uint8_t *s = smem + (j % STAGES) * STAGE_BYTES;
+            uint64_t *bar = &full[j % STAGES];
             mbar_expect_tx(bar, STAGE_BYTES);
-            tma_load_2d(s, &tmap_x, bar, kt * SM90_BK, m0);
-            tma_load_2d(s + A_BYTES, &tmap_w, bar, kt * SM90_BK, n0);
+            tma_load_2d(s, &tmap_x, bar, (kt_begin + j) * GEMM_BK, m0);
+            tma_load_2d(s + A_BYTES, &tmap_w, bar, (kt_begin + j) * GEMM_BK, n0);
         };
         if (threadIdx.x == 0) {
             for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1);
             mbar_init_fence();
-            for (int kt = 0; kt < STAGES - 1 && kt < KT; kt++) issue(kt);
+            for (int j = 0; j < STAGES - 1 && j < n_kt; j++) issue(j);
         }
         __syncthreads();
-        for (int kt = 0; kt < KT; kt++) {
-            const uint8_t *s = smem + (kt % STAGES) * STAGE_BYTES;
-            mbar_wait(&full[kt % STAGES], (uint32_t)(kt / STAGES) & 1u);
+        for (int j = 0; j < n_kt; j++) {
+            const uint8_t *s = smem + (j % STAGES) * STAGE_BYTES;
+            mbar_wait(&full[j % STAGES], (uint32_t)(j / STAGES) & 1u);
             mma_k_tile<NI>(acc, s + wg * 64 * 128, s + A_BYTES);
             wgmma_wait<1>();
-            // Every warpgroup has retired k-tile kt-1: its slot takes k-tile kt+STAGES-1.
+            // Every warpgroup has retired k-tile j-1: its slot takes k-tile j+STAGES-1.
             __syncthreads();
-            if (threadIdx.x == 0 && kt + STAGES - 1 < KT) issue(kt + STAGES - 1);
+            if (threadIdx.x == 0 && j + STAGES - 1 < n_kt) issue(j + STAGES - 1);
+            after_k_tile(kt_begin + j);
         }
     } else {
-        auto load_stage = [&](int kt) {
-            if (kt < KT) {
-                uint8_t *s = smem + (kt % STAGES) * STAGE_BYTES;
+        auto load_stage = [&](int j) {
+            if (j < n_kt) {
+                uint8_t *s = smem + (j % STAGES) * STAGE_BYTES;
                 // the 128-byte swizzle layout TMA writes and wgmma reads
-                gemm_load_rows<BM, SM90_BK, THREADS, LOAD == LOAD_CP_ASYNC>(
+                gemm_load_rows<BM, GEMM_BK, THREADS, LOAD == LOAD_CP_ASYNC>(
                     [=](int r, int c) { return (uint16_t *)(s + sw128_offset(r, c)); }, v.x, p.ldx, m0, v.row_end,
-                    p.x_rows, kt * SM90_BK, p.K);
-                gemm_load_rows<BN, SM90_BK, THREADS, LOAD == LOAD_CP_ASYNC>(
+                    p.x_rows, (kt_begin + j) * GEMM_BK, p.K);
+                gemm_load_rows<BN, GEMM_BK, THREADS, LOAD == LOAD_CP_ASYNC>(
                     [=](int r, int c) { return (uint16_t *)(s + A_BYTES + sw128_offset(r, c)); }, v.w, p.ldw, n0,
-                    p.N, nullptr, kt * SM90_BK, p.K);
+                    p.N, nullptr, (kt_begin + j) * GEMM_BK, p.K);
             }
             cp_async_commit();  // empty groups keep the wait count uniform
         };
 #pragma unroll
         for (int s = 0; s < STAGES - 2; s++) load_stage(s);
-        for (int kt = 0; kt < KT; kt++) {
-            // Stage kt has landed for every thread; every warpgroup has retired k-tile kt-2
+        for (int j = 0; j < n_kt; j++) {
+            // Stage j has landed for every thread; every warpgroup has retired k-tile j-2
             // (wait<1> below), so its slot may be refilled.
             cp_async_wait<STAGES - 3>();
             fence_proxy_async();
             __syncthreads();
-            load_stage(kt + STAGES - 2);
-            const uint8_t *s = smem + (kt % STAGES) * STAGE_BYTES;
+            load_stage(j + STAGES - 2);
+            const uint8_t *s = smem + (j % STAGES) * STAGE_BYTES;
             mma_k_tile<NI>(acc, s + wg * 64 * 128, s + A_BYTES);
             wgmma_wait<1>();
+            after_k_tile(kt_begin + j);
         }
         cp_async_wait<0>();
     }
@@ -125,26 +160,67 @@ gemm_sm90_kernel(gemm_problem p, const __grid_constant__ CUtensorMap tmap_x, con
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
 
-    // Epilogue: one rounding to bf16 (or none for fp32 output).
+    // Epilogue: one rounding to bf16 (or none: fp32 output, and every SPLIT_GRID partial).
     const int q = lane & 3, r = lane >> 2;
+    auto store = [&](const float (&res)[NI][64]) {
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int m = m0 + wg * 64 + warp * 16 + r + half * 8;
-        if (m >= v.row_end) continue;
-        long yrow = p.y_rows ? p.y_rows[m] : m;
+        for (int half = 0; half < 2; half++) {
+            int m = m0 + wg * 64 + warp * 16 + r + half * 8;
+            if (m >= v.row_end) continue;
+            long yrow = p.y_rows ? p.y_rows[m] : m;
 #pragma unroll
-        for (int i = 0; i < NI; i++)
+            for (int i = 0; i < NI; i++)
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
-                int n = n0 + i * 128 + j * 8 + 2 * q;
-                gemm_store_pair(p, v.y, yrow, n, acc[i][4 * j + 2 * half], acc[i][4 * j + 2 * half + 1]);
-            }
-    }
+                for (int j = 0; j < 16; j++) {
+                    int n = n0 + i * 128 + j * 8 + 2 * q;
+                    gemm_store_pair(p, y, yrow, n, res[i][4 * j + 2 * half], res[i][4 * j + 2 * half + 1]);
+                }
+        }
+    };
+    if constexpr (SPLIT == SPLIT_IN_CTA) store(total);
+    else store(acc);
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
+    (void)splits;
     (void)tmap_x;
     (void)tmap_w;
 #endif
+}
+
+// SPLIT_GRID's second pass: y[m][n] = ((p_0 + p_1) + p_2) + ... over the partials
+// [splits][M][N], split order, one rounding to bf16 (or none for fp32 output). 4 consecutive
+// columns per thread; the partials' rows are N floats, so VEC4 needs N % 4 == 0.
+template <bool VEC4>
+__global__ void __launch_bounds__(256)
+gemm_split_reduce_kernel(const float *__restrict__ partials, int splits, int M, int N, void *y, long ldy, bool y_f32) {
+    const long per_split = (long)M * N, groups = (per_split + 3) / 4;
+    for (long g = (long)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (long)gridDim.x * blockDim.x) {
+        const long i0 = g * 4;
+        float t[4];
+        if (VEC4) {
+            float4 p0 = *(const float4 *)(partials + i0);
+            t[0] = p0.x; t[1] = p0.y; t[2] = p0.z; t[3] = p0.w;
+            for (int s = 1; s < splits; s++) {
+                float4 ps = *(const float4 *)(partials + (long)s * per_split + i0);
+                t[0] = t[0] + ps.x; t[1] = t[1] + ps.y; t[2] = t[2] + ps.z; t[3] = t[3] + ps.w;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                long i = i0 + e < per_split ? i0 + e : i0;  // past the end: a harmless re-read
+                t[e] = partials[i];
+                for (int s = 1; s < splits; s++) t[e] = t[e] + partials[(long)s * per_split + i];
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            long i = i0 + e;
+            if (i >= per_split) break;
+            long m = i / N, n = i % N;
+            if (y_f32) ((float *)y)[m * ldy + n] = t[e];
+            else ((uint16_t *)y)[m * ldy + n] = float_to_bf16(t[e]);
+        }
+    }
 }
 
 // --- launch ----------------------------------------------------------------------------------
@@ -155,7 +231,7 @@ static CUtensorMap tensor_map(cuda_ctx *c, const void *base, long rows, long col
     CUtensorMap m;
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
-    cuuint32_t box[2] = {SM90_BK, (cuuint32_t)box_rows};
+    cuuint32_t box[2] = {GEMM_BK, (cuuint32_t)box_rows};
     cuuint32_t elem_strides[2] = {1, 1};
     CUresult r = ((PFN_cuTensorMapEncodeTiled_v12000)c->tensor_map_encode)(
         &m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, elem_strides,
@@ -167,11 +243,13 @@ static CUtensorMap tensor_map(cuda_ctx *c, const void *base, long rows, long col
     return m;
 }
 
-template <int WGS, int NI, int STAGES, int LOAD>
-static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, const char *op) {
+// grid.z: the products (or groups), or with SPLIT_GRID the splits of the one product.
+template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
+static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
     constexpr int BM = 64 * WGS, BN = 128 * NI;
-    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * SM90_BK * 2 + 1024;  // + alignment slack
-    dim3 grid((unsigned)((p->N + BN - 1) / BN), (unsigned)((p->M + BM - 1) / BM), (unsigned)batch);
+    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
+    const unsigned z = SPLIT == SPLIT_GRID ? (unsigned)splits : (unsigned)batch;
+    dim3 grid((unsigned)((p->N + BN - 1) / BN), (unsigned)((p->M + BM - 1) / BM), z);
     if (grid.y > 65535u || grid.z > 65535u)
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d batch=%d exceed the CUDA grid", op, p->M, batch);
     CUtensorMap tx = {}, tw = {};
@@ -179,25 +257,78 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, const cha
         tx = tensor_map(c, p->x, p->M, p->K, p->ldx, BM, op);
         tw = tensor_map(c, p->w, p->N, p->K, p->ldw, BN, op);
     }
-    auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD>;
+    auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD, SPLIT>;
     CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-    k<<<grid, WGS * 128, SMEM, c->stream>>>(*p, tx, tw);
+    k<<<grid, WGS * 128, SMEM, c->stream>>>(*p, splits, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
 
-void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {
-    const bool tma = aligned && batch == 1 && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
-    // 128 x 256 tiles once they fill the GPU (fewer L2 bytes per FLOP); 64 x 128 before
-    // (more CTAs at small M, two per SM).
-    long big_tiles = (long)((p->M + 127) / 128) * ((p->N + 255) / 256) * batch;
-    const bool big = p->M > 64 && big_tiles >= c->num_sms;
-    if (tma) {
-        if (big) launch_sm90<2, 2, 4, LOAD_TMA>(c, p, batch, op);
-        else launch_sm90<1, 1, 6, LOAD_TMA>(c, p, batch, op);
-    } else if (aligned) {
-        if (big) launch_sm90<2, 2, 4, LOAD_CP_ASYNC>(c, p, batch, op);
-        else launch_sm90<1, 1, 4, LOAD_CP_ASYNC>(c, p, batch, op);
-    } else {
-        launch_sm90<1, 1, 4, LOAD_SCALAR>(c, p, batch, op);
+// SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
+// the reduce in split order into y; in blocks of rows so the scratch stays under
+// GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
+#define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
+template <int WGS, int NI, int STAGES>
+static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
+    constexpr int BM = 64 * WGS;
+    const long row_bytes = (long)splits * p->N * (long)sizeof(float);
+    long block_rows = GEMM_SPLIT_SCRATCH_BYTES / row_bytes / BM * BM;
+    if (block_rows < BM) block_rows = BM;
+    if (block_rows > p->M) block_rows = p->M;
+    float *partials = (float *)cuda_scratch(c, SCRATCH_GEMM_PARTIAL, (size_t)(block_rows * row_bytes),
+                                            "gemm split-K partials");
+    for (long r0 = 0; r0 < p->M; r0 += block_rows) {
+        const int rows = (int)(p->M - r0 < block_rows ? p->M - r0 : block_rows);
+        const long per_split = (long)rows * p->N;
+        gemm_problem part = *p;
+        part.x = p->x + r0 * p->ldx;
+        part.M = rows;
+        part.y = partials;
+        part.y_f32 = true;
+        part.ldy = p->N;
+        part.stride_y = per_split;
+        part.y_rows = nullptr;
+        launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op);
+
+        void *y = (char *)p->y + r0 * p->ldy * (p->y_f32 ? 4 : 2);
+        const long groups = (per_split + 3) / 4;
+        const unsigned blocks =
+            (unsigned)((groups + 255) / 256 < 4L * c->num_sms ? (groups + 255) / 256 : 4L * c->num_sms);
+        if (p->N % 4 == 0)
+            gemm_split_reduce_kernel<true><<<blocks, 256, 0, c->stream>>>(partials, splits, rows, p->N, y, p->ldy,
+                                                                         p->y_f32);
+        else
+            gemm_split_reduce_kernel<false><<<blocks, 256, 0, c->stream>>>(partials, splits, rows, p->N, y, p->ldy,
+                                                                          p->y_f32);
+        CUDA_CHECK_LAUNCH(op);
     }
+}
+
+static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
+    return aligned && batch == 1 && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
+}
+
+gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
+    return gemm_plan_choose(p->M, p->N, p->K, batch, aligned, tma_possible(c, p, batch, aligned), c->num_sms);
+}
+
+void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {
+    const gemm_plan pl = gemm_sm90_plan(c, p, batch, aligned);
+    const int S = pl.splits;
+    // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 never IN_CTA (its
+    // running total would not fit in registers), 128 x 128 only IN_CTA.
+#define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
+    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 6, LOAD_TMA, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 6, LOAD_TMA, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 6, LOAD_TMA, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_sm90<2, 2, 4, LOAD_TMA, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE)) launch_sm90<2, 2, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_SCALAR, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_SCALAR, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_SCALAR, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_SCALAR, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s (load %d) has no kernel", op, gemm_plan_name(&pl), (int)pl.load);
+#undef GEMM_CASE
 }

@@ -24,6 +24,11 @@ void inv_cuda_device_describe(char *name, int name_len, char *driver, int driver
                               char *runtime, int runtime_len, char *cublas, int cublas_len,
                               char *cc, int cc_len);
 
+// The GEMM's plan for the product a describes (a->x and a->w only for their alignment): returns
+// the split-K count (gemm_plan.cuh: a function of N and K on sm_90a, 1 elsewhere) and writes
+// the tile, split mode and load path to `path`, e.g. "64x128/grid tma". For `invar bench`.
+int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, int path_len);
+
 // --- tensor parallelism: one GPU per rank (collective.cu) -------------------------------------
 // CUDA devices visible to this process (0 without a driver or device).
 int inv_cuda_device_count(void);

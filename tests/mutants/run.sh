@@ -36,14 +36,8 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
     gpu=1
 fi
 
-header() {  # header PATCH KEY: the value of '# KEY: ...' with its continuation lines
-    awk -v key="$2" '
-        /^diff --git/ { exit }
-        $0 ~ "^# " key ": " { sub("^# " key ": ", ""); v = $0; on = 1; next }
-        on && /^#   / { sub(/^#   /, ""); v = v " " $0; next }
-        { on = 0 }
-        END { print v }' "$1"
-}
+# shellcheck source=tests/mutants/header.sh
+. "$here/header.sh"  # header, header_problem
 
 # --- the base copy: the tree's tracked (and untracked, not ignored) files, built once --------
 # Each base build is made only when a mutant of its device is judged: on a GPU host that has
@@ -162,6 +156,13 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
     checks=$(header "$patch" checks)
     equivalent=$(header "$patch" equivalent)
     MUTANT_DEVICE=${device:-cpu}
+    local problem
+    problem=$(header_problem "$patch")
+    if [ -n "$problem" ]; then
+        VERDICT=invalid
+        LINE="$name: invalid (malformed header: $problem)"
+        return
+    fi
     if [ -n "$equivalent" ]; then
         VERDICT=equivalent
         LINE="$name: equivalent, not counted ($equivalent)"

@@ -1,0 +1,135 @@
+// kernels/cuda/gemm_plan.cuh — the sm_90a GEMM's split-K rule and tile shapes, in one place.
+//
+// The contract (every M gives a row the same bits) fixes each output element's reduction:
+//     KT = ceil(K / 64) k-tiles, cut into S = gemm_split_count(N, K) splits at k-tile
+//     boundaries gemm_split_begin(s, S, KT); split s is the chain
+//         p_s = 0;  for k0 ascending in its k-tiles:  p_s = wgmma_m64n128k16(p_s, x[m][k0:+16], w[n][k0:+16])
+//     and the result is ((p_0 + p_1) + p_2) + ... in split order, fp32, starting from p_0
+//     itself (never 0 + p_0: that would turn an exact -0 into +0 on one path and not another).
+// S depends on (N, K) only: never on M, never on the SM count queried at run time (the target
+// below is the H200's 132 written down as a constant, so the rule is the same on every card).
+// Everything else here (tile shape, whether the splits run on separate CTAs or one CTA walks
+// them all, the load path) decides only who computes a chain and when, and may use M.
+#ifndef INVAR_KERNELS_CUDA_GEMM_PLAN_CUH
+#define INVAR_KERNELS_CUDA_GEMM_PLAN_CUH
+
+#include <stdbool.h>  // bool
+
+#define GEMM_BK 64                  // k per k-tile: one 128-byte swizzle row of bf16
+#define GEMM_SPLIT_TARGET_CTAS 132  // CTAs the splits aim to fill: the H200's SMs, a constant
+#define GEMM_SPLIT_TILE_N 128       // columns per CTA the rule counts (the 64 x 128 tile's)
+#define GEMM_SPLIT_MIN_KTILES 6     // a split at least as long as the small tile's 6-stage
+                                    // pipeline, so its loads are all in flight at once
+#define GEMM_SPLIT_MAX 32           // bounds the partials' scratch and the reduce's loop
+
+// The split count: the most splits whose ceil(N / 128) column tiles times S stay within one
+// wave of the target (the 64 x 128 tile holds one CTA per SM: 168 CTAs on 132 SMs would take
+// two waves, the second a quarter full), as K allows with splits of at least
+// GEMM_SPLIT_MIN_KTILES k-tiles. N of 67 or more column tiles (8576 columns) is never split.
+static inline int gemm_split_count(int N, int K) {
+    const int col_tiles = (N + GEMM_SPLIT_TILE_N - 1) / GEMM_SPLIT_TILE_N;
+    const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
+    int splits = GEMM_SPLIT_TARGET_CTAS / col_tiles;
+    int most = k_tiles / GEMM_SPLIT_MIN_KTILES;
+    if (most > GEMM_SPLIT_MAX) most = GEMM_SPLIT_MAX;
+    if (splits > most) splits = most;
+    return splits < 1 ? 1 : splits;
+}
+
+// First k-tile of split s (s = splits gives KT): even cuts, each split floor or ceil of
+// KT / splits k-tiles, so every split has at least GEMM_SPLIT_MIN_KTILES.
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline int gemm_split_begin(int s, int splits, int k_tiles) {
+    return (int)(((long)s * k_tiles) / splits);
+}
+
+// --- who computes the chains (may depend on M: the bits do not) -----------------------------
+
+enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
+
+// NONE: S = 1, the accumulator is the result. IN_CTA: one CTA walks every split, each into a
+// fresh accumulator added to a running total in registers. GRID: split s on CTAs of
+// blockIdx.z = s, fp32 partials to scratch, then gemm_split_reduce adds them in split order.
+enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
+
+// Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 columns per wgmma):
+//   64 x 128   one warpgroup: small M, and GRID splits at small M
+//   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (64 accumulators
+//              + 64 of running total per thread; 128 x 256 would need 128 + 128 and spill)
+//   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1, and GRID splits
+//              at large M when the splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)
+enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x256 };
+
+typedef struct {
+    int splits;
+    enum gemm_tile tile;
+    enum gemm_split_mode mode;
+    enum gemm_load load;
+} gemm_plan;
+
+// The order CTAs take tiles in: down GEMM_TILE_GROUP_M row tiles, then across, so one wave
+// (132 CTAs) covers a block of about 8 x 16 tiles and each weight tile is read from HBM once per
+// 8 row tiles, not once per row tile (a 129280-column lm_head at M = 8192 otherwise streams
+// 1.85 GB of weights 64 times). Only who computes a tile changes, never a tile's chain.
+#define GEMM_TILE_GROUP_M 8
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_tile, int *n_tile) {
+    const int per_group = GEMM_TILE_GROUP_M * n_tiles, group = linear / per_group;
+    const int first_m = group * GEMM_TILE_GROUP_M;
+    const int rows = m_tiles - first_m < GEMM_TILE_GROUP_M ? m_tiles - first_m : GEMM_TILE_GROUP_M;
+    const int in_group = linear - group * per_group;
+    *m_tile = first_m + in_group % rows;
+    *n_tile = in_group / rows;
+}
+
+// Separate split CTAs with 128 x 256 tiles at large M once every split is at least this many
+// k-tiles: each output's partials cost 8 S bytes of traffic against 2 K flops, under a sixth of
+// the product's time at K / S >= 4096, while walking the splits in one CTA would need 128 x 128
+// tiles (the running total leaves no registers for 128 x 256), about a quarter slower.
+#define GEMM_SPLIT_GRID_BIG_MIN_KTILES 64
+
+// tma: a dense product whose rows TMA can read (batch 1, no gathered rows, aligned, a driver
+// entry point). num_sms: the device's, for the tile choice only.
+static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
+    gemm_plan pl;
+    pl.splits = gemm_split_count(N, K);
+    pl.load = tma ? LOAD_TMA : aligned ? LOAD_CP_ASYNC : LOAD_SCALAR;
+    pl.mode = pl.splits > 1 ? SPLIT_IN_CTA : SPLIT_NONE;
+    pl.tile = TILE_64x128;
+    const long small_tiles = (long)((M + 63) / 64) * ((N + 127) / 128) * batch;
+    // Separate split CTAs while the 64 x 128 tiles alone leave SMs idle and the partials
+    // (M * N * S fp32, written and read once, mostly in L2) stay under the weights' bytes.
+    if (pl.load == LOAD_TMA && pl.splits > 1 && small_tiles < num_sms && 2L * M * pl.splits <= K) {
+        pl.mode = SPLIT_GRID;
+        return pl;
+    }
+    if (pl.load == LOAD_SCALAR || M <= 64) return pl;
+    // Two-warpgroup tiles once they alone fill the SMs (fewer L2 bytes per FLOP).
+    const long wide_tiles = (long)((M + 127) / 128) * ((N + 255) / 256) * batch;
+    const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
+    if (pl.load == LOAD_TMA && pl.splits > 1 && wide_tiles >= num_sms &&
+        k_tiles / pl.splits >= GEMM_SPLIT_GRID_BIG_MIN_KTILES) {
+        pl.mode = SPLIT_GRID;
+        pl.tile = TILE_128x256;
+        return pl;
+    }
+    const int big_n = pl.splits > 1 ? 128 : 256;
+    const long big_tiles = (long)((M + 127) / 128) * ((N + big_n - 1) / big_n) * batch;
+    if (big_tiles >= num_sms) pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
+    return pl;
+}
+
+static inline const char *gemm_plan_name(const gemm_plan *pl) {
+    static const char *const names[3][3] = {
+        {"64x128", "64x128/cta", "64x128/grid"},
+        {"128x128", "128x128/cta", "128x128/grid"},
+        {"128x256", "128x256/cta", "128x256/grid"},
+    };
+    return names[pl->tile][pl->mode];
+}
+
+#endif

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# tests/gpu_gemm_check.sh OUT_DIR — the invariant GEMM's split-K on the H200, in one go (about
+# 6-8 minutes; issue 16): build (CUDA + NCCL, the Debian libraries from DEPS_PREFIX, default
+# /tmp/deps, unpacked there from .deps/*.deb when missing), then
+#   0. ptxas -v of kernels/cuda/gemm_sm90.cu     registers, stack, spills per kernel
+#   1. build/tests/test_cuda_ops                  bitwise rows over M = 1 ... 8192 on split and
+#                                                 non-split shapes, the f64 oracle, every op
+#   2. invar kernels --device cuda --op gemm      the checker, M on both sides of each path switch
+#   3. invar kernels --device cuda --op gemm_f32
+#   4. invar bench --device cuda --only gemm --quick, BENCH_RUNS times (default 3), for medians
+# Each step's output goes to OUT_DIR/<step>.log (CSVs under OUT_DIR/bench-<i>/); a summary is
+# printed last: per cell the median over runs of the invariant/cuBLAS ratio (each ratio from one
+# run), their geometric mean, the worst cell, the M >= 1024 geometric mean, and at M <= 64 the
+# invariant GEMM's share of copy bandwidth on weights of 20 MB or more (issue 16's targets:
+# >= 0.85, no cell < 0.6, >= 0.95, >= 75%). Steps share a time budget (GEMM_CHECK_BUDGET_S,
+# default 560 s): a step that would start past it is skipped and says so. Exit 0 when every
+# step ran and did what it should, 1 otherwise. Nothing here changes the GPU's settings.
+set -u
+out=${1:?usage: tests/gpu_gemm_check.sh OUT_DIR}
+cd "$(dirname "$0")/.." || exit 2
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+deps=${DEPS_PREFIX:-/tmp/deps}
+jobs=$(nproc 2>/dev/null || echo 16)
+runs=${BENCH_RUNS:-3}
+budget=${GEMM_CHECK_BUDGET_S:-560}
+status=()
+overall=0
+
+step() {  # step NAME TIMEOUT_S COMMAND...: runs it into OUT/NAME.log within the budget
+    local name=$1 limit=$2 start=$SECONDS rc left
+    shift 2
+    left=$((budget - SECONDS))
+    if [ "$left" -lt 20 ]; then
+        status+=("$(printf '%-20s %-26s' "$name" "SKIPPED (budget spent)")")
+        overall=1
+        return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "=== $name (log: $out/$name.log, limit ${limit} s)"
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    tail -n 3 "$out/$name.log"
+    local verdict=ok
+    if [ "$rc" = 124 ]; then verdict="TIMED OUT after ${limit} s"; overall=1
+    elif [ "$rc" != 0 ]; then verdict="FAILED (exit $rc)"; overall=1; fi
+    status+=("$(printf '%-20s %-26s %4d s' "$name" "$verdict" $((SECONDS - start)))")
+}
+
+# --- the build ---------------------------------------------------------------------------------
+if [ ! -f "$deps/usr/include/cmocka.h" ] && ls .deps/*.deb >/dev/null 2>&1; then
+    mkdir -p "$deps" && for f in .deps/*.deb; do dpkg -x "$f" "$deps" || exit 2; done
+fi
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } >"$out/gpu.txt" 2>&1
+step build 300 make DEPS_PREFIX="$deps" CUDA=1 -j"$jobs" all tests
+if [ "$overall" != 0 ]; then
+    echo "gpu_gemm_check: the build failed; see $out/build.log"
+    exit 1
+fi
+nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+step ptxas 60 "$nvcc_bin" -std=c++17 -O3 -DINVAR_CUDA -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
+    -c kernels/cuda/gemm_sm90.cu -o "$out/gemm_sm90.o"
+
+# --- the checks --------------------------------------------------------------------------------
+step test_cuda_ops 180 build/tests/test_cuda_ops
+step kernels_gemm 150 build/invar kernels --device cuda --op gemm --out "$out/kernels-gemm"
+step kernels_gemm_f32 150 build/invar kernels --device cuda --op gemm_f32 --out "$out/kernels-gemm_f32"
+for i in $(seq 1 "$runs"); do
+    step "bench_$i" 170 build/invar bench --device cuda --only gemm --quick --out "$out/bench-$i"
+done
+
+# --- summary -----------------------------------------------------------------------------------
+# copy GB/s of each run, then every run's CSV rows: N, K, M, ratio, inv GB/s, splits, plan
+summarize() {
+    local files=() copies=()
+    for i in $(seq 1 "$runs"); do
+        [ -s "$out/bench-$i/bench_gemm.csv" ] || continue
+        files+=("$out/bench-$i/bench_gemm.csv")
+        copies+=("$(sed -n 's/^device-to-device copy: \([0-9.]*\) GB.*/\1/p' "$out/bench_$i.log")")
+    done
+    if [ "${#files[@]}" = 0 ]; then echo "no bench CSV: no GEMM summary"; return; fi
+    awk -F, -v copies="${copies[*]}" '
+        function median(list,   n, a, i, j, t) {
+            n = split(list, a, " ")
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        { gsub(/"/, "") }  # the bench writes every CSV field quoted
+        FNR == 1 { for (c = 1; c <= NF; c++) col[$c] = c; next }
+        {
+            key = $col["N"] "x" $col["K"] " M=" $col["M"]
+            if (!(key in seen)) { seen[key] = 1; order[++cells] = key; nn[key] = $col["N"]; kk[key] = $col["K"]; mm[key] = $col["M"] }
+            ratio[key] = ratio[key] " " $col["ratio_inv_over_ref"]
+            gbs[key] = gbs[key] " " $col["inv_gbs"]
+            if ("splits" in col) plan[key] = $col["splits"] " " $col["plan"]
+        }
+        END {
+            copy = median(copies)
+            printf "%-18s %7s %7s %6s  %s\n", "cell (median of runs)", "ratio", "%copy", "", "splits plan"
+            worst = 1e9
+            for (i = 1; i <= cells; i++) {
+                k = order[i]; r = median(ratio[k]); g = median(gbs[k])
+                lsum += log(r); n++
+                if (r < worst) { worst = r; worst_key = k }
+                if (mm[k] >= 1024) { lbig += log(r); nbig++ }
+                share = ""
+                if (mm[k] <= 64 && 2.0 * nn[k] * kk[k] >= 20e6) {
+                    share = sprintf("%.1f%%", 100 * g / copy); ssum += g / copy; ns++
+                    if (ns == 1 || g / copy < smin) { smin = g / copy; smin_key = k }
+                }
+                printf "%-18s %7.3f %7s %6s  %s\n", k, r, share, (r < 0.6 ? "<0.6" : ""), plan[k]
+            }
+            printf "\nruns %d, copy %.0f GB/s (median)\n", split(copies, tmp, " "), copy
+            printf "GEMM geomean invariant/cuBLAS %.3f (target >= 0.85)\n", exp(lsum / n)
+            printf "worst cell %s at %.3f (target >= 0.6)\n", worst_key, worst
+            if (nbig) printf "M >= 1024 geomean %.3f (target >= 0.95)\n", exp(lbig / nbig)
+            if (ns) printf "M <= 64, weights >= 20 MB: share of copy bandwidth mean %.1f%%, lowest %.1f%% (%s) (target >= 75%%)\n", 100 * ssum / ns, 100 * smin, smin_key
+        }' "${files[@]}"
+}
+{
+    echo
+    echo "=== gpu_gemm_check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    head -n 1 "$out/gpu.txt"
+    printf '%s\n' "${status[@]}"
+    echo "--- ptxas (gemm_sm90.cu): registers / spills per kernel"
+    grep -E "Compiling entry|registers|spill" "$out/ptxas.log" 2>/dev/null |
+        sed -e 's/.*_Z16gemm_sm90_kernelILi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)E.*/  WGS=\1 NI=\2 STAGES=\3 LOAD=\4 SPLIT=\5:/' \
+            -e 's/.*_Z24gemm_split_reduce_kernel.*/  split reduce:/' -e 's/ptxas info    : //' | paste -d' ' - - - | cut -c1-150
+    echo "--- test_cuda_ops: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^SKIP' "$out/test_cuda_ops.log" 2>/dev/null | tr '\n' ' ')"
+    grep -E "^gemm split-K|^\[  FAILED|ERROR|differs" "$out/test_cuda_ops.log" 2>/dev/null | head -n 12 | sed 's/^/    /'
+    for op in gemm gemm_f32; do
+        echo "--- kernels $op: $(tail -n 1 "$out/kernels_$op.log" 2>/dev/null)"
+        grep -E '^(ok|VARIES|FAIL|SKIP) ' "$out/kernels_$op.log" 2>/dev/null | cut -c1-120 | sed 's/^/    /'
+    done
+    echo "--- bench (CSVs in $out/bench-*):"
+    summarize
+    echo "gpu_gemm_check: $([ "$overall" = 0 ] && echo ok || echo FAILED); logs in $out"
+} | tee "$out/summary.txt"
+exit "$overall"

@@ -2,7 +2,9 @@
 # tests/run_all.sh BUILD — what `make check` runs: every cmocka unit test binary, the kernel
 # checker, the CI matrix, resuming a killed run, checkpoint directories as models and sharded
 # runs merged; on a machine with a CUDA device also the CUDA kernel checks and the GPU matrix.
-# Prints one closing line "N passed, N failed, N skipped" (suites, not cases).
+# Prints one closing line "N passed, N failed, N skipped" (suites, not cases). Independent
+# suites run CHECK_JOBS at a time (tests/suites.sh; default one per core): first everything that
+# reads only the build, then, after a wait, the suites that read the reports of the first.
 set -u
 BUILD=${1:-build}
 REPORT="$BUILD/report"  # each report kind in its own directory: run/CASE, kernels/DEVICE
@@ -19,11 +21,13 @@ fi
 
 suite "invar kernels --device cpu" "$BUILD/invar" kernels --device cpu --out "$REPORT/kernels/cpu"
 if [ "$gpu" = 1 ]; then
-    suite "invar kernels --device cuda" "$BUILD/invar" kernels --device cuda --out "$REPORT/kernels/cuda"
+    # One suite per op (each its own kernels.csv): they run side by side, and each says its time.
+    for op in $("$BUILD/invar" kernels --help | sed -n 's/^ops: //p'); do
+        suite "invar kernels --device cuda --op $op" "$BUILD/invar" kernels --device cuda --op "$op" \
+            --out "$REPORT/kernels/cuda/$op"
+    done
 else
-    echo
-    echo "=== SKIP: invar kernels --device cuda: no CUDA device (nvidia-smi lists no GPU)"
-    skipped=$((skipped + 1))
+    skip_suite "invar kernels --device cuda: no CUDA device (nvidia-smi lists no GPU)"
 fi
 
 # small-model: the adversarial set is the negative control where the reference set can be
@@ -32,6 +36,27 @@ fi
 for c in ci backends sampled small-model tp; do
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
+# invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
+# directories as models give what the named configs give.
+suite "invar run --resume after SIGKILL (tests/test_resume.sh)" bash tests/test_resume.sh "$BUILD"
+suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/test_model_dir.sh "$BUILD"
+suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
+suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shard.sh "$BUILD"
+# invar serve + invar probe on 127.0.0.1: invariant passes, reference/adversarial caught, steps
+# shared, OpenAI errors, a misbehaving server, nothing listening (about 22 s on 2 cores).
+suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh "$BUILD"
+
+for c in gpu gpu-tp; do  # gpu-tp: T = 2 needs two GPUs, SKIP (visibly, per config) with one
+    if [ "$gpu" = 1 ]; then
+        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
+    else
+        skip_suite "invar run --case cases/$c.ini: no CUDA device (nvidia-smi lists no GPU)"
+    fi
+done
+
+# --- what reads the reports above ---------------------------------------------------------------
+suite_wait
+
 # TP=1 vs TP=T as information: every invariant config of cases/tp.ini (all at T > 1) carries
 # the note, with a number (the runner also ran its bs=1 baselines at T = 1).
 tp_information_notes() {
@@ -62,6 +87,7 @@ suite "cases/tp.ini: the all-reduce alone caught at T >= 3 only" tp_ring_expecta
 # The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts
 # checked against summary.csv), Markdown, plots.
 suite "invar report render $REPORT/run/ci" "$BUILD/invar" report render "$REPORT/run/ci"
+suite_wait  # the checks below read what render wrote
 # One <testcase> per summary.csv row (config rows never span lines: the runner writes no newline
 # inside a field).
 junit_matches_summary() {
@@ -75,30 +101,8 @@ suite "junit.xml matches summary.csv" junit_matches_summary "$REPORT/run/ci"
 if xmllint --version >/dev/null 2>&1; then
     suite "junit.xml is well-formed (xmllint)" xmllint --noout "$REPORT/run/ci/junit.xml"
 else
-    echo
-    echo "=== SKIP: junit.xml validation: xmllint not available (Debian: libxml2-utils)"
-    skipped=$((skipped + 1))
+    skip_suite "junit.xml validation: xmllint not available (Debian: libxml2-utils)"
 fi
-
-# invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
-# directories as models give what the named configs give.
-suite "invar run --resume after SIGKILL (tests/test_resume.sh)" bash tests/test_resume.sh "$BUILD"
-suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/test_model_dir.sh "$BUILD"
-suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
-suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shard.sh "$BUILD"
-# invar serve + invar probe on 127.0.0.1: invariant passes, reference/adversarial caught, steps
-# shared, OpenAI errors, a misbehaving server, nothing listening (about 22 s on 2 cores).
-suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh "$BUILD"
-
-for c in gpu gpu-tp; do  # gpu-tp: T = 2 needs two GPUs, SKIP (visibly, per config) with one
-    if [ "$gpu" = 1 ]; then
-        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
-    else
-        echo
-        echo "=== SKIP: invar run --case cases/$c.ini: no CUDA device (nvidia-smi lists no GPU)"
-        skipped=$((skipped + 1))
-    fi
-done
 
 print_failures
 echo "check: $passed passed, $failed failed, $skipped skipped"

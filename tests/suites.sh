@@ -1,23 +1,80 @@
-# tests/suites.sh — sourced by run_all.sh and run_sanitize.sh: the suite counter, and the suites
-# both run on their build (every cmocka unit test binary; every fuzz target's corpus and saved
-# reproducers through the plain replay driver, tests/fuzz/replay.c, no clang needed).
+# tests/suites.sh — sourced by run_all.sh and run_sanitize.sh: the suite runner and counter, and
+# the suites both run on their build (every cmocka unit test binary; every fuzz target's corpus
+# and saved reproducers through the plain replay driver, tests/fuzz/replay.c, no clang needed).
 # SUITE_PREFIX is put before each suite's name.
+#
+# CHECK_JOBS=N runs up to N suites at once (default: the number of cores, at most 16; 1 runs
+# them one after another, streaming their output). In parallel each suite's output goes to a
+# log and is printed whole, in the order the suites were started, at the next suite_wait, so
+# the output reads as a sequential run's; every suite still says how long it took.
 passed=0 failed=0 skipped=0
 failures=()
+suite_jobs=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[ "$suite_jobs" -gt 16 ] && suite_jobs=16
+suite_dir=$(mktemp -d "${TMPDIR:-/tmp}/invar-suites.XXXXXX") || exit 2
+trap 'rm -rf "$suite_dir"' EXIT
+suite_count=0   # suites (and skips) started: their order in the output
+suite_shown=0   # of those, the ones already printed
 
-suite() {  # suite NAME COMMAND...: runs one suite, counts it, says how long it took
-    local name=$1 start=$SECONDS verdict=ok
-    shift
-    echo
-    echo "=== ${SUITE_PREFIX:-}$name"
-    if "$@"; then
+suite_verdict() {  # suite_verdict NAME OK|FAILED SECONDS: counts it and prints the closing line
+    if [ "$2" = ok ]; then
         passed=$((passed + 1))
     else
         failed=$((failed + 1))
-        failures+=("$name")
-        verdict=FAILED
+        failures+=("$1")
     fi
-    echo "--- ${SUITE_PREFIX:-}$name: $verdict in $((SECONDS - start)) s"
+    echo "--- ${SUITE_PREFIX:-}$1: $2 in $3 s"
+}
+
+suite() {  # suite NAME COMMAND...: runs one suite (in the background with CHECK_JOBS > 1)
+    local name=$1 start=$SECONDS verdict=ok id
+    shift
+    if [ "$suite_jobs" -le 1 ]; then
+        echo
+        echo "=== ${SUITE_PREFIX:-}$name"
+        "$@" || verdict=FAILED
+        suite_verdict "$name" "$verdict" $((SECONDS - start))
+        return
+    fi
+    suite_count=$((suite_count + 1))
+    id=$(printf '%04d' "$suite_count")
+    printf '%s\n' "$name" >"$suite_dir/$id.name"
+    while [ "$(jobs -rp | wc -l)" -ge "$suite_jobs" ]; do wait -n; done
+    (
+        start=$SECONDS
+        if "$@" >"$suite_dir/$id.log" 2>&1 </dev/null; then verdict=ok; else verdict=FAILED; fi
+        echo "$verdict $((SECONDS - start))" >"$suite_dir/$id.verdict"
+    ) &
+}
+
+skip_suite() {  # skip_suite MESSAGE: a suite that cannot run here, counted and said in order
+    if [ "$suite_jobs" -le 1 ]; then
+        echo
+        echo "=== SKIP: $1"
+        skipped=$((skipped + 1))
+        return
+    fi
+    suite_count=$((suite_count + 1))
+    printf '%s\n' "$1" >"$suite_dir/$(printf '%04d' "$suite_count").skip"
+}
+
+suite_wait() {  # suite_wait: waits for the suites started, prints them in order, counts them
+    wait
+    local id verdict seconds
+    while [ "$suite_shown" -lt "$suite_count" ]; do
+        suite_shown=$((suite_shown + 1))
+        id=$(printf '%04d' "$suite_shown")
+        echo
+        if [ -f "$suite_dir/$id.skip" ]; then
+            echo "=== SKIP: $(cat "$suite_dir/$id.skip")"
+            skipped=$((skipped + 1))
+            continue
+        fi
+        echo "=== ${SUITE_PREFIX:-}$(cat "$suite_dir/$id.name")"
+        cat "$suite_dir/$id.log" 2>/dev/null
+        read -r verdict seconds <"$suite_dir/$id.verdict" 2>/dev/null || { verdict=FAILED; seconds=0; }
+        suite_verdict "$(cat "$suite_dir/$id.name")" "$verdict" "$seconds"
+    done
 }
 
 unit_and_replay_suites() {  # unit_and_replay_suites BUILD
@@ -35,6 +92,7 @@ unit_and_replay_suites() {  # unit_and_replay_suites BUILD
 }
 
 print_failures() {
+    suite_wait
     echo
     if [ "${#failures[@]}" -gt 0 ]; then
         printf 'failed: %s\n' "${failures[@]}"

@@ -24,33 +24,11 @@ deps=${DEPS_PREFIX:-/tmp/deps}
 jobs=$(nproc 2>/dev/null || echo 16)
 runs=${BENCH_RUNS:-3}
 budget=${GEMM_CHECK_BUDGET_S:-560}
-status=()
-overall=0
-
-step() {  # step NAME TIMEOUT_S COMMAND...: runs it into OUT/NAME.log within the budget
-    local name=$1 limit=$2 start=$SECONDS rc left
-    shift 2
-    left=$((budget - SECONDS))
-    if [ "$left" -lt 20 ]; then
-        status+=("$(printf '%-20s %-26s' "$name" "SKIPPED (budget spent)")")
-        overall=1
-        return
-    fi
-    [ "$limit" -gt "$left" ] && limit=$left
-    echo "=== $name (log: $out/$name.log, limit ${limit} s)"
-    timeout "$limit" "$@" >"$out/$name.log" 2>&1
-    rc=$?
-    tail -n 3 "$out/$name.log"
-    local verdict=ok
-    if [ "$rc" = 124 ]; then verdict="TIMED OUT after ${limit} s"; overall=1
-    elif [ "$rc" != 0 ]; then verdict="FAILED (exit $rc)"; overall=1; fi
-    status+=("$(printf '%-20s %-26s %4d s' "$name" "$verdict" $((SECONDS - start)))")
-}
+# shellcheck source=tests/gpu_steps.sh
+. tests/gpu_steps.sh  # step, unpack_deps, status, overall
 
 # --- the build ---------------------------------------------------------------------------------
-if [ ! -f "$deps/usr/include/cmocka.h" ] && ls .deps/*.deb >/dev/null 2>&1; then
-    mkdir -p "$deps" && for f in .deps/*.deb; do dpkg -x "$f" "$deps" || exit 2; done
-fi
+unpack_deps "$deps"
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } >"$out/gpu.txt" 2>&1
 step build 300 make DEPS_PREFIX="$deps" CUDA=1 -j"$jobs" all tests
 if [ "$overall" != 0 ]; then

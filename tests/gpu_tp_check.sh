@@ -19,28 +19,13 @@ cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 deps=${DEPS_PREFIX:-/tmp/deps}
+# shellcheck source=tests/gpu_steps.sh
+. tests/gpu_steps.sh  # step, unpack_deps, status, overall
 jobs=$(nproc 2>/dev/null || echo 16)
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-status=()
-overall=0
-
-step() {  # step NAME TIMEOUT_S COMMAND...: runs it into OUT/NAME.log, records the verdict
-    local name=$1 limit=$2 start=$SECONDS rc
-    shift 2
-    echo "=== $name (log: $out/$name.log)"
-    timeout "$limit" "$@" >"$out/$name.log" 2>&1
-    rc=$?
-    tail -n 4 "$out/$name.log"
-    local verdict=ok
-    if [ "$rc" = 124 ]; then verdict="TIMED OUT after ${limit} s"; overall=1
-    elif [ "$rc" != 0 ]; then verdict="FAILED (exit $rc)"; overall=1; fi
-    status+=("$(printf '%-22s %-24s %4d s' "$name" "$verdict" $((SECONDS - start)))")
-}
 
 # --- the build ---------------------------------------------------------------------------------
-if [ ! -f "$deps/usr/include/cmocka.h" ] && ls .deps/*.deb >/dev/null 2>&1; then
-    mkdir -p "$deps" && for f in .deps/*.deb; do dpkg -x "$f" "$deps" || exit 2; done
-fi
+unpack_deps "$deps"
 { nvidia-smi -L; nvidia-smi topo -m; } >"$out/gpus.txt" 2>&1
 step build 420 make DEPS_PREFIX="$deps" CUDA=1 -j"$jobs" all tests
 if [ "$overall" != 0 ]; then

@@ -171,7 +171,8 @@ void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op) 
         launch_config<64, 64, 64, 32, 32, 4>(c, p, batch, aligned, op);
 }
 
-void inv_cuda_gemm(ops_set *ops, const gemm_args *a) {
+// The launcher's view of an op's arguments (leading dimensions default to dense rows).
+static gemm_problem problem_of(const gemm_args *a) {
     gemm_problem p = {};
     p.y = a->y;
     p.y_f32 = a->y_f32;
@@ -186,6 +187,11 @@ void inv_cuda_gemm(ops_set *ops, const gemm_args *a) {
     p.stride_x = a->stride_x;
     p.stride_y = a->stride_y;
     p.stride_w = a->stride_w;
+    return p;
+}
+
+void inv_cuda_gemm(ops_set *ops, const gemm_args *a) {
+    const gemm_problem p = problem_of(a);
     gemm_launch(cuda_ctx_of(ops), &p, a->batch > 1 ? a->batch : 1, "gemm");
 }
 
@@ -195,16 +201,7 @@ int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, in
         snprintf(path, (size_t)path_len, "mma.sync");
         return 1;
     }
-    gemm_problem p = {};
-    p.x = a->x;
-    p.w = a->w;
-    p.M = a->M;
-    p.N = a->N;
-    p.K = a->K;
-    p.ldx = a->ldx ? a->ldx : a->K;
-    p.ldw = a->ldw ? a->ldw : a->K;
-    p.stride_x = a->stride_x;
-    p.stride_w = a->stride_w;
+    const gemm_problem p = problem_of(a);
     const int batch = a->batch > 1 ? a->batch : 1;
     const gemm_plan pl = gemm_sm90_plan(c, &p, batch, loads_aligned(&p, batch));
     static const char *const loads[] = {"tma", "cp.async", "scalar"};

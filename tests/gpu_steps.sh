@@ -1,0 +1,39 @@
+# tests/gpu_steps.sh — sourced by the one-call GPU scripts (gpu_gemm_check.sh, gpu_tp_check.sh):
+# the Debian libraries unpacked for the build, and steps that each log to OUT/NAME.log and record
+# a verdict and a time for the closing summary.
+#   out       the output directory (absolute)
+#   budget    seconds all steps may take together (0: no budget); a step that would start with
+#             less than 20 s left is skipped and says so
+# Sets: status (one summary line per step), overall (1 once a step failed, timed out or was
+# skipped).
+status=()
+overall=0
+budget=${budget:-0}
+
+unpack_deps() {  # unpack_deps DIR: .deps/*.deb into DIR unless it holds them already
+    if [ ! -f "$1/usr/include/cmocka.h" ] && ls .deps/*.deb >/dev/null 2>&1; then
+        mkdir -p "$1" && for f in .deps/*.deb; do dpkg -x "$f" "$1" || exit 2; done
+    fi
+}
+
+step() {  # step NAME TIMEOUT_S COMMAND...: runs it into $out/NAME.log, records the verdict
+    local name=$1 limit=$2 start=$SECONDS rc left
+    shift 2
+    if [ "$budget" -gt 0 ]; then
+        left=$((budget - SECONDS))
+        if [ "$left" -lt 20 ]; then
+            status+=("$(printf '%-22s %-26s' "$name" "SKIPPED (budget spent)")")
+            overall=1
+            return
+        fi
+        [ "$limit" -gt "$left" ] && limit=$left
+    fi
+    echo "=== $name (log: $out/$name.log, limit ${limit} s)"
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    tail -n 3 "$out/$name.log"
+    local verdict=ok
+    if [ "$rc" = 124 ]; then verdict="TIMED OUT after ${limit} s"; overall=1
+    elif [ "$rc" != 0 ]; then verdict="FAILED (exit $rc)"; overall=1; fi
+    status+=("$(printf '%-22s %-26s %4d s' "$name" "$verdict" $((SECONDS - start)))")
+}

@@ -2,7 +2,7 @@
 #include "check.h"
 
 #include <stdarg.h>  // va_list
-#include <stdio.h>   // vfprintf, fputc
+#include <stdio.h>   // vfprintf, fputc, vsnprintf
 #include <stdlib.h>  // exit, malloc, calloc
 
 void invar_die(int code, const char *fmt, ...) {
@@ -13,6 +13,14 @@ void invar_die(int code, const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     exit(code);
+}
+
+bool invar_fail(char *err, size_t err_len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return false;
 }
 
 void *invar_malloc(size_t bytes, const char *what) {

@@ -4,7 +4,8 @@
 #ifndef INVAR_COMMON_CHECK_H
 #define INVAR_COMMON_CHECK_H
 
-#include <stddef.h>  // size_t
+#include <stdbool.h>  // bool
+#include <stddef.h>   // size_t
 
 #define INVAR_EXIT_INPUT 2   // bad input or usage
 #define INVAR_EXIT_SYSTEM 3  // a system, CUDA or library call failed
@@ -17,6 +18,10 @@ extern "C" {
 #endif
 
 INVAR_NORETURN void invar_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// For readers that report bad input to their caller instead of exiting: writes the message
+// into err (err_len bytes, truncated to fit) and returns false.
+bool invar_fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 // malloc/calloc that exit naming `what` on failure.
 void *invar_malloc(size_t bytes, const char *what);

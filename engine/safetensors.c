@@ -6,8 +6,6 @@
 #include <errno.h>         // errno
 #include <fcntl.h>         // open, O_RDONLY
 #include <math.h>          // floor, ldexpf, NAN
-#include <stdarg.h>        // va_list
-#include <stdio.h>         // vsnprintf
 #include <stdlib.h>        // qsort, bsearch, free
 #include <string.h>        // strcmp, strerror, memcpy, strdup
 #include <sys/mman.h>      // mmap, munmap, madvise
@@ -15,22 +13,13 @@
 #include <unistd.h>        // close, sysconf
 
 #include "../kernels/bf16.h"   // float_to_bf16, bf16_to_float
-#include "../common/check.h"  // invar_die, invar_calloc, INVAR_EXIT_SYSTEM
+#include "../common/check.h"  // invar_die, invar_calloc, invar_fail, INVAR_EXIT_SYSTEM
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader assumes a little-endian host"
 #endif
 
 #define MAX_EXACT_INT 9007199254740992.0  // 2^53: larger JSON numbers are not exact doubles
-
-static bool fail(char *err, int err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool fail(char *err, int err_len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, (size_t)err_len, fmt, ap);
-    va_end(ap);
-    return false;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Dtypes
@@ -82,34 +71,34 @@ static bool json_count(const cJSON *item, int64_t *out) {
 static bool parse_tensor_entry(const char *path, const cJSON *entry, st_tensor *t, uint64_t *begin,
                                uint64_t *end, char *err, int err_len) {
     if (!cJSON_IsObject(entry))
-        return fail(err, err_len, "%s: header entry '%s' is not an object", path, t->name);
+        return invar_fail(err, (size_t)err_len, "%s: header entry '%s' is not an object", path, t->name);
     const cJSON *dtype = NULL, *shape = NULL, *offsets = NULL;
     for (const cJSON *k = entry->child; k; k = k->next) {
         if (strcmp(k->string, "dtype") == 0 && !dtype) dtype = k;
         else if (strcmp(k->string, "shape") == 0 && !shape) shape = k;
         else if (strcmp(k->string, "data_offsets") == 0 && !offsets) offsets = k;
         else
-            return fail(err, err_len, "%s: tensor '%s': unexpected or repeated key '%s'", path,
+            return invar_fail(err, (size_t)err_len, "%s: tensor '%s': unexpected or repeated key '%s'", path,
                         t->name, k->string);
     }
     if (!cJSON_IsString(dtype) || !dtype_from_name(dtype->valuestring, &t->dtype))
-        return fail(err, err_len, "%s: tensor '%s': missing or unknown dtype%s%s", path, t->name,
+        return invar_fail(err, (size_t)err_len, "%s: tensor '%s': missing or unknown dtype%s%s", path, t->name,
                     cJSON_IsString(dtype) ? " " : "", cJSON_IsString(dtype) ? dtype->valuestring : "");
     if (!cJSON_IsArray(shape))
-        return fail(err, err_len, "%s: tensor '%s': missing shape", path, t->name);
+        return invar_fail(err, (size_t)err_len, "%s: tensor '%s': missing shape", path, t->name);
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > ST_MAX_DIMS)
-        return fail(err, err_len, "%s: tensor '%s': %d dimensions (at most %d)", path, t->name, ndim,
+        return invar_fail(err, (size_t)err_len, "%s: tensor '%s': %d dimensions (at most %d)", path, t->name, ndim,
                     ST_MAX_DIMS);
     t->ndim = ndim;
     int64_t numel = 1;
     int d = 0;
     for (const cJSON *s = shape->child; s; s = s->next, d++) {
         if (!json_count(s, &t->shape[d]))
-            return fail(err, err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer",
+            return invar_fail(err, (size_t)err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer",
                         path, t->name, d);
         if (t->shape[d] != 0 && numel > INT64_MAX / 16 / t->shape[d])
-            return fail(err, err_len, "%s: tensor '%s': absurd shape (element count overflows)",
+            return invar_fail(err, (size_t)err_len, "%s: tensor '%s': absurd shape (element count overflows)",
                         path, t->name);
         numel *= t->shape[d];
     }
@@ -118,10 +107,10 @@ static bool parse_tensor_entry(const char *path, const cJSON *entry, st_tensor *
     int64_t b, e;
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
         !json_count(offsets->child, &b) || !json_count(offsets->child->next, &e) || e < b)
-        return fail(err, err_len, "%s: tensor '%s': data_offsets must be [begin, end] with "
+        return invar_fail(err, (size_t)err_len, "%s: tensor '%s': data_offsets must be [begin, end] with "
                     "0 <= begin <= end", path, t->name);
     if ((uint64_t)(e - b) != t->nbytes)
-        return fail(err, err_len, "%s: tensor '%s': data_offsets span %lld bytes, but %s x %lld "
+        return invar_fail(err, (size_t)err_len, "%s: tensor '%s': data_offsets span %lld bytes, but %s x %lld "
                     "elements need %llu", path, t->name, (long long)(e - b),
                     st_dtype_name(t->dtype), (long long)numel, (unsigned long long)t->nbytes);
     *begin = (uint64_t)b;
@@ -150,18 +139,18 @@ static bool parse_header(st_file *f, const char *json, size_t json_len, uint64_t
                          char *err, int err_len) {
     const char *path = f->path;
     if (json_len == 0 || json[0] != '{')
-        return fail(err, err_len, "%s: header does not start with '{' (not a safetensors file?)", path);
+        return invar_fail(err, (size_t)err_len, "%s: header does not start with '{' (not a safetensors file?)", path);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, json_len, &end, false);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return fail(err, err_len, "%s: header is not a JSON object", path);
+        return invar_fail(err, (size_t)err_len, "%s: header is not a JSON object", path);
     }
     // The format allows trailing spaces as padding; anything else is corruption.
     for (const char *p = end; p < json + json_len; p++) {
         if (*p != ' ') {
             cJSON_Delete(root);
-            return fail(err, err_len, "%s: unexpected bytes after the header's JSON object", path);
+            return invar_fail(err, (size_t)err_len, "%s: unexpected bytes after the header's JSON object", path);
         }
     }
 
@@ -175,17 +164,17 @@ static bool parse_header(st_file *f, const char *json, size_t json_len, uint64_t
     for (const cJSON *k = root->child; k && ok; k = k->next) {
         if (strcmp(k->string, "__metadata__") == 0) {
             if (!cJSON_IsObject(k)) {
-                ok = fail(err, err_len, "%s: __metadata__ is not an object", path);
+                ok = invar_fail(err, (size_t)err_len, "%s: __metadata__ is not an object", path);
                 break;
             }
             for (const cJSON *m = k->child; m && ok; m = m->next)
                 if (!cJSON_IsString(m))
-                    ok = fail(err, err_len, "%s: __metadata__ value '%s' is not a string", path,
+                    ok = invar_fail(err, (size_t)err_len, "%s: __metadata__ value '%s' is not a string", path,
                               m->string);
             continue;
         }
         if (k->string[0] == '\0') {
-            ok = fail(err, err_len, "%s: a tensor has an empty name", path);
+            ok = invar_fail(err, (size_t)err_len, "%s: a tensor has an empty name", path);
             break;
         }
         st_tensor *t = &f->tensors[i];
@@ -204,13 +193,13 @@ static bool parse_header(st_file *f, const char *json, size_t json_len, uint64_t
         uint64_t expect = 0;
         for (int s = 0; s < n && ok; s++) {
             if (spans[s].begin != expect)
-                ok = fail(err, err_len, "%s: tensor '%s' starts at data offset %llu, expected %llu "
+                ok = invar_fail(err, (size_t)err_len, "%s: tensor '%s' starts at data offset %llu, expected %llu "
                           "(offsets leave a gap or overlap)", path, f->tensors[spans[s].index].name,
                           (unsigned long long)spans[s].begin, (unsigned long long)expect);
             expect = spans[s].end;
         }
         if (ok && expect != data_bytes)
-            ok = fail(err, err_len, "%s: tensors cover %llu bytes but the data region holds %llu "
+            ok = invar_fail(err, (size_t)err_len, "%s: tensors cover %llu bytes but the data region holds %llu "
                       "(truncated or padded file)", path, (unsigned long long)expect,
                       (unsigned long long)data_bytes);
     }
@@ -220,7 +209,7 @@ static bool parse_header(st_file *f, const char *json, size_t json_len, uint64_t
         qsort(f->tensors, (size_t)n, sizeof *f->tensors, tensor_name_cmp);
         for (int s = 1; s < n && ok; s++)
             if (strcmp(f->tensors[s - 1].name, f->tensors[s].name) == 0)
-                ok = fail(err, err_len, "%s: tensor '%s' appears twice", path, f->tensors[s].name);
+                ok = invar_fail(err, (size_t)err_len, "%s: tensor '%s' appears twice", path, f->tensors[s].name);
     }
     free(spans);
     return ok;
@@ -241,30 +230,30 @@ static void st_reset(st_file *f) {
 bool st_open(const char *path, st_file *out, char *err, int err_len) {
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return invar_fail(err, (size_t)err_len, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, err_len, "%s: cannot stat: %s", path, strerror(e));
+        return invar_fail(err, (size_t)err_len, "%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, err_len, "%s: not a regular file", path);
+        return invar_fail(err, (size_t)err_len, "%s: not a regular file", path);
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < 8) {
         close(fd);
-        return fail(err, err_len, "%s: %llu bytes, shorter than the 8-byte header length "
+        return invar_fail(err, (size_t)err_len, "%s: %llu bytes, shorter than the 8-byte header length "
                     "(truncated file)", path, (unsigned long long)size);
     }
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
     if (close(fd) != 0 && map != MAP_FAILED) {
         munmap(map, (size_t)size);
-        return fail(err, err_len, "%s: close: %s", path, strerror(errno));
+        return invar_fail(err, (size_t)err_len, "%s: close: %s", path, strerror(errno));
     }
-    if (map == MAP_FAILED) return fail(err, err_len, "%s: mmap: %s", path, strerror(map_errno));
+    if (map == MAP_FAILED) return invar_fail(err, (size_t)err_len, "%s: mmap: %s", path, strerror(map_errno));
     out->map = map;
     out->map_bytes = (size_t)size;
     out->path = strdup(path);
@@ -274,10 +263,10 @@ bool st_open(const char *path, st_file *out, char *err, int err_len) {
     for (int b = 7; b >= 0; b--) header_len = header_len << 8 | out->map[b];
     bool ok = true;
     if (header_len > ST_MAX_HEADER_BYTES)
-        ok = fail(err, err_len, "%s: header length %llu exceeds the %u-byte limit (corrupt file)",
+        ok = invar_fail(err, (size_t)err_len, "%s: header length %llu exceeds the %u-byte limit (corrupt file)",
                   path, (unsigned long long)header_len, ST_MAX_HEADER_BYTES);
     else if (header_len > size - 8)
-        ok = fail(err, err_len, "%s: header length %llu runs past the end of the %llu-byte file "
+        ok = invar_fail(err, (size_t)err_len, "%s: header length %llu runs past the end of the %llu-byte file "
                   "(truncated file)", path, (unsigned long long)header_len,
                   (unsigned long long)size);
     else
@@ -382,16 +371,16 @@ void st_to_f32(const st_tensor *t, float *dst) {
 bool st_fp8_scales_ok(const st_tensor *w, const st_tensor *s, int block_n, int block_k, char *err,
                       int err_len) {
     if (w->ndim != 2)
-        return fail(err, err_len, "tensor '%s': F8_E4M3 weights must be 2-D", w->name);
+        return invar_fail(err, (size_t)err_len, "tensor '%s': F8_E4M3 weights must be 2-D", w->name);
     if (!s)
-        return fail(err, err_len, "tensor '%s' is F8_E4M3 but '%s_scale_inv' is missing", w->name,
+        return invar_fail(err, (size_t)err_len, "tensor '%s' is F8_E4M3 but '%s_scale_inv' is missing", w->name,
                     w->name);
     if (s->dtype != ST_F32 && s->dtype != ST_BF16)
-        return fail(err, err_len, "tensor '%s': dtype %s, expected F32 block scales", s->name,
+        return invar_fail(err, (size_t)err_len, "tensor '%s': dtype %s, expected F32 block scales", s->name,
                     st_dtype_name(s->dtype));
     int64_t sn = (w->shape[0] + block_n - 1) / block_n, sk = (w->shape[1] + block_k - 1) / block_k;
     if (s->ndim != 2 || s->shape[0] != sn || s->shape[1] != sk)
-        return fail(err, err_len, "tensor '%s': scales must have shape [%lld, %lld] for a "
+        return invar_fail(err, (size_t)err_len, "tensor '%s': scales must have shape [%lld, %lld] for a "
                     "[%lld, %lld] weight in %dx%d blocks", s->name, (long long)sn, (long long)sk,
                     (long long)w->shape[0], (long long)w->shape[1], block_n, block_k);
     return true;

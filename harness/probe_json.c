@@ -5,14 +5,14 @@
 #include <ctype.h>               // isdigit, isalpha, isprint
 #include <errno.h>               // errno, ERANGE
 #include <math.h>                // isfinite, INFINITY
-#include <stdarg.h>              // va_list
 #include <stdint.h>              // int32_t, uint32_t
-#include <stdio.h>               // snprintf, vsnprintf
+#include <stdio.h>               // snprintf
 #include <stdlib.h>              // malloc, free, strtof, strtod, strtol, qsort
 #include <string.h>              // strncmp, strlen
 
 #include <cjson/cJSON.h>         // cJSON_ParseWithLength, cJSON_GetObjectItemCaseSensitive, ...
 
+#include "../common/check.h"     // invar_fail
 #include "compare.h"             // float_ordered
 
 char *probe_quote_numbers(const char *json, size_t len, size_t *out_len) {
@@ -47,15 +47,6 @@ char *probe_quote_numbers(const char *json, size_t len, size_t *out_len) {
     out[o] = '\0';
     *out_len = o;
     return out;
-}
-
-__attribute__((format(printf, 3, 4)))
-static bool fail(char *err, int err_len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, (size_t)err_len, fmt, ap);
-    va_end(ap);
-    return false;
 }
 
 // A logprob from its text (a quoted number after probe_quote_numbers).
@@ -134,16 +125,16 @@ static int by_logprob_then_id(const void *a, const void *b) {
 static bool read_top(const cJSON *obj, int step, int top_k, engine_step_record *rec,
                      probe_notes *notes, char *err, int err_len) {
     if (!cJSON_IsObject(obj))
-        return fail(err, err_len, "top_logprobs[%d] is not an object", step);
+        return invar_fail(err, (size_t)err_len, "top_logprobs[%d] is not an object", step);
     int n = cJSON_GetArraySize(obj);
     top_entry *e = calloc((size_t)n + 1, sizeof *e);
-    if (!e) return fail(err, err_len, "out of memory");
+    if (!e) return invar_fail(err, (size_t)err_len, "out of memory");
     int i = 0;
     const cJSON *v;
     cJSON_ArrayForEach(v, obj) {
         if (!read_token_name(v->string, &e[i].id, notes) || !read_logprob(v, &e[i].logprob, notes)) {
             free(e);
-            return fail(err, err_len, "top_logprobs[%d]: entry '%.60s' is not a token and a "
+            return invar_fail(err, (size_t)err_len, "top_logprobs[%d]: entry '%.60s' is not a token and a "
                         "number", step, v->string);
         }
         i++;
@@ -162,13 +153,13 @@ bool probe_parse_completion(const char *body, size_t len, int top_k, int max_ste
                             engine_result *res, probe_notes *notes, char *err, int err_len) {
     size_t qlen;
     char *quoted = probe_quote_numbers(body, len, &qlen);
-    if (!quoted) return fail(err, err_len, "out of memory");
+    if (!quoted) return invar_fail(err, (size_t)err_len, "out of memory");
     cJSON *root = cJSON_ParseWithLength(quoted, qlen);
     bool ok = false;
     res->n_steps = 0;
     if (!root) {
         size_t at = (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - quoted : 0);
-        fail(err, err_len, "malformed or truncated JSON (%zu bytes; cJSON stops near byte %zu "
+        invar_fail(err, (size_t)err_len, "malformed or truncated JSON (%zu bytes; cJSON stops near byte %zu "
              "of the quoted text)", len, at);
         goto out;
     }
@@ -176,11 +167,11 @@ bool probe_parse_completion(const char *body, size_t len, int top_k, int max_ste
     const cJSON *choice = cJSON_GetArrayItem(choices, 0);
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(choice, "logprobs");
     if (!cJSON_IsArray(choices) || !cJSON_IsObject(choice)) {
-        fail(err, err_len, "the answer has no choices[0]");
+        invar_fail(err, (size_t)err_len, "the answer has no choices[0]");
         goto out;
     }
     if (!cJSON_IsObject(lp)) {
-        fail(err, err_len, "choices[0].logprobs is missing or null (does the server support "
+        invar_fail(err, (size_t)err_len, "choices[0].logprobs is missing or null (does the server support "
              "logprobs?)");
         goto out;
     }
@@ -188,30 +179,30 @@ bool probe_parse_completion(const char *body, size_t len, int top_k, int max_ste
     const cJSON *lps = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
     const cJSON *tops = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
     if (!cJSON_IsArray(tokens) || !cJSON_IsArray(lps)) {
-        fail(err, err_len, "choices[0].logprobs lacks the tokens or token_logprobs list");
+        invar_fail(err, (size_t)err_len, "choices[0].logprobs lacks the tokens or token_logprobs list");
         goto out;
     }
     int n = cJSON_GetArraySize(tokens);
     if (cJSON_GetArraySize(lps) != n || (top_k > 0 && (!cJSON_IsArray(tops) ||
                                                        cJSON_GetArraySize(tops) != n))) {
-        fail(err, err_len, "choices[0].logprobs: tokens (%d), token_logprobs (%d) and "
+        invar_fail(err, (size_t)err_len, "choices[0].logprobs: tokens (%d), token_logprobs (%d) and "
              "top_logprobs (%d) differ in length", n, cJSON_GetArraySize(lps),
              cJSON_GetArraySize(tops));
         goto out;
     }
     if (n > max_steps) {
-        fail(err, err_len, "%d tokens returned, max_tokens was %d", n, max_steps);
+        invar_fail(err, (size_t)err_len, "%d tokens returned, max_tokens was %d", n, max_steps);
         goto out;
     }
     for (int s = 0; s < n; s++) {
         engine_step_record *rec = &res->steps[s];
         memset(rec, 0, sizeof *rec);
         if (!read_token(cJSON_GetArrayItem(tokens, s), &rec->token, notes)) {
-            fail(err, err_len, "tokens[%d] is not a token", s);
+            invar_fail(err, (size_t)err_len, "tokens[%d] is not a token", s);
             goto out;
         }
         if (!read_logprob(cJSON_GetArrayItem(lps, s), &rec->logprob, notes)) {
-            fail(err, err_len, "token_logprobs[%d] is not a number", s);
+            invar_fail(err, (size_t)err_len, "token_logprobs[%d] is not a number", s);
             goto out;
         }
         if (top_k > 0 &&

@@ -139,21 +139,20 @@ good=$(grep -c '"ok",""' "$OUT/bad/requests.csv")
 echo "misbehaving server: every fault named in requests.csv, $good good answers kept"
 
 # 6. Nothing listening, and garbage instead of HTTP: exit 2 with a clear message.
+probe_refuses() {  # probe_refuses NAME PORT MESSAGE WHAT: probe must exit 2 saying MESSAGE
+    local rc
+    "$INVAR" probe --url "http://127.0.0.1:$2" --case cases/probe-faults.ini \
+        --out "$OUT/$1" >"$OUT/$1.log" 2>&1
+    rc=$?
+    cat "$OUT/$1.log"
+    [ "$rc" = 2 ] && grep -q "$3" "$OUT/$1.log" ||
+        fail "probe $4: exit $rc, expected 2 and '$3'"
+}
 free_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-"$INVAR" probe --url "http://127.0.0.1:$free_port" --case cases/probe-faults.ini \
-    --out "$OUT/none" >"$OUT/none.log" 2>&1
-rc=$?
-cat "$OUT/none.log"
-[ "$rc" = 2 ] && grep -q "cannot reach the server" "$OUT/none.log" ||
-    fail "probe with nothing listening: exit $rc, expected 2 and 'cannot reach the server'"
+probe_refuses none "$free_port" "cannot reach the server" "with nothing listening"
 rm -f "$OUT/port-garbage"
 python3 tests/servers/bad_server.py --port-file "$OUT/port-garbage" --mode garbage &
 pids+=($!)
 PORT=$(wait_port_file "$OUT/port-garbage" $!) || fail "the garbage server did not start"
-"$INVAR" probe --url "http://127.0.0.1:$PORT" --case cases/probe-faults.ini \
-    --out "$OUT/garbage" >"$OUT/garbage.log" 2>&1
-rc=$?
-cat "$OUT/garbage.log"
-[ "$rc" = 2 ] && grep -q "GET http://127.0.0.1:$PORT/v1/models" "$OUT/garbage.log" ||
-    fail "probe vs a garbage answer: exit $rc, expected 2 and a message naming /v1/models"
+probe_refuses garbage "$PORT" "GET http://127.0.0.1:$PORT/v1/models" "vs a garbage answer"
 echo "serve and probe: all checks held"

@@ -147,6 +147,27 @@ static void small_batches_of_largest(op_case *c, int big, uint64_t shape_seed,
 // set's accuracy at that M without paying for an oracle per row.
 #define ERROR_CHECKS_PER_BATCH 4
 
+// Oracle checks queued while the rows they read are alive, then run side by side
+// (op_case_errors); their errors are noted in queue order.
+typedef struct {
+    op_case *c;
+    int n;
+    uint64_t seed[PROBES + ERROR_CHECKS_PER_BATCH];
+    const void *row[PROBES + ERROR_CHECKS_PER_BATCH];
+    double err[PROBES + ERROR_CHECKS_PER_BATCH];
+} oracle_queue;
+
+static void oracle_add(oracle_queue *q, uint64_t seed, const void *row) {
+    q->seed[q->n] = seed;
+    q->row[q->n++] = row;
+}
+
+static void oracle_flush(oracle_queue *q, check_result *r) {
+    op_case_errors(q->c, q->n, q->seed, q->row, q->err);
+    for (int i = 0; i < q->n; i++) note_error(r, q->err[i]);
+    q->n = 0;
+}
+
 void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
                         int shape_index, const check_opts *o, check_result *r) {
     *r = (check_result){.invariant = true, .written = true, .tol = op->tol};
@@ -168,15 +189,18 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     uint64_t *seeds = invar_malloc((size_t)big * sizeof *seeds, "kernel check: row seeds");
     bool *pool_at = invar_calloc((size_t)big, sizeof *pool_at, "kernel check: pool rows");
 
+    oracle_queue oracle = {.c = c};
+
     // Each probe alone, twice: the second run catches run-to-run nondeterminism (atomics).
     for (int p = 0; p < PROBES; p++) {
         uint64_t s = probe_seed(shape_seed, p);
         r->written &= op_case_run(c, 1, &s, alone + p * rb);
         r->written &= op_case_run(c, 1, &s, again);
         if (memcmp(alone + p * rb, again, rb) != 0) note_vary(r, 1, 0, 1);
-        note_error(r, op_case_error(c, s, alone + p * rb));
+        oracle_add(&oracle, s, alone + p * rb);
         r->batches += 2;
     }
+    oracle_flush(&oracle, r);
 
     // Each batch once: probes at their positions, pool rows elsewhere. The largest batch runs
     // first; every other batch's pool rows are compared with the same rows there.
@@ -196,7 +220,7 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
             const unsigned char *row = out + (size_t)pos[p] * rb;
             if (memcmp(row, alone + p * rb, rb) == 0) continue;
             note_vary(r, M, pos[p], 1);
-            note_error(r, op_case_error(c, seeds[pos[p]], row));  // a reference set's other bits
+            oracle_add(&oracle, seeds[pos[p]], row);  // a reference set's other bits
             error_checks++;
         }
         for (int j = 0; j < M; j++) {
@@ -209,8 +233,9 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
             const unsigned char *row = out + (size_t)j * rb;
             if (memcmp(row, pool + (size_t)j * rb, rb) == 0) continue;
             note_vary(r, M, j, big);
-            if (error_checks++ < ERROR_CHECKS_PER_BATCH) note_error(r, op_case_error(c, seeds[j], row));
+            if (error_checks++ < ERROR_CHECKS_PER_BATCH) oracle_add(&oracle, seeds[j], row);
         }
+        oracle_flush(&oracle, r);  // before the next batch overwrites its rows
     }
     // Every row of the largest batch again inside small batches (M = 3, 1, 2, 3, 1, 2, ...):
     // a reduction whose order changes between small and large M, but whose fp32 difference is

@@ -138,6 +138,25 @@ double op_case_error(op_case *c, uint64_t row_seed, const void *row_out) {
     return c->section->error(c, row_seed, row_out);
 }
 
+typedef struct {
+    op_case *c;
+    const uint64_t *seeds;
+    const void *const *rows;
+    double *errs;
+} errors_job;
+
+static void error_range(void *arg, long begin, long end) {
+    const errors_job *j = arg;
+    for (long i = begin; i < end; i++) j->errs[i] = op_case_error(j->c, j->seeds[i], j->rows[i]);
+}
+
+// Safe on the pool: an oracle builds its one row with op_row_alone, which never uses the pool
+// (op_for_rows runs a single row on the calling thread).
+void op_case_errors(op_case *c, int n, const uint64_t *seeds, const void *const *rows, double *errs) {
+    errors_job j = {c, seeds, rows, errs};
+    op_for_rows(c, n, error_range, &j);
+}
+
 // --- rows and batches ------------------------------------------------------------------------
 
 void *op_batch_input(op_batch *b, const op_case *c, int i, long elems) {

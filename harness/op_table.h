@@ -97,6 +97,9 @@ size_t op_case_row_bytes(const op_case *c);
 bool op_case_run(op_case *c, int M, const uint64_t *row_seeds, void *out);
 // rel-L2 error of one row's output against the float64 oracle (kernels/f64/f64.h).
 double op_case_error(op_case *c, uint64_t row_seed, const void *row_out);
+// op_case_error of n rows (errs[i] for rows[i] made from seeds[i]), side by side on the case's
+// row pool: the float64 oracle of a long row can take longer than the batch that made it.
+void op_case_errors(op_case *c, int n, const uint64_t *seeds, const void *const *rows, double *errs);
 void op_case_close(op_case *c);
 
 #endif

@@ -11,12 +11,17 @@
 // chain or the order of the sums, so a row has the same bits at every M
 // (tests/test_cuda_ops.c checks it bitwise).
 //
-// Loads, into STAGES shared-memory slots in the 128-byte swizzle layout wgmma reads:
-//   TMA      dense products with 16-byte aligned rows: one thread issues two tensor copies per
-//            k-tile, completing on the slot's mbarrier, STAGES-1 k-tiles ahead.
-//   cp.async everything else (MoE experts gather their rows through x_rows; batched products;
-//            unaligned strides): every thread copies 16-byte chunks (or single values),
-//            STAGES-2 k-tiles ahead.
+// Two kernels carry the chains, loading into STAGES shared-memory slots in the 128-byte
+// swizzle layout wgmma reads:
+//   gemm_sm90_ws_kernel  dense products with 16-byte aligned rows (TMA): warp-specialized and
+//                        persistent, a producer warpgroup issuing tensor copies on full/empty
+//                        mbarriers, consumer warpgroups walking work units (every dense plan
+//                        except the 64 x 128 split CTAs at small M, which run one unit each and
+//                        measured faster as gemm_sm90_kernel CTAs).
+//   gemm_sm90_kernel     one tile per CTA; TMA issued by one thread STAGES-1 k-tiles ahead
+//                        (the small-M split CTAs), or cp.async for everything else (MoE experts
+//                        gather their rows through x_rows; batched products; unaligned strides):
+//                        every thread copies 16-byte chunks (or single values), STAGES-2 ahead.
 #include <cuda.h>           // CUtensorMap, cuTensorMapEncodeTiled's enums (types only)
 #include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3
@@ -44,7 +49,217 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], const uint8_t *
                                   wgmma_desc_sw128(b_tile + i * 128 * 128 + kk * 32));
     wgmma_commit();
 }
+
+// Lane q of each quad ends with out[t] = what lane t of the quad held in v[q]: a 4 x 4
+// transpose across the quad. The indices are run-time values, so selects, not array indexing,
+// keep everything in registers. Every lane of the warp must call it.
+__device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
+    const int lane = threadIdx.x % 32, q = lane & 3;
+    auto pick = [&](int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
+    uint32_t out[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int from = (q + k) & 3;  // lane `from` sends its v[q] (it computes q as (from - k) & 3)
+        const uint32_t got = __shfl_sync(0xffffffffu, pick((q - k) & 3), (lane & ~3) | from);
+#pragma unroll
+        for (int t = 0; t < 4; t++) out[t] = from == t ? got : out[t];
+    }
+#pragma unroll
+    for (int t = 0; t < 4; t++) v[t] = out[t];
+}
+
+// Epilogue of one warp: its 16 rows from row0 (rows at or past row_end skipped) by NI * 128
+// columns from n0, in the accumulator layout of wgmma.cuh; one rounding to bf16, or none (fp32
+// output, and every SPLIT_GRID partial). A quad's four lanes hold 2 columns each of 8-column
+// blocks j; after a transpose over 4 blocks each lane holds one block's 8 columns and writes
+// them in one 16-byte store (two for fp32), not 8 separate ones: writing a 128 x 256 tile pair
+// by pair took longer than its 24 k-tiles of wgmma at K = 1536. Tiles that end past N, or
+// unaligned outputs, store pair by pair.
+template <int NI>
+__device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
+                                           const float (&res)[NI][64]) {
+    const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
+    const bool vec = n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int m = row0 + r + half * 8;
+        const bool row_ok = m < row_end;
+        const long yrow = row_ok ? (p.y_rows ? p.y_rows[m] : m) : 0;
+        if (!vec) {
+            if (!row_ok) continue;
+#pragma unroll
+            for (int i = 0; i < NI; i++)
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    const int n = n0 + i * 128 + j * 8 + 2 * q;
+                    gemm_store_pair(p, y, yrow, n, res[i][4 * j + 2 * half], res[i][4 * j + 2 * half + 1]);
+                }
+            continue;
+        }
+#pragma unroll
+        for (int i = 0; i < NI; i++)
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {  // blocks j = 4 jj + t; this lane ends with j = 4 jj + q
+                const int n = n0 + i * 128 + (4 * jj + q) * 8;
+                uint32_t lo[4], hi[4];
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    const float a = res[i][4 * (4 * jj + t) + 2 * half], b = res[i][4 * (4 * jj + t) + 2 * half + 1];
+                    if (p.y_f32) {
+                        lo[t] = __float_as_uint(a);
+                        hi[t] = __float_as_uint(b);
+                    } else {
+                        lo[t] = (uint32_t)float_to_bf16(a) | ((uint32_t)float_to_bf16(b) << 16);
+                    }
+                }
+                quad_transpose(lo);  // lo[t]: columns 2t, 2t + 1 of this lane's block
+                if (p.y_f32) {
+                    quad_transpose(hi);
+                    if (!row_ok) continue;
+                    float4 *dst = (float4 *)((float *)y + yrow * p.ldy + n);
+                    dst[0] = make_float4(__uint_as_float(lo[0]), __uint_as_float(hi[0]), __uint_as_float(lo[1]),
+                                         __uint_as_float(hi[1]));
+                    dst[1] = make_float4(__uint_as_float(lo[2]), __uint_as_float(hi[2]), __uint_as_float(lo[3]),
+                                         __uint_as_float(hi[3]));
+                } else if (row_ok) {
+                    *(uint4 *)((uint16_t *)y + yrow * p.ldy + n) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+                }
+            }
+    }
+}
+
+// SPLIT_IN_CTA at the last k-tile of a split: total = acc (split 0) or total + acc, acc = 0
+// for the next split's chain. The split's last wgmma must have written acc (wgmma_wait<0>).
+template <int NI>
+__device__ __forceinline__ void fold_split(float (&total)[NI][64], float (&acc)[NI][64], bool first) {
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        wgmma_hold(acc[i]);
+#pragma unroll
+        for (int e = 0; e < 64; e++) {
+            total[i][e] = first ? acc[i][e] : total[i][e] + acc[i][e];
+            acc[i][e] = 0.0f;
+        }
+    }
+}
 #endif
+
+// --- the warp-specialized persistent kernel (dense products, TMA) ---------------------------
+//
+// Warpgroups 0..CW-1 are the consumers, 64 rows each; warpgroup CW is the producer: one of its
+// threads issues every TMA copy. A whole warpgroup, because registers are shared per SM
+// quadrant: the producer gives its registers back (setmaxnreg 40) so each consumer thread may
+// hold 232 (a 9-warp CTA would cap them at 168, where the epilogue spills). STAGES slots, each with a `full` barrier (completed by the copy
+// engine) and an `empty` barrier (each consumer warp arrives once its wgmma have read the
+// slot), so the producer runs up to STAGES k-tiles ahead of the consumers with no block-wide
+// barrier, and across work units: while the consumers store one tile the next tile's
+// operands arrive. At most one CTA per SM; CTA b takes work units b, b + gridDim.x, ... A unit
+// is a BM x BN tile (SPLIT_GRID: a tile and one split, split-major so a wave's CTAs read the
+// same k range), tiles in gemm_tile_of's order. Each unit's chains, and the order its splits
+// are added, are exactly gemm_sm90_kernel's: the two kernels give the same bits.
+template <int CW, int NI, int STAGES, int SPLIT>
+__global__ void __launch_bounds__((CW + 1) * 128, 1)
+gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const __grid_constant__ CUtensorMap tmap_x,
+                    const __grid_constant__ CUtensorMap tmap_w) {
+#if INVAR_WGMMA
+    constexpr int BM = 64 * CW, BN = 128 * NI;
+    constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
+    __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+
+    const int KT = (p.K + GEMM_BK - 1) / GEMM_BK, tiles = m_tiles * n_tiles;
+    const int units = SPLIT == SPLIT_GRID ? tiles * splits : tiles;
+    struct unit { int m0, n0, split, kt_begin, kt_end; };
+    auto unit_at = [&](int u) {
+        unit w;
+        int m_tile, n_tile;
+        w.split = SPLIT == SPLIT_GRID ? u / tiles : 0;
+        gemm_tile_of(u - w.split * tiles, m_tiles, n_tiles, &m_tile, &n_tile);
+        w.m0 = m_tile * BM;
+        w.n0 = n_tile * BN;
+        w.kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(w.split, splits, KT) : 0;
+        w.kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(w.split + 1, splits, KT) : KT;
+        return w;
+    };
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], CW * 4);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();  // the last block-wide barrier: the producer's idle threads leave now
+
+    if (threadIdx.x >= CW * 128) {
+        setmaxnreg_dec<40>();
+        if (threadIdx.x != CW * 128) return;
+        int it = 0;  // k-tiles issued by this CTA: slot it % STAGES, its use it / STAGES
+        for (int u = blockIdx.x; u < units; u += gridDim.x) {
+            const unit w = unit_at(u);
+            for (int kt = w.kt_begin; kt < w.kt_end; kt++, it++) {
+                const int slot = it % STAGES;
+                // the slot's previous use (it - STAGES) read by every consumer warp
+                if (it >= STAGES) mbar_wait(&empty[slot], (uint32_t)((it / STAGES) & 1) ^ 1u);
+                uint8_t *s = smem + slot * STAGE_BYTES;
+                mbar_expect_tx(&full[slot], STAGE_BYTES);
+                tma_load_2d(s, &tmap_x, &full[slot], kt * GEMM_BK, w.m0);
+                tma_load_2d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, w.n0);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<232>();
+    const int cw = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    auto release = [&](int it) {  // this warp's wgmma have read k-tile `it`: its slot may refill
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[it % STAGES]);
+    };
+    float acc[NI][64];
+    float total[SPLIT == SPLIT_IN_CTA ? NI : 1][64];
+    int it = 0;  // k-tiles consumed, in the producer's order
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const unit w = unit_at(u);
+#pragma unroll
+        for (int i = 0; i < NI; i++)
+#pragma unroll
+            for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
+        int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : w.kt_end;
+        for (int kt = w.kt_begin; kt < w.kt_end; kt++, it++) {
+            const int slot = it % STAGES;
+            mbar_wait(&full[slot], (uint32_t)(it / STAGES) & 1u);
+            const uint8_t *s = smem + slot * STAGE_BYTES;
+            mma_k_tile<NI>(acc, s + cw * 64 * 128, s + A_BYTES);
+            wgmma_wait<1>();  // k-tile it - 1's wgmma are done
+            if (kt > w.kt_begin) release(it - 1);
+            if constexpr (SPLIT == SPLIT_IN_CTA) {
+                if (kt + 1 == split_end) {
+                    wgmma_wait<0>();
+                    fold_split<NI>(total, acc, split == 0);
+                    split++;
+                    split_end = gemm_split_begin(split + 1, splits, KT);
+                }
+            }
+        }
+        wgmma_wait<0>();
+        if (w.kt_end > w.kt_begin) release(it - 1);
+#pragma unroll
+        for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
+        char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)w.split * p.stride_y * 4 : (char *)p.y;
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI>(p, y, w.m0 + cw * 64 + warp * 16, p.M, w.n0, total);
+        else store_tile<NI>(p, y, w.m0 + cw * 64 + warp * 16, p.M, w.n0, acc);
+    }
+#else
+    (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
+    (void)splits;
+    (void)m_tiles;
+    (void)n_tiles;
+    (void)tmap_x;
+    (void)tmap_w;
+#endif
+}
 
 // --- the kernel ----------------------------------------------------------------------------
 
@@ -87,19 +302,13 @@ gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap
     float total[SPLIT == SPLIT_IN_CTA ? NI : 1][64];
     int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : KT;
     auto after_k_tile = [&](int kt) {
-        if (SPLIT != SPLIT_IN_CTA || kt + 1 != split_end) return;
-        wgmma_wait<0>();  // the split's last wgmma has written acc
-#pragma unroll
-        for (int i = 0; i < (SPLIT == SPLIT_IN_CTA ? NI : 1); i++) {
-            wgmma_hold(acc[i]);
-#pragma unroll
-            for (int e = 0; e < 64; e++) {
-                total[i][e] = split == 0 ? acc[i][e] : total[i][e] + acc[i][e];
-                acc[i][e] = 0.0f;  // the next split starts its own chain from 0
-            }
+        if constexpr (SPLIT == SPLIT_IN_CTA) {
+            if (kt + 1 != split_end) return;
+            wgmma_wait<0>();  // the split's last wgmma has written acc
+            fold_split<NI>(total, acc, split == 0);
+            split++;
+            split_end = gemm_split_begin(split + 1, splits, KT);
         }
-        split++;
-        split_end = gemm_split_begin(split + 1, splits, KT);
     };
 
     if (LOAD == LOAD_TMA) {
@@ -160,25 +369,9 @@ gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
 
-    // Epilogue: one rounding to bf16 (or none: fp32 output, and every SPLIT_GRID partial).
-    const int q = lane & 3, r = lane >> 2;
-    auto store = [&](const float (&res)[NI][64]) {
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            int m = m0 + wg * 64 + warp * 16 + r + half * 8;
-            if (m >= v.row_end) continue;
-            long yrow = p.y_rows ? p.y_rows[m] : m;
-#pragma unroll
-            for (int i = 0; i < NI; i++)
-#pragma unroll
-                for (int j = 0; j < 16; j++) {
-                    int n = n0 + i * 128 + j * 8 + 2 * q;
-                    gemm_store_pair(p, y, yrow, n, res[i][4 * j + 2 * half], res[i][4 * j + 2 * half + 1]);
-                }
-        }
-    };
-    if constexpr (SPLIT == SPLIT_IN_CTA) store(total);
-    else store(acc);
+    (void)lane;
+    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total);
+    else store_tile<NI>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc);
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
     (void)splits;
@@ -263,11 +456,31 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
     CUDA_CHECK_LAUNCH(op);
 }
 
+// The warp-specialized kernel over one dense product (TMA): at most one CTA per SM, each
+// walking its share of the work units.
+template <int CW, int NI, int STAGES, int SPLIT>
+static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
+    constexpr int BM = 64 * CW, BN = 128 * NI;
+    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
+    const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
+    const long units = (long)m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
+    if (units > 0x7fffffffL) invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d: too many tiles", op, p->M, p->N);
+    const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
+    const CUtensorMap tx = tensor_map(c, p->x, p->M, p->K, p->ldx, BM, op);
+    const CUtensorMap tw = tensor_map(c, p->w, p->N, p->K, p->ldw, BN, op);
+    auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT>;
+    CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+    k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, splits, m_tiles, n_tiles, tx, tw);
+    CUDA_CHECK_LAUNCH(op);
+}
+
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
 // the reduce in split order into y; in blocks of rows so the scratch stays under
 // GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
 #define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
-template <int WGS, int NI, int STAGES>
+// WS: the split CTAs are the warp-specialized kernel's work units, or (at small M) one
+// gemm_sm90_kernel CTA each.
+template <int WGS, int NI, int STAGES, bool WS>
 static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
     constexpr int BM = 64 * WGS;
     const long row_bytes = (long)splits * p->N * (long)sizeof(float);
@@ -287,7 +500,8 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, co
         part.ldy = p->N;
         part.stride_y = per_split;
         part.y_rows = nullptr;
-        launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op);
+        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, splits, op);
+        else launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op);
 
         void *y = (char *)p->y + r0 * p->ldy * (p->y_f32 ? 4 : 2);
         const long groups = (per_split + 3) / 4;
@@ -317,12 +531,12 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 never IN_CTA (its
     // running total would not fit in registers), 128 x 128 only IN_CTA.
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
-    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6>(c, p, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4>(c, p, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 6, LOAD_TMA, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 6, LOAD_TMA, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 6, LOAD_TMA, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_sm90<2, 2, 4, LOAD_TMA, SPLIT_NONE>(c, p, batch, S, op);
+    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -42,6 +42,13 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
+// Per-warpgroup register budgets (a warp-specialized CTA: the producer lowers its own, the
+// consumers raise theirs into what it freed). Every warp of the warpgroup executes it.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
 // Shared memory written by the generic proxy (cp.async, st.shared) becomes visible to wgmma,
 // which reads through the async proxy, only after this fence in each writing thread.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -83,6 +90,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra WAIT_AGAIN;\n"
         "}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+// One arrival (release: this thread's earlier reads of the slot are done before the phase ends).
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 // Box at (inner, outer) of a 2-D tensor map into shared memory; out-of-range elements are zeros
 // and still count toward the barrier's transaction bytes.

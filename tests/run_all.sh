@@ -22,9 +22,18 @@ fi
 suite "invar kernels --device cpu" "$BUILD/invar" kernels --device cpu --out "$REPORT/kernels/cpu"
 if [ "$gpu" = 1 ]; then
     # One suite per op (each its own kernels.csv): they run side by side, and each says its time.
+    # The three longest (over 75 s whole on an H200 beside the others) run one suite per set.
     for op in $("$BUILD/invar" kernels --help | sed -n 's/^ops: //p'); do
-        suite "invar kernels --device cuda --op $op" "$BUILD/invar" kernels --device cuda --op "$op" \
-            --out "$REPORT/kernels/cuda/$op"
+        case $op in
+            mla_attention | gemm | gemm_f32)
+                for set in invariant reference adversarial; do
+                    suite "invar kernels --device cuda --op $op --set $set" "$BUILD/invar" kernels --device cuda \
+                        --op "$op" --set "$set" --out "$REPORT/kernels/cuda/$op/$set"
+                done ;;
+            *)
+                suite "invar kernels --device cuda --op $op" "$BUILD/invar" kernels --device cuda --op "$op" \
+                    --out "$REPORT/kernels/cuda/$op" ;;
+        esac
     done
 else
     skip_suite "invar kernels --device cuda: no CUDA device (nvidia-smi lists no GPU)"
@@ -46,11 +55,19 @@ suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shar
 # shared, OpenAI errors, a misbehaving server, nothing listening (about 22 s on 2 cores).
 suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh "$BUILD"
 
+# cases/gpu.ini, the longest suite whole (about 120 s on an H200 beside the others), runs as
+# gpu_shards shards side by side, merged into one report below.
+gpu_shards=3
 for c in gpu gpu-tp; do  # gpu-tp: T = 2 needs two GPUs, SKIP (visibly, per config) with one
-    if [ "$gpu" = 1 ]; then
-        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
-    else
+    if [ "$gpu" != 1 ]; then
         skip_suite "invar run --case cases/$c.ini: no CUDA device (nvidia-smi lists no GPU)"
+    elif [ "$c" = gpu ]; then
+        for i in $(seq 1 $gpu_shards); do
+            suite "invar run --case cases/gpu.ini --shard $i/$gpu_shards" "$BUILD/invar" run --case cases/gpu.ini \
+                --shard "$i/$gpu_shards" --out "$REPORT/run/gpu-shard$i"
+        done
+    else
+        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
     fi
 done
 
@@ -84,6 +101,10 @@ tp_ring_expectations() {
     echo "invariant-ring: invariant at T = 2, caught at T = 3, 4, 8"
 }
 suite "cases/tp.ini: the all-reduce alone caught at T >= 3 only" tp_ring_expectations "$REPORT/run/tp"
+if [ "$gpu" = 1 ]; then
+    suite "cases/gpu.ini's $gpu_shards shards merged (invar report merge)" "$BUILD/invar" report merge \
+        "$REPORT/run/gpu" $(for i in $(seq 1 $gpu_shards); do echo "$REPORT/run/gpu-shard$i"; done)
+fi
 # The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts
 # checked against summary.csv), Markdown, plots.
 suite "invar report render $REPORT/run/ci" "$BUILD/invar" report render "$REPORT/run/ci"

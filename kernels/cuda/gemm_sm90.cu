@@ -73,13 +73,16 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // output, and every SPLIT_GRID partial). A quad's four lanes hold 2 columns each of 8-column
 // blocks j; after a transpose over 4 blocks each lane holds one block's 8 columns and writes
 // them in one 16-byte store (two for fp32), not 8 separate ones: writing a 128 x 256 tile pair
-// by pair took longer than its 24 k-tiles of wgmma at K = 1536. Tiles that end past N, or
-// unaligned outputs, store pair by pair.
+// by pair took longer than its 24 k-tiles of wgmma at K = 1536. Warps past the last row store
+// nothing; warps with some rows past it, tiles that end past N and unaligned outputs store
+// pair by pair (at M = 1 the transposes of 63 absent rows cost 2-4 us on the H200).
 template <int NI>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                            const float (&res)[NI][64]) {
+    if (row0 >= row_end) return;  // warp-uniform
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
-    const bool vec = n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
+    const bool vec = row0 + 16 <= row_end && n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 &&
+                     p.ldy % (p.y_f32 ? 4 : 8) == 0;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int m = row0 + r + half * 8;

@@ -216,12 +216,16 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     __shared__ __align__(8) uint64_t p_empty;              // warpgroup 1 has read them
     __shared__ float s_alpha[MLAW_HEADS];
 
-    // Boxes [b0, b1) of tile i into stage i % 2: 64 dims of the 64 cache rows from the tile's
-    // first position's slot (the tile lies inside one cache block), each box on its own barrier.
+    // The cache row (slot) of tile i's first position: the tile is the 64 rows from there, all
+    // inside one cache block.
     const int32_t *seq_blocks = a.block_table + (long)seq * a.max_blocks_per_seq;
-    auto issue = [&](int i, int b0, int b1) {
+    auto tile_row = [&](int i) {
         const int p0 = start + i * MLAW_TILE;
-        const int row = (int)((long)seq_blocks[p0 / a.block_size] * a.block_size + p0 % a.block_size);
+        return (int)((long)seq_blocks[p0 / a.block_size] * a.block_size + p0 % a.block_size);
+    };
+    // Boxes [b0, b1) of tile i (first cache row `row`) into stage i % 2, 64 dims each, every box
+    // on its own barrier.
+    auto issue = [&](int i, int row, int b0, int b1) {
         uint8_t *dst = sKV + (i & 1) * MLAW_TILE_BYTES;
         for (int b = b0; b < b1; b++) {
             mbar_expect_tx(&full[i & 1][b], MLAW_BOX_BYTES);
@@ -236,8 +240,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         mbar_init(&p_full, 128);
         mbar_init(&p_empty, 128);
         mbar_init_fence();
-        issue(0, 0, MLAW_BOXES);
-        if (ntiles > 1) issue(1, 0, MLAW_BOXES);
+        issue(0, tile_row(0), 0, MLAW_BOXES);
+        if (ntiles > 1) issue(1, tile_row(1), 0, MLAW_BOXES);
     }
 
     // Q: 64 heads x (L latent, R rope) into the swizzled layout, box d / 64, while the first
@@ -275,6 +279,9 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             const int st = i & 1, p0 = start + i * MLAW_TILE;
             const uint32_t parity = (uint32_t)(i >> 1) & 1u;
             uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
+            // Tile i + 2's block-table entry, read now so that its latency hides behind this
+            // tile's products instead of stalling the warpgroup before the copy is issued.
+            const int next_row = i + 2 < ntiles ? tile_row(i + 2) : 0;
             if (p0 + MLAW_TILE > end) {
                 // The token's last tile: rows at or past `end` hold other positions (or
                 // garbage); P is 0 there, and zeros keep 0 * garbage from making NaN in P·V.
@@ -391,7 +398,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             hold_a(pa);
             // Boxes 0..3 of this stage are read by nobody else (warpgroup 1 reads 4..7): they
             // take tile i + 2's now.
-            if (wtid == 0 && i + 2 < ntiles) issue(i + 2, 0, 4);
+            if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 0, 4);
             __syncwarp();
         }
         store_partial(p, o, t, h0, split, 0, warp, lane);
@@ -404,6 +411,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         for (int i = 0; i < ntiles; i++) {
             const int st = i & 1;
             const uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
+            const int next_row = i + 2 < ntiles ? tile_row(i + 2) : 0;  // read ahead, as warpgroup 0 does
             mbar_wait(&p_full, (uint32_t)i & 1u);
             // Already complete (warpgroup 0 waited for every box before writing P); waited for
             // here too so that the boxes' bytes are visible to this warpgroup's own reads.
@@ -428,7 +436,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             mbar_arrive(&p_empty);
             // Boxes 4..8: warpgroup 0's Q·Kᵀ of this tile finished before P was written, this
             // warpgroup's P·V just now; they take tile i + 2's.
-            if (wtid == 0 && i + 2 < ntiles) issue(i + 2, 4, MLAW_BOXES);
+            if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 4, MLAW_BOXES);
             __syncwarp();
         }
         store_partial(p, o, t, h0, split, MLAW_L / 2, warp, lane);
@@ -440,7 +448,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 }
 
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
-    return c->wgmma && c->tensor_map_encode && c->smem_optin >= (size_t)MLAW_SMEM_BYTES && a->H % MLAW_HEADS == 0 &&
+    // + 512: the kernel's static shared memory (barriers, alpha) counts against the same limit
+    return c->wgmma && c->tensor_map_encode && c->smem_optin >= (size_t)MLAW_SMEM_BYTES + 512 && a->H % MLAW_HEADS == 0 &&
            a->L == MLAW_L && a->R == MLAW_R && a->block_size > 0 && a->block_size % MLAW_TILE == 0 &&
            split_size > 0 && split_size % MLAW_TILE == 0;
 }

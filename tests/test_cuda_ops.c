@@ -13,14 +13,15 @@
 #include <setjmp.h>                      // cmocka
 #include <cmocka.h>                      // cmocka_unit_test, skip, assert_*
 
+#include <math.h>                        // sqrt
 #include <stdbool.h>                     // bool
 #include <stdio.h>                       // printf
-#include <stdlib.h>                      // free
+#include <stdlib.h>                      // free, getenv
 #include <string.h>                      // memcpy, memcmp, memset
 
 #include "../harness/kernel_check.h"     // kernel_check_op, check_opts, check_result
 #include "../harness/op_table.h"         // op_table, op_table_find, op_shape
-#include "../kernels/bf16.h"             // float_to_bf16, invar_mix64, invar_uniform
+#include "../kernels/bf16.h"             // float_to_bf16, bf16_to_float
 #include "../common/check.h"            // invar_malloc
 #include "../kernels/f64/f64.h"          // f64_gemm, f64_mla_attention, f64_logprobs, f64_rel_l2_*
 #include "../kernels/ops.h"              // ops_set, *_args
@@ -483,6 +484,32 @@ static void mla_case_fill(mla_case *c, const uint16_t *rows, int maxlen, int k) 
         }
 }
 
+// For a failed accuracy check: rel err per token and per block of 16 heads x 64 columns (the
+// wgmma kernel's warps hold 16 heads each; columns 0-255 are its warpgroup 0's, 256-511 its
+// warpgroup 1's), so a layout mistake shows where it lives.
+static void mla_print_error_map(const uint16_t *out, const double *ref, int T, int H, int L,
+                                const int32_t *tpos) {
+    for (int t = 0; t < T; t++) {
+        printf("  token %d (position %d): rel err %.2e; by 16 heads (rows) x 64 columns:\n", t,
+               tpos[t], f64_rel_l2_bf16(out + (long)t * H * L, ref + (long)t * H * L, (long)H * L));
+        for (int h0 = 0; h0 < H; h0 += 16) {
+            printf("   ");
+            for (int c0 = 0; c0 < L; c0 += 64) {
+                double num = 0.0, den = 0.0;
+                for (int h = h0; h < h0 + 16 && h < H; h++)
+                    for (int c = c0; c < c0 + 64 && c < L; c++) {
+                        long i = ((long)t * H + h) * L + c;
+                        double d = bf16_to_float(out[i]) - ref[i];
+                        num += d * d;
+                        den += ref[i] * ref[i];
+                    }
+                printf(" %8.1e", den > 0.0 ? sqrt(num / den) : sqrt(num));
+            }
+            printf("\n");
+        }
+    }
+}
+
 // Tokens [t0, t0 + n) of `all` as a case of their own, with the same cache and block table.
 static mla_case mla_sub_case(const mla_case *all, int t0, int n) {
     mla_case c = *all;
@@ -539,6 +566,7 @@ static void test_mla_attention_many_heads(void **state) {
     f64_mla_attention(&probe, ref);  // host pointers: the oracle reads the same case
     double err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
     printf("mla_attention H=128 (%s kernel): rel err vs f64 %.2e (tol %.0e)\n", kernel, err, BF16_TOL);
+    if (!(err < BF16_TOL)) mla_print_error_map(out, ref, T, H, L, tpos);
     assert_true(err < BF16_TOL);
 
     for (int t = 0; t < T; t++) {  // each token alone
@@ -721,5 +749,9 @@ int main(void) {
         printf("SKIP: %d CUDA tests: %s\n", (int)(sizeof tests / sizeof tests[0]), why);
         fflush(stdout);  // before cmocka's own report, so the reason is never lost in a pipe
     }
+    // INVAR_TEST_FILTER=test_mla_* runs only the matching tests (cmocka's * and ? patterns): one
+    // kernel's tests on a GPU host without the minutes the others take.
+    const char *filter = getenv("INVAR_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup_sets, teardown_sets);
 }

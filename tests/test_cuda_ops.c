@@ -4,23 +4,24 @@
 // against kernels/f64): the invariant set must be invariant and accurate, the reference set
 // accurate, and the cuBLAS GEMM caught varying. What the checker cannot express stays here,
 // against the same float64 oracles: the GEMM's tile and load paths at many M, strides and
-// batched products; MLA attention over 16- and 64-position cache blocks; padding slots of
-// kv_cache_write; ties in logprobs. Without a CUDA device every test is skipped with a visible
-// "SKIP:" line.
+// batched products; MLA attention over 16- and 64-position cache blocks and at 128 heads
+// (sm_90a's wgmma kernel); padding slots of kv_cache_write; ties in logprobs. Without a CUDA
+// device every test is skipped with a visible "SKIP:" line.
 #include <stdarg.h>                      // cmocka
 #include <stddef.h>                      // cmocka
 #include <stdint.h>                      // uint16_t, int32_t, uint64_t
 #include <setjmp.h>                      // cmocka
 #include <cmocka.h>                      // cmocka_unit_test, skip, assert_*
 
+#include <math.h>                        // sqrt
 #include <stdbool.h>                     // bool
 #include <stdio.h>                       // printf
-#include <stdlib.h>                      // free
+#include <stdlib.h>                      // free, getenv
 #include <string.h>                      // memcpy, memcmp, memset
 
 #include "../harness/kernel_check.h"     // kernel_check_op, check_opts, check_result
 #include "../harness/op_table.h"         // op_table, op_table_find, op_shape
-#include "../kernels/bf16.h"             // float_to_bf16, invar_mix64, invar_uniform
+#include "../kernels/bf16.h"             // float_to_bf16, bf16_to_float
 #include "../common/check.h"            // invar_malloc
 #include "../kernels/f64/f64.h"          // f64_gemm, f64_mla_attention, f64_logprobs, f64_rel_l2_*
 #include "../kernels/ops.h"              // ops_set, *_args
@@ -359,6 +360,7 @@ static void test_gemm_split_k_rows(void **state) {
 
 typedef struct {
     int S, T, H, L, R, BS, MB;
+    int split;                           // kv_split_size (0: the set's own)
     int32_t *seq_lens, *table, *tseq, *tpos;
     uint16_t *cache, *q_lat, *q_pe;
     long slots;
@@ -374,7 +376,7 @@ static mla_attention_args mla_args(const mla_case *c) {
         .H = c->H, .L = c->L, .R = c->R, .ld_out = (long)c->H * c->L,
         .ld_q_lat = (long)c->H * c->L, .ld_q_pe = (long)c->H * c->R, .head_stride_q_pe = c->R,
         .block_size = c->BS, .max_blocks_per_seq = c->MB, .num_seqs = c->S, .max_seq_len = mx,
-        .scale = 0.07f};
+        .kv_split_size = c->split, .scale = 0.07f};
 }
 
 // Runs c's tokens on the device; out_host receives [T, H, L].
@@ -457,6 +459,190 @@ static void test_mla_attention_block_layouts(void **state) {
         free(c[k].cache);
         free(out[k]);
     }
+    free(ref);
+    free(rows);
+    free(q_lat);
+    free(q_pe);
+}
+
+// --- mla attention: many heads (sm_90a: mla_attention_wgmma.cu) ---------------------------
+
+// c's block table (block i of the cache at physical block (37 i + k) mod n: a sequence's
+// positions scattered over the cache) and its cache, from rows [seq][position][L + R] of
+// `maxlen` positions each.
+static void mla_case_fill(mla_case *c, const uint16_t *rows, int maxlen, int k) {
+    const int W = c->L + c->R, nb = c->S * c->MB;
+    assert_true(c->MB * c->BS <= maxlen && nb % 37 != 0);
+    c->slots = (long)nb * c->BS;
+    c->table = invar_malloc((size_t)nb * 4, "table");
+    for (int i = 0; i < nb; i++) c->table[i] = (int32_t)((i * 37 + k) % nb);
+    c->cache = invar_malloc((size_t)c->slots * W * 2, "cache");
+    for (int sq = 0; sq < c->S; sq++)
+        for (int j = 0; j < c->MB * c->BS; j++) {
+            long slot = (long)c->table[sq * c->MB + j / c->BS] * c->BS + j % c->BS;
+            memcpy(c->cache + slot * W, rows + ((long)sq * maxlen + j) * W, (size_t)W * 2);
+        }
+}
+
+// For a failed accuracy check: rel err per token and per block of 16 heads x 64 columns (the
+// wgmma kernel's warps hold 16 heads each; columns 0-255 are its warpgroup 0's, 256-511 its
+// warpgroup 1's), so a layout mistake shows where it lives.
+static void mla_print_error_map(const uint16_t *out, const double *ref, int T, int H, int L,
+                                const int32_t *tpos) {
+    for (int t = 0; t < T; t++) {
+        printf("  token %d (position %d): rel err %.2e; by 16 heads (rows) x 64 columns:\n", t,
+               tpos[t], f64_rel_l2_bf16(out + (long)t * H * L, ref + (long)t * H * L, (long)H * L));
+        for (int h0 = 0; h0 < H; h0 += 16) {
+            printf("   ");
+            for (int c0 = 0; c0 < L; c0 += 64) {
+                double num = 0.0, den = 0.0;
+                for (int h = h0; h < h0 + 16 && h < H; h++)
+                    for (int c = c0; c < c0 + 64 && c < L; c++) {
+                        long i = ((long)t * H + h) * L + c;
+                        double d = bf16_to_float(out[i]) - ref[i];
+                        num += d * d;
+                        den += ref[i] * ref[i];
+                    }
+                printf(" %8.1e", den > 0.0 ? sqrt(num / den) : sqrt(num));
+            }
+            printf("\n");
+        }
+    }
+}
+
+// Tokens [t0, t0 + n) of `all` as a case of their own, with the same cache and block table.
+static mla_case mla_sub_case(const mla_case *all, int t0, int n) {
+    mla_case c = *all;
+    c.T = n;
+    c.tseq = all->tseq + t0;
+    c.tpos = all->tpos + t0;
+    c.q_lat = all->q_lat + (long)t0 * all->H * all->L;
+    c.q_pe = all->q_pe + (long)t0 * all->H * all->R;
+    return c;
+}
+
+// 128 heads (DeepSeek-V3), L = 512, R = 64, 64-position blocks: on sm_90a the wgmma kernel
+// (64 heads a CTA). Sequences shorter than a tile, of lengths no multiple of 64, of more than
+// two 512-position splits; decode tokens and several tokens of one sequence at different
+// positions (prefill), at 0, tile edges (63, 64) and split edges (511, 1023, 1535). The cache
+// past each sequence's end holds NaNs: a kernel that let 0 * NaN into P·V would show it.
+// Every row: written, equal bitwise alone, inside the batch, in a batch in reverse order and
+// with other sequences; close to the float64 oracle. Then other split sizes (192: the wgmma
+// kernel with splits off the 512 grid) and 16-position blocks (the 16-head mma.sync kernel:
+// other bits, the same tolerance).
+static void test_mla_attention_many_heads(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    enum { S = 4, H = 128, L = 512, R = 64, W = L + R, MAXLEN = 1664, T = 10 };
+    int32_t lens[S] = {37, 700, 1100, 1600};
+    int32_t tseq[T] = {0, 0, 1, 1, 2, 2, 2, 2, 3, 3};
+    int32_t tpos[T] = {0, 36, 511, 699, 63, 64, 1023, 1099, 1535, 1599};
+    const long per_tok = (long)H * L;
+    uint16_t *rows = rand_bf16((long)S * MAXLEN * W, 1.0f, 21);  // [seq][position][W]
+    for (int sq = 0; sq < S; sq++)
+        for (long i = (long)sq * MAXLEN * W + (long)lens[sq] * W; i < (long)(sq + 1) * MAXLEN * W; i++)
+            rows[i] = POISON16;  // past the sequence's end: NaN
+    uint16_t *q_lat = rand_bf16((long)T * per_tok, 1.0f, 22);
+    uint16_t *q_pe = rand_bf16((long)T * H * R, 1.0f, 23);
+    mla_case c = {.S = S, .T = T, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64,
+                  .seq_lens = lens, .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe};
+    mla_case_fill(&c, rows, MAXLEN, 1);
+    mla_attention_args probe = mla_args(&c);
+    const char *kernel = "?";
+#ifdef INVAR_CUDA
+    kernel = inv_cuda_mla_attention_kernel(s->inv, &probe);
+    char plan[64];
+    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
+    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
+    if (strcmp(plan, "mma.sync") != 0 && strcmp(kernel, "wgmma") != 0)
+        fail_msg("mla_attention H=128: an sm_90a device took the %s kernel, not wgmma", kernel);
+#endif
+
+    uint16_t *out = invar_malloc((size_t)T * per_tok * 2, "out");
+    uint16_t *part = invar_malloc((size_t)T * per_tok * 2, "out part");
+    mla_run(s->inv, &c, out);
+    assert_written16(out, (long)T * per_tok);
+    double *ref = invar_malloc((size_t)T * per_tok * sizeof(double), "attention oracle");
+    f64_mla_attention(&probe, ref);  // host pointers: the oracle reads the same case
+    double err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
+    printf("mla_attention H=128 (%s kernel): rel err vs f64 %.2e (tol %.0e)\n", kernel, err, BF16_TOL);
+    if (!(err < BF16_TOL)) mla_print_error_map(out, ref, T, H, L, tpos);
+    assert_true(err < BF16_TOL);
+
+    for (int t = 0; t < T; t++) {  // each token alone
+        mla_case one = mla_sub_case(&c, t, 1);
+        mla_run(s->inv, &one, part);
+        assert_written16(part, per_tok);
+        if (memcmp(part, out + t * per_tok, (size_t)per_tok * 2) != 0)
+            fail_msg("mla_attention H=128: token %d (position %d) alone differs from the batch", t, tpos[t]);
+    }
+    {  // sequence 2's four tokens together (a prefill chunk), without the other sequences
+        mla_case chunk = mla_sub_case(&c, 4, 4);
+        mla_run(s->inv, &chunk, part);
+        if (memcmp(part, out + 4 * per_tok, (size_t)4 * per_tok * 2) != 0)
+            fail_msg("mla_attention H=128: sequence 2's tokens differ without the other sequences");
+    }
+    {  // the batch in reverse order: every token at another blockIdx
+        int32_t rseq[T], rpos[T];
+        uint16_t *rq_lat = invar_malloc((size_t)T * per_tok * 2, "q_lat reversed");
+        uint16_t *rq_pe = invar_malloc((size_t)T * H * R * 2, "q_pe reversed");
+        for (int t = 0; t < T; t++) {
+            rseq[t] = tseq[T - 1 - t];
+            rpos[t] = tpos[T - 1 - t];
+            memcpy(rq_lat + t * per_tok, q_lat + (T - 1 - t) * per_tok, (size_t)per_tok * 2);
+            memcpy(rq_pe + (long)t * H * R, q_pe + (long)(T - 1 - t) * H * R, (size_t)H * R * 2);
+        }
+        mla_case rev = c;
+        rev.tseq = rseq;
+        rev.tpos = rpos;
+        rev.q_lat = rq_lat;
+        rev.q_pe = rq_pe;
+        mla_run(s->inv, &rev, part);
+        for (int t = 0; t < T; t++)
+            if (memcmp(part + t * per_tok, out + (T - 1 - t) * per_tok, (size_t)per_tok * 2) != 0)
+                fail_msg("mla_attention H=128: token %d differs in the reversed batch", T - 1 - t);
+        free(rq_lat);
+        free(rq_pe);
+    }
+
+    // Splits of 192 positions (a backend's kv_split_size): the wgmma kernel with split edges off
+    // the 512 grid; accurate, and a token alone equals the batch.
+    mla_case c192 = c;
+    c192.split = 192;
+    mla_run(s->inv, &c192, out);
+    assert_written16(out, (long)T * per_tok);
+    err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
+    printf("mla_attention H=128, 192-position splits: rel err vs f64 %.2e\n", err);
+    assert_true(err < BF16_TOL);
+    mla_case one192 = mla_sub_case(&c192, 8, 1);
+    mla_run(s->inv, &one192, part);
+    if (memcmp(part, out + 8 * per_tok, (size_t)per_tok * 2) != 0)
+        fail_msg("mla_attention H=128, 192-position splits: token 8 alone differs from the batch");
+
+    // 16-position blocks: not a multiple of the wgmma tile, so the 16-head kernel (a shape
+    // choice); its own bits, the same accuracy.
+    mla_case c16 = c;
+    c16.BS = 16;
+    c16.MB = MAXLEN / 16;
+    mla_case_fill(&c16, rows, MAXLEN, 5);
+    const char *kernel16 = "?";
+#ifdef INVAR_CUDA
+    mla_attention_args probe16 = mla_args(&c16);
+    kernel16 = inv_cuda_mla_attention_kernel(s->inv, &probe16);
+    assert_string_equal(kernel16, "mma.sync");
+#endif
+    mla_run(s->inv, &c16, out);
+    assert_written16(out, (long)T * per_tok);
+    err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
+    printf("mla_attention H=128, 16-position blocks (%s kernel): rel err vs f64 %.2e\n", kernel16, err);
+    assert_true(err < BF16_TOL);
+
+    free(c.table);
+    free(c.cache);
+    free(c16.table);
+    free(c16.cache);
+    free(out);
+    free(part);
     free(ref);
     free(rows);
     free(q_lat);
@@ -554,6 +740,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_tile_paths),
         cmocka_unit_test(test_gemm_split_k_rows),
         cmocka_unit_test(test_mla_attention_block_layouts),
+        cmocka_unit_test(test_mla_attention_many_heads),
         cmocka_unit_test(test_kv_cache_write_padding),
         cmocka_unit_test(test_logprobs_ties),
     };
@@ -562,5 +749,9 @@ int main(void) {
         printf("SKIP: %d CUDA tests: %s\n", (int)(sizeof tests / sizeof tests[0]), why);
         fflush(stdout);  // before cmocka's own report, so the reason is never lost in a pipe
     }
+    // INVAR_TEST_FILTER=test_mla_* runs only the matching tests (cmocka's * and ? patterns): one
+    // kernel's tests on a GPU host without the minutes the others take.
+    const char *filter = getenv("INVAR_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup_sets, teardown_sets);
 }

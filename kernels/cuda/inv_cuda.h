@@ -29,6 +29,11 @@ void inv_cuda_device_describe(char *name, int name_len, char *driver, int driver
 // the tile, split mode and load path to `path`, e.g. "64x128/grid tma". For `invar bench`.
 int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, int path_len);
 
+// The kernel the invariant set's mla_attention takes for a's shape: "wgmma" (64 heads a CTA,
+// sm_90a), "mma.sync" (16 heads a CTA) or "generic". A function of the shape and the device
+// only, never of the batch; for tests and `invar bench`.
+const char *inv_cuda_mla_attention_kernel(ops_set *ops, const mla_attention_args *a);
+
 // --- tensor parallelism: one GPU per rank (collective.cu) -------------------------------------
 // CUDA devices visible to this process (0 without a driver or device).
 int inv_cuda_device_count(void);

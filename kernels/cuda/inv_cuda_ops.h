@@ -35,6 +35,13 @@ void inv_cuda_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, lon
 void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a);
 // Shapes the tiled kernel cannot take (L % 64, L > 512, R % 16): one warp per (token, head).
 void mla_attention_generic_launch(cuda_ctx *c, const mla_attention_args *a, int split_size);
+// Many heads on sm_90a (mla_attention_wgmma.cu): whether the wgmma kernel takes this shape
+// (H % 64 == 0, L = 512, R = 64, block size and split size multiples of 64, an sm_90a device
+// with TMA; never anything about the batch), and its launch: the split partials o_part
+// [T][H][nsplit][L] and ml_part [T][H][nsplit] in mla_attention.cu's format, for its merge.
+bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size);
+void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
+                            float *o_part, float2 *ml_part);
 void inv_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a);
 void inv_cuda_merge_attention(ops_set *ops, const merge_attention_args *a);
 void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a);

@@ -6,7 +6,10 @@
 // on its own position; within a split, tiles of 32 positions, also aligned, are folded by the
 // online softmax in ascending order. A second kernel merges the token's splits in ascending
 // order. Nothing in a row's reduction depends on the batch: T, other tokens' lengths and
-// max_seq_len only size the grid and the scratch layout.
+// max_seq_len only size the grid and the scratch layout. On sm_90a, a multiple of 64 heads
+// with L = 512, R = 64 and blocks and splits of multiples of 64 positions take
+// mla_attention_wgmma.cu's split kernel instead (a shape choice: mla_wgmma_supported), into
+// the same partials and the same merge.
 //
 // Per tile, 8 warps:  S = Q·Kᵀ (16 heads x 32 positions): warp w takes positions 8*(w%4).. and
 // one half of the L+R dims (w/4), as two m16n8k16 chains (even and odd k16 steps); S is
@@ -18,7 +21,8 @@
 
 #include "../bf16.h"        // bf16_to_float, float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, CUDA_CHECK
-#include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch
+#include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
+#include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
 
 // Positions per split: the invariant set's constant. 512 rather than 256 halves the fp32
@@ -384,6 +388,12 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     p.o_part = (float *)scratch;
     p.ml_part = (float2 *)(scratch + parts * (size_t)a->L * 4);
 
+    if (mla_wgmma_supported(c, a, split_size)) {  // many heads on sm_90a: a shape choice too
+        mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
+        mla_merge_kernel<<<(unsigned)(a->T * a->H), MERGE_THREADS, 0, c->stream>>>(p);
+        CUDA_CHECK_LAUNCH("mla_attention merge");
+        return;
+    }
     const int DS = a->L + a->R + 8;
     size_t smem = ((size_t)MLA_HEADS * DS + 2 * MLA_TILE * DS + MLA_HEADS * MLA_PSTRIDE) * 2 +
                   (2 * 4 * MLA_HEADS + 4 * 32 * 4) * sizeof(float);
@@ -400,4 +410,10 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
 // function of (position, split size), and the backend owns whether that size is invariant.
 void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a) {
     mla_attention_launch(cuda_ctx_of(ops), a, a->kv_split_size > 0 ? a->kv_split_size : MLA_SPLIT_SIZE);
+}
+
+const char *inv_cuda_mla_attention_kernel(ops_set *ops, const mla_attention_args *a) {
+    const int split_size = a->kv_split_size > 0 ? a->kv_split_size : MLA_SPLIT_SIZE;
+    if (a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0) return "generic";
+    return mla_wgmma_supported(cuda_ctx_of(ops), a, split_size) ? "wgmma" : "mma.sync";
 }

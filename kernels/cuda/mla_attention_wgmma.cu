@@ -1,0 +1,489 @@
+// kernels/cuda/mla_attention_wgmma.cu — absorbed MLA attention for many heads on Hopper
+// (sm_90a): warpgroup MMA over 64 heads of one query token at a time.
+//
+// Taken by mla_attention_launch for one shape only (mla_wgmma_supported): H a multiple of 64,
+// L = 512, R = 64, cache blocks and KV splits multiples of 64 positions, on an sm_90a device
+// with TMA. Nothing about the batch enters that choice, so a row of such a shape always comes
+// here (H = 128, DeepSeek-V3, on an H200) and never to mla_attention.cu's 16-head kernel; the
+// two kernels' bits differ, by design, never one row's bits between two batches.
+//
+// Work unit (one CTA, 2 warpgroups): 64 heads of one query token x one KV split. The splits are
+// mla_attention.cu's: a fixed size from absolute position 0, partials o_part / ml_part in its
+// format, merged by its mla_merge_kernel. The reduction order of one (token, head) row:
+//   for each 64-position tile of the split, ascending (tiles aligned to position 0):
+//     s   = 36 k16 steps ascending of wgmma m64n64k16 over the L + R dims (latent then rope),
+//           one fp32 chain from 0; s = s * scale, positions past the token's own masked to -inf
+//     tm  = max of the row's 64 s (max is exact: any order gives the same bits)
+//     m'  = max(m, tm);  alpha = exp(m - m');  p = exp(s - m')  (fp32)
+//     l   = l * alpha + sum(p): each thread's 16 p of the row in column order, then lanes
+//           xor 1, xor 2 (a fixed tree)
+//     O   = O * alpha, then O += bf16(p) · V over 4 k16 steps ascending (wgmma m64n256k16,
+//           positions 16k .. 16k+15 in step k), one chain per output column
+// None of it depends on T, on other tokens or on max_seq_len: those only size the grid and
+// the scratch. Which warpgroup computes a column (warpgroup 0: columns 0-255 with P in
+// registers; warpgroup 1: columns 256-511 with P from shared memory) is fixed per column, and
+// the hardware reduces an element from its own row of A, column of B and accumulator only.
+//
+// Data movement. The KV tile (64 positions x 576 dims, 72 KB) is 64 consecutive cache rows of
+// one block (block_size and the split size are multiples of 64), loaded by TMA as 9 boxes of
+// 64 dims x 64 rows in the 128-byte swizzle layout. The same bytes serve as the K-major B
+// operand of Q·Kᵀ (N = positions, K = dims) and the MN-major ("transposed") B operand of P·V
+// (K = positions, N = latent dims): the latent K tile doubles as V, as in FlashMLA. Q (64 heads
+// x 576 dims) is copied once per CTA into the same layout. Shared memory: Q 72 KB + 2 KV stages
+// 144 KB + P 8 KB (+ 1 KB alignment slack) = 225 KB, one CTA per SM.
+//
+// Schedule per tile i (stage i % 2); every box of a stage has its own TMA barrier:
+//   warpgroup 0: (the token's last tile: zero the rows past its end, so 0 * garbage cannot
+//     make a NaN in P·V); S = Q·Kᵀ, waiting for each box just before its 4 k16 steps; softmax;
+//     wait until warpgroup 1 has read the previous P (p_empty); P and alpha to shared memory
+//     (p_full); O[:, 0:256] = O * alpha + P·V with P in registers; then boxes 0..3, which only
+//     this warpgroup reads, take tile i + 2.
+//   warpgroup 1: wait p_full; O[:, 256:512] = O * alpha + P·V with P from shared memory;
+//     p_empty; then boxes 4..8 (warpgroup 0's Q·Kᵀ of tile i is done: P exists) take tile i + 2.
+// Warpgroup 1's P·V of tile i overlaps warpgroup 0's Q·Kᵀ of tile i + 1. Each warpgroup waits
+// for its wgmma groups inside the iteration that issued them (see the kernel).
+#include <cuda.h>           // CUtensorMap, cuTensorMapEncodeTiled's enums (types only)
+#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3, float2
+#include <math.h>           // INFINITY
+#include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
+
+#include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
+#include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch
+#include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait, smem_addr
+#include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128, mbar_*, tma_load_2d
+
+#define MLAW_HEADS 64                                  // heads per CTA: the wgmma M
+#define MLAW_TILE 64                                   // positions per KV tile
+#define MLAW_L 512
+#define MLAW_R 64
+#define MLAW_D (MLAW_L + MLAW_R)
+#define MLAW_BOXES (MLAW_D / 64)                       // 64-dim boxes (128 bytes a row) per row
+#define MLAW_BOX_BYTES (MLAW_TILE * 128)               // one box: 64 rows x 128 bytes
+#define MLAW_TILE_BYTES (MLAW_BOXES * MLAW_BOX_BYTES)  // 72 KB, Q's size too
+#define MLAW_THREADS 256                               // 2 warpgroups
+// Dynamic shared memory: Q, two KV stages, P (64 heads x 64 positions bf16), alignment slack.
+#define MLAW_P_OFFSET (3 * MLAW_TILE_BYTES)
+#define MLAW_SMEM_BYTES (MLAW_P_OFFSET + MLAW_HEADS * 128 + 1024)
+
+struct mlaw_params {
+    mla_attention_args a;
+    int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
+    bool q_aligned;          // q rows in 16-byte pieces (cp.async) or value by value
+    float *o_part;           // [T][H][nsplit][L] unnormalized outputs
+    float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
+};
+
+#if INVAR_WGMMA
+// Descriptor of an MN-major ("transposed") operand in the 128-byte swizzle layout, for the
+// KV tile read as V: N (latent dims) is the contiguous direction, 64 of them per 128-byte row,
+// one box per 64 dims, so the next 64 columns are a box (8 KB) further (leading byte offset);
+// K (positions) steps a 128-byte row, 8 rows (one swizzle atom) being 1024 bytes (stride byte
+// offset). PTX ISA, "Matrix Descriptor Format" / "Strides", MN-major swizzled layouts.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(const void *tile) {
+    uint64_t addr = smem_addr(tile);
+    return ((addr & 0x3FFFF) >> 4) | ((uint64_t)(MLAW_BOX_BYTES >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+#define MLAW_ACC4(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define MLAW_ACC16(d, i) MLAW_ACC4(d, i), MLAW_ACC4(d, (i) + 4), MLAW_ACC4(d, (i) + 8), MLAW_ACC4(d, (i) + 12)
+#define MLAW_ACC32(d, i) MLAW_ACC16(d, i), MLAW_ACC16(d, (i) + 16)
+#define MLAW_OUT4(d, i) "=f"(d[(i)]), "=f"(d[(i) + 1]), "=f"(d[(i) + 2]), "=f"(d[(i) + 3])
+#define MLAW_OUT16(d, i) MLAW_OUT4(d, i), MLAW_OUT4(d, (i) + 4), MLAW_OUT4(d, (i) + 8), MLAW_OUT4(d, (i) + 12)
+#define MLAW_OUT32(d, i) MLAW_OUT16(d, i), MLAW_OUT16(d, (i) + 16)
+#define MLAW_REGS32                                                            \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                  \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define MLAW_REGS128                                                           \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                  \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"         \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"         \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"         \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"         \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"         \
+    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
+    "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}"
+
+// S = Q(64x16, K-major) · K(64x16, K-major)ᵀ (FIRST: the chain's first step, scale-d = 0, S
+// not read) or S += ...: 64 heads x 64 positions. The first step starting the chain from 0
+// itself spares 32 register moves per tile and keeps plain instructions off the accumulators
+// between wgmma fences (ptxas serializes wgmma when it sees them there: C7515).
+template <bool FIRST>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+    if (FIRST)
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "setp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLAW_REGS32 ", %32, %33, p, 1, 1, 0, 0;\n"
+            "}\n"
+            : MLAW_OUT32(d, 0)
+            : "l"(desc_a), "l"(desc_b), "r"(0));
+    else
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "setp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLAW_REGS32 ", %32, %33, p, 1, 1, 0, 0;\n"
+            "}\n"
+            : MLAW_ACC32(d, 0)
+            : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// O += P(64x16, registers) · V(16x256, MN-major): warpgroup 0's half of the output columns.
+// The A fragment is the m16n8k16 one per warp (mma.cuh), warp w holding rows 16w..16w+15.
+__device__ __forceinline__ void wgmma_m64n256k16_rs_mn(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLAW_REGS128
+        ", {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n"
+        "}\n"
+        : MLAW_ACC32(d, 0), MLAW_ACC32(d, 32), MLAW_ACC32(d, 64), MLAW_ACC32(d, 96)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// O += P(64x16, K-major in shared memory) · V(16x256, MN-major): warpgroup 1's half.
+__device__ __forceinline__ void wgmma_m64n256k16_ss_mn(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLAW_REGS128 ", %128, %129, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : MLAW_ACC32(d, 0), MLAW_ACC32(d, 32), MLAW_ACC32(d, 64), MLAW_ACC32(d, 96)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// The P registers an RS wgmma reads asynchronously: kept live (and unmoved) until its wait.
+__device__ __forceinline__ void hold_a(uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+r"(a[k][e])::"memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Barrier 1 among warpgroup 0's 128 threads only (0 is __syncthreads).
+__device__ __forceinline__ void wg0_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+
+// Two fp32 values as bf16 (round to nearest even), lo in the low half: a wgmma A register.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// One warpgroup's 64 x 256 block of unnormalized outputs into o_part: thread (warp w, lane
+// 4r + q) holds rows 16w + r and 16w + r + 8, columns 8j + 2q, 8j + 2q + 1 (wgmma.cuh).
+__device__ __forceinline__ void store_partial(const mlaw_params &p, const float (&o)[128], int t, int h0, int split,
+                                              int col0, int warp, int lane) {
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const long base = ((long)t * p.a.H + h0 + warp * 16 + r + 8 * half) * p.nsplit + split;
+        float *dst = p.o_part + base * MLAW_L + col0 + 2 * q;
+#pragma unroll
+        for (int j = 0; j < 32; j++) *(float2 *)(dst + 8 * j) = make_float2(o[4 * j + 2 * half], o[4 * j + 2 * half + 1]);
+    }
+}
+#endif
+
+__global__ void __launch_bounds__(MLAW_THREADS, 1)
+mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_kv) {
+#if INVAR_WGMMA
+    const mla_attention_args &a = p.a;
+    const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+    const int pos = a.token_pos[t], seq = a.token_seq[t];
+    const int start = split * p.split_size;
+    if (start > pos) return;  // past the token's position: the merge never reads this split
+    const int end = min(start + p.split_size, pos + 1);
+    const int ntiles = (end - start + MLAW_TILE - 1) / MLAW_TILE;
+    const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32, lane = tid % 32;
+    const int r = lane >> 2, q = lane & 3, row0 = warp * 16 + r;  // this thread's rows: row0, row0 + 8
+    const int h0 = hg * MLAW_HEADS;
+
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
+    uint8_t *const sQ = smem, *const sKV = smem + MLAW_TILE_BYTES, *const sP = smem + MLAW_P_OFFSET;
+    __shared__ __align__(8) uint64_t full[2][MLAW_BOXES];  // box b of stage s has landed
+    __shared__ __align__(8) uint64_t p_full;               // warpgroup 0 wrote P and alpha
+    __shared__ __align__(8) uint64_t p_empty;              // warpgroup 1 has read them
+    __shared__ float s_alpha[MLAW_HEADS];
+
+    // The cache row (slot) of tile i's first position: the tile is the 64 rows from there, all
+    // inside one cache block.
+    const int32_t *seq_blocks = a.block_table + (long)seq * a.max_blocks_per_seq;
+    auto tile_row = [&](int i) {
+        const int p0 = start + i * MLAW_TILE;
+        return (int)((long)seq_blocks[p0 / a.block_size] * a.block_size + p0 % a.block_size);
+    };
+    // Boxes [b0, b1) of tile i (first cache row `row`) into stage i % 2, 64 dims each, every box
+    // on its own barrier.
+    auto issue = [&](int i, int row, int b0, int b1) {
+        uint8_t *dst = sKV + (i & 1) * MLAW_TILE_BYTES;
+        for (int b = b0; b < b1; b++) {
+            mbar_expect_tx(&full[i & 1][b], MLAW_BOX_BYTES);
+            tma_load_2d(dst + b * MLAW_BOX_BYTES, &tmap_kv, &full[i & 1][b], b * 64, row);
+        }
+    };
+    if (tid == 0) {
+        for (int b = 0; b < MLAW_BOXES; b++) {
+            mbar_init(&full[0][b], 1);
+            mbar_init(&full[1][b], 1);
+        }
+        mbar_init(&p_full, 128);
+        mbar_init(&p_empty, 128);
+        mbar_init_fence();
+        issue(0, tile_row(0), 0, MLAW_BOXES);
+        if (ntiles > 1) issue(1, tile_row(1), 0, MLAW_BOXES);
+    }
+
+    // Q: 64 heads x (L latent, R rope) into the swizzled layout, box d / 64, while the first
+    // tiles are in flight.
+    if (p.q_aligned) {
+        for (int i = tid; i < MLAW_HEADS * (MLAW_D / 8); i += MLAW_THREADS) {
+            const int row = i / (MLAW_D / 8), c = i % (MLAW_D / 8), h = h0 + row;
+            const uint16_t *src = c < MLAW_L / 8 ? a.q_lat + t * a.ld_q_lat + (long)h * MLAW_L + c * 8
+                                                 : a.q_pe + t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (c - MLAW_L / 8) * 8;
+            cp_async16(sQ + (c / 8) * MLAW_BOX_BYTES + sw128_offset(row, c % 8), src, 16);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+    } else {
+        for (int i = tid; i < MLAW_HEADS * MLAW_D; i += MLAW_THREADS) {
+            const int row = i / MLAW_D, col = i % MLAW_D, h = h0 + row;
+            const uint16_t v = col < MLAW_L ? a.q_lat[t * a.ld_q_lat + (long)h * MLAW_L + col]
+                                            : a.q_pe[t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (col - MLAW_L)];
+            *(uint16_t *)(sQ + (col / 64) * MLAW_BOX_BYTES + sw128_offset(row, (col % 64) / 8) + (col % 8) * 2) = v;
+        }
+    }
+    fence_proxy_async();  // Q (generic-proxy writes) becomes visible to wgmma
+    __syncthreads();      // ... and the barriers' initialization to every thread
+
+    float o[128];
+#pragma unroll
+    for (int e = 0; e < 128; e++) o[e] = 0.0f;
+
+    // Every wgmma group is waited for in the iteration that issued it: one left in flight
+    // across the loop's back edge makes ptxas serialize all of them (C7515; FlashMLA notes the
+    // same).
+    if (wg == 0) {
+        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+        for (int i = 0; i < ntiles; i++) {
+            const int st = i & 1, p0 = start + i * MLAW_TILE;
+            const uint32_t parity = (uint32_t)(i >> 1) & 1u;
+            uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
+            // Tile i + 2's block-table entry, read now so that its latency hides behind this
+            // tile's products instead of stalling the warpgroup before the copy is issued.
+            const int next_row = i + 2 < ntiles ? tile_row(i + 2) : 0;
+            if (p0 + MLAW_TILE > end) {
+                // The token's last tile: rows at or past `end` hold other positions (or
+                // garbage); P is 0 there, and zeros keep 0 * garbage from making NaN in P·V.
+                for (int b = 0; b < MLAW_BOXES; b++) mbar_wait(&full[st][b], parity);
+                const int valid = end - p0, chunks = (MLAW_TILE - valid) * 8;  // 16-byte chunks a box
+                for (int k = wtid; k < MLAW_BOXES * chunks; k += 128)
+                    *(uint4 *)(kv + (k / chunks) * MLAW_BOX_BYTES + valid * 128 + (k % chunks) * 16) =
+                        make_uint4(0u, 0u, 0u, 0u);
+                fence_proxy_async();
+                wg0_sync();  // every row zeroed before any wgmma reads the tile
+            }
+
+            // S = Q·Kᵀ: one chain over the 36 k16 steps, ascending; each box waited for just
+            // before its 4 steps, so the later boxes' copies overlap the first boxes' products.
+            float s[32];
+#pragma unroll
+            for (int b = 0; b < MLAW_BOXES; b++) {
+                mbar_wait(&full[st][b], parity);
+                wgmma_fence();  // after the wait's loop (a divergent path), or ptxas serializes (C7520)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const int off = b * MLAW_BOX_BYTES + kk * 32;
+                    if (b == 0 && kk == 0)
+                        wgmma_m64n64k16_ss<true>(s, wgmma_desc_sw128(sQ), wgmma_desc_sw128(kv));
+                    else
+                        wgmma_m64n64k16_ss<false>(s, wgmma_desc_sw128(sQ + off), wgmma_desc_sw128(kv + off));
+                }
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_hold(s);
+
+            // Softmax of this tile, rows row0 (s[4j], s[4j+1]) and row0 + 8 (s[4j+2], s[4j+3]),
+            // columns 8j + 2q, 8j + 2q + 1.
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const bool ok = p0 + 8 * j + 2 * q + e < end;
+                    s[4 * j + e] = ok ? s[4 * j + e] * a.scale : -INFINITY;
+                    s[4 * j + 2 + e] = ok ? s[4 * j + 2 + e] * a.scale : -INFINITY;
+                    mx[0] = fmaxf(mx[0], s[4 * j + e]);
+                    mx[1] = fmaxf(mx[1], s[4 * j + 2 + e]);
+                }
+            float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++) {
+                mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 1));
+                mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 2));
+                const float m_new = fmaxf(m_run[h2], mx[h2]);  // finite: the tile's first position is the token's
+                alpha[h2] = __expf(m_run[h2] - m_new);         // exp(-inf) = 0 on the first tile
+                m_run[h2] = m_new;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    s[4 * j + e] = __expf(s[4 * j + e] - m_run[0]);
+                    s[4 * j + 2 + e] = __expf(s[4 * j + 2 + e] - m_run[1]);
+                    sum[0] += s[4 * j + e];
+                    sum[1] += s[4 * j + 2 + e];
+                }
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++) {
+                sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 1);
+                sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 2);
+                l_run[h2] = l_run[h2] * alpha[h2] + sum[h2];
+            }
+            // P in bf16: the accumulator layout of columns 16k..16k+15 is the A fragment of
+            // k16 step k (row0 cols 2q.., row0+8 cols 2q.., row0 cols 8+2q.., row0+8 cols 8+2q..).
+            uint32_t pk[8][2], pa[4][4];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                pk[j][0] = pack_bf16x2(s[4 * j], s[4 * j + 1]);
+                pk[j][1] = pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                pa[k][0] = pk[2 * k][0];
+                pa[k][1] = pk[2 * k][1];
+                pa[k][2] = pk[2 * k + 1][0];
+                pa[k][3] = pk[2 * k + 1][1];
+            }
+
+            // P and alpha for warpgroup 1, once it has read the previous tile's.
+            if (i > 0) mbar_wait(&p_empty, (uint32_t)(i - 1) & 1u);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                *(uint32_t *)(sP + sw128_offset(row0, j) + 4 * q) = pk[j][0];
+                *(uint32_t *)(sP + sw128_offset(row0 + 8, j) + 4 * q) = pk[j][1];
+            }
+            if (q == 0) {
+                s_alpha[row0] = alpha[0];
+                s_alpha[row0 + 8] = alpha[1];
+            }
+            fence_proxy_async();  // P becomes visible to warpgroup 1's wgmma
+            mbar_arrive(&p_full);
+
+            // O[:, 0:256] = O * alpha + P·V (latent dims 0..255: boxes 0..3).
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                o[4 * j] *= alpha[0];
+                o[4 * j + 1] *= alpha[0];
+                o[4 * j + 2] *= alpha[1];
+                o[4 * j + 3] *= alpha[1];
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < 4; k++) wgmma_m64n256k16_rs_mn(o, pa[k], wgmma_desc_sw128_mn(kv + k * 16 * 128));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_hold(o);
+            hold_a(pa);
+            // Boxes 0..3 of this stage are read by nobody else (warpgroup 1 reads 4..7): they
+            // take tile i + 2's now.
+            if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 0, 4);
+            __syncwarp();
+        }
+        store_partial(p, o, t, h0, split, 0, warp, lane);
+        if (q == 0) {
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++)
+                p.ml_part[((long)t * a.H + h0 + row0 + 8 * h2) * p.nsplit + split] = make_float2(m_run[h2], l_run[h2]);
+        }
+    } else {
+        for (int i = 0; i < ntiles; i++) {
+            const int st = i & 1;
+            const uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
+            const int next_row = i + 2 < ntiles ? tile_row(i + 2) : 0;  // read ahead, as warpgroup 0 does
+            mbar_wait(&p_full, (uint32_t)i & 1u);
+            // Already complete (warpgroup 0 waited for every box before writing P); waited for
+            // here too so that the boxes' bytes are visible to this warpgroup's own reads.
+            for (int b = 4; b < 8; b++) mbar_wait(&full[st][b], (uint32_t)(i >> 1) & 1u);
+            const float alpha0 = s_alpha[row0], alpha1 = s_alpha[row0 + 8];
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                o[4 * j] *= alpha0;
+                o[4 * j + 1] *= alpha0;
+                o[4 * j + 2] *= alpha1;
+                o[4 * j + 3] *= alpha1;
+            }
+            // O[:, 256:512] = O * alpha + P·V (latent dims 256..511: boxes 4..7).
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                wgmma_m64n256k16_ss_mn(o, wgmma_desc_sw128(sP + k * 32),
+                                       wgmma_desc_sw128_mn(kv + 4 * MLAW_BOX_BYTES + k * 16 * 128));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_hold(o);
+            mbar_arrive(&p_empty);
+            // Boxes 4..8: warpgroup 0's Q·Kᵀ of this tile finished before P was written, this
+            // warpgroup's P·V just now; they take tile i + 2's.
+            if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 4, MLAW_BOXES);
+            __syncwarp();
+        }
+        store_partial(p, o, t, h0, split, MLAW_L / 2, warp, lane);
+    }
+#else
+    (void)p;  // not an sm_90a pass: never launched (mla_wgmma_supported checks cuda_ctx.wgmma)
+    (void)tmap_kv;
+#endif
+}
+
+bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
+    // + 512: the kernel's static shared memory (barriers, alpha) counts against the same limit
+    return c->wgmma && c->tensor_map_encode && c->smem_optin >= (size_t)MLAW_SMEM_BYTES + 512 && a->H % MLAW_HEADS == 0 &&
+           a->L == MLAW_L && a->R == MLAW_R && a->block_size > 0 && a->block_size % MLAW_TILE == 0 &&
+           split_size > 0 && split_size % MLAW_TILE == 0;
+}
+
+void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
+                            float2 *ml_part) {
+    mlaw_params p;
+    p.a = *a;
+    p.split_size = split_size;
+    p.nsplit = nsplit;
+    p.q_aligned = ((uintptr_t)a->q_lat & 15u) == 0 && ((uintptr_t)a->q_pe & 15u) == 0 && a->ld_q_lat % 8 == 0 &&
+                  a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
+    p.o_part = o_part;
+    p.ml_part = ml_part;
+
+    // The cache as a 2-D tensor [slots][L + R]. Its slot count is not among the arguments; every
+    // box lies inside a block the token's sequence owns, so the extent only has to cover the
+    // largest slot index a coordinate (int32) can name.
+    CUtensorMap tmap;
+    cuuint64_t dims[2] = {(cuuint64_t)MLAW_D, (cuuint64_t)1 << 31};
+    cuuint64_t strides[1] = {(cuuint64_t)MLAW_D * 2};
+    cuuint32_t box[2] = {64, MLAW_TILE};
+    cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = ((PFN_cuTensorMapEncodeTiled_v12000)c->tensor_map_encode)(
+        &tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)a->kv_cache, dims, strides, box, elem_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        invar_die(INVAR_EXIT_SYSTEM, "cuda: mla_attention: cuTensorMapEncodeTiled (kv cache) failed: error %d", (int)r);
+
+    CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_wgmma_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     MLAW_SMEM_BYTES));
+    // Head groups fastest: the CTAs that read the same KV tiles run side by side (L2 reuse).
+    dim3 grid((unsigned)(a->H / MLAW_HEADS), (unsigned)nsplit, (unsigned)a->T);
+    mla_wgmma_split_kernel<<<grid, MLAW_THREADS, MLAW_SMEM_BYTES, c->stream>>>(p, tmap);
+    CUDA_CHECK_LAUNCH("mla_attention (wgmma)");
+}

@@ -165,10 +165,6 @@ __device__ __forceinline__ void hold_a(uint32_t (&a)[4][4]) {
         for (int e = 0; e < 4; e++) asm volatile("" : "+r"(a[k][e])::"memory");
 }
 
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-
 // Barrier 1 among warpgroup 0's 128 threads only (0 is __syncthreads).
 __device__ __forceinline__ void wg0_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 

@@ -76,19 +76,22 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // by pair took longer than its 24 k-tiles of wgmma at K = 1536. Warps past the last row store
 // nothing; warps with some rows past it, tiles that end past N and unaligned outputs store
 // pair by pair (at M = 1 the transposes of 63 absent rows cost 2-4 us on the H200).
-template <int NI>
+// VEC = false compiles the pair-by-pair stores alone: at small M, where a CTA writes one tile,
+// the longer vector epilogue's first run (instruction fetch) cost 2-4 us per kernel on the
+// H200, more than its stores saved.
+template <int NI, bool VEC>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                            const float (&res)[NI][64]) {
     if (row0 >= row_end) return;  // warp-uniform
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
-    const bool vec = row0 + 16 <= row_end && n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 &&
+    const bool vec = VEC && row0 + 16 <= row_end && n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 &&
                      p.ldy % (p.y_f32 ? 4 : 8) == 0;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int m = row0 + r + half * 8;
         const bool row_ok = m < row_end;
         const long yrow = row_ok ? (p.y_rows ? p.y_rows[m] : m) : 0;
-        if (!vec) {
+        if (!VEC || !vec) {
             if (!row_ok) continue;
 #pragma unroll
             for (int i = 0; i < NI; i++)
@@ -99,6 +102,7 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
                 }
             continue;
         }
+        if constexpr (VEC)
 #pragma unroll
         for (int i = 0; i < NI; i++)
 #pragma unroll
@@ -160,7 +164,7 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][64], float (&acc)[
 // is a BM x BN tile (SPLIT_GRID: a tile and one split, split-major so a wave's CTAs read the
 // same k range), tiles in gemm_tile_of's order. Each unit's chains, and the order its splits
 // are added, are exactly gemm_sm90_kernel's: the two kernels give the same bits.
-template <int CW, int NI, int STAGES, int SPLIT>
+template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
 gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const __grid_constant__ CUtensorMap tmap_x,
                     const __grid_constant__ CUtensorMap tmap_w) {
@@ -251,8 +255,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
 #pragma unroll
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
         char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)w.split * p.stride_y * 4 : (char *)p.y;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI>(p, y, w.m0 + cw * 64 + warp * 16, p.M, w.n0, total);
-        else store_tile<NI>(p, y, w.m0 + cw * 64 + warp * 16, p.M, w.n0, acc);
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, w.m0 + cw * 64 + warp * 16, p.M, w.n0, total);
+        else store_tile<NI, VEC>(p, y, w.m0 + cw * 64 + warp * 16, p.M, w.n0, acc);
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
@@ -373,8 +377,9 @@ gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
 
     (void)lane;
-    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total);
-    else store_tile<NI>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc);
+    // vector stores for the two-warpgroup tiles, which the launcher picks at large M only
+    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total);
+    else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc);
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
     (void)splits;
@@ -461,8 +466,8 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
 
 // The warp-specialized kernel over one dense product (TMA): at most one CTA per SM, each
 // walking its share of the work units.
-template <int CW, int NI, int STAGES, int SPLIT>
-static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
+template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
+static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
     constexpr int BM = 64 * CW, BN = 128 * NI;
     constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
@@ -471,10 +476,17 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
     const CUtensorMap tx = tensor_map(c, p->x, p->M, p->K, p->ldx, BM, op);
     const CUtensorMap tw = tensor_map(c, p->w, p->N, p->K, p->ldw, BN, op);
-    auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT>;
+    auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC>;
     CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
     k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, splits, m_tiles, n_tiles, tx, tw);
     CUDA_CHECK_LAUNCH(op);
+}
+
+// Vector epilogue for the two-warpgroup tiles (large M) and for 64-row tiles past M = 64.
+template <int CW, int NI, int STAGES, int SPLIT>
+static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
+    if (CW == 1 && p->M <= 64) launch_ws_kernel<CW, NI, STAGES, SPLIT, false>(c, p, splits, op);
+    else launch_ws_kernel<CW, NI, STAGES, SPLIT, true>(c, p, splits, op);
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then

@@ -70,28 +70,25 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 
 // Epilogue of one warp: its 16 rows from row0 (rows at or past row_end skipped) by NI * 128
 // columns from n0, in the accumulator layout of wgmma.cuh; one rounding to bf16, or none (fp32
-// output, and every SPLIT_GRID partial). A quad's four lanes hold 2 columns each of 8-column
-// blocks j; after a transpose over 4 blocks each lane holds one block's 8 columns and writes
-// them in one 16-byte store (two for fp32), not 8 separate ones: writing a 128 x 256 tile pair
-// by pair took longer than its 24 k-tiles of wgmma at K = 1536. Warps past the last row store
-// nothing; warps with some rows past it, tiles that end past N and unaligned outputs store
-// pair by pair (at M = 1 the transposes of 63 absent rows cost 2-4 us on the H200).
-// VEC = false compiles the pair-by-pair stores alone: at small M, where a CTA writes one tile,
-// the longer vector epilogue's first run (instruction fetch) cost 2-4 us per kernel on the
-// H200, more than its stores saved.
+// output, and every SPLIT_GRID partial). With VEC, a quad's four lanes, which hold 2 columns
+// each of 8-column blocks j, transpose over 4 blocks so each lane holds one block's 8 columns
+// and writes them in one 16-byte store (two for fp32), not 8 separate ones: writing a
+// 128 x 256 tile pair by pair took longer than its 24 k-tiles of wgmma at K = 1536. Tiles that
+// end past N and unaligned outputs store pair by pair. VEC = false compiles the pair stores
+// alone, for small M, where a CTA writes one tile: there the longer vector epilogue cost 2-4 us
+// per kernel on the H200 (its first run), more than its stores saved; and skipping the absent
+// rows' transposes instead slowed the large-M tiles by 3-10%.
 template <int NI, bool VEC>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                            const float (&res)[NI][64]) {
-    if (row0 >= row_end) return;  // warp-uniform
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
-    const bool vec = VEC && row0 + 16 <= row_end && n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 &&
-                     p.ldy % (p.y_f32 ? 4 : 8) == 0;
+    const bool vec = VEC && n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int m = row0 + r + half * 8;
         const bool row_ok = m < row_end;
         const long yrow = row_ok ? (p.y_rows ? p.y_rows[m] : m) : 0;
-        if (!VEC || !vec) {
+        if (!vec) {
             if (!row_ok) continue;
 #pragma unroll
             for (int i = 0; i < NI; i++)

@@ -482,8 +482,13 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int splits, con
 // Vector epilogue for the two-warpgroup tiles (large M) and for 64-row tiles past M = 64.
 template <int CW, int NI, int STAGES, int SPLIT>
 static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
-    if (CW == 1 && p->M <= 64) launch_ws_kernel<CW, NI, STAGES, SPLIT, false>(c, p, splits, op);
-    else launch_ws_kernel<CW, NI, STAGES, SPLIT, true>(c, p, splits, op);
+    if constexpr (CW == 1) {
+        if (p->M <= 64) {
+            launch_ws_kernel<CW, NI, STAGES, SPLIT, false>(c, p, splits, op);
+            return;
+        }
+    }
+    launch_ws_kernel<CW, NI, STAGES, SPLIT, true>(c, p, splits, op);
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then

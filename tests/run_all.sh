@@ -26,7 +26,7 @@ if [ "$gpu" = 1 ]; then
     for op in $("$BUILD/invar" kernels --help | sed -n 's/^ops: //p'); do
         case $op in
             mla_attention | gemm | gemm_f32)
-                for set in invariant reference adversarial; do
+                for set in invariant reference adversarial; do  # every set `invar kernels --set` names
                     suite "invar kernels --device cuda --op $op --set $set" "$BUILD/invar" kernels --device cuda \
                         --op "$op" --set "$set" --out "$REPORT/kernels/cuda/$op/$set"
                 done ;;
@@ -56,8 +56,8 @@ suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shar
 suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh "$BUILD"
 
 # cases/gpu.ini, the longest suite whole (about 120 s on an H200 beside the others), runs as
-# gpu_shards shards side by side, merged into one report below.
-gpu_shards=3
+# GPU_SHARDS (default 3) shards side by side, merged into one report below.
+gpu_shards=${GPU_SHARDS:-3}
 for c in gpu gpu-tp; do  # gpu-tp: T = 2 needs two GPUs, SKIP (visibly, per config) with one
     if [ "$gpu" != 1 ]; then
         skip_suite "invar run --case cases/$c.ini: no CUDA device (nvidia-smi lists no GPU)"

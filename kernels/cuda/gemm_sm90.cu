@@ -3,8 +3,8 @@
 // The reduction order of one output element is gemm_plan.cuh's: split s of S = f(N, K) is the
 // chain  p_s = 0; for k0 ascending in its k-tiles: p_s = wgmma_m64n128k16(p_s, ...)  and the
 // result ((p_0 + p_1) + ...) in split order (S = 1: p_0, the chain over all of K). One
-// instruction shape, the K tail zero-filled. A CTA is 1 or 2 warpgroups (BM = 64 or 128 rows)
-// by 128 or 256 columns; it walks every split itself (SPLIT_NONE, SPLIT_IN_CTA: a running
+// instruction shape, the K tail zero-filled. A tile is 1 or 2 warpgroups' rows (BM = 64 or 128)
+// by 128 or 256 columns; its CTA walks every split itself (SPLIT_NONE, SPLIT_IN_CTA: a running
 // total in registers) or computes one split and writes its fp32 partial (SPLIT_GRID, reduced
 // by gemm_split_reduce_kernel in split order). Which of these the launcher picks, and how the
 // tiles were loaded, only decide who carries a chain and when its operands arrive, never the
@@ -153,7 +153,11 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][64], float (&acc)[
 // Warpgroups 0..CW-1 are the consumers, 64 rows each; warpgroup CW is the producer: one of its
 // threads issues every TMA copy. A whole warpgroup, because registers are shared per SM
 // quadrant: the producer gives its registers back (setmaxnreg 40) so each consumer thread may
-// hold 232 (a 9-warp CTA would cap them at 168, where the epilogue spills). STAGES slots, each with a `full` barrier (completed by the copy
+// hold 232 (a 9-warp CTA cannot launch above 168 a thread, and without setmaxnreg the
+// two-consumer kernels spill 16-60 bytes). The budgets fill the pool exactly: at CW = 2,
+// 128 x 40 + 256 x 232 = 384 x 168, the 168 ptxas gives every thread at launch (1 CTA per SM);
+// tests/gpu_gemm_check.sh fails if ptxas reports another count, since a smaller one would
+// leave setmaxnreg.inc waiting forever. STAGES slots, each with a `full` barrier (completed by the copy
 // engine) and an `empty` barrier (each consumer warp arrives once its wgmma have read the
 // slot), so the producer runs up to STAGES k-tiles ahead of the consumers with no block-wide
 // barrier, and across work units: while the consumers store one tile the next tile's
@@ -176,15 +180,15 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
     const int units = SPLIT == SPLIT_GRID ? tiles * splits : tiles;
     struct unit { int m0, n0, split, kt_begin, kt_end; };
     auto unit_at = [&](int u) {
-        unit w;
+        unit work;
         int m_tile, n_tile;
-        w.split = SPLIT == SPLIT_GRID ? u / tiles : 0;
-        gemm_tile_of(u - w.split * tiles, m_tiles, n_tiles, &m_tile, &n_tile);
-        w.m0 = m_tile * BM;
-        w.n0 = n_tile * BN;
-        w.kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(w.split, splits, KT) : 0;
-        w.kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(w.split + 1, splits, KT) : KT;
-        return w;
+        work.split = SPLIT == SPLIT_GRID ? u / tiles : 0;
+        gemm_tile_of(u - work.split * tiles, m_tiles, n_tiles, &m_tile, &n_tile);
+        work.m0 = m_tile * BM;
+        work.n0 = n_tile * BN;
+        work.kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(work.split, splits, KT) : 0;
+        work.kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(work.split + 1, splits, KT) : KT;
+        return work;
     };
 
     if (threadIdx.x == 0) {
@@ -201,15 +205,15 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
         if (threadIdx.x != CW * 128) return;
         int it = 0;  // k-tiles issued by this CTA: slot it % STAGES, its use it / STAGES
         for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            const unit w = unit_at(u);
-            for (int kt = w.kt_begin; kt < w.kt_end; kt++, it++) {
+            const unit work = unit_at(u);
+            for (int kt = work.kt_begin; kt < work.kt_end; kt++, it++) {
                 const int slot = it % STAGES;
                 // the slot's previous use (it - STAGES) read by every consumer warp
                 if (it >= STAGES) mbar_wait(&empty[slot], (uint32_t)((it / STAGES) & 1) ^ 1u);
                 uint8_t *s = smem + slot * STAGE_BYTES;
                 mbar_expect_tx(&full[slot], STAGE_BYTES);
-                tma_load_2d(s, &tmap_x, &full[slot], kt * GEMM_BK, w.m0);
-                tma_load_2d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, w.n0);
+                tma_load_2d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0);
+                tma_load_2d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0);
             }
         }
         return;
@@ -225,19 +229,19 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
     float total[SPLIT == SPLIT_IN_CTA ? NI : 1][64];
     int it = 0;  // k-tiles consumed, in the producer's order
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const unit w = unit_at(u);
+        const unit work = unit_at(u);
 #pragma unroll
         for (int i = 0; i < NI; i++)
 #pragma unroll
             for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
-        int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : w.kt_end;
-        for (int kt = w.kt_begin; kt < w.kt_end; kt++, it++) {
+        int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : work.kt_end;
+        for (int kt = work.kt_begin; kt < work.kt_end; kt++, it++) {
             const int slot = it % STAGES;
             mbar_wait(&full[slot], (uint32_t)(it / STAGES) & 1u);
             const uint8_t *s = smem + slot * STAGE_BYTES;
             mma_k_tile<NI>(acc, s + cw * 64 * 128, s + A_BYTES);
             wgmma_wait<1>();  // k-tile it - 1's wgmma are done
-            if (kt > w.kt_begin) release(it - 1);
+            if (kt > work.kt_begin) release(it - 1);
             if constexpr (SPLIT == SPLIT_IN_CTA) {
                 if (kt + 1 == split_end) {
                     wgmma_wait<0>();
@@ -248,12 +252,12 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
             }
         }
         wgmma_wait<0>();
-        if (w.kt_end > w.kt_begin) release(it - 1);
+        if (work.kt_end > work.kt_begin) release(it - 1);
 #pragma unroll
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
-        char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)w.split * p.stride_y * 4 : (char *)p.y;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, w.m0 + cw * 64 + warp * 16, p.M, w.n0, total);
-        else store_tile<NI, VEC>(p, y, w.m0 + cw * 64 + warp * 16, p.M, w.n0, acc);
+        char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4 : (char *)p.y;
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, work.m0 + cw * 64 + warp * 16, p.M, work.n0, total);
+        else store_tile<NI, VEC>(p, y, work.m0 + cw * 64 + warp * 16, p.M, work.n0, acc);
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
@@ -265,7 +269,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
 #endif
 }
 
-// --- the kernel ----------------------------------------------------------------------------
+// --- the one-tile-per-CTA kernel (small-M split CTAs; cp.async and scalar loads) -----------
 
 // splits: gemm_split_count(N, K) (1 with SPLIT_NONE). SPLIT_GRID: p.y is the fp32 partials
 // [splits][M][ldy = N], split blockIdx.z's at p.y + blockIdx.z * stride_y floats.
@@ -288,7 +292,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap
     if (m0 >= v.row_end) return;  // grouped: this group has fewer rows than the grid allows
     char *const y = SPLIT == SPLIT_GRID ? v.y + (long)blockIdx.z * p.stride_y * 4 : v.y;
 
-    const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32;
     float acc[NI][64];
 #pragma unroll
     for (int i = 0; i < NI; i++)
@@ -373,7 +377,6 @@ gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
 
-    (void)lane;
     // vector stores for the two-warpgroup tiles, which the launcher picks at large M only
     if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total);
     else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc);

@@ -364,9 +364,19 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
         if (tid + j * MERGE_THREADS < L) out[tid + j * MERGE_THREADS] = float_to_bf16(v[j] / denom);
 }
 
+// Shapes the tensor-core kernels do not take (mla_attention_generic.cu's instead).
+static bool mla_generic_shape(const mla_attention_args *a) {
+    return a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0;
+}
+
+// The invariant set's split size, or the one a backend schedules itself (kv_split_size).
+static int mla_split_size(const mla_attention_args *a) {
+    return a->kv_split_size > 0 ? a->kv_split_size : MLA_SPLIT_SIZE;
+}
+
 void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_size) {
     if (a->T <= 0 || a->H <= 0) return;
-    if (a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0) {
+    if (mla_generic_shape(a)) {
         mla_attention_generic_launch(c, a, split_size);  // a shape choice, never a batch choice
         return;
     }
@@ -409,11 +419,11 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
 // A backend that schedules its own splits (kv_split_size) gets them: the kernel stays a fixed
 // function of (position, split size), and the backend owns whether that size is invariant.
 void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a) {
-    mla_attention_launch(cuda_ctx_of(ops), a, a->kv_split_size > 0 ? a->kv_split_size : MLA_SPLIT_SIZE);
+    mla_attention_launch(cuda_ctx_of(ops), a, mla_split_size(a));
 }
 
+// The same choices as inv_cuda_mla_attention makes through mla_attention_launch.
 const char *inv_cuda_mla_attention_kernel(ops_set *ops, const mla_attention_args *a) {
-    const int split_size = a->kv_split_size > 0 ? a->kv_split_size : MLA_SPLIT_SIZE;
-    if (a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0) return "generic";
-    return mla_wgmma_supported(cuda_ctx_of(ops), a, split_size) ? "wgmma" : "mma.sync";
+    if (mla_generic_shape(a)) return "generic";
+    return mla_wgmma_supported(cuda_ctx_of(ops), a, mla_split_size(a)) ? "wgmma" : "mma.sync";
 }

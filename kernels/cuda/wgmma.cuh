@@ -1,5 +1,6 @@
-// kernels/cuda/wgmma.cuh — Hopper's warpgroup MMA (sm_90a): the one instruction shape the
-// invariant GEMM uses on H100/H200, its shared-memory operand descriptor and its fences.
+// kernels/cuda/wgmma.cuh — Hopper (sm_90a) building blocks: the GEMM's warpgroup MMA (its one
+// instruction shape on H100/H200, the shared-memory operand descriptor, the fences) and the TMA
+// copies completing on mbarriers that the GEMM and the many-head MLA kernel load with.
 //
 // Operands are K-major bf16 tiles stored in the 128-byte swizzle layout: row r of a tile
 // (64 bf16 = 128 bytes) at r*128, its 16-byte chunk c at chunk (c ^ (r % 8)); groups of 8 rows
@@ -43,7 +44,9 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
 // Per-warpgroup register budgets (a warp-specialized CTA: the producer lowers its own, the
-// consumers raise theirs into what it freed). Every warp of the warpgroup executes it.
+// consumers raise theirs into what it freed; ptxas compiles the code after each to its
+// budget). Every warp of the warpgroup executes it. An increase the CTA's pool cannot grant
+// waits forever: the budgets must add up to at most what the CTA launched with.
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
@@ -91,7 +94,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
         "@!done bra WAIT_AGAIN;\n"
         "}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
 }
-// One arrival (release: this thread's earlier reads of the slot are done before the phase ends).
+// One arrival. For a slot wgmma read: call it after the wgmma_wait that retired those reads
+// (the arrival orders this thread's own accesses only).
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }

@@ -282,6 +282,8 @@ static void test_gemm_split_k_rows(void **state) {
         {1536, 7168}, {576, 7168}, {2048, 1536}, {7168, 2048},  // split on sm_90a
         {7168, 8192},  // 2 long splits: 128 x 256 grid splits from M = 513, in two row blocks at 8192
         {4096, 512},  {24576, 1536},                            // one split (K, N too large)
+        {8832, 512},   // 128 x 256 tiles, S = 1, the last half wide (N % 256 = 128): pair stores there
+        {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
     const int MMAX = 8192, f32_ms[] = {17, 4096};

@@ -109,26 +109,19 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(const void *tile) {
 // not read) or S += ...: 64 heads x 64 positions. The first step starting the chain from 0
 // itself spares 32 register moves per tile and keeps plain instructions off the accumulators
 // between wgmma fences (ptxas serializes wgmma when it sees them there: C7515).
+// %34: scale-d (0: d = A·B, 1: d += A·B); the two calls differ only in whether d is read.
+#define MLAW_M64N64K16_SS                                                                      \
+    "{\n"                                                                                       \
+    ".reg .pred p;\n"                                                                           \
+    "setp.ne.b32 p, %34, 0;\n"                                                                  \
+    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLAW_REGS32 ", %32, %33, p, 1, 1, 0, 0;\n" \
+    "}\n"
 template <bool FIRST>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
     if (FIRST)
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "setp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLAW_REGS32 ", %32, %33, p, 1, 1, 0, 0;\n"
-            "}\n"
-            : MLAW_OUT32(d, 0)
-            : "l"(desc_a), "l"(desc_b), "r"(0));
+        asm volatile(MLAW_M64N64K16_SS : MLAW_OUT32(d, 0) : "l"(desc_a), "l"(desc_b), "r"(0));
     else
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "setp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLAW_REGS32 ", %32, %33, p, 1, 1, 0, 0;\n"
-            "}\n"
-            : MLAW_ACC32(d, 0)
-            : "l"(desc_a), "l"(desc_b), "r"(1));
+        asm volatile(MLAW_M64N64K16_SS : MLAW_ACC32(d, 0) : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
 // O += P(64x16, registers) · V(16x256, MN-major): warpgroup 0's half of the output columns.

@@ -22,8 +22,7 @@
 //                        (the small-M split CTAs), or cp.async for everything else (MoE experts
 //                        gather their rows through x_rows; batched products; unaligned strides):
 //                        every thread copies 16-byte chunks (or single values), STAGES-2 ahead.
-#include <cuda.h>           // CUtensorMap, cuTensorMapEncodeTiled's enums (types only)
-#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
+#include <cuda.h>           // CUtensorMap
 #include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3
 #include <stdint.h>         // uint8_t, uint16_t, uint64_t
 
@@ -32,6 +31,7 @@
 #include "gemm.cuh"         // gemm_problem, gemm_view, gemm_load_rows, gemm_store_pair
 #include "gemm_plan.cuh"    // gemm_plan, gemm_split_begin, GEMM_BK, the split rule
 #include "mma.cuh"          // cp_async_commit, cp_async_wait
+#include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
 
 #if INVAR_WGMMA
@@ -426,24 +426,6 @@ gemm_split_reduce_kernel(const float *__restrict__ partials, int splits, int M, 
 
 // --- launch ----------------------------------------------------------------------------------
 
-// A 2-D row-major bf16 matrix [rows][cols] with row stride ld, read in boxes of 64 x box_rows.
-static CUtensorMap tensor_map(cuda_ctx *c, const void *base, long rows, long cols, long ld, int box_rows,
-                              const char *op) {
-    CUtensorMap m;
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
-    cuuint32_t box[2] = {GEMM_BK, (cuuint32_t)box_rows};
-    cuuint32_t elem_strides[2] = {1, 1};
-    CUresult r = ((PFN_cuTensorMapEncodeTiled_v12000)c->tensor_map_encode)(
-        &m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, elem_strides,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        invar_die(INVAR_EXIT_SYSTEM, "cuda: %s: cuTensorMapEncodeTiled (%ld x %ld, ld %ld) failed: error %d", op,
-                  rows, cols, ld, (int)r);
-    return m;
-}
-
 // grid.z: the products (or groups), or with SPLIT_GRID the splits of the one product.
 template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
 static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
@@ -455,8 +437,8 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d batch=%d exceed the CUDA grid", op, p->M, batch);
     CUtensorMap tx = {}, tw = {};
     if (LOAD == LOAD_TMA) {
-        tx = tensor_map(c, p->x, p->M, p->K, p->ldx, BM, op);
-        tw = tensor_map(c, p->w, p->N, p->K, p->ldw, BN, op);
+        tx = tma_map_bf16_2d(c, p->x, p->M, p->K, p->ldx, GEMM_BK, BM, op, "x");
+        tw = tma_map_bf16_2d(c, p->w, p->N, p->K, p->ldw, GEMM_BK, BN, op, "w");
     }
     auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD, SPLIT>;
     CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
@@ -474,8 +456,8 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int splits, con
     const long units = (long)m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
     if (units > 0x7fffffffL) invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d: too many tiles", op, p->M, p->N);
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
-    const CUtensorMap tx = tensor_map(c, p->x, p->M, p->K, p->ldx, BM, op);
-    const CUtensorMap tw = tensor_map(c, p->w, p->N, p->K, p->ldw, BN, op);
+    const CUtensorMap tx = tma_map_bf16_2d(c, p->x, p->M, p->K, p->ldx, GEMM_BK, BM, op, "x");
+    const CUtensorMap tw = tma_map_bf16_2d(c, p->w, p->N, p->K, p->ldw, GEMM_BK, BN, op, "w");
     auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC>;
     CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
     k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, splits, m_tiles, n_tiles, tx, tw);

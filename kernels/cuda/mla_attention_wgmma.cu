@@ -42,8 +42,7 @@
 //     p_empty; then boxes 4..8 (warpgroup 0's Q·Kᵀ of tile i is done: P exists) take tile i + 2.
 // Warpgroup 1's P·V of tile i overlaps warpgroup 0's Q·Kᵀ of tile i + 1. Each warpgroup waits
 // for its wgmma groups inside the iteration that issued them (see the kernel).
-#include <cuda.h>           // CUtensorMap, cuTensorMapEncodeTiled's enums (types only)
-#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
+#include <cuda.h>           // CUtensorMap
 #include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3, float2
 #include <math.h>           // INFINITY
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
@@ -51,6 +50,7 @@
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait, smem_addr
+#include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128, mbar_*, tma_load_2d
 
 #define MLAW_HEADS 64                                  // heads per CTA: the wgmma M
@@ -457,17 +457,8 @@ void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_
     // The cache as a 2-D tensor [slots][L + R]. Its slot count is not among the arguments; every
     // box lies inside a block the token's sequence owns, so the extent only has to cover the
     // largest slot index a coordinate (int32) can name.
-    CUtensorMap tmap;
-    cuuint64_t dims[2] = {(cuuint64_t)MLAW_D, (cuuint64_t)1 << 31};
-    cuuint64_t strides[1] = {(cuuint64_t)MLAW_D * 2};
-    cuuint32_t box[2] = {64, MLAW_TILE};
-    cuuint32_t elem_strides[2] = {1, 1};
-    CUresult r = ((PFN_cuTensorMapEncodeTiled_v12000)c->tensor_map_encode)(
-        &tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)a->kv_cache, dims, strides, box, elem_strides,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        invar_die(INVAR_EXIT_SYSTEM, "cuda: mla_attention: cuTensorMapEncodeTiled (kv cache) failed: error %d", (int)r);
+    const CUtensorMap tmap = tma_map_bf16_2d(c, a->kv_cache, 1L << 31, MLAW_D, MLAW_D, 64, MLAW_TILE, "mla_attention",
+                                             "kv cache");
 
     CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_wgmma_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      MLAW_SMEM_BYTES));

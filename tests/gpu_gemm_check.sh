@@ -19,14 +19,12 @@
 set -u
 out=${1:?usage: tests/gpu_gemm_check.sh OUT_DIR}
 cd "$(dirname "$0")/.." || exit 2
-mkdir -p "$out" || exit 2
-out=$(cd "$out" && pwd)
-deps=${DEPS_PREFIX:-/tmp/deps}
 jobs=$(nproc 2>/dev/null || echo 16)
 runs=${BENCH_RUNS:-3}
 budget=${GEMM_CHECK_BUDGET_S:-560}
 # shellcheck source=tests/gpu_steps.sh
-. tests/gpu_steps.sh  # step, unpack_deps, status, overall
+. tests/gpu_steps.sh  # open_out, step, unpack_deps, status, overall
+open_out "$out"
 
 # --- the build ---------------------------------------------------------------------------------
 unpack_deps "$deps"

@@ -1,7 +1,7 @@
 # tests/gpu_steps.sh — sourced by the one-call GPU scripts (gpu_gemm_check.sh, gpu_tp_check.sh):
 # the Debian libraries unpacked for the build, and steps that each log to OUT/NAME.log and record
 # a verdict and a time for the closing summary.
-#   out       the output directory (absolute)
+#   out       the output directory (absolute; open_out sets it)
 #   budget    seconds all steps may take together (0: no budget); a step that would start with
 #             less than 20 s left is skipped and says so
 # Sets: status (one summary line per step), overall (1 once a step failed, timed out or was
@@ -9,6 +9,12 @@
 status=()
 overall=0
 budget=${budget:-0}
+
+open_out() {  # open_out DIR: creates it; sets out (its absolute path) and deps (DEPS_PREFIX, or /tmp/deps)
+    mkdir -p "$1" || exit 2
+    out=$(cd "$1" && pwd)
+    deps=${DEPS_PREFIX:-/tmp/deps}
+}
 
 unpack_deps() {  # unpack_deps DIR: .deps/*.deb into DIR unless it holds them already
     if [ ! -f "$1/usr/include/cmocka.h" ] && ls .deps/*.deb >/dev/null 2>&1; then

@@ -16,11 +16,9 @@
 set -u
 out=${1:?usage: tests/gpu_tp_check.sh OUT_DIR}
 cd "$(dirname "$0")/.." || exit 2
-mkdir -p "$out" || exit 2
-out=$(cd "$out" && pwd)
-deps=${DEPS_PREFIX:-/tmp/deps}
 # shellcheck source=tests/gpu_steps.sh
-. tests/gpu_steps.sh  # step, unpack_deps, status, overall
+. tests/gpu_steps.sh  # open_out, step, unpack_deps, status, overall
+open_out "$out"
 jobs=$(nproc 2>/dev/null || echo 16)
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 

@@ -72,12 +72,10 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // columns from n0, in the accumulator layout of wgmma.cuh; one rounding to bf16, or none (fp32
 // output, and every SPLIT_GRID partial). With VEC, a quad's four lanes, which hold 2 columns
 // each of 8-column blocks j, transpose over 4 blocks so each lane holds one block's 8 columns
-// and writes them in one 16-byte store (two for fp32), not 8 separate ones: writing a
-// 128 x 256 tile pair by pair took longer than its 24 k-tiles of wgmma at K = 1536. Tiles that
-// end past N and unaligned outputs store pair by pair. VEC = false compiles the pair stores
-// alone, for small M, where a CTA writes one tile: there the longer vector epilogue cost 2-4 us
-// per kernel on the H200 (its first run), more than its stores saved; and skipping the absent
-// rows' transposes instead slowed the large-M tiles by 3-10%.
+// and writes them in one 16-byte store (two for fp32), not 8 separate ones (at large M the
+// pair stores cost about as much as the main loop). Tiles that end past N and unaligned outputs
+// store pair by pair. VEC = false compiles the pair stores alone, for small M, where a CTA
+// writes one tile and the longer vector code costs more than it saves (kernels/cuda/NOTES.md).
 template <int NI, bool VEC>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                            const float (&res)[NI][64]) {
@@ -99,36 +97,38 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
                 }
             continue;
         }
-        if constexpr (VEC)
+        if constexpr (VEC) {
 #pragma unroll
-        for (int i = 0; i < NI; i++)
+            for (int i = 0; i < NI; i++)
 #pragma unroll
-            for (int jj = 0; jj < 4; jj++) {  // blocks j = 4 jj + t; this lane ends with j = 4 jj + q
-                const int n = n0 + i * 128 + (4 * jj + q) * 8;
-                uint32_t lo[4], hi[4];
+                for (int jj = 0; jj < 4; jj++) {  // blocks j = 4 jj + t; this lane ends with j = 4 jj + q
+                    const int n = n0 + i * 128 + (4 * jj + q) * 8;
+                    uint32_t lo[4], hi[4];
 #pragma unroll
-                for (int t = 0; t < 4; t++) {
-                    const float a = res[i][4 * (4 * jj + t) + 2 * half], b = res[i][4 * (4 * jj + t) + 2 * half + 1];
+                    for (int t = 0; t < 4; t++) {
+                        const int e = 4 * (4 * jj + t) + 2 * half;
+                        const float a = res[i][e], b = res[i][e + 1];
+                        if (p.y_f32) {
+                            lo[t] = __float_as_uint(a);
+                            hi[t] = __float_as_uint(b);
+                        } else {
+                            lo[t] = (uint32_t)float_to_bf16(a) | ((uint32_t)float_to_bf16(b) << 16);
+                        }
+                    }
+                    quad_transpose(lo);  // lo[t]: columns 2t, 2t + 1 of this lane's block
                     if (p.y_f32) {
-                        lo[t] = __float_as_uint(a);
-                        hi[t] = __float_as_uint(b);
-                    } else {
-                        lo[t] = (uint32_t)float_to_bf16(a) | ((uint32_t)float_to_bf16(b) << 16);
+                        quad_transpose(hi);
+                        if (!row_ok) continue;
+                        float4 *dst = (float4 *)((float *)y + yrow * p.ldy + n);
+                        dst[0] = make_float4(__uint_as_float(lo[0]), __uint_as_float(hi[0]), __uint_as_float(lo[1]),
+                                             __uint_as_float(hi[1]));
+                        dst[1] = make_float4(__uint_as_float(lo[2]), __uint_as_float(hi[2]), __uint_as_float(lo[3]),
+                                             __uint_as_float(hi[3]));
+                    } else if (row_ok) {
+                        *(uint4 *)((uint16_t *)y + yrow * p.ldy + n) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
                     }
                 }
-                quad_transpose(lo);  // lo[t]: columns 2t, 2t + 1 of this lane's block
-                if (p.y_f32) {
-                    quad_transpose(hi);
-                    if (!row_ok) continue;
-                    float4 *dst = (float4 *)((float *)y + yrow * p.ldy + n);
-                    dst[0] = make_float4(__uint_as_float(lo[0]), __uint_as_float(hi[0]), __uint_as_float(lo[1]),
-                                         __uint_as_float(hi[1]));
-                    dst[1] = make_float4(__uint_as_float(lo[2]), __uint_as_float(hi[2]), __uint_as_float(lo[3]),
-                                         __uint_as_float(hi[3]));
-                } else if (row_ok) {
-                    *(uint4 *)((uint16_t *)y + yrow * p.ldy + n) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-                }
-            }
+        }
     }
 }
 
@@ -157,14 +157,15 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][64], float (&acc)[
 // two-consumer kernels spill 16-60 bytes). The budgets fill the pool exactly: at CW = 2,
 // 128 x 40 + 256 x 232 = 384 x 168, the 168 ptxas gives every thread at launch (1 CTA per SM);
 // tests/gpu_gemm_check.sh fails if ptxas reports another count, since a smaller one would
-// leave setmaxnreg.inc waiting forever. STAGES slots, each with a `full` barrier (completed by the copy
-// engine) and an `empty` barrier (each consumer warp arrives once its wgmma have read the
-// slot), so the producer runs up to STAGES k-tiles ahead of the consumers with no block-wide
-// barrier, and across work units: while the consumers store one tile the next tile's
-// operands arrive. At most one CTA per SM; CTA b takes work units b, b + gridDim.x, ... A unit
-// is a BM x BN tile (SPLIT_GRID: a tile and one split, split-major so a wave's CTAs read the
-// same k range), tiles in gemm_tile_of's order. Each unit's chains, and the order its splits
-// are added, are exactly gemm_sm90_kernel's: the two kernels give the same bits.
+// leave setmaxnreg.inc waiting forever.
+// STAGES slots, each with a `full` barrier (completed by the copy engine) and an `empty` barrier
+// (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to
+// STAGES k-tiles ahead of the consumers with no block-wide barrier, and across work units: while
+// the consumers store one tile the next tile's operands arrive. At most one CTA per SM; CTA b
+// takes work units b, b + gridDim.x, ... A unit is a BM x BN tile (SPLIT_GRID: a tile and one
+// split, split-major so a wave's CTAs read the same k range), tiles in gemm_tile_of's order. Each
+// unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
+// kernels give the same bits.
 template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
 gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const __grid_constant__ CUtensorMap tmap_x,
@@ -256,8 +257,9 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
 #pragma unroll
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
         char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4 : (char *)p.y;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, work.m0 + cw * 64 + warp * 16, p.M, work.n0, total);
-        else store_tile<NI, VEC>(p, y, work.m0 + cw * 64 + warp * 16, p.M, work.n0, acc);
+        const int row0 = work.m0 + cw * 64 + warp * 16;
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, row0, p.M, work.n0, total);
+        else store_tile<NI, VEC>(p, y, row0, p.M, work.n0, acc);
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)

@@ -150,14 +150,6 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_mn(float (&d)[128], uint64_t
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// The P registers an RS wgmma reads asynchronously: kept live (and unmoved) until its wait.
-__device__ __forceinline__ void hold_a(uint32_t (&a)[4][4]) {
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) asm volatile("" : "+r"(a[k][e])::"memory");
-}
-
 // Barrier 1 among warpgroup 0's 128 threads only (0 is __syncthreads).
 __device__ __forceinline__ void wg0_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
@@ -384,7 +376,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             wgmma_commit();
             wgmma_wait<0>();
             wgmma_hold(o);
-            hold_a(pa);
+#pragma unroll
+            for (int k = 0; k < 4; k++) wgmma_hold(pa[k]);  // P, read by the wgmma until its wait
             // Boxes 0..3 of this stage are read by nobody else (warpgroup 1 reads 4..7): they
             // take tile i + 2's now.
             if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 0, 4);

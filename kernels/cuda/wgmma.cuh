@@ -62,6 +62,12 @@ __device__ __forceinline__ void wgmma_hold(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for an A operand in registers (bf16 pairs), which an in-flight wgmma still reads.
+template <int N>
+__device__ __forceinline__ void wgmma_hold(uint32_t (&a)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
+}
 
 // d += A(64x16, desc_a) * B(128x16, desc_b)ᵀ, both K-major, accumulated in fp32.
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {

@@ -8,6 +8,11 @@
 set -u
 BUILD=${1:-build}
 REPORT="$BUILD/report"  # each report kind in its own directory: run/CASE, kernels/DEVICE
+# cases/gpu.ini's shards on a GPU (below), checked before any suite starts.
+gpu_shards=${GPU_SHARDS:-3}
+case $gpu_shards in
+    '' | *[!0-9]* | 0*) echo "run_all.sh: GPU_SHARDS=$gpu_shards is not a positive whole number" >&2; exit 2 ;;
+esac
 # shellcheck source=tests/suites.sh
 . "$(dirname "$0")/suites.sh"
 
@@ -56,8 +61,7 @@ suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shar
 suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh "$BUILD"
 
 # cases/gpu.ini, the longest suite whole (about 120 s on an H200 beside the others), runs as
-# GPU_SHARDS (default 3) shards side by side, merged into one report below.
-gpu_shards=${GPU_SHARDS:-3}
+# gpu_shards shards side by side (GPU_SHARDS, checked at the top), merged into one report below.
 for c in gpu gpu-tp; do  # gpu-tp: T = 2 needs two GPUs, SKIP (visibly, per config) with one
     if [ "$gpu" != 1 ]; then
         skip_suite "invar run --case cases/$c.ini: no CUDA device (nvidia-smi lists no GPU)"

@@ -408,9 +408,10 @@ static void mla_run(ops_set *o, const mla_case *c, uint16_t *out_host) {
 }
 
 // The same logical cache in 16-position blocks (tiles copied a row at a time, a block-table read
-// per row) and in 64-position blocks (a whole tile copied as one contiguous run, its block read
-// a tile ahead): the invariant kernel must give the same bits, on full tiles and on sequences'
-// partial last tiles alike, and match the float64 oracle.
+// per row) and in 32-position blocks (a whole tile copied as one contiguous run, its block read
+// a tile ahead): the 16-head mma.sync kernel must give the same bits, on full tiles and on
+// sequences' partial last tiles alike, and match the float64 oracle. (64-position blocks take
+// the wgmma16 kernel on sm_90a: test_mla_attention_16_heads.)
 static void test_mla_attention_block_layouts(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);
@@ -418,7 +419,7 @@ static void test_mla_attention_block_layouts(void **state) {
     int32_t tseq[] = {0, 0, 1, 1, 1};
     int32_t tpos[] = {511, 699, 63, 1535, 2048};
     mla_case c[2] = {{.S = 2, .H = 16, .L = 512, .R = 64, .BS = 16, .MB = 160},
-                     {.S = 2, .H = 16, .L = 512, .R = 64, .BS = 64, .MB = 40}};
+                     {.S = 2, .H = 16, .L = 512, .R = 64, .BS = 32, .MB = 80}};
     const int W = 512 + 64, T = (int)(sizeof tseq / sizeof tseq[0]);
     const long per_tok = 16 * 512;
     uint16_t *rows = rand_bf16((long)2 * 2560 * W, 1.0f, 3);  // [seq][position][W]
@@ -449,7 +450,7 @@ static void test_mla_attention_block_layouts(void **state) {
     for (int t = 0; t < T; t++)
         if (memcmp(out[0] + t * per_tok, out[1] + t * per_tok, (size_t)per_tok * 2) != 0)
             fail_msg("mla_attention invariant: token %d (position %d) differs between 16- and "
-                     "64-position blocks", t, tpos[t]);
+                     "32-position blocks", t, tpos[t]);
     double *ref = invar_malloc((size_t)T * per_tok * sizeof(double), "attention oracle");
     mla_attention_args a = mla_args(&c[1]);
     f64_mla_attention(&a, ref);
@@ -523,22 +524,34 @@ static mla_case mla_sub_case(const mla_case *all, int t0, int n) {
     return c;
 }
 
-// 128 heads (DeepSeek-V3), L = 512, R = 64, 64-position blocks: on sm_90a the wgmma kernel
-// (64 heads a CTA). Sequences shorter than a tile, of lengths no multiple of 64, of more than
-// two 512-position splits; decode tokens and several tokens of one sequence at different
-// positions (prefill), at 0, tile edges (63, 64) and split edges (511, 1023, 1535). The cache
-// past each sequence's end holds NaNs: a kernel that let 0 * NaN into P·V would show it.
-// Every row: written, equal bitwise alone, inside the batch, in a batch in reverse order and
-// with other sequences; close to the float64 oracle. Then other split sizes (192: the wgmma
-// kernel with splits off the 512 grid) and 16-position blocks (the 16-head mma.sync kernel:
-// other bits, the same tolerance).
-static void test_mla_attention_many_heads(void **state) {
-    sets *s = SETS(state);
-    NEED_GPU(s);
-    enum { S = 4, H = 128, L = 512, R = 64, W = L + R, MAXLEN = 1664, T = 10 };
+// H heads, L = 512, R = 64, 64-position blocks: on sm_90a a wgmma kernel (`want`: "wgmma", 64
+// heads a CTA, or "wgmma16", 16 heads a work unit). Sequences shorter than a tile, of lengths no
+// multiple of 64, of more than two 512-position splits; decode tokens and several tokens of one
+// sequence at different positions (prefill), at 0, tile edges (63, 64) and split edges (511,
+// 1023, 1535), then `extra` tokens at random positions (more work units than SMs: a persistent
+// kernel walks several, skipping splits past their token). The cache past each sequence's end
+// holds NaNs: a kernel that let 0 * NaN into P·V would show it. Every row: written, equal
+// bitwise alone, inside the batch, in a batch in reverse order and with other sequences; close
+// to the float64 oracle. Then other split sizes (192: splits off the 512 grid) and 16-position
+// blocks (the mma.sync kernel: other bits, the same tolerance).
+static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
+    enum { S = 4, L = 512, R = 64, W = L + R, MAXLEN = 1664, NAMED = 10 };
+    const int T = NAMED + extra;
     int32_t lens[S] = {37, 700, 1100, 1600};
-    int32_t tseq[T] = {0, 0, 1, 1, 2, 2, 2, 2, 3, 3};
-    int32_t tpos[T] = {0, 36, 511, 699, 63, 64, 1023, 1099, 1535, 1599};
+    const int32_t named_seq[NAMED] = {0, 0, 1, 1, 2, 2, 2, 2, 3, 3};
+    const int32_t named_pos[NAMED] = {0, 36, 511, 699, 63, 64, 1023, 1099, 1535, 1599};
+    int32_t *tseq = invar_malloc((size_t)T * 4, "token sequences"), *tpos = invar_malloc((size_t)T * 4, "positions");
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)H;
+    for (int t = 0; t < T; t++) {
+        if (t < NAMED) {
+            tseq[t] = named_seq[t];
+            tpos[t] = named_pos[t];
+        } else {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            tseq[t] = (int32_t)((rng >> 33) % S);
+            tpos[t] = (int32_t)((rng >> 13) % (uint64_t)lens[tseq[t]]);
+        }
+    }
     const long per_tok = (long)H * L;
     uint16_t *rows = rand_bf16((long)S * MAXLEN * W, 1.0f, 21);  // [seq][position][W]
     for (int sq = 0; sq < S; sq++)
@@ -557,9 +570,11 @@ static void test_mla_attention_many_heads(void **state) {
     gemm_args g = {.M = 1, .N = 1536, .K = 7168};
     inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
     // TMA in the GEMM's plan: an sm_90a device whose driver encodes tensor maps, which is what
-    // the wgmma MLA kernel needs too.
-    if (strstr(plan, "tma") && strcmp(kernel, "wgmma") != 0)
-        fail_msg("mla_attention H=128: an sm_90a device with TMA took the %s kernel, not wgmma", kernel);
+    // the wgmma MLA kernels need too.
+    if (strstr(plan, "tma") && strcmp(kernel, want) != 0)
+        fail_msg("mla_attention H=%d: an sm_90a device with TMA took the %s kernel, not %s", H, kernel, want);
+#else
+    (void)want;
 #endif
 
     uint16_t *out = invar_malloc((size_t)T * per_tok * 2, "out");
@@ -569,25 +584,25 @@ static void test_mla_attention_many_heads(void **state) {
     double *ref = invar_malloc((size_t)T * per_tok * sizeof(double), "attention oracle");
     f64_mla_attention(&probe, ref);  // host pointers: the oracle reads the same case
     double err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
-    printf("mla_attention H=128 (%s kernel): rel err vs f64 %.2e (tol %.0e)\n", kernel, err, BF16_TOL);
-    if (!(err < BF16_TOL)) mla_print_error_map(out, ref, T, H, L, tpos);
+    printf("mla_attention H=%d, %d tokens (%s kernel): rel err vs f64 %.2e (tol %.0e)\n", H, T, kernel, err, BF16_TOL);
+    if (!(err < BF16_TOL)) mla_print_error_map(out, ref, NAMED, H, L, tpos);
     assert_true(err < BF16_TOL);
 
-    for (int t = 0; t < T; t++) {  // each token alone
+    for (int t = 0; t < T; t += t < NAMED ? 1 : 17) {  // each named token alone, and a sample of the rest
         mla_case one = mla_sub_case(&c, t, 1);
         mla_run(s->inv, &one, part);
         assert_written16(part, per_tok);
         if (memcmp(part, out + t * per_tok, (size_t)per_tok * 2) != 0)
-            fail_msg("mla_attention H=128: token %d (position %d) alone differs from the batch", t, tpos[t]);
+            fail_msg("mla_attention H=%d: token %d (position %d) alone differs from the batch", H, t, tpos[t]);
     }
     {  // sequence 2's four tokens together (a prefill chunk), without the other sequences
         mla_case chunk = mla_sub_case(&c, 4, 4);
         mla_run(s->inv, &chunk, part);
         if (memcmp(part, out + 4 * per_tok, (size_t)4 * per_tok * 2) != 0)
-            fail_msg("mla_attention H=128: sequence 2's tokens differ without the other sequences");
+            fail_msg("mla_attention H=%d: sequence 2's tokens differ without the other sequences", H);
     }
-    {  // the batch in reverse order: every token at another blockIdx
-        int32_t rseq[T], rpos[T];
+    {  // the batch in reverse order: every token at another unit and CTA
+        int32_t *rseq = invar_malloc((size_t)T * 4, "reversed sequences"), *rpos = invar_malloc((size_t)T * 4, "reversed");
         uint16_t *rq_lat = invar_malloc((size_t)T * per_tok * 2, "q_lat reversed");
         uint16_t *rq_pe = invar_malloc((size_t)T * H * R * 2, "q_pe reversed");
         for (int t = 0; t < T; t++) {
@@ -604,27 +619,29 @@ static void test_mla_attention_many_heads(void **state) {
         mla_run(s->inv, &rev, part);
         for (int t = 0; t < T; t++)
             if (memcmp(part + t * per_tok, out + (T - 1 - t) * per_tok, (size_t)per_tok * 2) != 0)
-                fail_msg("mla_attention H=128: token %d differs in the reversed batch", T - 1 - t);
+                fail_msg("mla_attention H=%d: token %d differs in the reversed batch", H, T - 1 - t);
+        free(rseq);
+        free(rpos);
         free(rq_lat);
         free(rq_pe);
     }
 
-    // Splits of 192 positions (a backend's kv_split_size): the wgmma kernel with split edges off
-    // the 512 grid; accurate, and a token alone equals the batch.
+    // Splits of 192 positions (a backend's kv_split_size): split edges off the 512 grid;
+    // accurate, and a token alone equals the batch.
     mla_case c192 = c;
     c192.split = 192;
     mla_run(s->inv, &c192, out);
     assert_written16(out, (long)T * per_tok);
     err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
-    printf("mla_attention H=128, 192-position splits: rel err vs f64 %.2e\n", err);
+    printf("mla_attention H=%d, 192-position splits: rel err vs f64 %.2e\n", H, err);
     assert_true(err < BF16_TOL);
     mla_case one192 = mla_sub_case(&c192, 8, 1);
     mla_run(s->inv, &one192, part);
     if (memcmp(part, out + 8 * per_tok, (size_t)per_tok * 2) != 0)
-        fail_msg("mla_attention H=128, 192-position splits: token 8 alone differs from the batch");
+        fail_msg("mla_attention H=%d, 192-position splits: token 8 alone differs from the batch", H);
 
-    // 16-position blocks: not a multiple of the wgmma tile, so the 16-head kernel (a shape
-    // choice); its own bits, the same accuracy.
+    // 16-position blocks: not a multiple of the wgmma tile, so the 16-head mma.sync kernel (a
+    // shape choice); its own bits, the same accuracy.
     mla_case c16 = c;
     c16.BS = 16;
     c16.MB = MAXLEN / 16;
@@ -638,7 +655,7 @@ static void test_mla_attention_many_heads(void **state) {
     mla_run(s->inv, &c16, out);
     assert_written16(out, (long)T * per_tok);
     err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
-    printf("mla_attention H=128, 16-position blocks (%s kernel): rel err vs f64 %.2e\n", kernel16, err);
+    printf("mla_attention H=%d, 16-position blocks (%s kernel): rel err vs f64 %.2e\n", H, kernel16, err);
     assert_true(err < BF16_TOL);
 
     free(c.table);
@@ -651,6 +668,24 @@ static void test_mla_attention_many_heads(void **state) {
     free(rows);
     free(q_lat);
     free(q_pe);
+    free(tseq);
+    free(tpos);
+}
+
+// 128 heads (DeepSeek-V3): mla_attention_wgmma.cu, 64 heads a CTA.
+static void test_mla_attention_many_heads(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    mla_wgmma_rows_check(s, 128, "wgmma", 0);
+}
+
+// 16 heads (DeepSeek-V2-Lite) with 170 more tokens (800+ work units: every CTA of the persistent
+// kernel walks several), and 48 (three head groups a token): mla_attention_wgmma16.cu.
+static void test_mla_attention_16_heads(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    mla_wgmma_rows_check(s, 16, "wgmma16", 170);
+    mla_wgmma_rows_check(s, 48, "wgmma16", 0);
 }
 
 // --- kv_cache_write: padding slots and strided sources ---------------------------------------
@@ -745,6 +780,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_split_k_rows),
         cmocka_unit_test(test_mla_attention_block_layouts),
         cmocka_unit_test(test_mla_attention_many_heads),
+        cmocka_unit_test(test_mla_attention_16_heads),
         cmocka_unit_test(test_kv_cache_write_padding),
         cmocka_unit_test(test_logprobs_ties),
     };

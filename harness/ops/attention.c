@@ -112,6 +112,10 @@ const op_shape mla_attention_cuda_shapes[] = {
      {.H = 128, .L = 512, .R = 64, .max_len = 1024, .chunk = 1, .block_size = 64}},
     {.label = "prefill H=16 c=64 len<=1024", .max_M = 256, .mla_attention =
      {.H = 16, .L = 512, .R = 64, .max_len = 1024, .chunk = 64, .block_size = 64}},
+    // 32-position blocks: the 16-head mma.sync kernel on every device (64-position blocks take
+    // the wgmma16 kernel on sm_90a)
+    {.label = "decode H=16 len<=1024 block=32", .mla_attention =
+     {.H = 16, .L = 512, .R = 64, .max_len = 1024, .chunk = 1, .block_size = 32}},
     {.label = NULL},
 };
 

@@ -30,7 +30,7 @@ void inv_cuda_device_describe(char *name, int name_len, char *driver, int driver
 int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, int path_len);
 
 // The kernel the invariant set's mla_attention takes for a's shape: "wgmma" (64 heads a CTA,
-// sm_90a), "mma.sync" (16 heads a CTA) or "generic". A function of the shape and the device
+// sm_90a), "wgmma16" (16 heads a work unit, sm_90a), "mma.sync" (16 heads a CTA) or "generic". A function of the shape and the device
 // only, never of the batch; for tests and `invar bench`.
 const char *inv_cuda_mla_attention_kernel(ops_set *ops, const mla_attention_args *a);
 

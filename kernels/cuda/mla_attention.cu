@@ -8,8 +8,9 @@
 // order. Nothing in a row's reduction depends on the batch: T, other tokens' lengths and
 // max_seq_len only size the grid and the scratch layout. On sm_90a, a multiple of 64 heads
 // with L = 512, R = 64 and blocks and splits of multiples of 64 positions take
-// mla_attention_wgmma.cu's split kernel instead (a shape choice: mla_wgmma_supported), into
-// the same partials and the same merge.
+// mla_attention_wgmma.cu's split kernel instead (a shape choice: mla_wgmma_supported), and
+// other multiples of 16 heads with that latent layout mla_attention_wgmma16.cu's
+// (mla_wgmma16_supported), into the same partials and the same merge.
 //
 // Per tile, 8 warps:  S = Q·Kᵀ (16 heads x 32 positions): warp w takes positions 8*(w%4).. and
 // one half of the L+R dims (w/4), as two m16n8k16 chains (even and odd k16 steps); S is
@@ -307,8 +308,9 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 
 // One block per (token, head) merges the token's own n splits. Max and denominator: each
 // thread folds splits tid, tid+128, ... ascending, then a fixed xor tree and the 4 warps in
-// order; outputs: every split's weight e^(m_s - m) staged in shared memory, each thread's
-// columns summed over s ascending. All of it fixed by n, which only the token's position sets.
+// order; outputs: every split's weight e^(m_s - m) staged in shared memory, each column
+// summed over s ascending (o = fma(o_s, w_s, o)). All of it fixed by n, which only the token's
+// position sets.
 #define MERGE_THREADS 128
 #define MERGE_CHUNK 256      // split weights staged per pass
 __device__ __forceinline__ float block_fold(float v, float *red, bool is_max) {
@@ -342,26 +344,35 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     for (int s = tid; s < n; s += MERGE_THREADS) d += ml[s].y * expf(ml[s].x - m);
     const float denom = block_fold(d, red, false);
 
-    float v[MLA_MAX_L / MERGE_THREADS] = {};
-    const float *o = p.o_part + base * L;
+    // Thread tid owns columns 4 tid .. 4 tid + 3 (L <= 4 * MERGE_THREADS): one 16-byte load per
+    // split, eight splits' loads in flight (a lone token's merge is a chain of load latencies).
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const bool mine = 4 * tid < L;
+    const float4 *o = (const float4 *)(p.o_part + base * L) + tid;
     for (int s0 = 0; s0 < n; s0 += MERGE_CHUNK) {
         const int len = min(MERGE_CHUNK, n - s0);
         for (int s = tid; s < len; s += MERGE_THREADS) weight[s] = expf(ml[s0 + s].x - m);
         __syncthreads();
-#pragma unroll 4
-        for (int s = 0; s < len; s++) {
-            const float w = weight[s];
-            const float *os = o + (long)(s0 + s) * L;
-#pragma unroll
-            for (int j = 0; j < MLA_MAX_L / MERGE_THREADS; j++)
-                if (tid + j * MERGE_THREADS < L) v[j] += os[tid + j * MERGE_THREADS] * w;
+        if (mine) {
+#pragma unroll 8
+            for (int s = 0; s < len; s++) {
+                const float w = weight[s];
+                const float4 os = o[(long)(s0 + s) * (L / 4)];
+                v.x = fmaf(os.x, w, v.x);
+                v.y = fmaf(os.y, w, v.y);
+                v.z = fmaf(os.z, w, v.z);
+                v.w = fmaf(os.w, w, v.w);
+            }
         }
         __syncthreads();  // weight is refilled by the next chunk
     }
-    uint16_t *out = a.out + t * a.ld_out + (long)h * L;
-#pragma unroll
-    for (int j = 0; j < MLA_MAX_L / MERGE_THREADS; j++)
-        if (tid + j * MERGE_THREADS < L) out[tid + j * MERGE_THREADS] = float_to_bf16(v[j] / denom);
+    if (mine) {
+        uint16_t *out = a.out + t * a.ld_out + (long)h * L + 4 * tid;
+        out[0] = float_to_bf16(v.x / denom);
+        out[1] = float_to_bf16(v.y / denom);
+        out[2] = float_to_bf16(v.z / denom);
+        out[3] = float_to_bf16(v.w / denom);
+    }
 }
 
 // Shapes the tensor-core kernels do not take (mla_attention_generic.cu's instead).
@@ -373,6 +384,8 @@ static bool mla_generic_shape(const mla_attention_args *a) {
 static int mla_split_size(const mla_attention_args *a) {
     return a->kv_split_size > 0 ? a->kv_split_size : MLA_SPLIT_SIZE;
 }
+
+static void mla_mma_split_launch(cuda_ctx *c, const mla_params *p);
 
 void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_size) {
     if (a->T <= 0 || a->H <= 0) return;
@@ -398,22 +411,29 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     p.o_part = (float *)scratch;
     p.ml_part = (float2 *)(scratch + parts * (size_t)a->L * 4);
 
-    if (mla_wgmma_supported(c, a, split_size)) {  // many heads on sm_90a: a shape choice too
+    // On sm_90a: 64 heads a CTA for many heads, 16 for the rest (mla_attention_wgmma*.cu), a
+    // shape choice too; the same partials, the same merge.
+    if (mla_wgmma_supported(c, a, split_size))
         mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
-        mla_merge_kernel<<<(unsigned)(a->T * a->H), MERGE_THREADS, 0, c->stream>>>(p);
-        CUDA_CHECK_LAUNCH("mla_attention merge");
-        return;
-    }
+    else if (mla_wgmma16_supported(c, a, split_size))
+        mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
+    else
+        mla_mma_split_launch(c, &p);
+    mla_merge_kernel<<<(unsigned)(a->T * a->H), MERGE_THREADS, 0, c->stream>>>(p);
+    CUDA_CHECK_LAUNCH("mla_attention merge");
+}
+
+// The 16-head mma.sync split kernel (any device this build runs on).
+static void mla_mma_split_launch(cuda_ctx *c, const mla_params *pp) {
+    const mla_attention_args *a = &pp->a;
     const int DS = a->L + a->R + 8;
     size_t smem = ((size_t)MLA_HEADS * DS + 2 * MLA_TILE * DS + MLA_HEADS * MLA_PSTRIDE) * 2 +
                   (2 * 4 * MLA_HEADS + 4 * 32 * 4) * sizeof(float);
     CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_split_kernel,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((unsigned)((a->H + MLA_HEADS - 1) / MLA_HEADS), (unsigned)p.nsplit, (unsigned)a->T);
-    mla_split_kernel<<<grid, MLA_THREADS, smem, c->stream>>>(p);
+    dim3 grid((unsigned)((a->H + MLA_HEADS - 1) / MLA_HEADS), (unsigned)pp->nsplit, (unsigned)a->T);
+    mla_split_kernel<<<grid, MLA_THREADS, smem, c->stream>>>(*pp);
     CUDA_CHECK_LAUNCH("mla_attention");
-    mla_merge_kernel<<<(unsigned)(a->T * a->H), MERGE_THREADS, 0, c->stream>>>(p);
-    CUDA_CHECK_LAUNCH("mla_attention merge");
 }
 
 // A backend that schedules its own splits (kv_split_size) gets them: the kernel stays a fixed
@@ -425,5 +445,7 @@ void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a) {
 // The same choices as inv_cuda_mla_attention makes through mla_attention_launch.
 const char *inv_cuda_mla_attention_kernel(ops_set *ops, const mla_attention_args *a) {
     if (mla_generic_shape(a)) return "generic";
-    return mla_wgmma_supported(cuda_ctx_of(ops), a, mla_split_size(a)) ? "wgmma" : "mma.sync";
+    const cuda_ctx *c = cuda_ctx_of(ops);
+    if (mla_wgmma_supported(c, a, mla_split_size(a))) return "wgmma";
+    return mla_wgmma16_supported(c, a, mla_split_size(a)) ? "wgmma16" : "mma.sync";
 }

@@ -75,17 +75,6 @@ struct mlaw_params {
 };
 
 #if INVAR_WGMMA
-// Descriptor of an MN-major ("transposed") operand in the 128-byte swizzle layout, for the
-// KV tile read as V: N (latent dims) is the contiguous direction, 64 of them per 128-byte row,
-// one box per 64 dims, so the next 64 columns are a box (8 KB) further (leading byte offset);
-// K (positions) steps a 128-byte row, 8 rows (one swizzle atom) being 1024 bytes (stride byte
-// offset). PTX ISA, "Matrix Descriptor Format" / "Strides", MN-major swizzled layouts.
-__device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(const void *tile) {
-    uint64_t addr = smem_addr(tile);
-    return ((addr & 0x3FFFF) >> 4) | ((uint64_t)(MLAW_BOX_BYTES >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-
 #define MLAW_ACC4(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
 #define MLAW_ACC16(d, i) MLAW_ACC4(d, i), MLAW_ACC4(d, (i) + 4), MLAW_ACC4(d, (i) + 8), MLAW_ACC4(d, (i) + 12)
 #define MLAW_ACC32(d, i) MLAW_ACC16(d, i), MLAW_ACC16(d, (i) + 16)
@@ -372,7 +361,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             }
             wgmma_fence();
 #pragma unroll
-            for (int k = 0; k < 4; k++) wgmma_m64n256k16_rs_mn(o, pa[k], wgmma_desc_sw128_mn(kv + k * 16 * 128));
+            for (int k = 0; k < 4; k++) wgmma_m64n256k16_rs_mn(o, pa[k], wgmma_desc_sw128_mn(kv + k * 16 * 128, MLAW_BOX_BYTES));
             wgmma_commit();
             wgmma_wait<0>();
             wgmma_hold(o);
@@ -411,7 +400,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 wgmma_m64n256k16_ss_mn(o, wgmma_desc_sw128(sP + k * 32),
-                                       wgmma_desc_sw128_mn(kv + 4 * MLAW_BOX_BYTES + k * 16 * 128));
+                                       wgmma_desc_sw128_mn(kv + 4 * MLAW_BOX_BYTES + k * 16 * 128, MLAW_BOX_BYTES));
             wgmma_commit();
             wgmma_wait<0>();
             wgmma_hold(o);

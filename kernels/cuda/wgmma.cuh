@@ -38,6 +38,17 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *tile) {
     return ((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
+// Descriptor of an MN-major ("transposed") operand in the same layout, e.g. a KV tile
+// [positions][dims] read with the dims as M or N: the contiguous direction is M/N, 64 values
+// per 128-byte row; `mn_block_bytes` apart lie the next 64 of them (leading byte offset: a
+// TMA box further), and K steps a 128-byte row, 8 rows (one swizzle atom) being 1024 bytes
+// (stride byte offset). PTX ISA, "Matrix Descriptor Format" / "Strides", MN-major layouts.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(const void *tile, uint32_t mn_block_bytes) {
+    uint64_t addr = smem_addr(tile);
+    return ((addr & 0x3FFFF) >> 4) | ((uint64_t)(mn_block_bytes >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>

@@ -1,0 +1,491 @@
+// kernels/cuda/mla_attention_wgmma16.cu — absorbed MLA attention on sm_90a for 16 heads a work
+// unit (DeepSeek-V2-Lite's 16 heads; V3's 128 split over 8 GPUs): the decode shape that is
+// bound by memory, not by tensor cores.
+//
+// Taken by mla_attention_launch for one shape only (mla_wgmma16_supported): H a multiple of 16
+// that the 64-head kernel (mla_attention_wgmma.cu) does not take, L = 512, R = 64, cache blocks
+// and KV splits multiples of 64 positions, on an sm_90a device with TMA. Nothing about the batch
+// enters the choice, so such a row always comes here and never to mla_attention.cu's mma.sync
+// kernel; the kernels' bits differ, by design, never one row's bits between two batches.
+//
+// The wgmma M is 64, four times the heads. Rather than pad 16 heads to 64 (4x the tensor work,
+// which this shape can afford less than the 128-head one), the positions are the M:
+//   Sᵀ (64 positions x 16 heads) = K (64 x 576, the KV tile, K-major) · Qᵀ (Q 16 x 576, K-major)
+//   Oᵀ (512 dims x 16 heads)    += Vᵀ (512 x 64, the same tile read MN-major) · Pᵀ (P 16 x 64)
+// with m64n16k16. Two warpgroups share each tile: warpgroup 0 takes Sᵀ over boxes 0-4 (dims
+// 0-319), warpgroup 1 over boxes 5-8; they swap halves through shared memory, both run the same
+// softmax on the same s (so both hold the same m and l), and each takes half of Oᵀ (latent dims
+// 256 wg ..: 4 row blocks x 4 steps, 32 registers a thread). One warpgroup alone spent ~5000
+// cycles a tile issuing one dependent instruction after another (H200, ncu: 1 warp per
+// scheduler, 0.24 eligible); two halve each one's chain and give each scheduler a second warp.
+//
+// Work unit: 16 heads (a head group) of one query token x one KV split of mla_attention.cu (a
+// fixed size from absolute position 0), into its partials (o_part, ml_part) for its merge. The
+// reduction order of one (token, head) row:
+//   for each 64-position tile of the split, ascending (tiles aligned to position 0):
+//     s_b = 4 k16 steps ascending over dims 64b .. 64b + 63, one fp32 chain from 0, b = 0..8
+//           (box 8: the rope dims); s = (((s0 + s1) + (s2 + s3)) + s4) + ((s5 + s6) + (s7 + s8));
+//           s = s * scale, positions past the token's own -inf
+//     tm  = max of the tile's 64 s (exact in any order)
+//     m'  = max(m, tm); alpha = exp(m - m'); p = exp(s - m') (fp32)
+//     l_w = l_w * alpha + (sum of warp w's 16 positions: each thread's 2 in row order, then
+//           lanes xor 4, 8, 16), for w = 0..3 (warp w holds positions 16w .. 16w + 15)
+//     O   = O * alpha, then O += bf16(p) · V over 4 k16 steps ascending (positions 16k ..)
+//   l = ((l_0 + l_1) + l_2) + l_3
+// None of it depends on T, on other tokens or on max_seq_len: those size the grid, the scratch
+// and which CTA runs a unit, never a unit's arithmetic.
+//
+// Data movement. A CTA is persistent: it walks units blockIdx.x, + gridDim.x, ... (skipping
+// splits past their token's position) as one stream of 64-position tiles, two TMA stages of
+// 72 KB (9 boxes of 64 dims x 64 cache rows, 128-byte swizzle; a tile is 64 consecutive rows of
+// one block) kept full across unit boundaries: thread 0 issues tile g + 1 as soon as both
+// warpgroups are past tile g - 1 (at tile g's Sᵀ swap). Q (16 heads x 576, 18 KB) is double-buffered: the next unit's Q is
+// copied (cp.async) while this unit's tiles run. Shared memory: 2 x 72 KB + 2 x 18 KB + 2 x P
+// 2 KB (+ 1 KB alignment) = 185 KB dynamic, 17 KB static (the Sᵀ halves, double-buffered), one
+// CTA of 256 threads per SM.
+#include <cuda.h>           // CUtensorMap
+#include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3, float2
+#include <math.h>           // INFINITY
+#include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
+
+#include "../bf16.h"        // float_to_bf16
+#include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
+#include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch
+#include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
+#include "tma_map.cuh"      // tma_map_bf16_2d
+#include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128(_mn), mbar_*, tma_load_2d
+
+#define MLAN_HEADS 16                                  // heads per unit: the wgmma N
+#define MLAN_TILE 64                                   // positions per KV tile: the wgmma M of Sᵀ
+#define MLAN_L 512
+#define MLAN_R 64
+#define MLAN_D (MLAN_L + MLAN_R)
+#define MLAN_BOXES (MLAN_D / 64)                       // 64-dim boxes (128 bytes a row) per row
+#define MLAN_BOX_BYTES (MLAN_TILE * 128)               // one KV box: 64 rows x 128 bytes
+#define MLAN_TILE_BYTES (MLAN_BOXES * MLAN_BOX_BYTES)  // 72 KB
+#define MLAN_QBOX_BYTES (MLAN_HEADS * 128)             // one Q box: 16 heads x 64 dims
+#define MLAN_Q_BYTES (MLAN_BOXES * MLAN_QBOX_BYTES)    // 18 KB
+#define MLAN_THREADS 256                               // two warpgroups
+// Dynamic shared memory, every part on a 1024-byte boundary (swizzle atoms): two KV stages,
+// two Q buffers, P, alignment slack.
+#define MLAN_Q_OFFSET (2 * MLAN_TILE_BYTES)
+#define MLAN_P_OFFSET (MLAN_Q_OFFSET + 2 * MLAN_Q_BYTES)
+#define MLAN_SMEM_BYTES (MLAN_P_OFFSET + 2 * MLAN_HEADS * 128 + 1024)
+
+struct mlan_params {
+    mla_attention_args a;
+    int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
+    int head_groups;         // H / 16
+    long units;              // T x nsplit x head_groups, head group fastest
+    bool q_aligned;          // q rows in 16-byte pieces (cp.async) or value by value
+    float *o_part;           // [T][H][nsplit][L] unnormalized outputs
+    float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
+};
+
+// One unit's token, split, head group and positions [start, end).
+struct mlan_unit {
+    int t, split, hg, seq, start, end, ntiles;
+};
+
+// A CTA's walk over its units: the current one and, read ahead, the token position and
+// sequence of unit u + gridDim.x (the next one unless that split is past its token's
+// position), so that moving on does not wait for a global load.
+struct mlan_walk {
+    long u;  // p.units: no unit left
+    mlan_unit w;
+    int ahead_pos, ahead_seq;
+};
+
+#if INVAR_WGMMA
+// Unit u given its token's position and sequence; false when the split lies past the position.
+__device__ __forceinline__ bool mlan_unit_of(const mlan_params &p, long u, int pos, int seq, mlan_unit &w) {
+    w.hg = (int)(u % p.head_groups);
+    const long ts = u / p.head_groups;
+    w.split = (int)(ts % p.nsplit);
+    w.t = (int)(ts / p.nsplit);
+    w.seq = seq;
+    w.start = w.split * p.split_size;
+    if (w.start > pos) return false;
+    w.end = min(w.start + p.split_size, pos + 1);
+    w.ntiles = (w.end - w.start + MLAN_TILE - 1) / MLAN_TILE;
+    return true;
+}
+
+__device__ __forceinline__ int mlan_token_of(const mlan_params &p, long u) {
+    return (int)(u / ((long)p.head_groups * p.nsplit));
+}
+
+__device__ __forceinline__ void mlan_read_ahead(const mlan_params &p, mlan_walk &k) {
+    const long c = k.u + gridDim.x;
+    if (c < p.units) {
+        const int t = mlan_token_of(p, c);
+        k.ahead_pos = p.a.token_pos[t];
+        k.ahead_seq = p.a.token_seq[t];
+    }
+}
+
+// The first unit at or after u (stepping by gridDim.x) whose split holds positions.
+__device__ mlan_walk mlan_walk_from(const mlan_params &p, long u) {
+    mlan_walk k;
+    for (; u < p.units; u += gridDim.x) {
+        const int t = mlan_token_of(p, u);
+        if (mlan_unit_of(p, u, p.a.token_pos[t], p.a.token_seq[t], k.w)) break;
+    }
+    k.u = u;
+    mlan_read_ahead(p, k);
+    return k;
+}
+
+__device__ mlan_walk mlan_walk_next(const mlan_params &p, const mlan_walk &k) {
+    const long c = k.u + gridDim.x;
+    if (c >= p.units) {
+        mlan_walk e = k;
+        e.u = p.units;
+        return e;
+    }
+    mlan_walk n;
+    if (!mlan_unit_of(p, c, k.ahead_pos, k.ahead_seq, n.w)) return mlan_walk_from(p, c + gridDim.x);
+    n.u = c;
+    mlan_read_ahead(p, n);
+    return n;
+}
+
+// The cache row (slot) of tile i of unit w: the tile is the 64 rows from there, one block's.
+__device__ __forceinline__ int mlan_tile_row(const mla_attention_args &a, const mlan_unit &w, int i) {
+    const int p0 = w.start + i * MLAN_TILE;
+    return (int)((long)a.block_table[(long)w.seq * a.max_blocks_per_seq + p0 / a.block_size] * a.block_size +
+                 p0 % a.block_size);
+}
+
+// Sᵀ = K(64x16, K-major) · Q(16x16, K-major)ᵀ (FIRST: the chain's first step, scale-d = 0, d
+// not read) or Sᵀ += ...: 64 positions x 16 heads.
+#define MLAN_M64N16K16(TRANS_A)                                                                          \
+    "{\n"                                                                                                 \
+    ".reg .pred p;\n"                                                                                     \
+    "setp.ne.b32 p, %10, 0;\n"                                                                            \
+    "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, " \
+    TRANS_A ", 0;\n"                                                                                      \
+    "}\n"
+#define MLAN_ACC8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define MLAN_OUT8(d) "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
+template <bool FIRST>
+__device__ __forceinline__ void wgmma_m64n16k16_kk(float (&d)[8], uint64_t desc_a, uint64_t desc_b) {
+    if (FIRST)
+        asm volatile(MLAN_M64N16K16("0") : MLAN_OUT8(d) : "l"(desc_a), "l"(desc_b), "r"(0));
+    else
+        asm volatile(MLAN_M64N16K16("0") : MLAN_ACC8(d) : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+// Oᵀ += V(16x64 dims, MN-major: the KV tile's rows)ᵀ · P(16 heads x 16 positions, K-major)ᵀ.
+__device__ __forceinline__ void wgmma_m64n16k16_mk(float (&d)[8], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(MLAN_M64N16K16("1") : MLAN_ACC8(d) : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// Q of unit w (16 heads x (L latent, R rope)) into the swizzled layout, box d / 64: by cp.async
+// (one commit group; the caller waits) or, for unaligned rows, value by value.
+__device__ __forceinline__ void mlan_load_q(const mlan_params &p, const mlan_unit &w, uint8_t *sQ) {
+    const mla_attention_args &a = p.a;
+    const int h0 = w.hg * MLAN_HEADS;
+    if (p.q_aligned) {
+        for (int i = threadIdx.x; i < MLAN_HEADS * (MLAN_D / 8); i += MLAN_THREADS) {
+            const int row = i / (MLAN_D / 8), c = i % (MLAN_D / 8), h = h0 + row;
+            const uint16_t *src = c < MLAN_L / 8 ? a.q_lat + w.t * a.ld_q_lat + (long)h * MLAN_L + c * 8
+                                                 : a.q_pe + w.t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (c - MLAN_L / 8) * 8;
+            cp_async16(sQ + (c / 8) * MLAN_QBOX_BYTES + sw128_offset(row, c % 8), src, 16);
+        }
+        cp_async_commit();
+    } else {
+        for (int i = threadIdx.x; i < MLAN_HEADS * MLAN_D; i += MLAN_THREADS) {
+            const int row = i / MLAN_D, col = i % MLAN_D, h = h0 + row;
+            const uint16_t v = col < MLAN_L ? a.q_lat[w.t * a.ld_q_lat + (long)h * MLAN_L + col]
+                                            : a.q_pe[w.t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (col - MLAN_L)];
+            *(uint16_t *)(sQ + (col / 64) * MLAN_QBOX_BYTES + sw128_offset(row, (col % 64) / 8) + (col % 8) * 2) = v;
+        }
+    }
+}
+#endif
+
+// Barrier 1 + wg among warpgroup wg's 128 threads only (0 is __syncthreads).
+__device__ __forceinline__ void mlan_wg_sync(int wg) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
+
+__global__ void __launch_bounds__(MLAN_THREADS, 1)
+mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap_kv) {
+#if INVAR_WGMMA
+    const mla_attention_args &a = p.a;
+    mlan_walk cw = mlan_walk_from(p, blockIdx.x);  // the units this CTA computes
+    if (cw.u >= p.units) return;
+    const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32, lane = tid % 32;
+    const int r = lane >> 2, q = lane & 3;
+
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
+    uint8_t *const sKV = smem, *const sQ2 = smem + MLAN_Q_OFFSET;
+    uint8_t *const sP = smem + MLAN_P_OFFSET + wg * MLAN_HEADS * 128;  // this warpgroup's P
+    __shared__ __align__(8) uint64_t full[2][MLAN_BOXES];  // box b of stage s has landed
+    __shared__ float4 s_half[2][2][MLAN_THREADS / 2][2];   // [tile parity][warpgroup][thread]: its Sᵀ half
+    __shared__ float red_max[2][4][MLAN_HEADS];            // a tile's max per warpgroup, warp and head
+    __shared__ float red_sum[4][MLAN_HEADS];               // a unit's l_w per warp and head
+
+    // Thread 0 issues the copies: tile g of the CTA's stream into stage g % 2, 9 boxes, each on
+    // its own barrier. Its cursor (iw, ik) runs ahead of the computation; the block-table entry
+    // of the next tile to issue is read a tile before it is needed.
+    auto issue = [&](int g, int row) {
+        uint8_t *dst = sKV + (g & 1) * MLAN_TILE_BYTES;
+        for (int b = 0; b < MLAN_BOXES; b++) {
+            mbar_expect_tx(&full[g & 1][b], MLAN_BOX_BYTES);
+            tma_load_2d(dst + b * MLAN_BOX_BYTES, &tmap_kv, &full[g & 1][b], b * 64, row);
+        }
+    };
+    mlan_walk iw = cw;
+    int ik = 0, row_ahead = 0;
+    auto issue_advance = [&]() {
+        if (++ik == iw.w.ntiles) {
+            iw = mlan_walk_next(p, iw);
+            ik = 0;
+        }
+    };
+    if (tid == 0) {
+        for (int s = 0; s < 2; s++)
+            for (int b = 0; b < MLAN_BOXES; b++) mbar_init(&full[s][b], 1);
+        mbar_init_fence();
+        for (int g = 0; g < 2 && iw.u < p.units; g++) {
+            issue(g, mlan_tile_row(a, iw.w, ik));
+            issue_advance();
+        }
+        if (iw.u < p.units) row_ahead = mlan_tile_row(a, iw.w, ik);
+    }
+
+    int qb = 0;  // this unit's Q buffer
+    mlan_load_q(p, cw.w, sQ2);
+    int g = 0;   // tiles computed by this CTA: stage g % 2, barrier phase (g / 2) % 2
+    for (;;) {
+        const mlan_unit &w = cw.w;
+        const uint8_t *sQ = sQ2 + qb * MLAN_Q_BYTES;
+        if (p.q_aligned) cp_async_wait<0>();
+        fence_proxy_async();  // Q (generic-proxy writes) becomes visible to wgmma
+        // Q complete for every thread, the barriers' initialization seen, and the previous unit
+        // done with the other Q buffer and with red_sum.
+        __syncthreads();
+
+        float o[4][8];  // Oᵀ row block 4 wg + mb: dims 64 (4 wg + mb) + 16 warp + r (+8), heads 8j + 2q (+1)
+#pragma unroll
+        for (int mb = 0; mb < 4; mb++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[mb][e] = 0.0f;
+        // This thread's 4 heads: c = 2j + e is head 8j + 2q + e. Both warpgroups hold the same
+        // m and l (the same softmax on the same s), each its own columns of O.
+        float m_run[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l_run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mlan_walk nw = cw;
+        nw.u = p.units;
+
+        for (int i = 0; i < w.ntiles; i++, g++) {
+            const int st = g & 1, p0 = w.start + i * MLAN_TILE;
+            const uint32_t parity = (uint32_t)(g >> 1) & 1u;
+            uint8_t *kv = sKV + st * MLAN_TILE_BYTES;
+            if (p0 + MLAN_TILE > w.end) {
+                // The token's last tile: rows at or past `end` hold other positions (or garbage);
+                // p is 0 there, and zeros keep 0 * garbage from making NaN in P·V.
+                for (int b = 0; b < MLAN_BOXES; b++) mbar_wait(&full[st][b], parity);
+                const int valid = w.end - p0, chunks = (MLAN_TILE - valid) * 8;  // 16-byte chunks a box
+                for (int k = tid; k < (MLAN_BOXES - 1) * chunks; k += MLAN_THREADS)
+                    *(uint4 *)(kv + (k / chunks) * MLAN_BOX_BYTES + valid * 128 + (k % chunks) * 16) =
+                        make_uint4(0u, 0u, 0u, 0u);
+                fence_proxy_async();
+                __syncthreads();  // every row zeroed before any wgmma reads the tile
+            }
+
+            // Descriptors of this tile's operands; each step adds its byte offset / 16 (the
+            // address field never carries: shared memory ends below 256 KB).
+            const uint64_t d_kv = wgmma_desc_sw128(kv), d_q = wgmma_desc_sw128(sQ);
+            const uint64_t d_v = wgmma_desc_sw128_mn(kv, MLAN_BOX_BYTES), d_p = wgmma_desc_sw128(sP);
+
+            // This warpgroup's half of Sᵀ = K·Qᵀ: boxes 0-4 (warpgroup 0) or 5-8 (1), a chain per
+            // box (4 k16 steps ascending from 0), each box waited for just before its steps.
+            constexpr int B0 = 5;  // boxes of warpgroup 0
+            float sb[B0][8];
+            auto s_box = [&](int b, float(&d)[8]) {
+                mbar_wait(&full[st][b], parity);
+                wgmma_fence();  // after the wait's loop (a divergent path), or ptxas serializes (C7520)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const uint64_t da = d_kv + (uint64_t)((b * MLAN_BOX_BYTES + kk * 32) >> 4);
+                    const uint64_t db = d_q + (uint64_t)((b * MLAN_QBOX_BYTES + kk * 32) >> 4);
+                    if (kk == 0)
+                        wgmma_m64n16k16_kk<true>(d, da, db);
+                    else
+                        wgmma_m64n16k16_kk<false>(d, da, db);
+                }
+            };
+            float half[8];
+            if (wg == 0) {
+#pragma unroll
+                for (int b = 0; b < B0; b++) s_box(b, sb[b]);
+                wgmma_commit();
+                wgmma_wait<0>();
+#pragma unroll
+                for (int b = 0; b < B0; b++) wgmma_hold(sb[b]);
+#pragma unroll
+                for (int e = 0; e < 8; e++) half[e] = ((sb[0][e] + sb[1][e]) + (sb[2][e] + sb[3][e])) + sb[4][e];
+            } else {
+#pragma unroll
+                for (int b = 0; b < MLAN_BOXES - B0; b++) s_box(B0 + b, sb[b]);
+                wgmma_commit();
+                wgmma_wait<0>();
+#pragma unroll
+                for (int b = 0; b < MLAN_BOXES - B0; b++) wgmma_hold(sb[b]);
+#pragma unroll
+                for (int e = 0; e < 8; e++) half[e] = (sb[0][e] + sb[1][e]) + (sb[2][e] + sb[3][e]);
+            }
+            // s = (warpgroup 0's half) + (warpgroup 1's half), the same in both warpgroups.
+            s_half[st][wg][wtid][0] = make_float4(half[0], half[1], half[2], half[3]);
+            s_half[st][wg][wtid][1] = make_float4(half[4], half[5], half[6], half[7]);
+            __syncthreads();
+            // Both warpgroups are past tile g - 1: its stage takes tile g + 1.
+            if (tid == 0 && g >= 1 && iw.u < p.units) {
+                issue(g + 1, row_ahead);
+                issue_advance();
+                if (iw.u < p.units) row_ahead = mlan_tile_row(a, iw.w, ik);
+            }
+            const float4 o0 = s_half[st][wg ^ 1][wtid][0], o1 = s_half[st][wg ^ 1][wtid][1];
+            const float other[8] = {o0.x, o0.y, o0.z, o0.w, o1.x, o1.y, o1.z, o1.w};
+            float s[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) s[e] = wg == 0 ? half[e] + other[e] : other[e] + half[e];
+
+            // Softmax over positions (rows) per head (column). This thread: positions
+            // pa = 16 warp + r (s[4j], s[4j+1]) and pa + 8 (s[4j+2], s[4j+3]), heads 8j + 2q (+1).
+            const int pa = 16 * warp + r;
+            const bool ok0 = p0 + pa < w.end, ok1 = p0 + pa + 8 < w.end;
+            float mx[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int j = c >> 1, e = c & 1;
+                s[4 * j + e] = ok0 ? s[4 * j + e] * a.scale : -INFINITY;
+                s[4 * j + 2 + e] = ok1 ? s[4 * j + 2 + e] * a.scale : -INFINITY;
+                mx[c] = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
+#pragma unroll
+                for (int o8 = 4; o8 < 32; o8 <<= 1) mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], o8));
+            }
+            if (r == 0) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) red_max[wg][warp][8 * (c >> 1) + 2 * q + (c & 1)] = mx[c];
+            }
+            mlan_wg_sync(wg);
+            float alpha[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int h = 8 * (c >> 1) + 2 * q + (c & 1);
+                const float tm = fmaxf(fmaxf(red_max[wg][0][h], red_max[wg][1][h]),
+                                       fmaxf(red_max[wg][2][h], red_max[wg][3][h]));
+                const float m_new = fmaxf(m_run[c], tm);  // finite: the tile's first position is the token's
+                alpha[c] = __expf(m_run[c] - m_new);      // exp(-inf) = 0 on the unit's first tile
+                m_run[c] = m_new;
+            }
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
+                const float p_a = __expf(s[4 * j + e] - m_run[c]), p_b = __expf(s[4 * j + 2 + e] - m_run[c]);
+                float sum = p_a + p_b;
+#pragma unroll
+                for (int o8 = 4; o8 < 32; o8 <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o8);
+                l_run[c] = l_run[c] * alpha[c] + sum;
+                // P[head][position], K-major for P·V: row h, positions in 16-byte chunks of 8.
+                *(uint16_t *)(sP + sw128_offset(h, pa >> 3) + (pa & 7) * 2) = float_to_bf16(p_a);
+                *(uint16_t *)(sP + sw128_offset(h, (pa + 8) >> 3) + (pa & 7) * 2) = float_to_bf16(p_b);
+            }
+            fence_proxy_async();  // P becomes visible to wgmma
+            mlan_wg_sync(wg);     // ... every thread's part of it
+
+            // This warpgroup's Oᵀ = Oᵀ * alpha + Vᵀ·Pᵀ: row blocks 4 wg .. 4 wg + 3 (latent dims
+            // 256 wg .., boxes 4 wg ..), each box's copy seen by this warpgroup.
+#pragma unroll
+            for (int mb = 0; mb < 4; mb++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) o[mb][e] *= alpha[2 * (e >> 2) + (e & 1)];
+            if (wg == 1) mbar_wait(&full[st][4], parity);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int mb = 0; mb < 4; mb++)
+                    wgmma_m64n16k16_mk(o[mb], d_v + (uint64_t)(((4 * wg + mb) * MLAN_BOX_BYTES + k * 16 * 128) >> 4),
+                                       d_p + (uint64_t)((k * 32) >> 4));
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int mb = 0; mb < 4; mb++) wgmma_hold(o[mb]);
+            // After the first tile (the read-ahead has landed by now): the next unit, and its Q
+            // into the other buffer while this unit's remaining tiles run.
+            if (i == 0) {
+                nw = mlan_walk_next(p, cw);
+                if (p.q_aligned && nw.u < p.units) mlan_load_q(p, nw.w, sQ2 + (qb ^ 1) * MLAN_Q_BYTES);
+            }
+        }
+
+        // Partials: Oᵀ as o_part[t][h][split][dim], (m, l) per head (warpgroup 0's copy).
+        if (wg == 0 && r == 0) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) red_sum[warp][8 * (c >> 1) + 2 * q + (c & 1)] = l_run[c];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
+            const long row = ((long)w.t * a.H + w.hg * MLAN_HEADS + h) * p.nsplit + w.split;
+            float *dst = p.o_part + row * MLAN_L + 256 * wg + 16 * warp + r;
+#pragma unroll
+            for (int mb = 0; mb < 4; mb++) {
+                dst[64 * mb] = o[mb][4 * j + e];
+                dst[64 * mb + 8] = o[mb][4 * j + 2 + e];
+            }
+            if (wg == 0 && warp == 0 && r == 0) {
+                const float l = ((red_sum[0][h] + red_sum[1][h]) + red_sum[2][h]) + red_sum[3][h];
+                p.ml_part[row] = make_float2(m_run[c], l);
+            }
+        }
+        if (nw.u >= p.units) break;
+        cw = nw;
+        qb ^= 1;
+        if (!p.q_aligned) mlan_load_q(p, cw.w, sQ2 + qb * MLAN_Q_BYTES);
+    }
+#else
+    (void)p;  // not an sm_90a pass: never launched (mla_wgmma16_supported checks cuda_ctx.wgmma)
+    (void)tmap_kv;
+#endif
+}
+
+bool mla_wgmma16_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
+    // + 20 KB: the kernel's static shared memory (barriers, the Sᵀ halves, reductions: 17 KB)
+    // counts against the same limit
+    return c->wgmma && c->tensor_map_encode && c->smem_optin >= (size_t)MLAN_SMEM_BYTES + 20480 &&
+           a->H % MLAN_HEADS == 0 && a->L == MLAN_L && a->R == MLAN_R && a->block_size > 0 &&
+           a->block_size % MLAN_TILE == 0 && split_size > 0 && split_size % MLAN_TILE == 0;
+}
+
+void mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
+                              float2 *ml_part) {
+    mlan_params p;
+    p.a = *a;
+    p.split_size = split_size;
+    p.nsplit = nsplit;
+    p.head_groups = a->H / MLAN_HEADS;
+    p.units = (long)a->T * nsplit * p.head_groups;
+    p.q_aligned = ((uintptr_t)a->q_lat & 15u) == 0 && ((uintptr_t)a->q_pe & 15u) == 0 && a->ld_q_lat % 8 == 0 &&
+                  a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
+    p.o_part = o_part;
+    p.ml_part = ml_part;
+
+    // The cache as a 2-D tensor [slots][L + R]; as in mla_attention_wgmma.cu, every box lies
+    // inside a block the token's sequence owns, so the extent only has to cover the largest
+    // slot index a coordinate (int32) can name.
+    const CUtensorMap tmap = tma_map_bf16_2d(c, a->kv_cache, 1L << 31, MLAN_D, MLAN_D, 64, MLAN_TILE, "mla_attention",
+                                             "kv cache");
+    CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_wgmma16_split_kernel,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, MLAN_SMEM_BYTES));
+    // Persistent: one CTA per SM at most (the shared memory allows no second), each walking
+    // units blockIdx.x, + gridDim.x, ...: which CTA computes a unit never changes its bits.
+    const long grid = p.units < c->num_sms ? p.units : c->num_sms;
+    mla_wgmma16_split_kernel<<<(unsigned)grid, MLAN_THREADS, MLAN_SMEM_BYTES, c->stream>>>(p, tmap);
+    CUDA_CHECK_LAUNCH("mla_attention (wgmma16)");
+}

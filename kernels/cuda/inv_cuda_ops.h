@@ -40,6 +40,8 @@ void mla_attention_generic_launch(cuda_ctx *c, const mla_attention_args *a, int 
 // with TMA; never anything about the batch), and its launch: the split partials o_part
 // [T][H][nsplit][L] and ml_part [T][H][nsplit] in mla_attention.cu's format, for its merge.
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size);
+// Q's rows in 16-byte pieces (cp.async) rather than value by value (mla_attention.cu).
+bool mla_q_aligned(const mla_attention_args *a);
 void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
                             float *o_part, float2 *ml_part);
 // 16 heads a work unit on sm_90a (mla_attention_wgmma16.cu): H % 16 == 0 where the 64-head

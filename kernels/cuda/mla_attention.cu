@@ -375,6 +375,12 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     }
 }
 
+// Every 8-value piece of q_lat and q_pe 16-byte aligned: the tensor-core kernels copy Q by cp.async.
+bool mla_q_aligned(const mla_attention_args *a) {
+    return ((uintptr_t)a->q_lat & 15u) == 0 && ((uintptr_t)a->q_pe & 15u) == 0 && a->ld_q_lat % 8 == 0 &&
+           a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
+}
+
 // Shapes the tensor-core kernels do not take (mla_attention_generic.cu's instead).
 static bool mla_generic_shape(const mla_attention_args *a) {
     return a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0;
@@ -402,8 +408,7 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     p.a = *a;
     p.split_size = split_size;
     p.tile_in_block = a->block_size % MLA_TILE == 0 && split_size % MLA_TILE == 0;
-    p.q_aligned = ((uintptr_t)a->q_lat & 15u) == 0 && ((uintptr_t)a->q_pe & 15u) == 0 && a->ld_q_lat % 8 == 0 &&
-                  a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
+    p.q_aligned = mla_q_aligned(a);
     p.nsplit = (a->max_seq_len + split_size - 1) / split_size;
     size_t parts = (size_t)a->T * a->H * p.nsplit;
     char *scratch = (char *)cuda_scratch(c, SCRATCH_MLA_PARTIAL, parts * ((size_t)a->L * 4 + 8),

@@ -431,8 +431,7 @@ void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_
     p.a = *a;
     p.split_size = split_size;
     p.nsplit = nsplit;
-    p.q_aligned = ((uintptr_t)a->q_lat & 15u) == 0 && ((uintptr_t)a->q_pe & 15u) == 0 && a->ld_q_lat % 8 == 0 &&
-                  a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
+    p.q_aligned = mla_q_aligned(a);
     p.o_part = o_part;
     p.ml_part = ml_part;
 

@@ -471,8 +471,7 @@ void mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int spli
     p.nsplit = nsplit;
     p.head_groups = a->H / MLAN_HEADS;
     p.units = (long)a->T * nsplit * p.head_groups;
-    p.q_aligned = ((uintptr_t)a->q_lat & 15u) == 0 && ((uintptr_t)a->q_pe & 15u) == 0 && a->ld_q_lat % 8 == 0 &&
-                  a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
+    p.q_aligned = mla_q_aligned(a);
     p.o_part = o_part;
     p.ml_part = ml_part;
 

@@ -216,23 +216,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 
     // Q: 64 heads x (L latent, R rope) into the swizzled layout, box d / 64, while the first
     // tiles are in flight.
-    if (p.q_aligned) {
-        for (int i = tid; i < MLAW_HEADS * (MLAW_D / 8); i += MLAW_THREADS) {
-            const int row = i / (MLAW_D / 8), c = i % (MLAW_D / 8), h = h0 + row;
-            const uint16_t *src = c < MLAW_L / 8 ? a.q_lat + t * a.ld_q_lat + (long)h * MLAW_L + c * 8
-                                                 : a.q_pe + t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (c - MLAW_L / 8) * 8;
-            cp_async16(sQ + (c / 8) * MLAW_BOX_BYTES + sw128_offset(row, c % 8), src, 16);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-    } else {
-        for (int i = tid; i < MLAW_HEADS * MLAW_D; i += MLAW_THREADS) {
-            const int row = i / MLAW_D, col = i % MLAW_D, h = h0 + row;
-            const uint16_t v = col < MLAW_L ? a.q_lat[t * a.ld_q_lat + (long)h * MLAW_L + col]
-                                            : a.q_pe[t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (col - MLAW_L)];
-            *(uint16_t *)(sQ + (col / 64) * MLAW_BOX_BYTES + sw128_offset(row, (col % 64) / 8) + (col % 8) * 2) = v;
-        }
-    }
+    mla_load_q_sw128<MLAW_HEADS, MLAW_THREADS>(a, p.q_aligned, t, h0, sQ);
+    if (p.q_aligned) cp_async_wait<0>();
     fence_proxy_async();  // Q (generic-proxy writes) becomes visible to wgmma
     __syncthreads();      // ... and the barriers' initialization to every thread
 

@@ -180,28 +180,6 @@ __device__ __forceinline__ void wgmma_m64n16k16_mk(float (&d)[8], uint64_t desc_
     asm volatile(MLAN_M64N16K16("1") : MLAN_ACC8(d) : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// Q of unit w (16 heads x (L latent, R rope)) into the swizzled layout, box d / 64: by cp.async
-// (one commit group; the caller waits) or, for unaligned rows, value by value.
-__device__ __forceinline__ void mlan_load_q(const mlan_params &p, const mlan_unit &w, uint8_t *sQ) {
-    const mla_attention_args &a = p.a;
-    const int h0 = w.hg * MLAN_HEADS;
-    if (p.q_aligned) {
-        for (int i = threadIdx.x; i < MLAN_HEADS * (MLAN_D / 8); i += MLAN_THREADS) {
-            const int row = i / (MLAN_D / 8), c = i % (MLAN_D / 8), h = h0 + row;
-            const uint16_t *src = c < MLAN_L / 8 ? a.q_lat + w.t * a.ld_q_lat + (long)h * MLAN_L + c * 8
-                                                 : a.q_pe + w.t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (c - MLAN_L / 8) * 8;
-            cp_async16(sQ + (c / 8) * MLAN_QBOX_BYTES + sw128_offset(row, c % 8), src, 16);
-        }
-        cp_async_commit();
-    } else {
-        for (int i = threadIdx.x; i < MLAN_HEADS * MLAN_D; i += MLAN_THREADS) {
-            const int row = i / MLAN_D, col = i % MLAN_D, h = h0 + row;
-            const uint16_t v = col < MLAN_L ? a.q_lat[w.t * a.ld_q_lat + (long)h * MLAN_L + col]
-                                            : a.q_pe[w.t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (col - MLAN_L)];
-            *(uint16_t *)(sQ + (col / 64) * MLAN_QBOX_BYTES + sw128_offset(row, (col % 64) / 8) + (col % 8) * 2) = v;
-        }
-    }
-}
 #endif
 
 // Barrier 1 + wg among warpgroup wg's 128 threads only (0 is __syncthreads).
@@ -257,7 +235,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
     }
 
     int qb = 0;  // this unit's Q buffer
-    mlan_load_q(p, cw.w, sQ2);
+    mla_load_q_sw128<MLAN_HEADS, MLAN_THREADS>(a, p.q_aligned, cw.w.t, cw.w.hg * MLAN_HEADS, sQ2);
     int g = 0;   // tiles computed by this CTA: stage g % 2, barrier phase (g / 2) % 2
     for (;;) {
         const mlan_unit &w = cw.w;
@@ -419,7 +397,8 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
             // into the other buffer while this unit's remaining tiles run.
             if (i == 0) {
                 nw = mlan_walk_next(p, cw);
-                if (p.q_aligned && nw.u < p.units) mlan_load_q(p, nw.w, sQ2 + (qb ^ 1) * MLAN_Q_BYTES);
+                if (p.q_aligned && nw.u < p.units)
+                    mla_load_q_sw128<MLAN_HEADS, MLAN_THREADS>(a, true, nw.w.t, nw.w.hg * MLAN_HEADS, sQ2 + (qb ^ 1) * MLAN_Q_BYTES);
             }
         }
 
@@ -447,7 +426,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
         if (nw.u >= p.units) break;
         cw = nw;
         qb ^= 1;
-        if (!p.q_aligned) mlan_load_q(p, cw.w, sQ2 + qb * MLAN_Q_BYTES);
+        if (!p.q_aligned) mla_load_q_sw128<MLAN_HEADS, MLAN_THREADS>(a, false, cw.w.t, cw.w.hg * MLAN_HEADS, sQ2 + qb * MLAN_Q_BYTES);
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (mla_wgmma16_supported checks cuda_ctx.wgmma)

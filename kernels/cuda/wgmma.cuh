@@ -14,7 +14,8 @@
 
 #include <stdint.h>  // uint32_t, uint64_t
 
-#include "mma.cuh"   // smem_addr
+#include "../ops.h"  // mla_attention_args
+#include "mma.cuh"   // smem_addr, cp_async16, cp_async_commit
 
 // The device code below exists only in the sm_90a pass; elsewhere the kernels that use it
 // compile to nothing and the launcher never picks them (cuda_ctx.wgmma).
@@ -124,5 +125,31 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const void *tmap, uint64_
         ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(smem_addr(bar)) : "memory");
 }
 #endif
+
+// --- MLA: Q of one token's head group into the swizzled layout ---------------------------------
+// HEADS heads x (L = 512 latent, R = 64 rope) values, box d / 64 holding dims d .. d + 63 of
+// every head (HEADS x 128 bytes), by the CTA's THREADS threads: 16-byte cp.async pieces (one
+// commit group; the caller waits) when `aligned` (mla_q_aligned), value by value otherwise.
+// The two wgmma MLA kernels (64 and 16 heads a CTA) load Q this way.
+template <int HEADS, int THREADS>
+__device__ __forceinline__ void mla_load_q_sw128(const mla_attention_args &a, bool aligned, int t, int h0, uint8_t *sQ) {
+    constexpr int L = 512, D = 576, BOX = HEADS * 128;
+    if (aligned) {
+        for (int i = threadIdx.x; i < HEADS * (D / 8); i += THREADS) {
+            const int row = i / (D / 8), c = i % (D / 8), h = h0 + row;
+            const uint16_t *src = c < L / 8 ? a.q_lat + t * a.ld_q_lat + (long)h * L + c * 8
+                                            : a.q_pe + t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (c - L / 8) * 8;
+            cp_async16(sQ + (c / 8) * BOX + sw128_offset(row, c % 8), src, 16);
+        }
+        cp_async_commit();
+    } else {
+        for (int i = threadIdx.x; i < HEADS * D; i += THREADS) {
+            const int row = i / D, col = i % D, h = h0 + row;
+            const uint16_t v = col < L ? a.q_lat[t * a.ld_q_lat + (long)h * L + col]
+                                       : a.q_pe[t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (col - L)];
+            *(uint16_t *)(sQ + (col / 64) * BOX + sw128_offset(row, (col % 64) / 8) + (col % 8) * 2) = v;
+        }
+    }
+}
 
 #endif

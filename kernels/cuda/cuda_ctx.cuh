@@ -24,8 +24,11 @@ enum cuda_scratch_slot {
     SCRATCH_GATHER_RECV,    // all_gather_columns: every rank's packed columns
     SCRATCH_GATHER_RANGES,  // all_gather_columns: every rank's (begin, end, rows)
     SCRATCH_GEMM_PARTIAL,   // split-K GEMM: [splits][M][N] fp32 partials (gemm_sm90.cu)
+    SCRATCH_GEMM_ARRIVALS,  // split-K GEMM: per-tile arrival counts, zero between launches
     SCRATCH_SLOTS
 };
+
+#define CUDA_SMEM_KERNELS 64  // more kernels than this still work, re-raising every call
 
 typedef struct {
     cudaStream_t stream;    // all work of the set goes here
@@ -33,7 +36,12 @@ typedef struct {
     int num_sms;
     size_t smem_optin;      // most dynamic shared memory one block may opt into
     bool wgmma;             // compute capability 9.0: the sm_90a code (wgmma) runs here
+    bool pdl;               // compute capability >= 9.0: programmatic dependent launch (pdl.cuh)
     void *tensor_map_encode; // the driver's cuTensorMapEncodeTiled (NULL: no TMA loads)
+    // The kernels whose dynamic shared memory limit this context has raised, and to what:
+    // cudaFuncSetAttribute once per kernel, not once per call (cuda_kernel_smem).
+    struct { const void *kernel; size_t bytes; } smem_set[CUDA_SMEM_KERNELS];
+    int smem_set_count;
     void *scratch[SCRATCH_SLOTS];
     size_t scratch_bytes[SCRATCH_SLOTS];
 } cuda_ctx;
@@ -43,6 +51,12 @@ static inline cuda_ctx *cuda_ctx_of(ops_set *ops) { return (cuda_ctx *)ops->ctx;
 // Returns scratch slot `slot` with at least `bytes`; grows (synchronizing first) only when a
 // call needs more than any call before it.
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what);
+// The same, zero-filled whenever it grows (kernels that leave it zero can rely on zeros).
+void *cuda_scratch_zeroed(cuda_ctx *c, int slot, size_t bytes, const char *what);
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory (cudaFuncSetAttribute), calling
+// the runtime only the first time a kernel needs more than before.
+void cuda_kernel_smem(cuda_ctx *c, const void *kernel, size_t bytes, const char *op);
 
 // Context setup shared by both sets: device probe, stream, properties. Exits when no device.
 void cuda_ctx_init(cuda_ctx *c, const char *set_name);

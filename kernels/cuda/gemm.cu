@@ -14,7 +14,7 @@
 //           streams weights at small M
 //   medium  (tiles of 128 would not fill the GPU): 64 x 64 tiles
 //   large   128 x 128 tiles, 8 warps — the compute-bound shape
-#include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3
+#include <cuda_runtime.h>   // dim3
 #include <stdint.h>         // uint32_t, int32_t
 #include <stdio.h>          // snprintf
 
@@ -131,11 +131,11 @@ static void launch_config(cuda_ctx *c, const gemm_problem *p, int batch, bool al
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d batch=%d exceed the CUDA grid", op, p->M, batch);
     if (aligned) {
         auto k = gemm_kernel<BM, BN, BK, WM, WN, STAGES, true>;
-        CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        cuda_kernel_smem(c, (const void *)k, SMEM, op);
         k<<<grid, THREADS, SMEM, c->stream>>>(*p);
     } else {
         auto k = gemm_kernel<BM, BN, BK, WM, WN, STAGES, false>;
-        CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+        cuda_kernel_smem(c, (const void *)k, SMEM, op);
         k<<<grid, THREADS, SMEM, c->stream>>>(*p);
     }
     CUDA_CHECK_LAUNCH(op);

@@ -6,7 +6,7 @@
 // instruction shape, the K tail zero-filled. A tile is 1 or 2 warpgroups' rows (BM = 64 or 128)
 // by 128 or 256 columns; its CTA walks every split itself (SPLIT_NONE, SPLIT_IN_CTA: a running
 // total in registers) or computes one split and writes its fp32 partial (SPLIT_GRID, reduced
-// by gemm_split_reduce_kernel in split order). Which of these the launcher picks, and how the
+// in split order by the tile's last CTA to finish, or by gemm_split_reduce_kernel). Which of these the launcher picks, and how the
 // tiles were loaded, only decide who carries a chain and when its operands arrive, never the
 // chain or the order of the sums, so a row has the same bits at every M
 // (tests/test_cuda_ops.c checks it bitwise).
@@ -23,11 +23,12 @@
 //                        gather their rows through x_rows; batched products; unaligned strides):
 //                        every thread copies 16-byte chunks (or single values), STAGES-2 ahead.
 #include <cuda.h>           // CUtensorMap
-#include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3
+#include <cuda_runtime.h>   // dim3
 #include <stdint.h>         // uint8_t, uint16_t, uint64_t
 
 #include "../bf16.h"        // float_to_bf16
-#include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, CUDA_CHECK
+#include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK
+#include "pdl.cuh"          // pdl_launch, pdl_wait_predecessor, pdl_release_dependent
 #include "gemm.cuh"         // gemm_problem, gemm_view, gemm_load_rows, gemm_store_pair
 #include "gemm_plan.cuh"    // gemm_plan, gemm_split_begin, GEMM_BK, the split rule
 #include "mma.cuh"          // cp_async_commit, cp_async_wait
@@ -148,6 +149,77 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][64], float (&acc)[
 }
 #endif
 
+// --- SPLIT_GRID's sum: ((p_0 + p_1) + p_2) + ... in split order, one rounding --------------------
+
+// The partials [splits][per_split] at flat index i .. i + W - 1 (one row of [M][N]: W = 4 needs
+// N % 4 == 0), summed in split order and stored to y as bf16 (or fp32). Shared by the last CTA
+// of a tile (gemm_sm90_kernel) and gemm_split_reduce_kernel: one order on both. __ldcg: other
+// CTAs wrote the partials, so read them from L2, never from a stale L1 line.
+template <int W>
+__device__ __forceinline__ void split_sum_store(const float *partials, long per_split, int splits, long i, int N,
+                                                void *y, long ldy, bool y_f32) {
+    float t[W];
+    if constexpr (W == 4) {
+        const float4 p0 = __ldcg((const float4 *)(partials + i));
+        t[0] = p0.x; t[1] = p0.y; t[2] = p0.z; t[3] = p0.w;
+        for (int s = 1; s < splits; s++) {
+            const float4 ps = __ldcg((const float4 *)(partials + (long)s * per_split + i));
+            t[0] = t[0] + ps.x; t[1] = t[1] + ps.y; t[2] = t[2] + ps.z; t[3] = t[3] + ps.w;
+        }
+    } else {
+        t[0] = __ldcg(partials + i);
+        for (int s = 1; s < splits; s++) t[0] = t[0] + __ldcg(partials + (long)s * per_split + i);
+    }
+    const long m = i / N, n = i % N;
+#pragma unroll
+    for (int e = 0; e < W; e++) {
+        if (y_f32) ((float *)y)[m * ldy + n + e] = t[e];
+        else ((uint16_t *)y)[m * ldy + n + e] = float_to_bf16(t[e]);
+    }
+}
+
+// Where gemm_sm90_kernel's SPLIT_GRID CTAs put the sum: each CTA writes its split's partial,
+// then counts itself in its tile's arrival counter; the one that arrives last adds the
+// partials in split order (split_sum_store) and resets the counter, so no second kernel is
+// launched (at small M, where these CTAs run, that launch cost about as much as the product).
+struct gemm_split_out {
+    void *y;
+    long ldy;
+    bool y_f32;
+    unsigned *arrivals;  // [tiles of the launch], 0 before and after every launch
+};
+
+#if INVAR_WGMMA
+// The CTA of tile `tile` (rows m0 .., columns n0 ..) after storing its partial: returns once
+// its partial is counted; the last of the tile's `splits` CTAs also writes the tile's sum.
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const gemm_split_out &out, int splits,
+                                                  int tile, int m0, int n0) {
+    __shared__ bool last;
+    __threadfence();  // this CTA's partial is visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&out.arrivals[tile], 1u) == (unsigned)splits - 1;
+        if (last) out.arrivals[tile] = 0;  // ready for the next launch (stream order)
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // the other splits' partials, counted before, are visible to this CTA
+    const float *partials = (const float *)p.y;
+    const int rows = min(BM, p.M - m0), cols = min(BN, p.N - n0);
+    if (p.N % 4 == 0) {
+        const int groups = cols / 4;
+        for (int g = threadIdx.x; g < rows * groups; g += THREADS)
+            split_sum_store<4>(partials, p.stride_y, splits, (long)(m0 + g / groups) * p.N + n0 + 4 * (g % groups),
+                               p.N, out.y, out.ldy, out.y_f32);
+    } else {
+        for (int g = threadIdx.x; g < rows * cols; g += THREADS)
+            split_sum_store<1>(partials, p.stride_y, splits, (long)(m0 + g / cols) * p.N + n0 + g % cols, p.N,
+                               out.y, out.ldy, out.y_f32);
+    }
+}
+#endif
+
 // --- the warp-specialized persistent kernel (dense products, TMA) ---------------------------
 //
 // Warpgroups 0..CW-1 are the consumers, 64 rows each; warpgroup CW is the producer: one of its
@@ -177,6 +249,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
 
+    if constexpr (SPLIT == SPLIT_GRID) pdl_release_dependent();  // the reduce may start up now
     const int KT = (p.K + GEMM_BK - 1) / GEMM_BK, tiles = m_tiles * n_tiles;
     const int units = SPLIT == SPLIT_GRID ? tiles * splits : tiles;
     struct unit { int m0, n0, split, kt_begin, kt_end; };
@@ -277,7 +350,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
 // [splits][M][ldy = N], split blockIdx.z's at p.y + blockIdx.z * stride_y floats.
 template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
 __global__ void __launch_bounds__(WGS * 128, 1)
-gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap tmap_x,
+gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __grid_constant__ CUtensorMap tmap_x,
                  const __grid_constant__ CUtensorMap tmap_w) {
 #if INVAR_WGMMA
     constexpr int BM = 64 * WGS, BN = 128 * NI, THREADS = WGS * 128;
@@ -382,46 +455,32 @@ gemm_sm90_kernel(gemm_problem p, int splits, const __grid_constant__ CUtensorMap
     // vector stores for the two-warpgroup tiles, which the launcher picks at large M only
     if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total);
     else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc);
+    if constexpr (SPLIT == SPLIT_GRID)
+        split_finish_tile<BM, BN, THREADS>(p, split_out, splits, (int)(blockIdx.y * gridDim.x + blockIdx.x), m0, n0);
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
     (void)splits;
+    (void)split_out;
     (void)tmap_x;
     (void)tmap_w;
 #endif
 }
 
-// SPLIT_GRID's second pass: y[m][n] = ((p_0 + p_1) + p_2) + ... over the partials
+// SPLIT_GRID's second pass after the warp-specialized split CTAs (large M, where one more
+// launch is cheap against the product): y[m][n] = ((p_0 + p_1) + p_2) + ... over the partials
 // [splits][M][N], split order, one rounding to bf16 (or none for fp32 output). 4 consecutive
 // columns per thread; the partials' rows are N floats, so VEC4 needs N % 4 == 0.
 template <bool VEC4>
 __global__ void __launch_bounds__(256)
 gemm_split_reduce_kernel(const float *__restrict__ partials, int splits, int M, int N, void *y, long ldy, bool y_f32) {
+    pdl_wait_predecessor();  // launched while the split CTAs still run (pdl.cuh)
     const long per_split = (long)M * N, groups = (per_split + 3) / 4;
     for (long g = (long)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (long)gridDim.x * blockDim.x) {
-        const long i0 = g * 4;
-        float t[4];
         if (VEC4) {
-            float4 p0 = *(const float4 *)(partials + i0);
-            t[0] = p0.x; t[1] = p0.y; t[2] = p0.z; t[3] = p0.w;
-            for (int s = 1; s < splits; s++) {
-                float4 ps = *(const float4 *)(partials + (long)s * per_split + i0);
-                t[0] = t[0] + ps.x; t[1] = t[1] + ps.y; t[2] = t[2] + ps.z; t[3] = t[3] + ps.w;
-            }
+            split_sum_store<4>(partials, per_split, splits, g * 4, N, y, ldy, y_f32);
         } else {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                long i = i0 + e < per_split ? i0 + e : i0;  // past the end: a harmless re-read
-                t[e] = partials[i];
-                for (int s = 1; s < splits; s++) t[e] = t[e] + partials[(long)s * per_split + i];
-            }
-        }
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            long i = i0 + e;
-            if (i >= per_split) break;
-            long m = i / N, n = i % N;
-            if (y_f32) ((float *)y)[m * ldy + n] = t[e];
-            else ((uint16_t *)y)[m * ldy + n] = float_to_bf16(t[e]);
+            for (long i = g * 4; i < g * 4 + 4 && i < per_split; i++)
+                split_sum_store<1>(partials, per_split, splits, i, N, y, ldy, y_f32);
         }
     }
 }
@@ -429,8 +488,10 @@ gemm_split_reduce_kernel(const float *__restrict__ partials, int splits, int M, 
 // --- launch ----------------------------------------------------------------------------------
 
 // grid.z: the products (or groups), or with SPLIT_GRID the splits of the one product.
+// SPLIT_GRID: split_out says where the tiles' last CTAs write the sum.
 template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
-static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
+static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
+                        gemm_split_out split_out = {}) {
     constexpr int BM = 64 * WGS, BN = 128 * NI;
     constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
     const unsigned z = SPLIT == SPLIT_GRID ? (unsigned)splits : (unsigned)batch;
@@ -443,8 +504,8 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
         tw = tma_map_bf16_2d(c, p->w, p->N, p->K, p->ldw, GEMM_BK, BN, op, "w");
     }
     auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD, SPLIT>;
-    CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-    k<<<grid, WGS * 128, SMEM, c->stream>>>(*p, splits, tx, tw);
+    cuda_kernel_smem(c, (const void *)k, SMEM, op);
+    k<<<grid, WGS * 128, SMEM, c->stream>>>(*p, splits, split_out, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
 
@@ -461,7 +522,7 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int splits, con
     const CUtensorMap tx = tma_map_bf16_2d(c, p->x, p->M, p->K, p->ldx, GEMM_BK, BM, op, "x");
     const CUtensorMap tw = tma_map_bf16_2d(c, p->w, p->N, p->K, p->ldw, GEMM_BK, BN, op, "w");
     auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC>;
-    CUDA_CHECK(op, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+    cuda_kernel_smem(c, (const void *)k, SMEM, op);
     k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, splits, m_tiles, n_tiles, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
@@ -479,11 +540,11 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
-// the reduce in split order into y; in blocks of rows so the scratch stays under
+// their sum in split order into y; in blocks of rows so the scratch stays under
 // GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
 #define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
-// WS: the split CTAs are the warp-specialized kernel's work units, or (at small M) one
-// gemm_sm90_kernel CTA each.
+// WS: the split CTAs are the warp-specialized kernel's work units and gemm_split_reduce_kernel
+// sums; else (small M) one gemm_sm90_kernel CTA each, and each tile's last CTA sums.
 template <int WGS, int NI, int STAGES, bool WS>
 static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
     constexpr int BM = 64 * WGS;
@@ -504,20 +565,22 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, co
         part.ldy = p->N;
         part.stride_y = per_split;
         part.y_rows = nullptr;
-        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, splits, op);
-        else launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op);
-
         void *y = (char *)p->y + r0 * p->ldy * (p->y_f32 ? 4 : 2);
-        const long groups = (per_split + 3) / 4;
-        const unsigned blocks =
-            (unsigned)((groups + 255) / 256 < 4L * c->num_sms ? (groups + 255) / 256 : 4L * c->num_sms);
-        if (p->N % 4 == 0)
-            gemm_split_reduce_kernel<true><<<blocks, 256, 0, c->stream>>>(partials, splits, rows, p->N, y, p->ldy,
-                                                                         p->y_f32);
-        else
-            gemm_split_reduce_kernel<false><<<blocks, 256, 0, c->stream>>>(partials, splits, rows, p->N, y, p->ldy,
-                                                                          p->y_f32);
-        CUDA_CHECK_LAUNCH(op);
+        if constexpr (!WS) {
+            const long tiles = (long)((rows + BM - 1) / BM) * ((p->N + 127) / 128);
+            unsigned *arrivals = (unsigned *)cuda_scratch_zeroed(c, SCRATCH_GEMM_ARRIVALS, (size_t)tiles * sizeof(unsigned),
+                                                                 "gemm split-K arrival counts");
+            launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op,
+                                                              gemm_split_out{y, p->ldy, p->y_f32, arrivals});
+        } else {
+            launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, splits, op);
+            const long groups = (per_split + 3) / 4;
+            const unsigned blocks =
+                (unsigned)((groups + 255) / 256 < 4L * c->num_sms ? (groups + 255) / 256 : 4L * c->num_sms);
+            pdl_launch(c, p->N % 4 == 0 ? gemm_split_reduce_kernel<true> : gemm_split_reduce_kernel<false>,
+                       dim3(blocks), dim3(256), 0, op, (const float *)partials, splits, rows, p->N, y, p->ldy,
+                       (bool)p->y_f32);
+        }
     }
 }
 

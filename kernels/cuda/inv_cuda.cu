@@ -22,6 +22,8 @@ void cuda_ctx_init(cuda_ctx *c, const char *set_name) {
     c->num_sms = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->wgmma = prop.major == 9 && prop.minor == 0;
+    c->pdl = prop.major >= 9;
+    c->smem_set_count = 0;
     c->tensor_map_encode = NULL;
     if (c->wgmma) {  // the driver API entry point, without linking libcuda
         cudaDriverEntryPointQueryResult found;
@@ -53,6 +55,24 @@ void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what) {
                   what, grown, cudaGetErrorString(err));
     c->scratch_bytes[slot] = grown;
     return c->scratch[slot];
+}
+
+void *cuda_scratch_zeroed(cuda_ctx *c, int slot, size_t bytes, const char *what) {
+    const size_t before = c->scratch_bytes[slot];
+    void *p = cuda_scratch(c, slot, bytes, what);
+    if (c->scratch_bytes[slot] != before) CUDA_CHECK(what, cudaMemsetAsync(p, 0, c->scratch_bytes[slot], c->stream));
+    return p;
+}
+
+void cuda_kernel_smem(cuda_ctx *c, const void *kernel, size_t bytes, const char *op) {
+    int i = 0;
+    while (i < c->smem_set_count && c->smem_set[i].kernel != kernel) i++;
+    if (i < c->smem_set_count && c->smem_set[i].bytes >= bytes) return;
+    CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (i == CUDA_SMEM_KERNELS) return;  // table full: this kernel pays the call each time
+    c->smem_set[i].kernel = kernel;
+    c->smem_set[i].bytes = bytes;
+    if (i == c->smem_set_count) c->smem_set_count++;
 }
 
 // --- device probe ------------------------------------------------------------------------------

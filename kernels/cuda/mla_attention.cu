@@ -17,11 +17,12 @@
 // ((half0 even + half0 odd) + (half1 even + half1 odd)), a fixed order. Scale, mask, running
 // max; P = exp(S - m) rounded to bf16 for the tensor cores (the fp32 P feeds the running sum,
 // as FlashAttention does); O = O*alpha + P·V, warp w owning L/8 output columns.
-#include <cuda_runtime.h>   // cudaFuncSetAttribute
+#include <cuda_runtime.h>   // dim3, cudaStream_t
 #include <math.h>           // expf, fmaxf, INFINITY
 
 #include "../bf16.h"        // bf16_to_float, float_to_bf16
-#include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, CUDA_CHECK
+#include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK
+#include "pdl.cuh"          // pdl_launch, pdl_wait_predecessor, pdl_release_dependent
 #include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
 #include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
@@ -50,6 +51,7 @@ struct mla_params {
 };
 
 __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p) {
+    pdl_release_dependent();  // the merge may start up now; it waits for this grid's end
     const mla_attention_args &a = p.a;
     const int L = a.L, R = a.R, D = L + R, DS = D + 8;  // DS: smem row stride (odd 16B units)
     const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
@@ -329,6 +331,7 @@ __device__ __forceinline__ float block_fold(float v, float *red, bool is_max) {
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
     __shared__ float red[MERGE_THREADS / 32];
     __shared__ float weight[MERGE_CHUNK];
+    pdl_wait_predecessor();  // launched while the split kernel still runs (pdl.cuh)
     const mla_attention_args &a = p.a;
     const int th = blockIdx.x, t = th / a.H, h = th % a.H, L = a.L, tid = threadIdx.x;
     // max_seq_len covers every token_pos (ops.h), so n <= nsplit; the min keeps a caller's
@@ -424,8 +427,7 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
         mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else
         mla_mma_split_launch(c, &p);
-    mla_merge_kernel<<<(unsigned)(a->T * a->H), MERGE_THREADS, 0, c->stream>>>(p);
-    CUDA_CHECK_LAUNCH("mla_attention merge");
+    pdl_launch(c, mla_merge_kernel, dim3((unsigned)(a->T * a->H)), dim3(MERGE_THREADS), 0, "mla_attention merge", p);
 }
 
 // The 16-head mma.sync split kernel (any device this build runs on).
@@ -434,8 +436,7 @@ static void mla_mma_split_launch(cuda_ctx *c, const mla_params *pp) {
     const int DS = a->L + a->R + 8;
     size_t smem = ((size_t)MLA_HEADS * DS + 2 * MLA_TILE * DS + MLA_HEADS * MLA_PSTRIDE) * 2 +
                   (2 * 4 * MLA_HEADS + 4 * 32 * 4) * sizeof(float);
-    CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_split_kernel,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cuda_kernel_smem(c, (const void *)mla_split_kernel, smem, "mla_attention");
     dim3 grid((unsigned)((a->H + MLA_HEADS - 1) / MLA_HEADS), (unsigned)pp->nsplit, (unsigned)a->T);
     mla_split_kernel<<<grid, MLA_THREADS, smem, c->stream>>>(*pp);
     CUDA_CHECK_LAUNCH("mla_attention");

@@ -43,13 +43,14 @@
 // Warpgroup 1's P·V of tile i overlaps warpgroup 0's Q·Kᵀ of tile i + 1. Each warpgroup waits
 // for its wgmma groups inside the iteration that issued them (see the kernel).
 #include <cuda.h>           // CUtensorMap
-#include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3, float2
+#include <cuda_runtime.h>   // dim3, float2
 #include <math.h>           // INFINITY
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait, smem_addr
+#include "pdl.cuh"          // pdl_release_dependent
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128, mbar_*, tma_load_2d
 
@@ -167,6 +168,7 @@ __device__ __forceinline__ void store_partial(const mlaw_params &p, const float 
 __global__ void __launch_bounds__(MLAW_THREADS, 1)
 mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_kv) {
 #if INVAR_WGMMA
+    pdl_release_dependent();  // the merge may start up now; it waits for this grid's end
     const mla_attention_args &a = p.a;
     const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
     const int pos = a.token_pos[t], seq = a.token_seq[t];
@@ -426,8 +428,7 @@ void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_
     const CUtensorMap tmap = tma_map_bf16_2d(c, a->kv_cache, 1L << 31, MLAW_D, MLAW_D, 64, MLAW_TILE, "mla_attention",
                                              "kv cache");
 
-    CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_wgmma_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     MLAW_SMEM_BYTES));
+    cuda_kernel_smem(c, (const void *)mla_wgmma_split_kernel, MLAW_SMEM_BYTES, "mla_attention");
     // Head groups fastest: the CTAs that read the same KV tiles run side by side (L2 reuse).
     dim3 grid((unsigned)(a->H / MLAW_HEADS), (unsigned)nsplit, (unsigned)a->T);
     mla_wgmma_split_kernel<<<grid, MLAW_THREADS, MLAW_SMEM_BYTES, c->stream>>>(p, tmap);

@@ -44,7 +44,7 @@
 // 2 KB (+ 1 KB alignment) = 185 KB dynamic, 17 KB static (the Sᵀ halves, double-buffered), one
 // CTA of 256 threads per SM.
 #include <cuda.h>           // CUtensorMap
-#include <cuda_runtime.h>   // cudaFuncSetAttribute, dim3, float2
+#include <cuda_runtime.h>   // dim3, float2
 #include <math.h>           // INFINITY
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
 
@@ -52,6 +52,7 @@
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
+#include "pdl.cuh"          // pdl_release_dependent
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128(_mn), mbar_*, tma_load_2d
 
@@ -190,6 +191,7 @@ __device__ __forceinline__ void mlan_wg_sync(int wg) {
 __global__ void __launch_bounds__(MLAN_THREADS, 1)
 mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap_kv) {
 #if INVAR_WGMMA
+    pdl_release_dependent();  // the merge may start up now; it waits for this grid's end
     const mla_attention_args &a = p.a;
     mlan_walk cw = mlan_walk_from(p, blockIdx.x);  // the units this CTA computes
     if (cw.u >= p.units) return;
@@ -459,8 +461,7 @@ void mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int spli
     // slot index a coordinate (int32) can name.
     const CUtensorMap tmap = tma_map_bf16_2d(c, a->kv_cache, 1L << 31, MLAN_D, MLAN_D, 64, MLAN_TILE, "mla_attention",
                                              "kv cache");
-    CUDA_CHECK("mla_attention", cudaFuncSetAttribute(mla_wgmma16_split_kernel,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, MLAN_SMEM_BYTES));
+    cuda_kernel_smem(c, (const void *)mla_wgmma16_split_kernel, MLAN_SMEM_BYTES, "mla_attention");
     // Persistent: one CTA per SM at most (the shared memory allows no second), each walking
     // units blockIdx.x, + gridDim.x, ...: which CTA computes a unit never changes its bits.
     const long grid = p.units < c->num_sms ? p.units : c->num_sms;

@@ -51,7 +51,8 @@ enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 
 // NONE: S = 1, the accumulator is the result. IN_CTA: one CTA walks every split, each into a
 // fresh accumulator added to a running total in registers. GRID: split s on CTAs of
-// blockIdx.z = s, fp32 partials to scratch, then gemm_split_reduce adds them in split order.
+// blockIdx.z = s, fp32 partials to scratch, then each tile's last CTA (small M: no second
+// launch) or gemm_split_reduce_kernel adds them in split order.
 enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
 // Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 columns per wgmma):
@@ -67,6 +68,7 @@ typedef struct {
     enum gemm_tile tile;
     enum gemm_split_mode mode;
     enum gemm_load load;
+    bool sum_last_cta;  // GRID: each tile's last CTA adds the partials (no second kernel)
 } gemm_plan;
 
 // The order CTAs take tiles in: down GEMM_TILE_GROUP_M row tiles, then across, so one wave
@@ -86,6 +88,11 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
     *n_tile = in_group / rows;
 }
 
+// Up to this M the last CTA of each tile adds a 64 x 128 tile's split partials itself: a second
+// kernel costs a launch (about 4 us of host time a call on the H200 host), more than one
+// CTA's sum of a few rows; at more rows the reduce kernel's whole-GPU sum is faster.
+#define GEMM_SPLIT_LAST_CTA_MAX_M 64
+
 // Separate split CTAs with 128 x 256 tiles at large M once every split is at least this many
 // k-tiles: each output's partials cost 8 S bytes of traffic against 2 K flops, under a sixth of
 // the product's time at K / S >= 4096, while walking the splits in one CTA would need 128 x 128
@@ -100,11 +107,13 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     pl.load = tma ? LOAD_TMA : aligned ? LOAD_CP_ASYNC : LOAD_SCALAR;
     pl.mode = pl.splits > 1 ? SPLIT_IN_CTA : SPLIT_NONE;
     pl.tile = TILE_64x128;
+    pl.sum_last_cta = false;
     const long small_tiles = (long)((M + 63) / 64) * ((N + 127) / 128) * batch;
     // Separate split CTAs while the 64 x 128 tiles alone leave SMs idle and the partials
     // (M * N * S fp32, written and read once, mostly in L2) stay under the weights' bytes.
     if (pl.load == LOAD_TMA && pl.splits > 1 && small_tiles < num_sms && 2L * M * pl.splits <= K) {
         pl.mode = SPLIT_GRID;
+        pl.sum_last_cta = M <= GEMM_SPLIT_LAST_CTA_MAX_M;
         return pl;
     }
     if (pl.load == LOAD_SCALAR || M <= 64) return pl;
@@ -129,7 +138,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
         {"128x128", "128x128/cta", "128x128/grid"},
         {"128x256", "128x256/cta", "128x256/grid"},
     };
-    return names[pl->tile][pl->mode];
+    return pl->sum_last_cta ? "64x128/grid+last" : names[pl->tile][pl->mode];
 }
 
 #endif

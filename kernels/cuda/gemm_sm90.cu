@@ -186,15 +186,19 @@ struct gemm_split_out {
     void *y;
     long ldy;
     bool y_f32;
-    unsigned *arrivals;  // [tiles of the launch], 0 before and after every launch
+    unsigned *arrivals;  // [tiles of the launch], 0 before and after every launch; NULL: the
+                         // reduce kernel sums instead
 };
 
 #if INVAR_WGMMA
 // The CTA of tile `tile` (rows m0 .., columns n0 ..) after storing its partial: returns once
-// its partial is counted; the last of the tile's `splits` CTAs also writes the tile's sum.
+// its partial is counted; the last of the tile's `splits` CTAs also writes the tile's sum. That
+// CTA is alone with the sum, so it stages the partials in its (now idle) pipeline memory with
+// every copy in flight at once (cp.async, from L2), rows at a time, then adds each column's
+// splits in order from shared memory: one round trip per chunk of rows, not one per split.
 template <int BM, int BN, int THREADS>
 __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const gemm_split_out &out, int splits,
-                                                  int tile, int m0, int n0) {
+                                                  int tile, int m0, int n0, float *stage, int stage_bytes) {
     __shared__ bool last;
     __threadfence();  // this CTA's partial is visible device-wide before it is counted
     __syncthreads();
@@ -207,15 +211,32 @@ __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const g
     __threadfence();  // the other splits' partials, counted before, are visible to this CTA
     const float *partials = (const float *)p.y;
     const int rows = min(BM, p.M - m0), cols = min(BN, p.N - n0);
-    if (p.N % 4 == 0) {
-        const int groups = cols / 4;
-        for (int g = threadIdx.x; g < rows * groups; g += THREADS)
-            split_sum_store<4>(partials, p.stride_y, splits, (long)(m0 + g / groups) * p.N + n0 + 4 * (g % groups),
-                               p.N, out.y, out.ldy, out.y_f32);
-    } else {
+    if (p.N % 4 != 0) {  // rows not 16-byte aligned: straight from L2, one column at a time
         for (int g = threadIdx.x; g < rows * cols; g += THREADS)
             split_sum_store<1>(partials, p.stride_y, splits, (long)(m0 + g / cols) * p.N + n0 + g % cols, p.N,
                                out.y, out.ldy, out.y_f32);
+        return;
+    }
+    const int chunk = min(rows, stage_bytes / (splits * BN * 4)), quads = cols / 4;
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+        const int nr = min(chunk, rows - r0);
+        for (int g = threadIdx.x; g < splits * nr * quads; g += THREADS) {  // stage[s][r][c]
+            const int s = g / (nr * quads), r = g / quads % nr, c = 4 * (g % quads);
+            cp_async16(stage + ((long)s * chunk + r) * BN + c,
+                       partials + (long)s * p.stride_y + (long)(m0 + r0 + r) * p.N + n0 + c, 16);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        for (int g = threadIdx.x; g < nr * cols; g += THREADS) {
+            const int r = g / cols, c = g % cols;
+            float t = stage[(long)r * BN + c];
+            for (int s = 1; s < splits; s++) t = t + stage[((long)s * chunk + r) * BN + c];
+            const long m = m0 + r0 + r, n = n0 + c;
+            if (out.y_f32) ((float *)out.y)[m * out.ldy + n] = t;
+            else ((uint16_t *)out.y)[m * out.ldy + n] = float_to_bf16(t);
+        }
+        __syncthreads();  // the stage is refilled by the next chunk
     }
 }
 #endif
@@ -359,6 +380,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     __shared__ __align__(8) uint64_t full[STAGES];  // TMA: slot s holds its k-tile
 
+    if constexpr (SPLIT == SPLIT_GRID) pdl_release_dependent();  // a reduce kernel may start up now
     // SPLIT_GRID runs one dense product: grid.z is the split, not the product.
     const gemm_view v = gemm_view_of(p, SPLIT == SPLIT_GRID ? 0 : (int)blockIdx.z);
     int m_tile, n_tile;
@@ -455,8 +477,11 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     // vector stores for the two-warpgroup tiles, which the launcher picks at large M only
     if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total);
     else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc);
-    if constexpr (SPLIT == SPLIT_GRID)
-        split_finish_tile<BM, BN, THREADS>(p, split_out, splits, (int)(blockIdx.y * gridDim.x + blockIdx.x), m0, n0);
+    if constexpr (SPLIT == SPLIT_GRID) {
+        if (split_out.arrivals)  // else gemm_split_reduce_kernel sums
+            split_finish_tile<BM, BN, THREADS>(p, split_out, splits, (int)(blockIdx.y * gridDim.x + blockIdx.x), m0,
+                                               n0, (float *)smem, STAGES * STAGE_BYTES);
+    }
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
     (void)splits;
@@ -543,10 +568,11 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char
 // their sum in split order into y; in blocks of rows so the scratch stays under
 // GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
 #define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
-// WS: the split CTAs are the warp-specialized kernel's work units and gemm_split_reduce_kernel
-// sums; else (small M) one gemm_sm90_kernel CTA each, and each tile's last CTA sums.
+// WS: the split CTAs are the warp-specialized kernel's work units, else one gemm_sm90_kernel
+// CTA each (small M). last_cta: each tile's last CTA sums (gemm_plan.sum_last_cta), else
+// gemm_split_reduce_kernel does, launched as a programmatic dependent.
 template <int WGS, int NI, int STAGES, bool WS>
-static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
+static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bool last_cta, const char *op) {
     constexpr int BM = 64 * WGS;
     const long row_bytes = (long)splits * p->N * (long)sizeof(float);
     long block_rows = GEMM_SPLIT_SCRATCH_BYTES / row_bytes / BM * BM;
@@ -567,20 +593,23 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, co
         part.y_rows = nullptr;
         void *y = (char *)p->y + r0 * p->ldy * (p->y_f32 ? 4 : 2);
         if constexpr (!WS) {
-            const long tiles = (long)((rows + BM - 1) / BM) * ((p->N + 127) / 128);
-            unsigned *arrivals = (unsigned *)cuda_scratch_zeroed(c, SCRATCH_GEMM_ARRIVALS, (size_t)tiles * sizeof(unsigned),
-                                                                 "gemm split-K arrival counts");
-            launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op,
-                                                              gemm_split_out{y, p->ldy, p->y_f32, arrivals});
+            if (last_cta) {
+                const long tiles = (long)((rows + BM - 1) / BM) * ((p->N + 127) / 128);
+                unsigned *arrivals = (unsigned *)cuda_scratch_zeroed(
+                    c, SCRATCH_GEMM_ARRIVALS, (size_t)tiles * sizeof(unsigned), "gemm split-K arrival counts");
+                launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op,
+                                                                  gemm_split_out{y, p->ldy, p->y_f32, arrivals});
+                continue;
+            }
+            launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op);
         } else {
             launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, splits, op);
-            const long groups = (per_split + 3) / 4;
-            const unsigned blocks =
-                (unsigned)((groups + 255) / 256 < 4L * c->num_sms ? (groups + 255) / 256 : 4L * c->num_sms);
-            pdl_launch(c, p->N % 4 == 0 ? gemm_split_reduce_kernel<true> : gemm_split_reduce_kernel<false>,
-                       dim3(blocks), dim3(256), 0, op, (const float *)partials, splits, rows, p->N, y, p->ldy,
-                       (bool)p->y_f32);
         }
+        const long groups = (per_split + 3) / 4;
+        const unsigned blocks =
+            (unsigned)((groups + 255) / 256 < 4L * c->num_sms ? (groups + 255) / 256 : 4L * c->num_sms);
+        pdl_launch(c, p->N % 4 == 0 ? gemm_split_reduce_kernel<true> : gemm_split_reduce_kernel<false>, dim3(blocks),
+                   dim3(256), 0, op, (const float *)partials, splits, rows, p->N, y, p->ldy, (bool)p->y_f32);
     }
 }
 
@@ -598,8 +627,8 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 never IN_CTA (its
     // running total would not fit in registers), 128 x 128 only IN_CTA.
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
-    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, op);
+    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, false, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, S, op);

@@ -270,9 +270,10 @@ static void test_gemm_tile_paths(void **state) {
 // --- gemm: split-K (sm_90a: kernels/cuda/gemm_plan.cuh) ------------------------------------
 
 // The split count depends on (N, K) alone, so every M must give a row the same bits whether
-// the splits ran on separate CTAs (small M: fp32 partials, a reduce in split order) or one CTA
-// walked them (large M, running total in registers), on 64 x 128, 128 x 128 or 128 x 256
-// tiles. Split and non-split shapes; fp32 output rounding to the bf16 output on both paths;
+// the splits ran on separate CTAs (small M: fp32 partials summed in split order by each tile's
+// last CTA up to M = 64, by a reduce kernel above) or one CTA walked them (large M, running
+// total in registers), on 64 x 128, 128 x 128 or 128 x 256 tiles. The many M in a row also
+// check that the last-CTA sum leaves its arrival counters at zero for the next launch. Split and non-split shapes; fp32 output rounding to the bf16 output on both paths;
 // sampled rows against the float64 oracle.
 static void test_gemm_split_k_rows(void **state) {
     sets *s = SETS(state);
@@ -289,6 +290,7 @@ static void test_gemm_split_k_rows(void **state) {
     const int MMAX = 8192, f32_ms[] = {17, 4096};
 #ifdef INVAR_CUDA
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
+    bool seen_last_cta = false, seen_reduce = false;  // who sums the small-M grid splits
 #endif
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
@@ -323,6 +325,8 @@ static void test_gemm_split_k_rows(void **state) {
             seen_grid |= splits > 1 && strstr(plan, "/grid") != NULL;
             seen_cta |= splits > 1 && strstr(plan, "/cta") != NULL;
             seen_wide_grid |= splits > 1 && strstr(plan, "128x256/grid") != NULL;
+            seen_last_cta |= splits > 1 && strstr(plan, "grid+last") != NULL;
+            seen_reduce |= splits > 1 && strcmp(plan, "64x128/grid tma") == 0;
 #endif
             printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
             poison(inv, dy, (size_t)M * N * 2);
@@ -352,9 +356,11 @@ static void test_gemm_split_k_rows(void **state) {
     char plan[64];
     gemm_args probe = {.M = 1, .N = 1536, .K = 7168};
     inv_cuda_gemm_plan_describe(inv, &probe, plan, (int)sizeof plan);
-    if (strcmp(plan, "mma.sync") != 0 && !(seen_split && seen_grid && seen_cta && seen_wide_grid))
-        fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d)",
-                 seen_split, seen_grid, seen_cta, seen_wide_grid);
+    if (strcmp(plan, "mma.sync") != 0 &&
+        !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce))
+        fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
+                 "last-CTA sum %d, reduce kernel %d)",
+                 seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce);
 #endif
 }
 

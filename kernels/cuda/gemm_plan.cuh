@@ -89,9 +89,11 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 }
 
 // Up to this M the last CTA of each tile adds a 64 x 128 tile's split partials itself: a second
-// kernel costs a launch (about 4 us of host time a call on the H200 host), more than one
-// CTA's sum of a few rows; at more rows the reduce kernel's whole-GPU sum is faster.
-#define GEMM_SPLIT_LAST_CTA_MAX_M 64
+// kernel costs a launch (about 4 us of host time a call on the H200 host), more than one CTA's
+// sum of a few rows. Its S x rows x 512 bytes go through one SM, so at more rows the reduce
+// kernel's whole-GPU sum wins (H200: M = 1 last CTA 0-2.6 us faster, M = 16 1-3 us and M = 64
+// 10-35 us slower than the reduce kernel; kernels/cuda/NOTES.md).
+#define GEMM_SPLIT_LAST_CTA_MAX_M 4
 
 // Separate split CTAs with 128 x 256 tiles at large M once every split is at least this many
 // k-tiles: each output's partials cost 8 S bytes of traffic against 2 K flops, under a sixth of

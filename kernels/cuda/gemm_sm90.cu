@@ -192,13 +192,12 @@ struct gemm_split_out {
 
 #if INVAR_WGMMA
 // The CTA of tile `tile` (rows m0 .., columns n0 ..) after storing its partial: returns once
-// its partial is counted; the last of the tile's `splits` CTAs also writes the tile's sum. That
-// CTA is alone with the sum, so it stages the partials in its (now idle) pipeline memory with
-// every copy in flight at once (cp.async, from L2), rows at a time, then adds each column's
-// splits in order from shared memory: one round trip per chunk of rows, not one per split.
+// its partial is counted; the last of the tile's `splits` CTAs also writes the tile's sum
+// (S x rows x 512 bytes from L2 through one SM: quick for a few rows, which is why
+// GEMM_SPLIT_LAST_CTA_MAX_M is small).
 template <int BM, int BN, int THREADS>
 __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const gemm_split_out &out, int splits,
-                                                  int tile, int m0, int n0, float *stage, int stage_bytes) {
+                                                  int tile, int m0, int n0) {
     __shared__ bool last;
     __threadfence();  // this CTA's partial is visible device-wide before it is counted
     __syncthreads();
@@ -211,32 +210,15 @@ __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const g
     __threadfence();  // the other splits' partials, counted before, are visible to this CTA
     const float *partials = (const float *)p.y;
     const int rows = min(BM, p.M - m0), cols = min(BN, p.N - n0);
-    if (p.N % 4 != 0) {  // rows not 16-byte aligned: straight from L2, one column at a time
+    if (p.N % 4 == 0) {
+        const int groups = cols / 4;
+        for (int g = threadIdx.x; g < rows * groups; g += THREADS)
+            split_sum_store<4>(partials, p.stride_y, splits, (long)(m0 + g / groups) * p.N + n0 + 4 * (g % groups),
+                               p.N, out.y, out.ldy, out.y_f32);
+    } else {
         for (int g = threadIdx.x; g < rows * cols; g += THREADS)
             split_sum_store<1>(partials, p.stride_y, splits, (long)(m0 + g / cols) * p.N + n0 + g % cols, p.N,
                                out.y, out.ldy, out.y_f32);
-        return;
-    }
-    const int chunk = min(rows, stage_bytes / (splits * BN * 4)), quads = cols / 4;
-    for (int r0 = 0; r0 < rows; r0 += chunk) {
-        const int nr = min(chunk, rows - r0);
-        for (int g = threadIdx.x; g < splits * nr * quads; g += THREADS) {  // stage[s][r][c]
-            const int s = g / (nr * quads), r = g / quads % nr, c = 4 * (g % quads);
-            cp_async16(stage + ((long)s * chunk + r) * BN + c,
-                       partials + (long)s * p.stride_y + (long)(m0 + r0 + r) * p.N + n0 + c, 16);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-        for (int g = threadIdx.x; g < nr * cols; g += THREADS) {
-            const int r = g / cols, c = g % cols;
-            float t = stage[(long)r * BN + c];
-            for (int s = 1; s < splits; s++) t = t + stage[((long)s * chunk + r) * BN + c];
-            const long m = m0 + r0 + r, n = n0 + c;
-            if (out.y_f32) ((float *)out.y)[m * out.ldy + n] = t;
-            else ((uint16_t *)out.y)[m * out.ldy + n] = float_to_bf16(t);
-        }
-        __syncthreads();  // the stage is refilled by the next chunk
     }
 }
 #endif
@@ -480,7 +462,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     if constexpr (SPLIT == SPLIT_GRID) {
         if (split_out.arrivals)  // else gemm_split_reduce_kernel sums
             split_finish_tile<BM, BN, THREADS>(p, split_out, splits, (int)(blockIdx.y * gridDim.x + blockIdx.x), m0,
-                                               n0, (float *)smem, STAGES * STAGE_BYTES);
+                                               n0);
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)

@@ -5,10 +5,11 @@
 // result ((p_0 + p_1) + ...) in split order (S = 1: p_0, the chain over all of K). One
 // instruction shape, the K tail zero-filled. A tile is 1 or 2 warpgroups' rows (BM = 64 or 128)
 // by 128 or 256 columns; its CTA walks every split itself (SPLIT_NONE, SPLIT_IN_CTA: a running
-// total in registers) or computes one split and writes its fp32 partial (SPLIT_GRID, reduced
-// in split order by the tile's last CTA to finish, or by gemm_split_reduce_kernel). Which of these the launcher picks, and how the
-// tiles were loaded, only decide who carries a chain and when its operands arrive, never the
-// chain or the order of the sums, so a row has the same bits at every M
+// total in registers) or computes one split and writes its fp32 partial (SPLIT_GRID, summed
+// in split order by the tile's last CTA to finish, or by gemm_split_reduce_kernel). Which of
+// these the launcher picks, and how the tiles were loaded, only decide who carries a chain and
+// when its operands arrive, never the chain or the order of the sums, so a row has the same
+// bits at every M
 // (tests/test_cuda_ops.c checks it bitwise).
 //
 // Two kernels carry the chains, loading into STAGES shared-memory slots in the 128-byte

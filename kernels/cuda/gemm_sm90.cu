@@ -552,8 +552,8 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char
 // GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
 #define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
 // WS: the split CTAs are the warp-specialized kernel's work units, else one gemm_sm90_kernel
-// CTA each (small M). last_cta: each tile's last CTA sums (gemm_plan.sum_last_cta), else
-// gemm_split_reduce_kernel does, launched as a programmatic dependent.
+// CTA each (small M). last_cta (gemm_sm90_kernel only: gemm_plan.sum_last_cta): each tile's
+// last CTA sums, else gemm_split_reduce_kernel does, launched as a programmatic dependent.
 template <int WGS, int NI, int STAGES, bool WS>
 static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bool last_cta, const char *op) {
     constexpr int BM = 64 * WGS;
@@ -575,19 +575,16 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bo
         part.stride_y = per_split;
         part.y_rows = nullptr;
         void *y = (char *)p->y + r0 * p->ldy * (p->y_f32 ? 4 : 2);
-        if constexpr (!WS) {
-            if (last_cta) {
-                const long tiles = (long)((rows + BM - 1) / BM) * ((p->N + 127) / 128);
-                unsigned *arrivals = (unsigned *)cuda_scratch_zeroed(
-                    c, SCRATCH_GEMM_ARRIVALS, (size_t)tiles * sizeof(unsigned), "gemm split-K arrival counts");
-                launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op,
-                                                                  gemm_split_out{y, p->ldy, p->y_f32, arrivals});
-                continue;
-            }
-            launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op);
-        } else {
-            launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, splits, op);
+        gemm_split_out sum_in_kernel = {};  // arrivals NULL: the reduce kernel below sums
+        if (!WS && last_cta) {
+            const long tiles = (long)((rows + BM - 1) / BM) * ((p->N + 127) / 128);
+            unsigned *arrivals = (unsigned *)cuda_scratch_zeroed(c, SCRATCH_GEMM_ARRIVALS, (size_t)tiles * sizeof(unsigned),
+                                                                 "gemm split-K arrival counts");
+            sum_in_kernel = gemm_split_out{y, p->ldy, p->y_f32, arrivals};
         }
+        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, splits, op);
+        else launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op, sum_in_kernel);
+        if (sum_in_kernel.arrivals) continue;
         const long groups = (per_split + 3) / 4;
         const unsigned blocks =
             (unsigned)((groups + 255) / 256 < 4L * c->num_sms ? (groups + 255) / 256 : 4L * c->num_sms);

@@ -7,6 +7,7 @@
 #ifndef INVAR_KERNELS_CUDA_INV_CUDA_OPS_H
 #define INVAR_KERNELS_CUDA_INV_CUDA_OPS_H
 
+#include <cuda.h>      // CUtensorMap
 #include <stddef.h>    // size_t
 #include <stdint.h>    // int32_t
 #include "../ops.h"    // ops_set, bf16, *_args
@@ -42,6 +43,13 @@ void mla_attention_generic_launch(cuda_ctx *c, const mla_attention_args *a, int 
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size);
 // Q's rows in 16-byte pieces (cp.async) rather than value by value (mla_attention.cu).
 bool mla_q_aligned(const mla_attention_args *a);
+// What both wgmma MLA kernels need: an sm_90a device with TMA and smem_bytes of shared memory
+// (dynamic and static), a multiple of `heads` heads, L = 512, R = 64, cache blocks and splits
+// of whole 64-position tiles.
+bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_size, int heads, size_t smem_bytes);
+// The latent cache as the wgmma kernels' TMA reads it: [slots][L + R] bf16 in boxes of 64 dims
+// (one 128-byte swizzle row) by box_rows positions.
+CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_rows);
 void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
                             float *o_part, float2 *ml_part);
 // 16 heads a work unit on sm_90a (mla_attention_wgmma16.cu): H % 16 == 0 where the 64-head

@@ -23,6 +23,7 @@
 #include "../bf16.h"        // bf16_to_float, float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK
 #include "pdl.cuh"          // pdl_launch, pdl_wait_predecessor, pdl_release_dependent
+#include "tma_map.cuh"      // tma_map_bf16_2d
 #include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
 #include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
@@ -382,6 +383,19 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
 bool mla_q_aligned(const mla_attention_args *a) {
     return ((uintptr_t)a->q_lat & 15u) == 0 && ((uintptr_t)a->q_pe & 15u) == 0 && a->ld_q_lat % 8 == 0 &&
            a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
+}
+
+bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_size, int heads, size_t smem_bytes) {
+    return c->wgmma && c->tensor_map_encode && c->smem_optin >= smem_bytes && a->H % heads == 0 && a->L == 512 &&
+           a->R == 64 && a->block_size > 0 && a->block_size % 64 == 0 && split_size > 0 && split_size % 64 == 0;
+}
+
+CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_rows) {
+    // Its slot count is not among the arguments; every box lies inside a block the token's
+    // sequence owns, so the extent only has to cover the largest slot index a coordinate
+    // (int32) can name.
+    const int d = a->L + a->R;
+    return tma_map_bf16_2d(c, a->kv_cache, 1L << 31, d, d, 64, box_rows, "mla_attention", "kv cache");
 }
 
 // Shapes the tensor-core kernels do not take (mla_attention_generic.cu's instead).

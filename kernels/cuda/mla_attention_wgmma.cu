@@ -48,16 +48,16 @@
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
-#include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch
+#include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch, mla_kv_cache_map
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait, smem_addr
 #include "pdl.cuh"          // pdl_release_dependent
-#include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128, mbar_*, tma_load_2d
 
 #define MLAW_HEADS 64                                  // heads per CTA: the wgmma M
 #define MLAW_TILE 64                                   // positions per KV tile
 #define MLAW_L 512
 #define MLAW_R 64
+static_assert(MLAW_L == 512 && MLAW_R == 64 && MLAW_TILE == 64, "the shape mla_wgmma_takes checks");
 #define MLAW_D (MLAW_L + MLAW_R)
 #define MLAW_BOXES (MLAW_D / 64)                       // 64-dim boxes (128 bytes a row) per row
 #define MLAW_BOX_BYTES (MLAW_TILE * 128)               // one box: 64 rows x 128 bytes
@@ -407,9 +407,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
     // + 512: the kernel's static shared memory (barriers, alpha) counts against the same limit
-    return c->wgmma && c->tensor_map_encode && c->smem_optin >= (size_t)MLAW_SMEM_BYTES + 512 && a->H % MLAW_HEADS == 0 &&
-           a->L == MLAW_L && a->R == MLAW_R && a->block_size > 0 && a->block_size % MLAW_TILE == 0 &&
-           split_size > 0 && split_size % MLAW_TILE == 0;
+    return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 512);
 }
 
 void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
@@ -422,12 +420,7 @@ void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_
     p.o_part = o_part;
     p.ml_part = ml_part;
 
-    // The cache as a 2-D tensor [slots][L + R]. Its slot count is not among the arguments; every
-    // box lies inside a block the token's sequence owns, so the extent only has to cover the
-    // largest slot index a coordinate (int32) can name.
-    const CUtensorMap tmap = tma_map_bf16_2d(c, a->kv_cache, 1L << 31, MLAW_D, MLAW_D, 64, MLAW_TILE, "mla_attention",
-                                             "kv cache");
-
+    const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAW_TILE);
     cuda_kernel_smem(c, (const void *)mla_wgmma_split_kernel, MLAW_SMEM_BYTES, "mla_attention");
     // Head groups fastest: the CTAs that read the same KV tiles run side by side (L2 reuse).
     dim3 grid((unsigned)(a->H / MLAW_HEADS), (unsigned)nsplit, (unsigned)a->T);

@@ -50,16 +50,16 @@
 
 #include "../bf16.h"        // float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
-#include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch
+#include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch, mla_kv_cache_map
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
 #include "pdl.cuh"          // pdl_release_dependent
-#include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128(_mn), mbar_*, tma_load_2d
 
 #define MLAN_HEADS 16                                  // heads per unit: the wgmma N
 #define MLAN_TILE 64                                   // positions per KV tile: the wgmma M of Sᵀ
 #define MLAN_L 512
 #define MLAN_R 64
+static_assert(MLAN_L == 512 && MLAN_R == 64 && MLAN_TILE == 64, "the shape mla_wgmma_takes checks");
 #define MLAN_D (MLAN_L + MLAN_R)
 #define MLAN_BOXES (MLAN_D / 64)                       // 64-dim boxes (128 bytes a row) per row
 #define MLAN_BOX_BYTES (MLAN_TILE * 128)               // one KV box: 64 rows x 128 bytes
@@ -439,9 +439,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
 bool mla_wgmma16_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
     // + 20 KB: the kernel's static shared memory (barriers, the Sᵀ halves, reductions: 17 KB)
     // counts against the same limit
-    return c->wgmma && c->tensor_map_encode && c->smem_optin >= (size_t)MLAN_SMEM_BYTES + 20480 &&
-           a->H % MLAN_HEADS == 0 && a->L == MLAN_L && a->R == MLAN_R && a->block_size > 0 &&
-           a->block_size % MLAN_TILE == 0 && split_size > 0 && split_size % MLAN_TILE == 0;
+    return mla_wgmma_takes(c, a, split_size, MLAN_HEADS, (size_t)MLAN_SMEM_BYTES + 20480);
 }
 
 void mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
@@ -456,11 +454,7 @@ void mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int spli
     p.o_part = o_part;
     p.ml_part = ml_part;
 
-    // The cache as a 2-D tensor [slots][L + R]; as in mla_attention_wgmma.cu, every box lies
-    // inside a block the token's sequence owns, so the extent only has to cover the largest
-    // slot index a coordinate (int32) can name.
-    const CUtensorMap tmap = tma_map_bf16_2d(c, a->kv_cache, 1L << 31, MLAN_D, MLAN_D, 64, MLAN_TILE, "mla_attention",
-                                             "kv cache");
+    const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAN_TILE);
     cuda_kernel_smem(c, (const void *)mla_wgmma16_split_kernel, MLAN_SMEM_BYTES, "mla_attention");
     // Persistent: one CTA per SM at most (the shared memory allows no second), each walking
     // units blockIdx.x, + gridDim.x, ...: which CTA computes a unit never changes its bits.

@@ -4,7 +4,7 @@
 #define INVAR_KERNELS_CUDA_GEMM_CUH
 
 #include <stdint.h>        // int32_t, uint16_t
-#include "../bf16.h"       // float_to_bf16
+#include "../bf16.h"       // float_to_bf16 (a NaN's rounding)
 #include "../ops.h"        // bf16
 #include "cuda_ctx.cuh"    // cuda_ctx
 #include "gemm_plan.cuh"   // gemm_plan
@@ -88,6 +88,18 @@ __device__ __forceinline__ void gemm_load_rows(DstOf dst_of, const uint16_t *g, 
     }
 }
 
+// The GEMM's one rounding to bf16, two values at a time (lo in the low half): every output path
+// of both GEMM kernels rounds through here, so a row's bits cannot depend on which path stored
+// it. The hardware's round-to-nearest-even (one cvt for two values, where float_to_bf16 takes
+// about eight instructions a value: the large-M epilogue was bound by them); a NaN keeps its
+// payload as float_to_bf16 keeps it (the hardware would write the canonical NaN).
+__device__ __forceinline__ uint32_t gemm_round_bf16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    if (lo != lo || hi != hi) r = (uint32_t)float_to_bf16(lo) | ((uint32_t)float_to_bf16(hi) << 16);
+    return r;
+}
+
 // Output columns n and n+1 of row yrow: one rounding to bf16, or none for fp32 output.
 __device__ __forceinline__ void gemm_store_pair(const gemm_problem &p, char *y, long yrow, int n, float v0,
                                                 float v1) {
@@ -97,8 +109,9 @@ __device__ __forceinline__ void gemm_store_pair(const gemm_problem &p, char *y, 
         if (n + 1 < p.N) yr[n + 1] = v1;
     } else {
         uint16_t *yr = (uint16_t *)y + yrow * p.ldy;
-        if (n < p.N) yr[n] = float_to_bf16(v0);
-        if (n + 1 < p.N) yr[n + 1] = float_to_bf16(v1);
+        const uint32_t both = gemm_round_bf16x2(v0, v1);
+        if (n < p.N) yr[n] = (uint16_t)both;
+        if (n + 1 < p.N) yr[n + 1] = (uint16_t)(both >> 16);
     }
 }
 #endif

@@ -56,11 +56,12 @@ enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
 // Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 columns per wgmma):
-//   64 x 128   one warpgroup: small M, and GRID splits at small M
+//   64 x 128   one warpgroup: small M, and GRID splits up to M = 64
 //   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (64 accumulators
 //              + 64 of running total per thread; 128 x 256 would need 128 + 128 and spill)
-//   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1, and GRID splits
-//              at large M when the splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)
+//   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1, GRID splits past
+//              M = 64 that still fill half the SMs, and GRID splits at large M when the
+//              splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)
 enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x256 };
 
 typedef struct {
@@ -111,16 +112,24 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     pl.tile = TILE_64x128;
     pl.sum_last_cta = false;
     const long small_tiles = (long)((M + 63) / 64) * ((N + 127) / 128) * batch;
+    const long wide_tiles = (long)((M + 127) / 128) * ((N + 255) / 256) * batch;
     // Separate split CTAs while the 64 x 128 tiles alone leave SMs idle and the partials
-    // (M * N * S fp32, written and read once, mostly in L2) stay under the weights' bytes.
-    if (pl.load == LOAD_TMA && pl.splits > 1 && small_tiles < num_sms && 2L * M * pl.splits <= K) {
+    // (M * N * S fp32, written and read once, mostly in L2) stay under the weights' bytes, or
+    // under twice them where the one-CTA path would leave three quarters of the SMs idle
+    // (576 x 7168 at M = 256: 20 tiles walking 112 k-tiles each, 37 us; on the grid 24 us).
+    const long partial_x2 = 2L * M * pl.splits;  // 2 M S <= K: partials <= weights
+    if (pl.load == LOAD_TMA && pl.splits > 1 && small_tiles < num_sms &&
+        (partial_x2 <= K || (4 * small_tiles <= num_sms && partial_x2 <= 2L * K))) {
         pl.mode = SPLIT_GRID;
         pl.sum_last_cta = M <= GEMM_SPLIT_LAST_CTA_MAX_M;
+        // Past M = 64 the 64 x 128 split CTAs read L2 at 24 KB a 1 MFLOP k-tile: 128 x 256 reads
+        // half that per FLOP (1536 x 7168 at M = 256: 40 -> 29 us) where its units still fill
+        // half the SMs.
+        if (M > 64 && wide_tiles * pl.splits * 2 >= num_sms) pl.tile = TILE_128x256;
         return pl;
     }
     if (pl.load == LOAD_SCALAR || M <= 64) return pl;
     // Two-warpgroup tiles once they alone fill the SMs (fewer L2 bytes per FLOP).
-    const long wide_tiles = (long)((M + 127) / 128) * ((N + 255) / 256) * batch;
     const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
     if (pl.load == LOAD_TMA && pl.splits > 1 && wide_tiles >= num_sms &&
         k_tiles / pl.splits >= GEMM_SPLIT_GRID_BIG_MIN_KTILES) {
@@ -128,9 +137,13 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         pl.tile = TILE_128x256;
         return pl;
     }
+    // Two-warpgroup tiles also where they take fewer waves than the 64 x 128 ones: a tile of
+    // twice the work at about twice the rate per SM (4096 x 512 at M = 1024: 128 tiles of
+    // 128 x 256 in one wave, 17 us, against 512 of 64 x 128 in four, 25 us).
     const int big_n = pl.splits > 1 ? 128 : 256;
     const long big_tiles = (long)((M + 127) / 128) * ((N + big_n - 1) / big_n) * batch;
-    if (big_tiles >= num_sms) pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
+    const long small_waves = (small_tiles + num_sms - 1) / num_sms, big_waves = (big_tiles + num_sms - 1) / num_sms;
+    if (big_tiles >= num_sms || big_waves < small_waves) pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
     return pl;
 }
 

@@ -36,6 +36,17 @@
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
 
+// Shared memory per consumer warp for the staged epilogue (store_tile_staged): its 16 rows x
+// 128 columns of bf16.
+#define GEMM_EPILOGUE_STAGE_BYTES 4096
+
+// Whether a kernel stages its bf16 epilogue (VEC: its vector epilogue is compiled): with S = 1,
+// where the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a
+// one-k-tile product, 199 -> 99 us). Not the fp32 GRID partials (stmatrix is 16-bit only), nor
+// the cta path: with the 32 KB its long-K shapes ran 7% slower (1536 x 7168 at M = 4096:
+// 145 -> 156 us; kernels/cuda/NOTES.md).
+__host__ __device__ constexpr bool stages_epilogue(int split, bool vec) { return vec && split == SPLIT_NONE; }
+
 #if INVAR_WGMMA
 // One k-tile of the chain: 4 k16 steps, NI instructions of 128 columns each.
 template <int NI>
@@ -78,11 +89,54 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // pair stores cost about as much as the main loop). Tiles that end past N and unaligned outputs
 // store pair by pair. VEC = false compiles the pair stores alone, for small M, where a CTA
 // writes one tile and the longer vector code costs more than it saves (kernels/cuda/NOTES.md).
+//
+// bf16 output with `stage` (this warp's GEMM_EPILOGUE_STAGE_BYTES of shared memory, where
+// stages_epilogue) goes through shared memory instead:
+// stmatrix writes the rounded fragments as 16-byte rows, and each lane reads back and stores 16
+// bytes, a warp writing two whole 256-byte row pieces an instruction. Against the quad
+// transposes that is a tenth of the instructions; the transposes remain for fp32 output.
+template <int NI>
+__device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y, int row0, int row_end, int n0,
+                                                  const float (&res)[NI][64], uint8_t *stage) {
+    const int lane = threadIdx.x % 32;
+    // 16-byte chunk c (8 columns) of stage row r at r * 256 + ((c ^ (r % 8)) * 16): the 8 rows
+    // of one stmatrix matrix, and the 16 chunks of a row read back, fall in distinct banks.
+    auto at = [&](int r, int c) { return stage + r * 256 + ((c ^ (r & 7)) << 4); };
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        // matrix (j, h): rows 8h .. 8h + 7 by columns 8j .. 8j + 7 of this warp's 16 x 128
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            const int j = 2 * g + (lane >> 4), h = (lane >> 3) & 1;
+            const float *a = &res[i][8 * g];  // j = 2g: elements 8g .. 8g + 3, j = 2g + 1: the next 4
+            stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2(a[0], a[1]), gemm_round_bf16x2(a[2], a[3]),
+                        gemm_round_bf16x2(a[4], a[5]), gemm_round_bf16x2(a[6], a[7]));
+        }
+        __syncwarp();
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            const int r = 2 * t + (lane >> 4), c = lane & 15, m = row0 + r;
+            const uint4 v = *(const uint4 *)at(r, c);
+            if (m < row_end) {
+                const long yrow = p.y_rows ? p.y_rows[m] : m;
+                *(uint4 *)((uint16_t *)y + yrow * p.ldy + n0 + i * 128 + c * 8) = v;
+            }
+        }
+        __syncwarp();  // read back before the next i overwrites the stage
+    }
+}
+
 template <int NI, bool VEC>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
-                                           const float (&res)[NI][64]) {
+                                           const float (&res)[NI][64], uint8_t *stage = nullptr) {
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
     const bool vec = VEC && n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
+    if constexpr (VEC) {
+        if (vec && stage && !p.y_f32) {
+            store_tile_staged<NI>(p, y, row0, row_end, n0, res, stage);
+            return;
+        }
+    }
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int m = row0 + r + half * 8;
@@ -114,7 +168,7 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
                             lo[t] = __float_as_uint(a);
                             hi[t] = __float_as_uint(b);
                         } else {
-                            lo[t] = (uint32_t)float_to_bf16(a) | ((uint32_t)float_to_bf16(b) << 16);
+                            lo[t] = gemm_round_bf16x2(a, b);
                         }
                     }
                     quad_transpose(lo);  // lo[t]: columns 2t, 2t + 1 of this lane's block
@@ -175,7 +229,7 @@ __device__ __forceinline__ void split_sum_store(const float *partials, long per_
 #pragma unroll
     for (int e = 0; e < W; e++) {
         if (y_f32) ((float *)y)[m * ldy + n + e] = t[e];
-        else ((uint16_t *)y)[m * ldy + n + e] = float_to_bf16(t[e]);
+        else ((uint16_t *)y)[m * ldy + n + e] = (uint16_t)gemm_round_bf16x2(t[e], 0.0f);
     }
 }
 
@@ -313,6 +367,9 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
 #pragma unroll
             for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
         int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : work.kt_end;
+        // Not unrolled: a peeled first k-tile copied the accumulators while its wgmma were in
+        // flight, and ptxas serialized them (warning C7514 on a 64 x 128 GRID instantiation).
+#pragma unroll 1
         for (int kt = work.kt_begin; kt < work.kt_end; kt++, it++) {
             const int slot = it % STAGES;
             mbar_wait(&full[slot], (uint32_t)(it / STAGES) & 1u);
@@ -335,8 +392,11 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
         char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4 : (char *)p.y;
         const int row0 = work.m0 + cw * 64 + warp * 16;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, row0, p.M, work.n0, total);
-        else store_tile<NI, VEC>(p, y, row0, p.M, work.n0, acc);
+        uint8_t *const stage = stages_epilogue(SPLIT, VEC)
+                                   ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * GEMM_EPILOGUE_STAGE_BYTES
+                                   : nullptr;
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, row0, p.M, work.n0, total, stage);
+        else store_tile<NI, VEC>(p, y, row0, p.M, work.n0, acc, stage);
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
@@ -458,8 +518,11 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
 
     // vector stores for the two-warpgroup tiles, which the launcher picks at large M only
-    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total);
-    else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc);
+    uint8_t *const stage =
+        stages_epilogue(SPLIT, WGS == 2) ? smem + STAGES * STAGE_BYTES + (threadIdx.x / 32) * GEMM_EPILOGUE_STAGE_BYTES
+                                         : nullptr;
+    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total, stage);
+    else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc, stage);
     if constexpr (SPLIT == SPLIT_GRID) {
         if (split_out.arrivals)  // else gemm_split_reduce_kernel sums
             split_finish_tile<BM, BN, THREADS>(p, split_out, splits, (int)(blockIdx.y * gridDim.x + blockIdx.x), m0,
@@ -501,7 +564,8 @@ template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
 static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
                         gemm_split_out split_out = {}) {
     constexpr int BM = 64 * WGS, BN = 128 * NI;
-    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
+    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
+                            (stages_epilogue(SPLIT, WGS == 2) ? WGS * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
     const unsigned z = SPLIT == SPLIT_GRID ? (unsigned)splits : (unsigned)batch;
     dim3 grid((unsigned)((p->N + BN - 1) / BN), (unsigned)((p->M + BM - 1) / BM), z);
     if (grid.y > 65535u || grid.z > 65535u)
@@ -522,7 +586,8 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
 template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
     constexpr int BM = 64 * CW, BN = 128 * NI;
-    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
+    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
+                            (stages_epilogue(SPLIT, VEC) ? CW * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
     const long units = (long)m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
     if (units > 0x7fffffffL) invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d: too many tiles", op, p->M, p->N);

@@ -4,7 +4,6 @@
 #define INVAR_KERNELS_CUDA_GEMM_CUH
 
 #include <stdint.h>        // int32_t, uint16_t
-#include "../bf16.h"       // float_to_bf16 (a NaN's rounding)
 #include "../ops.h"        // bf16
 #include "cuda_ctx.cuh"    // cuda_ctx
 #include "gemm_plan.cuh"   // gemm_plan
@@ -92,11 +91,12 @@ __device__ __forceinline__ void gemm_load_rows(DstOf dst_of, const uint16_t *g, 
 // of both GEMM kernels rounds through here, so a row's bits cannot depend on which path stored
 // it. The hardware's round-to-nearest-even (one cvt for two values, where float_to_bf16 takes
 // about eight instructions a value: the large-M epilogue was bound by them); a NaN keeps its
-// payload as float_to_bf16 keeps it (the hardware would write the canonical NaN).
+// payload, quieted, as float_to_bf16 keeps it (the hardware would write the canonical NaN).
 __device__ __forceinline__ uint32_t gemm_round_bf16x2(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    if (lo != lo || hi != hi) r = (uint32_t)float_to_bf16(lo) | ((uint32_t)float_to_bf16(hi) << 16);
+    if (lo != lo) r = (r & 0xffff0000u) | (__float_as_uint(lo) >> 16) | 0x40u;
+    if (hi != hi) r = (r & 0x0000ffffu) | (__float_as_uint(hi) & 0xffff0000u) | 0x400000u;
     return r;
 }
 

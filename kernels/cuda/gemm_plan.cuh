@@ -137,13 +137,15 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         pl.tile = TILE_128x256;
         return pl;
     }
-    // Two-warpgroup tiles also where they take fewer waves than the 64 x 128 ones: a tile of
-    // twice the work at about twice the rate per SM (4096 x 512 at M = 1024: 128 tiles of
-    // 128 x 256 in one wave, 17 us, against 512 of 64 x 128 in four, 25 us).
+    // Dense products (tma) also take them where they need fewer waves than the 64 x 128 tiles: a
+    // tile of twice the work at about twice the rate per SM (4096 x 512 at M = 1024: 128 tiles
+    // of 128 x 256 in one wave, 17 us, against 512 of 64 x 128 in four, 25 us). Not grouped
+    // products: M is the most rows a group may have, most groups have far fewer, and a
+    // 128-row tile computes its empty rows.
     const int big_n = pl.splits > 1 ? 128 : 256;
     const long big_tiles = (long)((M + 127) / 128) * ((N + big_n - 1) / big_n) * batch;
     const long small_waves = (small_tiles + num_sms - 1) / num_sms, big_waves = (big_tiles + num_sms - 1) / num_sms;
-    if (big_tiles >= num_sms || big_waves < small_waves) pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
+    if (big_tiles >= num_sms || (tma && big_waves < small_waves)) pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
     return pl;
 }
 

@@ -1,0 +1,104 @@
+// tests/test_gemm_plan.c — the sm_90a GEMM's split rule and plan choice
+// (kernels/cuda/gemm_plan.cuh) on the host, over a grid of shapes, batches, load paths and SM
+// counts: the split count never depends on M or the SM count, the splits cut K the same way
+// every time, and every plan is one gemm_sm90_launch has a kernel for. The GPU tests can only
+// run the shapes they run on the GPU they have; these run on every `make check`.
+#include <stdarg.h>   // cmocka needs these four first
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>   // cmocka test API
+
+#include <stdbool.h>  // bool
+#include <stdio.h>    // printf
+
+#include "../kernels/cuda/gemm_plan.cuh"  // gemm_split_count, gemm_split_begin, gemm_plan_choose
+
+// N and K of the benchmark grid, of V2-Lite and V3 layers, and edges (one k-tile, a K tail,
+// N past the 67 column tiles no split reaches).
+static const int plan_ns[] = {40, 128, 576, 1536, 2048, 2816, 3072, 4096, 7168, 8576, 8832, 21888, 24576, 129280};
+static const int plan_ks[] = {40, 64, 512, 520, 1408, 1536, 2048, 7168, 8192, 16384, 18432};
+static const int plan_ms[] = {1, 2, 4, 5, 16, 63, 64, 65, 128, 200, 256, 513, 1024, 4096, 8192};
+static const int plan_sms[] = {132, 114, 78, 16};  // H200 / H100 SXM, H100 PCIe, smaller parts
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+// The split count depends on (N, K) alone, and its splits are the contract's: consecutive, the
+// first at k-tile 0, the last ending at KT, each at least GEMM_SPLIT_MIN_KTILES long when K is
+// split at all, and one wave of 64 x 128 split CTAs on the written-down 132 SMs.
+static void split_rule_cuts_k_the_same_way(void **state) {
+    (void)state;
+    for (int ni = 0; ni < COUNT(plan_ns); ni++)
+        for (int ki = 0; ki < COUNT(plan_ks); ki++) {
+            const int N = plan_ns[ni], K = plan_ks[ki], KT = (K + GEMM_BK - 1) / GEMM_BK;
+            const int S = gemm_split_count(N, K);
+            assert_true(S >= 1 && S <= GEMM_SPLIT_MAX);
+            if (S == 1) continue;
+            assert_true((long)S * ((N + GEMM_SPLIT_TILE_N - 1) / GEMM_SPLIT_TILE_N) <= GEMM_SPLIT_TARGET_CTAS);
+            assert_int_equal(gemm_split_begin(0, S, KT), 0);
+            assert_int_equal(gemm_split_begin(S, S, KT), KT);
+            for (int s = 0; s < S; s++) {
+                const int len = gemm_split_begin(s + 1, S, KT) - gemm_split_begin(s, S, KT);
+                if (len < GEMM_SPLIT_MIN_KTILES)
+                    fail_msg("N=%d K=%d: split %d of %d is %d k-tiles (at least %d)", N, K, s, S, len,
+                             GEMM_SPLIT_MIN_KTILES);
+            }
+        }
+}
+
+// The (load, tile, mode) triples gemm_sm90_launch (kernels/cuda/gemm_sm90.cu) has a kernel for;
+// anything else dies there at run time, on a GPU only.
+static bool launchable(const gemm_plan *p) {
+    static const struct { enum gemm_load load; enum gemm_tile tile; enum gemm_split_mode mode; } kernels[] = {
+        {LOAD_TMA, TILE_64x128, SPLIT_GRID},         {LOAD_TMA, TILE_128x256, SPLIT_GRID},
+        {LOAD_TMA, TILE_64x128, SPLIT_NONE},         {LOAD_TMA, TILE_64x128, SPLIT_IN_CTA},
+        {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x256, SPLIT_NONE},
+        {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
+        {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
+        {LOAD_SCALAR, TILE_64x128, SPLIT_NONE},      {LOAD_SCALAR, TILE_64x128, SPLIT_IN_CTA},
+    };
+    for (int i = 0; i < COUNT(kernels); i++)
+        if (kernels[i].load == p->load && kernels[i].tile == p->tile && kernels[i].mode == p->mode) return true;
+    return false;
+}
+
+// Every plan: the split count of (N, K) whatever M, batch and SM count; a launchable kernel; the
+// load path asked for; separate split CTAs only for dense TMA products; the last-CTA sum only
+// on 64 x 128 split CTAs at M <= GEMM_SPLIT_LAST_CTA_MAX_M.
+static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
+    (void)state;
+    static const int batches[] = {1, 4, 64};
+    long plans = 0;
+    for (int ni = 0; ni < COUNT(plan_ns); ni++)
+        for (int ki = 0; ki < COUNT(plan_ks); ki++)
+            for (int mi = 0; mi < COUNT(plan_ms); mi++)
+                for (int bi = 0; bi < COUNT(batches); bi++)
+                    for (int si = 0; si < COUNT(plan_sms); si++)
+                        for (int path = 0; path < 3; path++) {  // tma, cp.async, scalar
+                            const int N = plan_ns[ni], K = plan_ks[ki], M = plan_ms[mi], batch = batches[bi];
+                            const bool aligned = path < 2, tma = path == 0 && batch == 1;
+                            if (path == 0 && batch != 1) continue;  // TMA: dense single products only
+                            const gemm_plan p = gemm_plan_choose(M, N, K, batch, aligned, tma, plan_sms[si]);
+                            plans++;
+                            if (p.splits != gemm_split_count(N, K))
+                                fail_msg("M=%d N=%d K=%d batch=%d sms=%d: %d splits, the rule says %d", M, N, K,
+                                         batch, plan_sms[si], p.splits, gemm_split_count(N, K));
+                            if (!launchable(&p))
+                                fail_msg("M=%d N=%d K=%d batch=%d sms=%d path=%d: plan %s (load %d) has no kernel", M,
+                                         N, K, batch, plan_sms[si], path, gemm_plan_name(&p), (int)p.load);
+                            assert_int_equal(p.load, tma ? LOAD_TMA : aligned ? LOAD_CP_ASYNC : LOAD_SCALAR);
+                            assert_true((p.mode == SPLIT_NONE) == (p.splits == 1));
+                            if (p.mode == SPLIT_GRID) assert_int_equal(p.load, LOAD_TMA);
+                            if (p.sum_last_cta)
+                                assert_true(p.mode == SPLIT_GRID && p.tile == TILE_64x128 &&
+                                            M <= GEMM_SPLIT_LAST_CTA_MAX_M);
+                        }
+    printf("gemm plans checked: %ld\n", plans);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(split_rule_cuts_k_the_same_way),
+        cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

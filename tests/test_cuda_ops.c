@@ -270,11 +270,12 @@ static void test_gemm_tile_paths(void **state) {
 // --- gemm: split-K (sm_90a: kernels/cuda/gemm_plan.cuh) ------------------------------------
 
 // The split count depends on (N, K) alone, so every M must give a row the same bits whether
-// the splits ran on separate CTAs (small M: fp32 partials summed in split order by each tile's
-// last CTA up to M = 64, by a reduce kernel above) or one CTA walked them (large M, running
-// total in registers), on 64 x 128, 128 x 128 or 128 x 256 tiles. The many M in a row also
-// check that the last-CTA sum leaves its arrival counters at zero for the next launch. Split and non-split shapes; fp32 output rounding to the bf16 output on both paths;
-// sampled rows against the float64 oracle.
+// the splits ran on separate CTAs (fp32 partials summed in split order by each tile's last CTA
+// up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above) or one CTA walked them (large
+// M, running total in registers), on 64 x 128, 128 x 128 or 128 x 256 tiles, and whichever
+// epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
+// arrival counters at zero for the next launch. Split and non-split shapes; fp32 output
+// rounding to the bf16 output on both paths; sampled rows against the float64 oracle.
 static void test_gemm_split_k_rows(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);

@@ -622,7 +622,7 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char
 // last CTA sums, else gemm_split_reduce_kernel does, launched as a programmatic dependent.
 template <int WGS, int NI, int STAGES, bool WS>
 static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bool last_cta, const char *op) {
-    constexpr int BM = 64 * WGS;
+    constexpr int BM = 64 * WGS, BN = 128 * NI;
     const long row_bytes = (long)splits * p->N * (long)sizeof(float);
     long block_rows = GEMM_SPLIT_SCRATCH_BYTES / row_bytes / BM * BM;
     if (block_rows < BM) block_rows = BM;
@@ -643,7 +643,7 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bo
         void *y = (char *)p->y + r0 * p->ldy * (p->y_f32 ? 4 : 2);
         gemm_split_out sum_in_kernel = {};  // arrivals NULL: the reduce kernel below sums
         if (!WS && last_cta) {
-            const long tiles = (long)((rows + BM - 1) / BM) * ((p->N + 127) / 128);
+            const long tiles = (long)((rows + BM - 1) / BM) * ((p->N + BN - 1) / BN);
             unsigned *arrivals = (unsigned *)cuda_scratch_zeroed(c, SCRATCH_GEMM_ARRIVALS, (size_t)tiles * sizeof(unsigned),
                                                                  "gemm split-K arrival counts");
             sum_in_kernel = gemm_split_out{y, p->ldy, p->y_f32, arrivals};

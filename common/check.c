@@ -34,3 +34,9 @@ void *invar_calloc(size_t n, size_t size, const char *what) {
     if (!p) invar_die(INVAR_EXIT_SYSTEM, "out of host memory allocating %zu x %zu bytes for %s", n, size, what);
     return p;
 }
+
+void *invar_realloc(void *p, size_t bytes, const char *what) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) invar_die(INVAR_EXIT_SYSTEM, "out of host memory growing %s to %zu bytes", what, bytes);
+    return q;
+}

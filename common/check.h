@@ -23,9 +23,10 @@ INVAR_NORETURN void invar_die(int code, const char *fmt, ...) __attribute__((for
 // into err (err_len bytes, truncated to fit) and returns false.
 bool invar_fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-// malloc/calloc that exit naming `what` on failure.
+// malloc/calloc/realloc that exit naming `what` on failure.
 void *invar_malloc(size_t bytes, const char *what);
 void *invar_calloc(size_t n, size_t size, const char *what);
+void *invar_realloc(void *p, size_t bytes, const char *what);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 // harness/bench.c — `invar bench`: the invariant CUDA kernels against the reference set
 // (cuBLAS, split-count MLA), timed with CUDA events.
 //
-//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode|tp]
+//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode|tp] [--profile]
 //
 // GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, after
 // measuring the device-to-device copy bandwidth that the MLA numbers are compared with. Every
@@ -233,7 +233,7 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, double 
 }
 
 
-static int run_bench(const char *out_dir, bool quick, const char *only) {
+static int run_bench(const char *out_dir, bool quick, const char *only, bool profile) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
     host_make_dirs(out_dir);
     ops_set *inv = kernel_set_create("invariant", "cuda", 0);
@@ -267,7 +267,7 @@ static int run_bench(const char *out_dir, bool quick, const char *only) {
     if (!only || strcmp(only, "decode") == 0) {
         // End to end on DeepSeek-V2-Lite's dimensions (4 of its 27 layers), as issue 3 asks.
         static const int decode_batches[] = {1, 32, 128};
-        bench_decode("cuda", "v2-lite", decode_batches, 3, 128, quick ? 16 : 64, out_dir);
+        bench_decode("cuda", "v2-lite", decode_batches, 3, 128, quick ? 16 : 64, profile, out_dir);
     }
     if ((!only || strcmp(only, "tp") == 0) && bench_tp(quick, out_dir)) {
         size_t n = strlen(summary);
@@ -284,7 +284,7 @@ static int run_bench(const char *out_dir, bool quick, const char *only) {
 int cmd_bench(int argc, char **argv) {
     // NULL: not given; defaults after parsing.
     const char *device = NULL, *out_dir = NULL, *only = NULL;
-    bool quick = false;
+    bool quick = false, profile = false;
     const cli_flag flags[] = {
         {.name = "--device", .choices = "cuda|cpu", .to.string = &device,
          .help = "cuda (the default; a SKIP without a device, exit 2 when\n"
@@ -294,6 +294,9 @@ int cmd_bench(int argc, char **argv) {
                  "(default build/bench)"},
         {.name = "--quick", .kind = CLI_SWITCH, .to.on = &quick,
          .help = "fewer repetitions (CI smoke run)"},
+        {.name = "--profile", .kind = CLI_SWITCH, .to.on = &profile,
+         .help = "after the decode rates, one decode step's time op by op on\n"
+                 "each set (bench_decode_ops.csv): where invariance costs time"},
         {.name = "--only", .choices = "gemm|mla|decode|tp", .to.string = &only,
          .help = "one section (a kernel developer's tuning loop); the copy\n"
                  "ceiling always runs. tp: the all-reduce and decode at T = 1, 2\n"
@@ -318,7 +321,7 @@ int cmd_bench(int argc, char **argv) {
         // on the CI-sized model.
         static const int cpu_batches[] = {1, 8};
         host_make_dirs(out_dir);
-        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, out_dir);
+        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, profile, out_dir);
         return 0;
     }
     char why[256];
@@ -327,11 +330,12 @@ int cmd_bench(int argc, char **argv) {
         return explicit_device ? INVAR_EXIT_INPUT : 0;
     }
 #ifdef INVAR_CUDA
-    return run_bench(out_dir, quick, only);
+    return run_bench(out_dir, quick, only, profile);
 #else
     (void)out_dir;
     (void)quick;
     (void)only;
+    (void)profile;
     return INVAR_EXIT_INPUT;  // unreachable: without CUDA no device is available
 #endif
 }

@@ -4,7 +4,8 @@
 // generating `new_tokens`, one generating a single token. Both prefill the same prompts, so the
 // difference is the (new_tokens - 1) decode steps; tokens/s = B * (new_tokens - 1) / that time.
 // Wall-clock time: every step ends in a download of the sampled tokens, so the device is idle
-// when the clock is read. The median of three pairs is reported.
+// when the clock is read. The median of three pairs is reported. With --profile, the same
+// difference over a wrapped set (harness/op_profile.h) says where a step's time goes, op by op.
 #include "bench_decode.h"
 
 #include <limits.h>                  // PATH_MAX
@@ -12,6 +13,7 @@
 #include <stdint.h>                  // int32_t, uint64_t
 #include <stdio.h>                   // printf, snprintf, vsnprintf
 #include <stdlib.h>                  // free, qsort
+#include <string.h>                  // memcpy, strcmp
 
 #include "../engine/engine.h"        // engine_request, engine_result, engine_sched, engine_limits
 #include "../engine/tp_engine.h"     // tp_engine_*: the engine over T ranks (T = 1: one engine)
@@ -20,6 +22,7 @@
 #include "../common/check.h"        // invar_die, invar_malloc
 #include "../sets/registry.h"     // kernel_set_create
 #include "host.h"                     // host_seconds
+#include "op_profile.h"               // op_profile_*: --profile's per-op times
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 enum { REPEATS = 3 };
@@ -62,41 +65,146 @@ static void free_batch(batch *b) {
     free(b->tokens);
 }
 
-static double generate_seconds(tp_engine *e, batch *b, int B, int new_tokens, const engine_sched *s) {
+// An engine over T ranks (rank r on ops[r]) sized for B prompts of prompt_len tokens and
+// new_tokens more, warmed up (first-touch scratch growth, caches, NCCL's first connections).
+typedef struct {
+    tp_engine *e;
+    batch b;
+    engine_sched s;
+    int B;
+} bench_engine;
+
+static double generate_seconds(bench_engine *r, int new_tokens) {
     char err[256];
-    for (int i = 0; i < B; i++) b->reqs[i].max_new_tokens = new_tokens;
+    for (int i = 0; i < r->B; i++) r->b.reqs[i].max_new_tokens = new_tokens;
     double t0 = host_seconds();
-    if (!tp_engine_generate(e, b->reqs, B, s, b->results, NULL, err, sizeof err))
+    if (!tp_engine_generate(r->e, r->b.reqs, r->B, &r->s, r->b.results, NULL, err, sizeof err))
         invar_die(INVAR_EXIT_SYSTEM, "bench: generate failed: %s", err);
     return host_seconds() - t0;
 }
 
-double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
-                                 weight_source *w, int B, int prompt_len, int new_tokens) {
+static bench_engine bench_engine_open(ops_set *const *ops, int T, const model_config *c, weight_source *w, int B,
+                                      int prompt_len, int new_tokens) {
     int budget = B * prompt_len < 8192 ? B * prompt_len : 8192;
     engine_limits lim = {.max_num_seqs = B, .max_num_batched_tokens = budget,
                          .max_model_len = prompt_len + new_tokens,
                          .max_total_tokens = B * (prompt_len + new_tokens), .block_size = 64};
-    tp_engine *e = tp_engine_create(c, w, ops, T, &lim, 1);
-    batch b = make_batch(c, B, prompt_len, new_tokens);
-    engine_sched s = {.max_num_seqs = B, .max_num_batched_tokens = budget,
-                      .chunked_prefill = true, .top_k = 5};
-    // warm-up: first-touch scratch growth, caches (and NCCL's first connections at T > 1)
-    generate_seconds(e, &b, B, 2, &s);
+    bench_engine r = {
+        .e = tp_engine_create(c, w, ops, T, &lim, 1),
+        .b = make_batch(c, B, prompt_len, new_tokens),
+        .s = {.max_num_seqs = B, .max_num_batched_tokens = budget, .chunked_prefill = true, .top_k = 5},
+        .B = B,
+    };
+    generate_seconds(&r, 2);
+    return r;
+}
+
+static void bench_engine_close(bench_engine *r) {
+    tp_engine_destroy(r->e);
+    free_batch(&r->b);
+}
+
+double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
+                                 weight_source *w, int B, int prompt_len, int new_tokens) {
+    bench_engine r = bench_engine_open(ops, T, c, w, B, prompt_len, new_tokens);
     double rates[REPEATS];
-    for (int r = 0; r < REPEATS; r++) {
-        double full = generate_seconds(e, &b, B, new_tokens, &s);
-        double one = generate_seconds(e, &b, B, 1, &s);
-        rates[r] = (double)B * (new_tokens - 1) / (full - one > 1e-9 ? full - one : 1e-9);
+    for (int i = 0; i < REPEATS; i++) {
+        double full = generate_seconds(&r, new_tokens);
+        double one = generate_seconds(&r, 1);
+        rates[i] = (double)B * (new_tokens - 1) / (full - one > 1e-9 ? full - one : 1e-9);
     }
     qsort(rates, REPEATS, sizeof rates[0], compare_double);
-    tp_engine_destroy(e);
-    free_batch(&b);
+    bench_engine_close(&r);
     return rates[REPEATS / 2];
 }
 
+// --- --profile: where a decode step's time goes, op by op ----------------------------------------
+
+// Per-op time of one decode step on `ops` at batch B: the op profile of a generate of
+// new_tokens minus that of a single token (the same prefill), divided by the new_tokens - 1
+// decode steps. Returns *n entries (calls and seconds per step); the caller frees them.
+static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, weight_source *w, int B,
+                                         int prompt_len, int new_tokens, int *n) {
+    op_profile *p = op_profile_wrap(ops);
+    ops_set *wrapped = op_profile_set(p);
+    bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens);
+    op_profile_reset(p);
+    generate_seconds(&r, new_tokens);
+    int n_full = 0;
+    const op_profile_entry *full = op_profile_totals(p, &n_full);
+    op_profile_entry *step = invar_malloc((size_t)(n_full ? n_full : 1) * sizeof *step, "bench op profile");
+    memcpy(step, full, (size_t)n_full * sizeof *step);
+    op_profile_reset(p);
+    generate_seconds(&r, 1);
+    int n_one = 0;
+    const op_profile_entry *one = op_profile_totals(p, &n_one);
+    int kept = 0;
+    for (int i = 0; i < n_full; i++) {
+        op_profile_entry e = step[i];
+        for (int j = 0; j < n_one; j++)
+            if (strcmp(one[j].key, e.key) == 0) {
+                e.calls -= one[j].calls;
+                e.seconds -= one[j].seconds;
+            }
+        if (e.calls <= 0) continue;  // a prefill op
+        e.seconds /= new_tokens - 1;
+        e.calls = (e.calls + new_tokens - 2) / (new_tokens - 1);
+        step[kept++] = e;
+    }
+    bench_engine_close(&r);
+    op_profile_destroy(p);
+    *n = kept;
+    return step;
+}
+
+typedef struct {
+    const char *key;
+    long calls;
+    double inv_us, ref_us;  // < 0: the set made no such call
+} op_row;
+
+static int by_invariant_time(const void *a, const void *b) {
+    const op_row *x = a, *y = b;
+    return (x->inv_us < y->inv_us) - (x->inv_us > y->inv_us);
+}
+
+static void print_decode_ops(const char *device, const char *model, int B, const op_profile_entry *inv, int n_inv,
+                             const op_profile_entry *ref, int n_ref, csv_report *csv) {
+    op_row *rows = invar_malloc((size_t)(n_inv + n_ref + 1) * sizeof *rows, "bench op rows");
+    int n = 0;
+    for (int i = 0; i < n_inv; i++) rows[n++] = (op_row){inv[i].key, inv[i].calls, 1e6 * inv[i].seconds, -1.0};
+    for (int j = 0; j < n_ref; j++) {
+        int i = 0;
+        while (i < n_inv && strcmp(rows[i].key, ref[j].key) != 0) i++;
+        if (i < n_inv) rows[i].ref_us = 1e6 * ref[j].seconds;
+        else rows[n++] = (op_row){ref[j].key, ref[j].calls, -1.0, 1e6 * ref[j].seconds};
+    }
+    qsort(rows, (size_t)n, sizeof *rows, by_invariant_time);
+    printf("\ndecode step at batch %d, time per step by op (us; device time between events around each call,\n"
+           "which includes its launches where the device waits on the host)\n", B);
+    printf("%-44s %6s %10s %10s %9s\n", "op", "calls", "inv us", "ref us", "inv-ref");
+    double inv_total = 0.0, ref_total = 0.0;
+    for (int i = 0; i < n; i++) {
+        const op_row *r = &rows[i];
+        char inv_s[32] = "-", ref_s[32] = "-", diff_s[32] = "-";
+        if (r->inv_us >= 0.0) {
+            snprintf(inv_s, sizeof inv_s, "%.1f", r->inv_us);
+            inv_total += r->inv_us;
+        }
+        if (r->ref_us >= 0.0) {
+            snprintf(ref_s, sizeof ref_s, "%.1f", r->ref_us);
+            ref_total += r->ref_us;
+        }
+        if (r->inv_us >= 0.0 && r->ref_us >= 0.0) snprintf(diff_s, sizeof diff_s, "%+.1f", r->inv_us - r->ref_us);
+        printf("%-44s %6ld %10s %10s %9s\n", r->key, r->calls, inv_s, ref_s, diff_s);
+        bench_row(csv, "%s,%s,%d,%s,%ld,%.2f,%.2f", device, model, B, r->key, r->calls, r->inv_us, r->ref_us);
+    }
+    printf("%-44s %6s %10.1f %10.1f %+9.1f\n", "total", "", inv_total, ref_total, inv_total - ref_total);
+    free(rows);
+}
+
 void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
-                  int prompt_len, int new_tokens, const char *out_dir) {
+                  int prompt_len, int new_tokens, bool profile, const char *out_dir) {
     model_config c;
     if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
     weight_source *w = weights_synthetic(&c, 1);
@@ -106,6 +214,9 @@ void bench_decode(const char *device, const char *model, const int *batch_sizes,
     static const char *const header[] = {"device", "model", "batch", "prompt_len", "new_tokens",
                                          "invariant_tok_s", "reference_tok_s", "ratio"};
     csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 8);
+    static const char *const op_header[] = {"device", "model", "batch", "op", "calls_per_step",
+                                            "invariant_us", "reference_us"};
+    csv_report *op_csv = profile ? bench_csv_open(out_dir, "bench_decode_ops.csv", op_header, 7) : NULL;
     ops_set *inv = kernel_set_create("invariant", device, 0);
     ops_set *ref = kernel_set_create("reference", device, 0);
     if (!inv || !ref) invar_die(INVAR_EXIT_INPUT, "bench: no kernel sets on device '%s'", device);
@@ -116,6 +227,19 @@ void bench_decode(const char *device, const char *model, const int *batch_sizes,
         printf("%6d %14.1f %14.1f %7.3f\n", B, ti, tr, ti / tr);
         bench_row(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f", device, model, B, prompt_len, new_tokens, ti,
                   tr, ti / tr);
+    }
+    if (profile) {
+        // After every rate: the events would slow the engine's host side, which sets the pace
+        // at small batches.
+        for (int i = 0; i < n_batch; i++) {
+            int B = batch_sizes[i], n_inv = 0, n_ref = 0;
+            op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, &n_inv);
+            op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, &n_ref);
+            print_decode_ops(device, model, B, pi, n_inv, pr, n_ref, op_csv);
+            free(pi);
+            free(pr);
+        }
+        bench_csv_close(op_csv);
     }
     bench_csv_close(csv);
     inv->destroy(inv);

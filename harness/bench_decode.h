@@ -3,16 +3,19 @@
 #ifndef INVAR_HARNESS_BENCH_DECODE_H
 #define INVAR_HARNESS_BENCH_DECODE_H
 
+#include <stdbool.h>                 // bool
+
 #include "../engine/model_config.h" // model_config
 #include "../engine/weights.h"      // weight_source
 #include "../kernels/ops.h"         // ops_set
 #include "../reports/csv_report.h"  // csv_report
 
 // Runs on `device` with the named model config for each batch size, writing one CSV row per
-// (batch, kernel set) to csv (header included) and a table to stdout. Exits 2 on an unknown
-// model name.
+// batch (both kernel sets' rates) to OUT_DIR/bench_decode.csv and a table to stdout. profile:
+// then, per batch, the time of one decode step op by op on each set (a table, and
+// OUT_DIR/bench_decode_ops.csv). Exits 2 on an unknown model name.
 void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
-                  int prompt_len, int new_tokens, const char *out_dir);
+                  int prompt_len, int new_tokens, bool profile, const char *out_dir);
 
 // Decode tokens/s of the engine over T ranks (rank r on ops[r]) at batch B, prompts of
 // prompt_len tokens: the median of three differences between a generate of new_tokens and one

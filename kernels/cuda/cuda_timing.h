@@ -17,6 +17,18 @@ double cuda_time_median_ms(ops_set *ops, void (*fn)(void *arg, int rep), void *a
 // Device-to-device copy of `bytes` (median of several): GB/s counting bytes read + written.
 double cuda_copy_bandwidth_gbs(ops_set *ops, size_t bytes);
 
+// Events recorded on a set's stream between its calls, read once the stream is synced: the
+// per-op profile of `invar bench --profile` (harness/op_profile.c). Events are reused after
+// cuda_event_log_clear; the log grows as needed.
+typedef struct cuda_event_log cuda_event_log;
+cuda_event_log *cuda_event_log_create(ops_set *ops);
+// Records the next event on the set's stream; returns its index.
+int cuda_event_log_record(cuda_event_log *l);
+// Seconds from event a to event b; both recorded, the stream synced since.
+double cuda_event_log_seconds(cuda_event_log *l, int a, int b);
+void cuda_event_log_clear(cuda_event_log *l);
+void cuda_event_log_destroy(cuda_event_log *l);
+
 #ifdef __cplusplus
 }
 #endif

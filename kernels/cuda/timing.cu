@@ -55,3 +55,43 @@ double cuda_copy_bandwidth_gbs(ops_set *ops, size_t bytes) {
     ops->release(ops, j.dst);
     return 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
 }
+
+// --- the per-op profile's events ---------------------------------------------------------------
+
+struct cuda_event_log {
+    cuda_ctx *c;
+    cudaEvent_t *events;
+    int used, created, cap;
+};
+
+cuda_event_log *cuda_event_log_create(ops_set *ops) {
+    cuda_event_log *l = (cuda_event_log *)invar_calloc(1, sizeof *l, "the profile's event log");
+    l->c = cuda_ctx_of(ops);
+    return l;
+}
+
+int cuda_event_log_record(cuda_event_log *l) {
+    if (l->used == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 1024;
+        l->events = (cudaEvent_t *)invar_realloc(l->events, sizeof(cudaEvent_t) * (size_t)cap, "the profile's events");
+        l->cap = cap;
+    }
+    if (l->used == l->created) CUDA_CHECK("profile", cudaEventCreate(&l->events[l->created++]));
+    CUDA_CHECK("profile", cudaEventRecord(l->events[l->used], l->c->stream));
+    return l->used++;
+}
+
+double cuda_event_log_seconds(cuda_event_log *l, int a, int b) {
+    float ms = 0.0f;
+    CUDA_CHECK("profile", cudaEventElapsedTime(&ms, l->events[a], l->events[b]));
+    return 1e-3 * (double)ms;
+}
+
+void cuda_event_log_clear(cuda_event_log *l) { l->used = 0; }
+
+void cuda_event_log_destroy(cuda_event_log *l) {
+    if (!l) return;
+    for (int i = 0; i < l->created; i++) CUDA_CHECK("profile", cudaEventDestroy(l->events[i]));
+    free(l->events);
+    free(l);
+}

@@ -365,6 +365,55 @@ static void test_gemm_split_k_rows(void **state) {
 #endif
 }
 
+// A batch of products laid out as the absorbed MLA lays out its heads: head h's x is columns
+// h*K .. of each token's row (stride_x = K < ldx), its output columns h*N .. of y's rows. Each
+// head's rows equal the single product of that head's x and w (a dense copy), at several M:
+// on sm_90a the batch goes through 3-D tensor maps (the head a coordinate), whose strides are
+// not in the usual order; the single products through 2-D ones. Split and non-split shapes
+// (K = 128: one split; 512 x 7168: splits walked in one CTA), every element written.
+static void test_gemm_batched_heads(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv;
+    static const int shapes[][3] = {{512, 128, 16}, {128, 512, 16}, {512, 7168, 3}};  // N, K, heads
+    static const int ms[] = {1, 7, 64, 130, 600};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int N = shapes[si][0], K = shapes[si][1], H = shapes[si][2], MMAX = 600;
+        const long ldx = (long)H * K, ldy = (long)H * N;
+        uint16_t *hx = rand_bf16(MMAX * ldx, 1.0f, 300 + si), *hw = rand_bf16((long)H * N * K, 1.0f, 400 + si);
+        void *dx = to_dev(inv, hx, (size_t)MMAX * ldx * 2), *dw = to_dev(inv, hw, (size_t)H * N * K * 2);
+        void *dy = inv->alloc(inv, (size_t)MMAX * ldy * 2, "y");
+        void *dxh = inv->alloc(inv, (size_t)MMAX * K * 2, "x of one head");
+        void *dyh = inv->alloc(inv, (size_t)MMAX * N * 2, "y of one head");
+        uint16_t *xh = invar_malloc((size_t)MMAX * K * 2, "x of one head");
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int M = ms[mi];
+            gemm_args b = {.y = dy, .x = dx, .w = dw, .M = M, .N = N, .K = K, .ldx = ldx, .ldy = ldy, .ldw = K,
+                           .batch = H, .stride_x = K, .stride_y = N, .stride_w = (long)N * K};
+            poison(inv, dy, (size_t)M * ldy * 2);
+            inv->gemm(inv, &b);
+            uint16_t *y = from_dev(inv, dy, (size_t)M * ldy * 2);
+            assert_written16(y, (long)M * ldy);
+            for (int h = 0; h < H; h++) {
+                for (int m = 0; m < M; m++) memcpy(xh + (long)m * K, hx + m * ldx + (long)h * K, (size_t)K * 2);
+                inv->upload(inv, dxh, xh, (size_t)M * K * 2);
+                poison(inv, dyh, (size_t)M * N * 2);
+                run_gemm(inv, dyh, dxh, (const uint16_t *)dw + (long)h * N * K, M, N, K, 0, 0, false);
+                uint16_t *one = from_dev(inv, dyh, (size_t)M * N * 2);
+                for (int m = 0; m < M; m++)
+                    if (memcmp(y + m * ldy + (long)h * N, one + (long)m * N, (size_t)N * 2) != 0)
+                        fail_msg("gemm %dx%d batch of %d at M=%d: head %d row %d differs from its single product",
+                                 N, K, H, M, h, m);
+                free(one);
+            }
+            free(y);
+        }
+        free(xh); free(hx); free(hw);
+        inv->release(inv, dx); inv->release(inv, dw); inv->release(inv, dy);
+        inv->release(inv, dxh); inv->release(inv, dyh);
+    }
+}
+
 // --- mla attention: block layouts ------------------------------------------------------------
 
 typedef struct {
@@ -785,6 +834,7 @@ int main(void) {
         cmocka_unit_test(test_moe_route_every_method),
         cmocka_unit_test(test_gemm_tile_paths),
         cmocka_unit_test(test_gemm_split_k_rows),
+        cmocka_unit_test(test_gemm_batched_heads),
         cmocka_unit_test(test_mla_attention_block_layouts),
         cmocka_unit_test(test_mla_attention_many_heads),
         cmocka_unit_test(test_mla_attention_16_heads),

@@ -62,8 +62,9 @@ static bool launchable(const gemm_plan *p) {
 }
 
 // Every plan: the split count of (N, K) whatever M, batch and SM count; a launchable kernel; the
-// load path asked for; separate split CTAs only for dense TMA products; the last-CTA sum only
-// on 64 x 128 split CTAs at M <= GEMM_SPLIT_LAST_CTA_MAX_M.
+// load path asked for; separate split CTAs only for one dense TMA product (their scratch holds
+// one product's partials; batched TMA products walk their splits in one CTA); the last-CTA sum
+// only on 64 x 128 split CTAs at M <= GEMM_SPLIT_LAST_CTA_MAX_M.
 static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
     (void)state;
     static const int batches[] = {1, 4, 64};
@@ -75,8 +76,7 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                     for (int si = 0; si < COUNT(plan_sms); si++)
                         for (int path = 0; path < 3; path++) {  // tma, cp.async, scalar
                             const int N = plan_ns[ni], K = plan_ks[ki], M = plan_ms[mi], batch = batches[bi];
-                            const bool aligned = path < 2, tma = path == 0 && batch == 1;
-                            if (path == 0 && batch != 1) continue;  // TMA: dense single products only
+                            const bool aligned = path < 2, tma = path == 0;
                             const gemm_plan p = gemm_plan_choose(M, N, K, batch, aligned, tma, plan_sms[si]);
                             plans++;
                             if (p.splits != gemm_split_count(N, K))
@@ -87,7 +87,10 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                          N, K, batch, plan_sms[si], path, gemm_plan_name(&p), (int)p.load);
                             assert_int_equal(p.load, tma ? LOAD_TMA : aligned ? LOAD_CP_ASYNC : LOAD_SCALAR);
                             assert_true((p.mode == SPLIT_NONE) == (p.splits == 1));
-                            if (p.mode == SPLIT_GRID) assert_int_equal(p.load, LOAD_TMA);
+                            if (p.mode == SPLIT_GRID) {
+                                assert_int_equal(p.load, LOAD_TMA);
+                                assert_int_equal(batch, 1);
+                            }
                             if (p.sum_last_cta)
                                 assert_true(p.mode == SPLIT_GRID && p.tile == TILE_64x128 &&
                                             M <= GEMM_SPLIT_LAST_CTA_MAX_M);

@@ -102,8 +102,16 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // tiles (the running total leaves no registers for 128 x 256), about a quarter slower.
 #define GEMM_SPLIT_GRID_BIG_MIN_KTILES 64
 
-// tma: a dense product whose rows TMA can read (batch 1, no gathered rows, aligned, a driver
-// entry point). num_sms: the device's, for the tile choice only.
+// Past M = 64, split CTAs that would need more than one wave lose to one CTA walking every split
+// of its 64 x 128 tile when the walk is short (K of at most this many k-tiles): the grid's second
+// wave and its partials (M x N x S fp32 each way) cost more than the shorter parallel walk saves
+// (H200, M = 128, K = 2048: 5632 columns 25.0 -> 16.9 us, 3072: 20.3 -> 16.5, 2048: 17.3 -> 15.9;
+// at K = 10944 the grid stays: 31.7 against 46.5).
+#define GEMM_SPLIT_CTA_MAX_KTILES 64
+
+// tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
+// gathered rows, aligned, a driver entry point). num_sms: the device's, for the tile choice only.
+// Splits on separate CTAs (GRID) for one product only: the partials' scratch holds one.
 static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     gemm_plan pl;
     pl.splits = gemm_split_count(N, K);
@@ -118,7 +126,10 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     // under twice them where the one-CTA path would leave three quarters of the SMs idle
     // (576 x 7168 at M = 256: 20 tiles walking 112 k-tiles each, 37 us; on the grid 24 us).
     const long partial_x2 = 2L * M * pl.splits;  // 2 M S <= K: partials <= weights
-    if (pl.load == LOAD_TMA && pl.splits > 1 && small_tiles < num_sms &&
+    const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const bool walk_short_splits =
+        M > 64 && small_tiles * pl.splits > num_sms && k_tiles <= GEMM_SPLIT_CTA_MAX_KTILES;
+    if (pl.load == LOAD_TMA && batch == 1 && pl.splits > 1 && small_tiles < num_sms && !walk_short_splits &&
         (partial_x2 <= K || (4 * small_tiles <= num_sms && partial_x2 <= 2L * K))) {
         pl.mode = SPLIT_GRID;
         pl.sum_last_cta = M <= GEMM_SPLIT_LAST_CTA_MAX_M;
@@ -130,8 +141,7 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     }
     if (pl.load == LOAD_SCALAR || M <= 64) return pl;
     // Two-warpgroup tiles once they alone fill the SMs (fewer L2 bytes per FLOP).
-    const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
-    if (pl.load == LOAD_TMA && pl.splits > 1 && wide_tiles >= num_sms &&
+    if (pl.load == LOAD_TMA && batch == 1 && pl.splits > 1 && wide_tiles >= num_sms &&
         k_tiles / pl.splits >= GEMM_SPLIT_GRID_BIG_MIN_KTILES) {
         pl.mode = SPLIT_GRID;
         pl.tile = TILE_128x256;
@@ -145,7 +155,12 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     const int big_n = pl.splits > 1 ? 128 : 256;
     const long big_tiles = (long)((M + 127) / 128) * ((N + big_n - 1) / big_n) * batch;
     const long small_waves = (small_tiles + num_sms - 1) / num_sms, big_waves = (big_tiles + num_sms - 1) / num_sms;
-    if (big_tiles >= num_sms || (tma && big_waves < small_waves)) pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
+    // Up to M = 128 a product is bound by its weights' bytes, which both tiles read once from
+    // HBM: there the tile whose last wave is fuller wins (102400 x 2048 at M = 128: 400 tiles of
+    // 128 x 256 in 4 waves, 137 us; 1600 of 64 x 128 in 13, 125 us).
+    const bool fuller_waves = M > 128 || big_tiles * small_waves >= small_tiles * big_waves;
+    if ((big_tiles >= num_sms && fuller_waves) || (tma && big_waves < small_waves))
+        pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
     return pl;
 }
 

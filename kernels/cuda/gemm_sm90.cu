@@ -14,15 +14,16 @@
 //
 // Two kernels carry the chains, loading into STAGES shared-memory slots in the 128-byte
 // swizzle layout wgmma reads:
-//   gemm_sm90_ws_kernel  dense products with 16-byte aligned rows (TMA): warp-specialized and
-//                        persistent, a producer warpgroup issuing tensor copies on full/empty
+//   gemm_sm90_ws_kernel  dense products with 16-byte aligned rows (TMA), one or a batch of them
+//                        (3-D tensor maps, the product the third coordinate): warp-specialized
+//                        and persistent, a producer warpgroup issuing tensor copies on full/empty
 //                        mbarriers, consumer warpgroups walking work units (every dense plan
 //                        except the 64 x 128 split CTAs at small M, which run one unit each and
 //                        measured faster as gemm_sm90_kernel CTAs).
 //   gemm_sm90_kernel     one tile per CTA; TMA issued by one thread STAGES-1 k-tiles ahead
 //                        (the small-M split CTAs), or cp.async for everything else (MoE experts
-//                        gather their rows through x_rows; batched products; unaligned strides):
-//                        every thread copies 16-byte chunks (or single values), STAGES-2 ahead.
+//                        gather their rows through x_rows; unaligned strides): every thread
+//                        copies 16-byte chunks (or single values), STAGES-2 ahead.
 #include <cuda.h>           // CUtensorMap
 #include <cuda_runtime.h>   // dim3
 #include <stdint.h>         // uint8_t, uint16_t, uint64_t
@@ -299,8 +300,8 @@ __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const g
 // kernels give the same bits.
 template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
-gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const __grid_constant__ CUtensorMap tmap_x,
-                    const __grid_constant__ CUtensorMap tmap_w) {
+gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles,
+                    const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w) {
 #if INVAR_WGMMA
     constexpr int BM = 64 * CW, BN = 128 * NI;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
@@ -310,11 +311,15 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
 
     if constexpr (SPLIT == SPLIT_GRID) pdl_release_dependent();  // the reduce may start up now
     const int KT = (p.K + GEMM_BK - 1) / GEMM_BK, tiles = m_tiles * n_tiles;
-    const int units = SPLIT == SPLIT_GRID ? tiles * splits : tiles;
-    struct unit { int m0, n0, split, kt_begin, kt_end; };
+    // Products one after another (SPLIT_GRID runs one product), each unit of a product a tile,
+    // or with SPLIT_GRID a tile and a split.
+    const int per_product = SPLIT == SPLIT_GRID ? tiles * splits : tiles, units = batch * per_product;
+    struct unit { int b, m0, n0, split, kt_begin, kt_end; };
     auto unit_at = [&](int u) {
         unit work;
         int m_tile, n_tile;
+        work.b = u / per_product;
+        u -= work.b * per_product;
         work.split = SPLIT == SPLIT_GRID ? u / tiles : 0;
         gemm_tile_of(u - work.split * tiles, m_tiles, n_tiles, &m_tile, &n_tile);
         work.m0 = m_tile * BM;
@@ -345,8 +350,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
                 if (it >= STAGES) mbar_wait(&empty[slot], (uint32_t)((it / STAGES) & 1) ^ 1u);
                 uint8_t *s = smem + slot * STAGE_BYTES;
                 mbar_expect_tx(&full[slot], STAGE_BYTES);
-                tma_load_2d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0);
-                tma_load_2d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0);
+                tma_load_3d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0, work.b);
+                tma_load_3d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b);
             }
         }
         return;
@@ -391,7 +396,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
         if (work.kt_end > work.kt_begin) release(it - 1);
 #pragma unroll
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
-        char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4 : (char *)p.y;
+        char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
+                                            : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
         const int row0 = work.m0 + cw * 64 + warp * 16;
         uint8_t *const stage = stages_epilogue(SPLIT, VEC)
                                    ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * GEMM_EPILOGUE_STAGE_BYTES
@@ -401,6 +407,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int splits, int m_tiles, int n_tiles, const 
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
+    (void)batch;
     (void)splits;
     (void)m_tiles;
     (void)n_tiles;
@@ -585,32 +592,35 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
 // The warp-specialized kernel over one dense product (TMA): at most one CTA per SM, each
 // walking its share of the work units.
 template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
-static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
+static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
     constexpr int BM = 64 * CW, BN = 128 * NI;
     constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
                             (stages_epilogue(SPLIT, VEC) ? CW * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
-    const long units = (long)m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
-    if (units > 0x7fffffffL) invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d: too many tiles", op, p->M, p->N);
+    const long units = (long)batch * m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
+    if (units > 0x7fffffffL)
+        invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d batch=%d: too many tiles", op, p->M, p->N, batch);
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
-    const CUtensorMap tx = tma_map_bf16_2d(c, p->x, p->M, p->K, p->ldx, GEMM_BK, BM, op, "x");
-    const CUtensorMap tw = tma_map_bf16_2d(c, p->w, p->N, p->K, p->ldw, GEMM_BK, BN, op, "w");
+    // 3-D maps: a batched product's matrices are the third coordinate (strides multiples of 8:
+    // tma_possible).
+    const CUtensorMap tx = tma_map_bf16_3d(c, p->x, batch, p->M, p->K, p->ldx, p->stride_x, GEMM_BK, BM, op, "x");
+    const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
     auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC>;
     cuda_kernel_smem(c, (const void *)k, SMEM, op);
-    k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, splits, m_tiles, n_tiles, tx, tw);
+    k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
 
 // Vector epilogue for the two-warpgroup tiles (large M) and for 64-row tiles past M = 64.
 template <int CW, int NI, int STAGES, int SPLIT>
-static void launch_ws(cuda_ctx *c, const gemm_problem *p, int splits, const char *op) {
+static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
     if constexpr (CW == 1) {
         if (p->M <= 64) {
-            launch_ws_kernel<CW, NI, STAGES, SPLIT, false>(c, p, splits, op);
+            launch_ws_kernel<CW, NI, STAGES, SPLIT, false>(c, p, batch, splits, op);
             return;
         }
     }
-    launch_ws_kernel<CW, NI, STAGES, SPLIT, true>(c, p, splits, op);
+    launch_ws_kernel<CW, NI, STAGES, SPLIT, true>(c, p, batch, splits, op);
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
@@ -648,7 +658,7 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bo
                                                                  "gemm split-K arrival counts");
             sum_in_kernel = gemm_split_out{y, p->ldy, p->y_f32, arrivals};
         }
-        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, splits, op);
+        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, 1, splits, op);
         else launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op, sum_in_kernel);
         if (sum_in_kernel.arrivals) continue;
         const long groups = (per_split + 3) / 4;
@@ -659,8 +669,11 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bo
     }
 }
 
+// Dense products, one or a batch of them at strides that are multiples of 8 (aligned):
+// grouped products gather their rows, which TMA cannot.
 static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
-    return aligned && batch == 1 && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
+    (void)batch;
+    return aligned && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
 }
 
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
@@ -670,15 +683,17 @@ gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bo
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {
     const gemm_plan pl = gemm_sm90_plan(c, p, batch, aligned);
     const int S = pl.splits;
+    if (pl.mode == SPLIT_GRID && batch != 1)
+        invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 never IN_CTA (its
     // running total would not fit in registers), 128 x 128 only IN_CTA.
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, false, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -133,6 +133,13 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const void *tmap, uint64_
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
         ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(smem_addr(bar)) : "memory");
 }
+// The same from a 3-D tensor map: the box at (inner, outer) of matrix `batch`.
+__device__ __forceinline__ void tma_load_3d(void *dst, const void *tmap, uint64_t *bar, int inner, int outer,
+                                            int batch) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+        ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(batch), "r"(smem_addr(bar)) : "memory");
+}
 #endif
 
 // --- MLA: Q of one token's head group into the swizzled layout ---------------------------------

@@ -1,5 +1,7 @@
 // harness/ops/gemm.c — the kernel checker's gemm and gemm_f32 (harness/ops/op_section.h):
-// y = x · wᵀ, a row being a row of x (K values) and its row of y (N values, bf16 or fp32).
+// y = x · wᵀ, a row being a row of x (K values) and its row of y (N values, bf16 or fp32); with
+// heads > 1 a batch of products whose rows interleave as the absorbed MLA's heads do (a row:
+// heads x K values in, heads x N out).
 #include <stdlib.h>                 // free
 
 #include "../../common/check.h"    // invar_malloc
@@ -18,6 +20,7 @@ const op_shape gemm_cpu_shapes[] = {
     {.label = "100x300", .gemm = {.N = 100, .K = 300}, .max_M = 1024},  // ragged tiles
     // N and K off every multiple of 4 and 8: the 1-column path and the K tails
     {.label = "37x203", .gemm = {.N = 37, .K = 203}, .max_M = 256},
+    {.label = "64x32 x4 heads", .gemm = {.N = 64, .K = 32, .heads = 4}, .max_M = 256},
     // --exhaustive: K all tail (7), exactly one lane group (8), one over (9); N below 4 and
     // one over; K past the 128 KiB panel (n_block 32768/K rounds to the floor of 4); a K whose
     // panel is 8 columns wide and an N that leaves a ragged last panel
@@ -40,40 +43,58 @@ const op_shape gemm_cuda_shapes[] = {
     // 2 long splits: 64 x 128 grid CTAs at small M, 128 x 256 grid CTAs from M = 513 (cuBLAS
     // differs at M >= 16 on the H200)
     {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
+    // V2-Lite's absorbed MLA products: q_nope · W_UK and attn · W_UVᵀ over 16 heads (sm_90a:
+    // 3-D tensor maps, the head a coordinate)
+    {.label = "512x128 x16 heads", .gemm = {.N = 512, .K = 128, .heads = 16}, .quick = true},
+    {.label = "128x512 x16 heads", .gemm = {.N = 128, .K = 512, .heads = 16}},
     {.label = NULL},
 };
 
 static bool y_f32(const op_case *c) { return c->section == &gemm_f32_op; }
+static int heads_of(const op_case *c) { return c->s->gemm.heads > 1 ? c->s->gemm.heads : 1; }
 
 static void gemm_declare(op_case *c) {
-    int N = c->s->gemm.N, K = c->s->gemm.K;
-    op_shared_bf16(c, GEMM_W, (long)N * K, -1.0f, 1.0f, "gemm w");
-    op_buffer_add(c, OP_ROW_IN, "gemm x", sizeof(bf16), 1, K, K);
+    int N = c->s->gemm.N, K = c->s->gemm.K, H = heads_of(c);
+    op_shared_bf16(c, GEMM_W, (long)H * N * K, -1.0f, 1.0f, "gemm w");
+    op_buffer_add(c, OP_ROW_IN, "gemm x", sizeof(bf16), 1, H * K, H * K);
     int y_elem = y_f32(c) ? sizeof(float) : sizeof(bf16);
-    op_buffer_add(c, OP_OUT, "gemm y", y_elem, 1, N, N);
+    op_buffer_add(c, OP_OUT, "gemm y", y_elem, 1, H * N, H * N);
 }
 
 static void gemm_row(const op_case *c, uint64_t seed, void *const *in) {
     op_rng r = op_rng_from(seed, 1);
+    const int width = heads_of(c) * c->s->gemm.K;
     if (op_rng_int(&r, 2))  // half the rows: a wide range that partly cancels
-        op_fill_bf16_wide(in[GEMM_X], c->s->gemm.K, &r, 1.0f);
+        op_fill_bf16_wide(in[GEMM_X], width, &r, 1.0f);
     else
-        op_fill_bf16(in[GEMM_X], c->s->gemm.K, &r, -1.0f, 1.0f);
+        op_fill_bf16(in[GEMM_X], width, &r, -1.0f, 1.0f);
 }
 
 static void gemm_call(op_case *c, const op_batch *b) {
+    const int N = c->s->gemm.N, K = c->s->gemm.K, H = heads_of(c);
     gemm_args a = {.y = b->dev[GEMM_Y], .y_f32 = y_f32(c), .x = b->dev[GEMM_X],
-                   .w = c->shared[GEMM_W], .M = b->M, .N = c->s->gemm.N, .K = c->s->gemm.K};
+                   .w = c->shared[GEMM_W], .M = b->M, .N = N, .K = K};
+    if (H > 1) {
+        a.ldx = (long)H * K;
+        a.ldy = (long)H * N;
+        a.batch = H;
+        a.stride_x = K;
+        a.stride_y = N;
+        a.stride_w = (long)N * K;
+    }
     c->ops->gemm(c->ops, &a);
 }
 
 static double gemm_error(op_case *c, uint64_t seed, const void *row) {
-    int N = c->s->gemm.N;
+    const int N = c->s->gemm.N, K = c->s->gemm.K, H = heads_of(c);
     void **in = op_row_alone(c, seed);
-    double *ref = invar_malloc((size_t)N * sizeof(double), "gemm oracle");
-    gemm_args a = {.x = in[GEMM_X], .w = c->host[GEMM_W], .M = 1, .N = N, .K = c->s->gemm.K};
-    f64_gemm(&a, ref);
-    double err = y_f32(c) ? f64_rel_l2_f32(row, ref, N) : f64_rel_l2_bf16(row, ref, N);
+    double *ref = invar_malloc((size_t)H * N * sizeof(double), "gemm oracle");
+    for (int h = 0; h < H; h++) {
+        gemm_args a = {.x = (const bf16 *)in[GEMM_X] + (long)h * K, .w = (const bf16 *)c->host[GEMM_W] + (long)h * N * K,
+                       .M = 1, .N = N, .K = K};
+        f64_gemm(&a, ref + (long)h * N);
+    }
+    double err = y_f32(c) ? f64_rel_l2_f32(row, ref, H * N) : f64_rel_l2_bf16(row, ref, H * N);
     op_row_free(c, in);
     free(ref);
     return err;

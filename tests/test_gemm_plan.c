@@ -52,7 +52,6 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_64x128, SPLIT_GRID},         {LOAD_TMA, TILE_128x256, SPLIT_GRID},
         {LOAD_TMA, TILE_64x128, SPLIT_NONE},         {LOAD_TMA, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x256, SPLIT_NONE},
-        {LOAD_TMA, TILE_64x64, SPLIT_NONE},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
         {LOAD_SCALAR, TILE_64x128, SPLIT_NONE},      {LOAD_SCALAR, TILE_64x128, SPLIT_IN_CTA},
@@ -92,8 +91,6 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                 assert_int_equal(p.load, LOAD_TMA);
                                 assert_int_equal(batch, 1);
                             }
-                            if (p.tile == TILE_64x64)  // the unit store has no vector path
-                                assert_true(p.mode == SPLIT_NONE && p.load == LOAD_TMA && M <= 64);
                             if (p.sum_last_cta)
                                 assert_true(p.mode == SPLIT_GRID && p.tile == TILE_64x128 &&
                                             M <= GEMM_SPLIT_LAST_CTA_MAX_M);

@@ -57,14 +57,12 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
 // Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 columns per wgmma):
 //   64 x 128   one warpgroup: small M, and GRID splits up to M = 64
-//   64 x 64    the 64 x 128 tile storing half its columns (the wgmma's other 64 read zeros):
-//              S = 1 up to M = 64, where twice the units fill the last wave better
 //   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (64 accumulators
 //              + 64 of running total per thread; 128 x 256 would need 128 + 128 and spill)
 //   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1, GRID splits past
 //              M = 64 that still fill half the SMs, and GRID splits at large M when the
 //              splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)
-enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x256, TILE_64x64 };
+enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x256 };
 
 typedef struct {
     int splits;
@@ -141,14 +139,6 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         if (M > 64 && wide_tiles * pl.splits * 2 >= num_sms) pl.tile = TILE_128x256;
         return pl;
     }
-    // S = 1 up to M = 64 streams the weights once: 64-column units where they need fewer than
-    // twice the waves of 128-column ones, each unit half the bytes (24576 x 1536: 192 units of
-    // 128 in two waves, the second half empty; 384 of 64 in three, nearly full).
-    if (pl.load == LOAD_TMA && pl.splits == 1 && M <= 64) {
-        const long half_tiles = (long)((M + 63) / 64) * ((N + 63) / 64) * batch;
-        if ((half_tiles + num_sms - 1) / num_sms < 2 * ((small_tiles + num_sms - 1) / num_sms)) pl.tile = TILE_64x64;
-        return pl;
-    }
     if (pl.load == LOAD_SCALAR || M <= 64) return pl;
     // Two-warpgroup tiles once they alone fill the SMs (fewer L2 bytes per FLOP).
     if (pl.load == LOAD_TMA && batch == 1 && pl.splits > 1 && wide_tiles >= num_sms &&
@@ -175,11 +165,10 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
 }
 
 static inline const char *gemm_plan_name(const gemm_plan *pl) {
-    static const char *const names[4][3] = {
+    static const char *const names[3][3] = {
         {"64x128", "64x128/cta", "64x128/grid"},
         {"128x128", "128x128/cta", "128x128/grid"},
         {"128x256", "128x256/cta", "128x256/grid"},
-        {"64x64", "64x64/cta", "64x64/grid"},
     };
     return pl->sum_last_cta ? "64x128/grid+last" : names[pl->tile][pl->mode];
 }

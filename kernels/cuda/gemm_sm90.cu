@@ -128,11 +128,9 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
     }
 }
 
-// HALF: only the first 64 of the 128 columns (TILE_64x64's units; pair stores only).
-template <int NI, bool VEC, bool HALF = false>
+template <int NI, bool VEC>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                            const float (&res)[NI][64], uint8_t *stage = nullptr) {
-    static_assert(!(HALF && (VEC || NI != 1)), "half-width units store pair by pair, one wgmma wide");
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
     const bool vec = VEC && n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
     if constexpr (VEC) {
@@ -151,7 +149,7 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
 #pragma unroll
             for (int i = 0; i < NI; i++)
 #pragma unroll
-                for (int j = 0; j < (HALF ? 8 : 16); j++) {
+                for (int j = 0; j < 16; j++) {
                     const int n = n0 + i * 128 + j * 8 + 2 * q;
                     gemm_store_pair(p, y, yrow, n, res[i][4 * j + 2 * half], res[i][4 * j + 2 * half + 1]);
                 }
@@ -300,17 +298,13 @@ __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const g
 // split, split-major so a wave's CTAs read the same k range), tiles in gemm_tile_of's order. Each
 // unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
 // kernels give the same bits.
-template <int CW, int NI, int STAGES, int SPLIT, bool VEC, bool HALF>
+template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
 gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles,
                     const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w) {
 #if INVAR_WGMMA
     constexpr int BM = 64 * CW, BN = 128 * NI;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
-    // HALF (TILE_64x64): a unit is 64 columns, loaded into the first 64 rows of the B tile; the
-    // wgmma still computes 128 columns, the other 64 rows zeros, and the unit stores its 64.
-    // Each stored column's chain is the 64 x 128 tile's, instruction for instruction.
-    constexpr int UNIT_N = HALF ? 64 : BN, LOAD_BYTES = A_BYTES + UNIT_N * GEMM_BK * 2;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
@@ -329,7 +323,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         work.split = SPLIT == SPLIT_GRID ? u / tiles : 0;
         gemm_tile_of(u - work.split * tiles, m_tiles, n_tiles, &m_tile, &n_tile);
         work.m0 = m_tile * BM;
-        work.n0 = n_tile * UNIT_N;
+        work.n0 = n_tile * BN;
         work.kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(work.split, splits, KT) : 0;
         work.kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(work.split + 1, splits, KT) : KT;
         return work;
@@ -341,12 +335,6 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             mbar_init(&empty[s], CW * 4);
         }
         mbar_init_fence();
-    }
-    if constexpr (HALF) {  // the B rows TMA never writes: zeros once, for the whole kernel
-        constexpr int CHUNKS = 64 * 128 / 16;  // 16-byte chunks of rows 64..127
-        for (int i = threadIdx.x; i < STAGES * CHUNKS; i += blockDim.x)
-            *(uint4 *)(smem + (i / CHUNKS) * STAGE_BYTES + A_BYTES + 64 * 128 + (i % CHUNKS) * 16) = make_uint4(0, 0, 0, 0);
-        fence_proxy_async();  // the wgmma (async proxy) read what these stores wrote
     }
     __syncthreads();  // the last block-wide barrier: the producer's idle threads leave now
 
@@ -361,7 +349,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 // the slot's previous use (it - STAGES) read by every consumer warp
                 if (it >= STAGES) mbar_wait(&empty[slot], (uint32_t)((it / STAGES) & 1) ^ 1u);
                 uint8_t *s = smem + slot * STAGE_BYTES;
-                mbar_expect_tx(&full[slot], LOAD_BYTES);
+                mbar_expect_tx(&full[slot], STAGE_BYTES);
                 tma_load_3d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0, work.b);
                 tma_load_3d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b);
             }
@@ -415,7 +403,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                                    ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * GEMM_EPILOGUE_STAGE_BYTES
                                    : nullptr;
         if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, row0, p.M, work.n0, total, stage);
-        else store_tile<NI, VEC, HALF>(p, y, row0, p.M, work.n0, acc, stage);
+        else store_tile<NI, VEC>(p, y, row0, p.M, work.n0, acc, stage);
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
@@ -601,14 +589,14 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
     CUDA_CHECK_LAUNCH(op);
 }
 
-// The warp-specialized kernel over dense products (TMA): at most one CTA per SM, each walking
-// its share of the work units. HALF: units of 64 columns (TILE_64x64).
-template <int CW, int NI, int STAGES, int SPLIT, bool VEC, bool HALF = false>
+// The warp-specialized kernel over one dense product (TMA): at most one CTA per SM, each
+// walking its share of the work units.
+template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
-    constexpr int BM = 64 * CW, BN = 128 * NI, UNIT_N = HALF ? 64 : BN;
+    constexpr int BM = 64 * CW, BN = 128 * NI;
     constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
                             (stages_epilogue(SPLIT, VEC) ? CW * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
-    const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + UNIT_N - 1) / UNIT_N;
+    const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
     const long units = (long)batch * m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
     if (units > 0x7fffffffL)
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d batch=%d: too many tiles", op, p->M, p->N, batch);
@@ -616,8 +604,8 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     // 3-D maps: a batched product's matrices are the third coordinate (strides multiples of 8:
     // tma_possible).
     const CUtensorMap tx = tma_map_bf16_3d(c, p->x, batch, p->M, p->K, p->ldx, p->stride_x, GEMM_BK, BM, op, "x");
-    const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, UNIT_N, op, "w");
-    auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC, HALF>;
+    const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
+    auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC>;
     cuda_kernel_smem(c, (const void *)k, SMEM, op);
     k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, tx, tw);
     CUDA_CHECK_LAUNCH(op);
@@ -703,7 +691,6 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, false, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x64, SPLIT_NONE)) launch_ws_kernel<1, 1, 8, SPLIT_NONE, false, true>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op);

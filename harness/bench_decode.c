@@ -120,9 +120,11 @@ double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config 
 
 // --- --profile: where a decode step's time goes, op by op ----------------------------------------
 
-// Per-op time of one decode step on `ops` at batch B: the op profile of a generate of
-// new_tokens minus that of a single token (the same prefill), divided by the new_tokens - 1
-// decode steps. Returns *n entries (calls and seconds per step); the caller frees them.
+// Per-op time of the decode steps on `ops` at batch B: the op profile of a generate of
+// new_tokens minus that of a single token (the same prompts), calls and seconds over the
+// new_tokens - 1 decode steps. At large batches the two generates' chunked prefills mix in
+// decodes differently, so a few prefill shapes remain with fewer calls than steps. Returns *n
+// entries; the caller frees them.
 static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, weight_source *w, int B,
                                          int prompt_len, int new_tokens, int *n) {
     op_profile *p = op_profile_wrap(ops);
@@ -146,10 +148,7 @@ static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, we
                 e.calls -= one[j].calls;
                 e.seconds -= one[j].seconds;
             }
-        if (e.calls <= 0) continue;  // a prefill op
-        e.seconds /= new_tokens - 1;
-        e.calls = (e.calls + new_tokens - 2) / (new_tokens - 1);
-        step[kept++] = e;
+        if (e.calls > 0) step[kept++] = e;  // else the same calls in both: prefill
     }
     bench_engine_close(&r);
     op_profile_destroy(p);
@@ -159,8 +158,8 @@ static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, we
 
 typedef struct {
     const char *key;
-    long calls;
-    double inv_us, ref_us;  // < 0: the set made no such call
+    double calls;           // a step
+    double inv_us, ref_us;  // a step; < 0: the set made no such call
 } op_row;
 
 static int by_invariant_time(const void *a, const void *b) {
@@ -168,16 +167,19 @@ static int by_invariant_time(const void *a, const void *b) {
     return (x->inv_us < y->inv_us) - (x->inv_us > y->inv_us);
 }
 
-static void print_decode_ops(const char *device, const char *model, int B, const op_profile_entry *inv, int n_inv,
-                             const op_profile_entry *ref, int n_ref, csv_report *csv) {
+// One table (and CSV rows) of both sets' decode_step_ops over `steps` decode steps, per step.
+static void print_decode_ops(const char *device, const char *model, int B, int steps, const op_profile_entry *inv,
+                             int n_inv, const op_profile_entry *ref, int n_ref, csv_report *csv) {
     op_row *rows = invar_malloc((size_t)(n_inv + n_ref + 1) * sizeof *rows, "bench op rows");
+    const double us = 1e6 / steps;
     int n = 0;
-    for (int i = 0; i < n_inv; i++) rows[n++] = (op_row){inv[i].key, inv[i].calls, 1e6 * inv[i].seconds, -1.0};
+    for (int i = 0; i < n_inv; i++)
+        rows[n++] = (op_row){inv[i].key, (double)inv[i].calls / steps, us * inv[i].seconds, -1.0};
     for (int j = 0; j < n_ref; j++) {
         int i = 0;
         while (i < n_inv && strcmp(rows[i].key, ref[j].key) != 0) i++;
-        if (i < n_inv) rows[i].ref_us = 1e6 * ref[j].seconds;
-        else rows[n++] = (op_row){ref[j].key, ref[j].calls, -1.0, 1e6 * ref[j].seconds};
+        if (i < n_inv) rows[i].ref_us = us * ref[j].seconds;
+        else rows[n++] = (op_row){ref[j].key, (double)ref[j].calls / steps, -1.0, us * ref[j].seconds};
     }
     qsort(rows, (size_t)n, sizeof *rows, by_invariant_time);
     printf("\ndecode step at batch %d, time per step by op (us; device time between events around each call,\n"
@@ -196,8 +198,8 @@ static void print_decode_ops(const char *device, const char *model, int B, const
             ref_total += r->ref_us;
         }
         if (r->inv_us >= 0.0 && r->ref_us >= 0.0) snprintf(diff_s, sizeof diff_s, "%+.1f", r->inv_us - r->ref_us);
-        printf("%-44s %6ld %10s %10s %9s\n", r->key, r->calls, inv_s, ref_s, diff_s);
-        bench_row(csv, "%s,%s,%d,%s,%ld,%.2f,%.2f", device, model, B, r->key, r->calls, r->inv_us, r->ref_us);
+        printf("%-44s %6.2f %10s %10s %9s\n", r->key, r->calls, inv_s, ref_s, diff_s);
+        bench_row(csv, "%s,%s,%d,%s,%.3f,%.2f,%.2f", device, model, B, r->key, r->calls, r->inv_us, r->ref_us);
     }
     printf("%-44s %6s %10.1f %10.1f %+9.1f\n", "total", "", inv_total, ref_total, inv_total - ref_total);
     free(rows);
@@ -235,7 +237,7 @@ void bench_decode(const char *device, const char *model, const int *batch_sizes,
             int B = batch_sizes[i], n_inv = 0, n_ref = 0;
             op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, &n_inv);
             op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, &n_ref);
-            print_decode_ops(device, model, B, pi, n_inv, pr, n_ref, op_csv);
+            print_decode_ops(device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, op_csv);
             free(pi);
             free(pr);
         }

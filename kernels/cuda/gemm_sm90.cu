@@ -589,8 +589,8 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
     CUDA_CHECK_LAUNCH(op);
 }
 
-// The warp-specialized kernel over one dense product (TMA): at most one CTA per SM, each
-// walking its share of the work units.
+// The warp-specialized kernel over dense products (TMA; one, or a batch): at most one CTA per
+// SM, each walking its share of the work units.
 template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
     constexpr int BM = 64 * CW, BN = 128 * NI;
@@ -671,13 +671,12 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bo
 
 // Dense products, one or a batch of them at strides that are multiples of 8 (aligned):
 // grouped products gather their rows, which TMA cannot.
-static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
-    (void)batch;
+static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, bool aligned) {
     return aligned && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
 }
 
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
-    return gemm_plan_choose(p->M, p->N, p->K, batch, aligned, tma_possible(c, p, batch, aligned), c->num_sms);
+    return gemm_plan_choose(p->M, p->N, p->K, batch, aligned, tma_possible(c, p, aligned), c->num_sms);
 }
 
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {

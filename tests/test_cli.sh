@@ -4,10 +4,11 @@
 # up to PATH_MAX (with spaces and non-ASCII characters) run and longer ones are exit 2; --resume
 # with a relative case path works from another directory; `invar run` and `invar kernels` have
 # their own default report directories and a run never renders another command's CSV; `report
-# diff` refuses unreadable reports and counts vanished configs unless --partial; top_k = 0 runs.
+# diff` refuses unreadable reports and counts vanished configs unless --partial; top_k = 0 runs;
+# bench --profile writes one per-op table per batch and its CSV.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
 # and its usage errors in one style, "invar COMMAND: FLAG: what is wrong" and a hint.
-# About 5 s on 2 cores.
+# About 10 s on 2 cores.
 set -u
 BUILD=${1:-build}
 INVAR="$(cd "$(dirname "$BUILD/invar")" && pwd)/invar"
@@ -106,6 +107,20 @@ expect 2 "^invar report diff: --threshold: 'x' is not a number" report diff "$wo
 expect 2 "^invar report render: DIR: empty value" report render ""
 [ -e "$work/x" ] || [ -e "$work/a" ] || [ -e "$work/k1" ] || [ -e "$work/m" ] &&
     fail "a refused command created its output directory"
+
+# bench --profile (CPU, tiny model): the per-op table for each batch and its CSV, every row an
+# op with a shape, calls a step and a time for each set (-1 where a set made no such call).
+expect 0 "^decode step at batch 8, time per step by op" bench --device cpu --quick --profile --out "$work/bp"
+[ "$(grep -c '^decode step at batch' "$work/out.log")" = 2 ] || fail "bench --profile: not one table per batch"
+ops_csv="$work/bp/bench_decode_ops.csv"
+[ -s "$ops_csv" ] || fail "bench --profile: no $ops_csv"
+# (Times are differences of two runs' host-clock sums here, so a tiny op may come out below 0.)
+awk -F'","' 'NR > 1 && !($4 ~ /^[a-z_]+ [^ ]*[=x]/ && $5 + 0 > 0 && $6 ~ /^-?[0-9]+\.[0-9]+$/ && $7 ~ /^-?[0-9]+\.[0-9]+"$/) {
+         bad = 1; print "bad row: " $0 }
+     NR > 1 { rows++ } END { exit bad || rows < 20 }' "$ops_csv" || fail "bench --profile: malformed $ops_csv"
+grep -q '"gemm [0-9]*x[0-9]* M=1"' "$ops_csv" && grep -q '"mla_attention T=8 ' "$ops_csv" ||
+    fail "bench --profile: the decode ops of batch 1 and 8 are not all there"
+echo "ok: bench --profile: $(($(wc -l <"$ops_csv") - 1)) op rows"
 
 # top_k = 0 runs, and the reference set is still caught (on the chosen tokens' logprobs).
 expect 0 "2 passed, 0 failed" run --case "$work/case.ini" --out "$work/topk0"

@@ -669,14 +669,16 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bo
     }
 }
 
-// Dense products, one or a batch of them at strides that are multiples of 8 (aligned):
-// grouped products gather their rows, which TMA cannot.
-static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, bool aligned) {
-    return aligned && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
+// Dense products, one or a batch of them at strides that are multiples of 8 (aligned) and not
+// zero (a batch sharing its x or w stays on cp.async: a 3-D map's stride 0 is not a layout the
+// driver's documentation promises): grouped products gather their rows, which TMA cannot.
+static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
+    const bool strided = batch == 1 || (p->stride_x != 0 && p->stride_w != 0);
+    return aligned && strided && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
 }
 
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
-    return gemm_plan_choose(p->M, p->N, p->K, batch, aligned, tma_possible(c, p, aligned), c->num_sms);
+    return gemm_plan_choose(p->M, p->N, p->K, batch, aligned, tma_possible(c, p, batch, aligned), c->num_sms);
 }
 
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {

@@ -213,6 +213,15 @@ op_profile *op_profile_wrap(ops_set *inner) {
 
 ops_set *op_profile_set(op_profile *p) { return &p->base; }
 
+// Forgets the calls not yet added to the totals (their marks and events are reused).
+static void drop_pending(op_profile *p) {
+    p->n_calls = 0;
+    p->n_marks = 0;
+#ifdef INVAR_CUDA
+    if (p->events) cuda_event_log_clear(p->events);
+#endif
+}
+
 const op_profile_entry *op_profile_totals(op_profile *p, int *n) {
     p->inner->sync(p->inner);
     for (int i = 0; i < p->n_calls; i++) {
@@ -220,23 +229,15 @@ const op_profile_entry *op_profile_totals(op_profile *p, int *n) {
         p->entries[c->key].calls++;
         p->entries[c->key].seconds += seconds_between(p, c->begin, c->end);
     }
-    p->n_calls = 0;
-    p->n_marks = 0;
-#ifdef INVAR_CUDA
-    if (p->events) cuda_event_log_clear(p->events);
-#endif
+    drop_pending(p);
     *n = p->n_entries;
     return p->entries;
 }
 
 void op_profile_reset(op_profile *p) {
     p->inner->sync(p->inner);
-    p->n_calls = 0;
-    p->n_marks = 0;
+    drop_pending(p);
     p->n_entries = 0;
-#ifdef INVAR_CUDA
-    if (p->events) cuda_event_log_clear(p->events);
-#endif
 }
 
 void op_profile_destroy(op_profile *p) {

@@ -28,7 +28,7 @@
 #include "../sets/registry.h"         // kernel_set_create, cuda_device_available
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 #ifdef INVAR_CUDA
-#include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe
+#include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe, inv_cuda_sm_count
 #endif
 
 #define POISON16 0xFFFFu                 // a NaN bf16: no op may leave it behind
@@ -286,12 +286,14 @@ static void test_gemm_split_k_rows(void **state) {
         {4096, 512},  {24576, 1536},                            // one split (K, N too large)
         {8832, 512},   // 128 x 256 tiles, S = 1, the last half wide (N % 256 = 128): pair stores there
         {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
+        {18048, 512},  // 141 column tiles: stream-K order at M <= 64 (132 SMs: 9 left for round 2)
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
     const int MMAX = 8192, f32_ms[] = {17, 4096};
 #ifdef INVAR_CUDA
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
     bool seen_last_cta = false, seen_reduce = false;  // who sums the small-M grid splits
+    bool seen_stream_k = false, seen_stream_k_cta = false;  // chains handed between CTAs
 #endif
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
@@ -328,6 +330,8 @@ static void test_gemm_split_k_rows(void **state) {
             seen_wide_grid |= splits > 1 && strstr(plan, "128x256/grid") != NULL;
             seen_last_cta |= splits > 1 && strstr(plan, "grid+last") != NULL;
             seen_reduce |= splits > 1 && strcmp(plan, "64x128/grid tma") == 0;
+            seen_stream_k |= splits == 1 && strstr(plan, "/sk") != NULL;
+            seen_stream_k_cta |= splits > 1 && strstr(plan, "/cta+sk") != NULL;
 #endif
             printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
             poison(inv, dy, (size_t)M * N * 2);
@@ -357,11 +361,15 @@ static void test_gemm_split_k_rows(void **state) {
     char plan[64];
     gemm_args probe = {.M = 1, .N = 1536, .K = 7168};
     inv_cuda_gemm_plan_describe(inv, &probe, plan, (int)sizeof plan);
+    // The stream-K plans take the H200's 132 SMs: 141 and 160 units leave 9 and 28 for a last round.
+    const bool sms_132 = inv_cuda_sm_count(inv) == 132;
     if (strcmp(plan, "mma.sync") != 0 &&
-        !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce))
+        !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce &&
+          (!sms_132 || (seen_stream_k && seen_stream_k_cta))))
         fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
-                 "last-CTA sum %d, reduce kernel %d)",
-                 seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce);
+                 "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d)",
+                 seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce, seen_stream_k,
+                 seen_stream_k_cta);
 #endif
 }
 

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>  // bool
 #include <stdio.h>    // printf
+#include <string.h>   // strcmp
 
 #include "../kernels/cuda/gemm_plan.cuh"  // gemm_split_count, gemm_split_begin, gemm_plan_choose
 
@@ -94,14 +95,41 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                             if (p.sum_last_cta)
                                 assert_true(p.mode == SPLIT_GRID && p.tile == TILE_64x128 &&
                                             M <= GEMM_SPLIT_LAST_CTA_MAX_M);
+                            if (p.stream_k)  // the persistent kernel only
+                                assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID);
                         }
     printf("gemm plans checked: %ld\n", plans);
+}
+
+// Stream-K order where round robin's last round would be thin and the weights are read once
+// either way (H200, 132 SMs; the cases of gemm_plan.cuh's comment), round robin elsewhere.
+static void stream_k_where_the_last_round_is_thin(void **state) {
+    (void)state;
+    static const struct { int M, N, K; bool stream_k; const char *name; } cases[] = {
+        {1, 36864, 7168, true, "64x128/sk"},          // 288 units: 24 in round 3
+        {64, 18048, 512, true, "64x128/sk"},          // 141 units: 9 in round 2
+        {1, 24576, 1536, false, "64x128"},            // 192 units: 60 in round 2 draw the bandwidth
+        {1, 129280, 7168, false, "64x128"},           // 1010 units: 86 in round 8
+        {256, 36864, 7168, false, "128x256"},         // two row tiles share each weight tile
+        {4096, 576, 7168, true, "128x128/cta+sk"},    // 160 units, weights 8 MB (in L2)
+        {8192, 576, 7168, false, "128x128/cta"},      // 320 units: 56 in round 3
+        {1, 4096, 512, false, "64x128"},              // 32 units: one round
+    };
+    for (int i = 0; i < COUNT(cases); i++) {
+        const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);
+        if (p.stream_k != cases[i].stream_k || strcmp(gemm_plan_name(&p), cases[i].name) != 0)
+            fail_msg("M=%d N=%d K=%d: plan %s, expected %s", cases[i].M, cases[i].N, cases[i].K, gemm_plan_name(&p),
+                     cases[i].name);
+    }
+    // never for the cp.async and scalar kernels, which walk their tiles one a CTA
+    assert_false(gemm_plan_choose(1, 36864, 7168, 1, true, false, 132).stream_k);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_rule_cuts_k_the_same_way),
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
+        cmocka_unit_test(stream_k_where_the_last_round_is_thin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,6 +43,9 @@ const op_shape gemm_cuda_shapes[] = {
     // 2 long splits: 64 x 128 grid CTAs at small M, 128 x 256 grid CTAs from M = 513 (cuBLAS
     // differs at M >= 16 on the H200)
     {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
+    // 141 column tiles: at M <= 64 the persistent CTAs walk them in stream-K order (132 SMs: a
+    // round-robin second round of 9), handing cut chains from CTA to CTA; round robin past it
+    {.label = "18048x512", .gemm = {.N = 18048, .K = 512}, .quick = true},
     // V2-Lite's absorbed MLA products: q_nope · W_UK and attn · W_UVᵀ over 16 heads (sm_90a:
     // 3-D tensor maps, the head a coordinate)
     {.label = "512x128 x16 heads", .gemm = {.N = 512, .K = 128, .heads = 16}, .quick = true},

@@ -25,6 +25,8 @@ enum cuda_scratch_slot {
     SCRATCH_GATHER_RANGES,  // all_gather_columns: every rank's (begin, end, rows)
     SCRATCH_GEMM_PARTIAL,   // split-K GEMM: [splits][M][N] fp32 partials (gemm_sm90.cu)
     SCRATCH_GEMM_ARRIVALS,  // split-K GEMM: per-tile arrival counts, zero between launches
+    SCRATCH_GEMM_HANDOFF,   // stream-K GEMM: each CTA's handed-over chain state (fp32)
+    SCRATCH_GEMM_HANDOFF_READY,  // stream-K GEMM: its ready flags, zero between launches
     SCRATCH_SLOTS
 };
 

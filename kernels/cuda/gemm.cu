@@ -208,3 +208,5 @@ int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, in
     snprintf(path, (size_t)path_len, "%s %s", gemm_plan_name(&pl), loads[pl.load]);
     return pl.splits;
 }
+
+int inv_cuda_sm_count(ops_set *ops) { return cuda_ctx_of(ops)->num_sms; }

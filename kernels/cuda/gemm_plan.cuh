@@ -70,6 +70,8 @@ typedef struct {
     enum gemm_split_mode mode;
     enum gemm_load load;
     bool sum_last_cta;  // GRID: each tile's last CTA adds the partials (no second kernel)
+    bool stream_k;      // NONE, IN_CTA on the persistent kernel: the CTAs share the units'
+                        // k-tiles evenly, a unit cut between two CTAs handing its chain over
 } gemm_plan;
 
 // The order CTAs take tiles in: down GEMM_TILE_GROUP_M row tiles, then across, so one wave
@@ -109,11 +111,37 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // at K = 10944 the grid stays: 31.7 against 46.5).
 #define GEMM_SPLIT_CTA_MAX_KTILES 64
 
-// tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
-// gathered rows, aligned, a driver entry point). num_sms: the device's, for the tile choice only.
-// Splits on separate CTAs (GRID) for one product only: the partials' scratch holds one.
-static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
+// Stream-K order on the persistent kernel (SPLIT_NONE, SPLIT_IN_CTA). With U units of KT
+// k-tiles on G CTAs and U % G != 0, the round-robin walk ends in a round where only U % G CTAs
+// work (36864 columns at M <= 64: 288 tiles of 64 x 128 on 132 SMs, the third round 24 CTAs).
+// Instead CTA c computes k-tiles [c U KT / G, (c + 1) U KT / G) of the units laid end to end,
+// U > G so each range spans at least one unit and cuts at most two: the unit it starts inside
+// (its later k-tiles, the tail) and the unit it ends inside (its earlier ones, the head). A
+// chain cannot be cut into pieces that run at once without changing its bits, but it can be
+// handed over: a CTA computes its head first and stores the accumulators (and IN_CTA's running
+// total) to scratch, fp32, exact; then its whole units; then its tail, continuing from the
+// state CTA c - 1 stored first thing. The reloaded registers continue the same chain, so the
+// bits are the round-robin walk's. A CTA waits only on a lower one, and only for what that one
+// does first: with one CTA per SM and G <= the SMs all run at once, and were fewer resident, the
+// lowest unfinished CTA never waits (the GPU starts CTAs in index order).
+// Taken where round robin's last round is thin (at most a third of the CTAs: fewer cannot
+// draw the bandwidth or the tensor cores of the rest) and the weights are read from HBM once
+// either way: one row tile (M <= 64), or weights that stay in L2 (GEMM_STREAM_K_MAX_W_BYTES).
+// Elsewhere the round-robin waves share each weight tile between the row tiles a wave computes
+// at the same k, and CTAs working at different k offsets read it again (H200: 36864 x 7168 at
+// M = 256, 288 units of 128 x 256, 241 -> 279 us in stream-K order; at M <= 64 153 -> 139 us;
+// 576 x 7168 at M = 4096, 160 units of 128 x 128, 119 -> 89 us).
+#define GEMM_STREAM_K_MAX_W_BYTES (16L << 20)
+static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
+    const long last_round = units % num_sms;
+    const bool weights_once = M <= 64 || 2L * N * K <= GEMM_STREAM_K_MAX_W_BYTES;
+    return units > num_sms && last_round != 0 && 3 * last_round <= num_sms && weights_once;
+}
+
+// Tile, split mode and load path (gemm_plan_choose adds the stream-K order).
+static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     gemm_plan pl;
+    pl.stream_k = false;
     pl.splits = gemm_split_count(N, K);
     pl.load = tma ? LOAD_TMA : aligned ? LOAD_CP_ASYNC : LOAD_SCALAR;
     pl.mode = pl.splits > 1 ? SPLIT_IN_CTA : SPLIT_NONE;
@@ -164,13 +192,34 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     return pl;
 }
 
+// tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
+// gathered rows, aligned, a driver entry point). num_sms: the device's, for the tile choice and
+// the stream-K order only. Splits on separate CTAs (GRID) for one product only: the partials'
+// scratch holds one.
+static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
+    gemm_plan pl = gemm_plan_tiles(M, N, K, batch, aligned, tma, num_sms);
+    if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel
+        const int bm = pl.tile == TILE_64x128 ? 64 : 128, bn = pl.tile == TILE_128x256 ? 256 : 128;
+        const long units = (long)((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
+        pl.stream_k = gemm_stream_k(units, num_sms, M, N, K);
+    }
+    return pl;
+}
+
 static inline const char *gemm_plan_name(const gemm_plan *pl) {
-    static const char *const names[3][3] = {
-        {"64x128", "64x128/cta", "64x128/grid"},
-        {"128x128", "128x128/cta", "128x128/grid"},
-        {"128x256", "128x256/cta", "128x256/grid"},
+    static const char *const names[2][3][3] = {
+        {
+            {"64x128", "64x128/cta", "64x128/grid"},
+            {"128x128", "128x128/cta", "128x128/grid"},
+            {"128x256", "128x256/cta", "128x256/grid"},
+        },
+        {  // stream-K order (never GRID)
+            {"64x128/sk", "64x128/cta+sk", "-"},
+            {"128x128/sk", "128x128/cta+sk", "-"},
+            {"128x256/sk", "128x256/cta+sk", "-"},
+        },
     };
-    return pl->sum_last_cta ? "64x128/grid+last" : names[pl->tile][pl->mode];
+    return pl->sum_last_cta ? "64x128/grid+last" : names[pl->stream_k][pl->tile][pl->mode];
 }
 
 #endif

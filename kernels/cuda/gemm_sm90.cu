@@ -280,6 +280,72 @@ __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const g
 }
 #endif
 
+// --- stream-K order: a chain handed from one CTA to the next (gemm_plan.cuh) ----------------
+
+// Where the persistent kernel's CTAs hand their cut units over: CTA c's consumer thread t keeps
+// its state (NS floats: the accumulators, then IN_CTA's running total) at
+// state[(c * NS + e) * threads + t] (a warp's lanes adjacent: coalesced), and each consumer warp w raises
+// ready[c * warps + w] once its part is stored. Only warp w of CTA c + 1 reads it, and puts the
+// flag back to 0 for the next launch. state == NULL: the round-robin walk.
+struct gemm_handoff {
+    float *state;
+    unsigned *ready;
+};
+
+#if INVAR_WGMMA
+__device__ __forceinline__ void flag_release(unsigned *flag, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned flag_acquire(const unsigned *flag) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+    return v;
+}
+
+// This warp's part of the chain state, stored exactly, then announced. Every lane's stores are
+// ordered before the flag by its own fence and the warp barrier.
+template <int NI, bool TOTAL, int NT = TOTAL ? NI : 0>
+__device__ __forceinline__ void hand_out(const gemm_handoff &ho, const float (&acc)[NI][64],
+                                         const float (&total)[TOTAL ? NI : 1][64], int threads, int warp_id) {
+    float *const st = ho.state + (long)blockIdx.x * (NI + NT) * 64 * threads + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < 64; e++) __stcg(st + (long)(i * 64 + e) * threads, acc[i][e]);
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int e = 0; e < 64; e++) __stcg(st + (long)((NI + i) * 64 + e) * threads, total[i][e]);
+    __threadfence();
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) flag_release(&ho.ready[(long)blockIdx.x * (threads / 32) + warp_id], 1u);
+}
+
+// The state the same warp of CTA blockIdx.x - 1 handed out, once it is there (take: else zeros,
+// a fresh chain): the registers continue its chain exactly. Branch-free: with the loads under a
+// branch ptxas serialized the wgmma that follow (C7515).
+template <int NI, bool TOTAL, int NT = TOTAL ? NI : 0>
+__device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, float (&acc)[NI][64],
+                                            float (&total)[TOTAL ? NI : 1][64], int threads, int warp_id) {
+    const long from = blockIdx.x - 1;
+    if (take) {
+        unsigned *const flag = &ho.ready[from * (threads / 32) + warp_id];
+        while (flag_acquire(flag) == 0u) __nanosleep(64);
+        __syncwarp();  // every lane has seen the flag before lane 0 resets it
+        if (threadIdx.x % 32 == 0) *flag = 0u;
+    }
+    const float *const st = take ? ho.state + from * (NI + NT) * 64 * threads + threadIdx.x : nullptr;
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < 64; e++) acc[i][e] = take ? __ldcg(st + (long)(i * 64 + e) * threads) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < (TOTAL ? NI : 1); i++)
+#pragma unroll
+        for (int e = 0; e < 64; e++) total[i][e] = TOTAL && take ? __ldcg(st + (long)((NI + i) * 64 + e) * threads) : 0.0f;
+}
+#endif
+
 // --- the warp-specialized persistent kernel (dense products, TMA) ---------------------------
 //
 // Warpgroups 0..CW-1 are the consumers, 64 rows each; warpgroup CW is the producer: one of its
@@ -294,13 +360,14 @@ __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const g
 // (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to
 // STAGES k-tiles ahead of the consumers with no block-wide barrier, and across work units: while
 // the consumers store one tile the next tile's operands arrive. At most one CTA per SM; CTA b
-// takes work units b, b + gridDim.x, ... A unit is a BM x BN tile (SPLIT_GRID: a tile and one
+// takes work units b, b + gridDim.x, ..., or with `ho` an even share of their k-tiles in
+// stream-K order (gemm_plan.cuh). A unit is a BM x BN tile (SPLIT_GRID: a tile and one
 // split, split-major so a wave's CTAs read the same k range), tiles in gemm_tile_of's order. Each
 // unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
 // kernels give the same bits.
 template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
-gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles,
+gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles, gemm_handoff ho,
                     const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w) {
 #if INVAR_WGMMA
     constexpr int BM = 64 * CW, BN = 128 * NI;
@@ -314,7 +381,9 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     // Products one after another (SPLIT_GRID runs one product), each unit of a product a tile,
     // or with SPLIT_GRID a tile and a split.
     const int per_product = SPLIT == SPLIT_GRID ? tiles * splits : tiles, units = batch * per_product;
-    struct unit { int b, m0, n0, split, kt_begin, kt_end; };
+    // A piece of work: k-tiles [kt_begin, kt_end) of a unit; hand_out: the unit's first k-tiles,
+    // whose state goes to the next CTA; take_over: its last ones, from the state of the previous.
+    struct unit { int b, m0, n0, split, kt_begin, kt_end; bool hand_out, take_over; };
     auto unit_at = [&](int u) {
         unit work;
         int m_tile, n_tile;
@@ -326,6 +395,34 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         work.n0 = n_tile * BN;
         work.kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(work.split, splits, KT) : 0;
         work.kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(work.split + 1, splits, KT) : KT;
+        work.hand_out = work.take_over = false;
+        return work;
+    };
+    // This CTA's pieces, in the order it computes them. Round robin: units blockIdx.x,
+    // + gridDim.x, ... Stream-K (ho.state, never SPLIT_GRID; the launcher guarantees units >
+    // gridDim.x): the k-tiles [lo, hi) of the units laid end to end, the head of the unit it
+    // ends inside first, then its whole units, then the tail of the unit it starts inside.
+    const bool stream = SPLIT != SPLIT_GRID && ho.state != nullptr;
+    const long all_kt = (long)units * KT;
+    const long lo = stream ? all_kt * blockIdx.x / gridDim.x : 0, hi = stream ? all_kt * (blockIdx.x + 1) / gridDim.x : 0;
+    const bool head = stream && hi % KT != 0, tail = stream && lo % KT != 0;
+    const int first_whole = (int)((lo + KT - 1) / KT);
+    const int pieces = stream ? (int)head + (int)(hi / KT - first_whole) + (int)tail
+                              : ((int)blockIdx.x < units ? (units - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0);
+    auto piece_at = [&](int j) {
+        if (!stream) return unit_at((int)blockIdx.x + j * (int)gridDim.x);
+        unit work;
+        if (head && j == 0) {
+            work = unit_at((int)(hi / KT));
+            work.kt_end = (int)(hi % KT);
+            work.hand_out = true;
+        } else if (tail && j == pieces - 1) {
+            work = unit_at((int)(lo / KT));
+            work.kt_begin = (int)(lo % KT);
+            work.take_over = true;
+        } else {
+            work = unit_at(first_whole + j - (int)head);
+        }
         return work;
     };
 
@@ -342,8 +439,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         setmaxnreg_dec<40>();
         if (threadIdx.x != CW * 128) return;
         int it = 0;  // k-tiles issued by this CTA: slot it % STAGES, its use it / STAGES
-        for (int u = blockIdx.x; u < units; u += gridDim.x) {
-            const unit work = unit_at(u);
+        for (int j = 0; j < pieces; j++) {
+            const unit work = piece_at(j);
             for (int kt = work.kt_begin; kt < work.kt_end; kt++, it++) {
                 const int slot = it % STAGES;
                 // the slot's previous use (it - STAGES) read by every consumer warp
@@ -363,16 +460,18 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[it % STAGES]);
     };
+    constexpr bool TOTAL = SPLIT == SPLIT_IN_CTA;
     float acc[NI][64];
-    float total[SPLIT == SPLIT_IN_CTA ? NI : 1][64];
+    float total[TOTAL ? NI : 1][64];
     int it = 0;  // k-tiles consumed, in the producer's order
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const unit work = unit_at(u);
-#pragma unroll
-        for (int i = 0; i < NI; i++)
-#pragma unroll
-            for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
-        int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : work.kt_end;
+    for (int j = 0; j < pieces; j++) {
+        const unit work = piece_at(j);
+        start_chain<NI, TOTAL>(ho, work.take_over, acc, total, CW * 128, cw * 4 + warp);
+        // IN_CTA: the split kt_begin lies in (a tail may start inside any), and where it ends
+        int split = 0;
+        if constexpr (TOTAL)
+            while (gemm_split_begin(split + 1, splits, KT) <= work.kt_begin) split++;
+        int split_end = TOTAL ? gemm_split_begin(split + 1, splits, KT) : work.kt_end;
         // Not unrolled: a peeled first k-tile copied the accumulators while its wgmma were in
         // flight, and ptxas serialized them (warning C7514 on a 64 x 128 GRID instantiation).
 #pragma unroll 1
@@ -396,6 +495,10 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         if (work.kt_end > work.kt_begin) release(it - 1);
 #pragma unroll
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
+        if (work.hand_out) {
+            hand_out<NI, TOTAL>(ho, acc, total, CW * 128, cw * 4 + warp);
+            continue;
+        }
         char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                             : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
         const int row0 = work.m0 + cw * 64 + warp * 16;
@@ -411,6 +514,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     (void)splits;
     (void)m_tiles;
     (void)n_tiles;
+    (void)ho;
     (void)tmap_x;
     (void)tmap_w;
 #endif
@@ -590,9 +694,11 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
 }
 
 // The warp-specialized kernel over dense products (TMA; one, or a batch): at most one CTA per
-// SM, each walking its share of the work units.
+// SM, each walking its share of the work units, round robin or (stream_k, where there are more
+// units than CTAs) in stream-K order.
 template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
-static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
+static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, bool stream_k,
+                             const char *op) {
     constexpr int BM = 64 * CW, BN = 128 * NI;
     constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
                             (stages_epilogue(SPLIT, VEC) ? CW * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
@@ -601,26 +707,35 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     if (units > 0x7fffffffL)
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d batch=%d: too many tiles", op, p->M, p->N, batch);
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
+    gemm_handoff ho = {};
+    if (SPLIT != SPLIT_GRID && stream_k && units > grid) {
+        constexpr int STATE = NI * 64 * (SPLIT == SPLIT_IN_CTA ? 2 : 1);  // floats a consumer thread
+        ho.state = (float *)cuda_scratch(c, SCRATCH_GEMM_HANDOFF, (size_t)grid * CW * 128 * STATE * sizeof(float),
+                                         "gemm stream-K chain states");
+        ho.ready = (unsigned *)cuda_scratch_zeroed(c, SCRATCH_GEMM_HANDOFF_READY, (size_t)grid * CW * 4 * sizeof(unsigned),
+                                                   "gemm stream-K ready flags");
+    }
     // 3-D maps: a batched product's matrices are the third coordinate (strides multiples of 8:
     // tma_possible).
     const CUtensorMap tx = tma_map_bf16_3d(c, p->x, batch, p->M, p->K, p->ldx, p->stride_x, GEMM_BK, BM, op, "x");
     const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
     auto k = gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC>;
     cuda_kernel_smem(c, (const void *)k, SMEM, op);
-    k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, tx, tw);
+    k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
 
 // Vector epilogue for the two-warpgroup tiles (large M) and for 64-row tiles past M = 64.
 template <int CW, int NI, int STAGES, int SPLIT>
-static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
+static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
+                      bool stream_k = false) {
     if constexpr (CW == 1) {
         if (p->M <= 64) {
-            launch_ws_kernel<CW, NI, STAGES, SPLIT, false>(c, p, batch, splits, op);
+            launch_ws_kernel<CW, NI, STAGES, SPLIT, false>(c, p, batch, splits, stream_k, op);
             return;
         }
     }
-    launch_ws_kernel<CW, NI, STAGES, SPLIT, true>(c, p, batch, splits, op);
+    launch_ws_kernel<CW, NI, STAGES, SPLIT, true>(c, p, batch, splits, stream_k, op);
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
@@ -691,10 +806,10 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, false, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -28,6 +28,8 @@ void inv_cuda_device_describe(char *name, int name_len, char *driver, int driver
 // the split-K count (gemm_plan.cuh: a function of N and K on sm_90a, 1 elsewhere) and writes
 // the tile, split mode and load path to `path`, e.g. "64x128/grid tma". For `invar bench`.
 int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, int path_len);
+// The set's device's SM count, which the GEMM's plan (never its bits) depends on.
+int inv_cuda_sm_count(ops_set *ops);
 
 // The kernel the invariant set's mla_attention takes for a's shape: "wgmma" (64 heads a CTA,
 // sm_90a), "wgmma16" (16 heads a work unit, sm_90a), "mma.sync" (16 heads a CTA) or "generic". A function of the shape and the device

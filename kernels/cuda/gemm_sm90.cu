@@ -302,12 +302,20 @@ __device__ __forceinline__ unsigned flag_acquire(const unsigned *flag) {
     return v;
 }
 
+// CTA cta's state for this consumer thread (its float e at [e * threads]), and warp_id's flag.
+__device__ __forceinline__ float *handoff_state(const gemm_handoff &ho, long cta, int floats, int threads) {
+    return ho.state + cta * floats * threads + threadIdx.x;
+}
+__device__ __forceinline__ unsigned *handoff_flag(const gemm_handoff &ho, long cta, int threads, int warp_id) {
+    return &ho.ready[cta * (threads / 32) + warp_id];
+}
+
 // This warp's part of the chain state, stored exactly, then announced. Every lane's stores are
 // ordered before the flag by its own fence and the warp barrier.
 template <int NI, bool TOTAL, int NT = TOTAL ? NI : 0>
 __device__ __forceinline__ void hand_out(const gemm_handoff &ho, const float (&acc)[NI][64],
                                          const float (&total)[TOTAL ? NI : 1][64], int threads, int warp_id) {
-    float *const st = ho.state + (long)blockIdx.x * (NI + NT) * 64 * threads + threadIdx.x;
+    float *const st = handoff_state(ho, blockIdx.x, (NI + NT) * 64, threads);
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll
@@ -318,7 +326,7 @@ __device__ __forceinline__ void hand_out(const gemm_handoff &ho, const float (&a
         for (int e = 0; e < 64; e++) __stcg(st + (long)((NI + i) * 64 + e) * threads, total[i][e]);
     __threadfence();
     __syncwarp();
-    if (threadIdx.x % 32 == 0) flag_release(&ho.ready[(long)blockIdx.x * (threads / 32) + warp_id], 1u);
+    if (threadIdx.x % 32 == 0) flag_release(handoff_flag(ho, blockIdx.x, threads, warp_id), 1u);
 }
 
 // The state the same warp of CTA blockIdx.x - 1 handed out, once it is there (take: else zeros,
@@ -329,12 +337,12 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
                                             float (&total)[TOTAL ? NI : 1][64], int threads, int warp_id) {
     const long from = blockIdx.x - 1;
     if (take) {
-        unsigned *const flag = &ho.ready[from * (threads / 32) + warp_id];
+        unsigned *const flag = handoff_flag(ho, from, threads, warp_id);
         while (flag_acquire(flag) == 0u) __nanosleep(64);
         __syncwarp();  // every lane has seen the flag before lane 0 resets it
         if (threadIdx.x % 32 == 0) *flag = 0u;
     }
-    const float *const st = take ? ho.state + from * (NI + NT) * 64 * threads + threadIdx.x : nullptr;
+    const float *const st = take ? handoff_state(ho, from, (NI + NT) * 64, threads) : nullptr;
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll
@@ -402,7 +410,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     // + gridDim.x, ... Stream-K (ho.state, never SPLIT_GRID; the launcher guarantees units >
     // gridDim.x): the k-tiles [lo, hi) of the units laid end to end, the head of the unit it
     // ends inside first, then its whole units, then the tail of the unit it starts inside.
-    constexpr bool stream = STREAM && SPLIT != SPLIT_GRID;
+    constexpr bool stream = STREAM;
+    static_assert(!STREAM || SPLIT != SPLIT_GRID, "stream-K order walks whole chains, never GRID splits");
     const long all_kt = (long)units * KT;
     const long lo = stream ? all_kt * blockIdx.x / gridDim.x : 0, hi = stream ? all_kt * (blockIdx.x + 1) / gridDim.x : 0;
     const bool head = stream && hi % KT != 0, tail = stream && lo % KT != 0;

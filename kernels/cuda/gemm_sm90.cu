@@ -49,9 +49,11 @@
 __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) { return vec && split == SPLIT_NONE; }
 
 #if INVAR_WGMMA
-// One k-tile of the chain: 4 k16 steps, NI instructions of 128 columns each.
+// One k-tile of the chain: 4 k16 steps, NI instructions of 128 columns each. a_lo, b_lo: the
+// low descriptor words of the tiles (wgmma_desc_sw128_lo); a k16 step is 32 bytes on, a block
+// of 128 rows 16 KB.
 template <int NI>
-__device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], const uint8_t *a_tile, const uint8_t *b_tile) {
+__device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], uint32_t a_lo, uint32_t b_lo) {
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
     wgmma_fence();
@@ -59,9 +61,13 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], const uint8_t *
     for (int kk = 0; kk < GEMM_BK / 16; kk++)  // k ascending: the chain's order
 #pragma unroll
         for (int i = 0; i < NI; i++)
-            wgmma_m64n128k16_bf16(acc[i], wgmma_desc_sw128(a_tile + kk * 32),
-                                  wgmma_desc_sw128(b_tile + i * 128 * 128 + kk * 32));
+            wgmma_m64n128k16_bf16(acc[i], wgmma_desc_sw128_lo(a_lo + kk * (32 >> 4)),
+                                  wgmma_desc_sw128_lo(b_lo + ((i * 128 * 128 + kk * 32) >> 4)));
     wgmma_commit();
+}
+template <int NI>
+__device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], const uint8_t *a_tile, const uint8_t *b_tile) {
+    mma_k_tile<NI>(acc, (uint32_t)wgmma_desc_sw128(a_tile), (uint32_t)wgmma_desc_sw128(b_tile));
 }
 
 // Lane q of each quad ends with out[t] = what lane t of the quad held in v[q]: a 4 x 4
@@ -447,17 +453,23 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     if (threadIdx.x >= CW * 128) {
         setmaxnreg_dec<40>();
         if (threadIdx.x != CW * 128) return;
-        int it = 0;  // k-tiles issued by this CTA: slot it % STAGES, its use it / STAGES
+        // The k-tiles this CTA issues go to slot 0, 1, .., STAGES - 1, 0, ..; `use` counts the
+        // slot's rounds (counters, not it % STAGES: a division by 6 in the loop).
+        int slot = 0;
+        uint32_t use = 0;
         for (int j = 0; j < pieces; j++) {
             const unit work = piece_at(j);
-            for (int kt = work.kt_begin; kt < work.kt_end; kt++, it++) {
-                const int slot = it % STAGES;
-                // the slot's previous use (it - STAGES) read by every consumer warp
-                if (it >= STAGES) mbar_wait(&empty[slot], (uint32_t)((it / STAGES) & 1) ^ 1u);
+            for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
+                // the slot's previous use read by every consumer warp
+                if (use > 0) mbar_wait(&empty[slot], (use & 1u) ^ 1u);
                 uint8_t *s = smem + slot * STAGE_BYTES;
                 mbar_expect_tx(&full[slot], STAGE_BYTES);
                 tma_load_3d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0, work.b);
                 tma_load_3d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b);
+                if (++slot == STAGES) {
+                    slot = 0;
+                    use++;
+                }
             }
         }
         return;
@@ -465,14 +477,21 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 
     setmaxnreg_inc<232>();
     const int cw = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    auto release = [&](int it) {  // this warp's wgmma have read k-tile `it`: its slot may refill
+    auto release = [&](int freed) {  // this warp's wgmma have read slot `freed`: it may refill
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[it % STAGES]);
+        if (lane == 0) mbar_arrive(&empty[freed]);
     };
     constexpr bool TOTAL = SPLIT == SPLIT_IN_CTA;
     float acc[NI][64];
     float total[TOTAL ? NI : 1][64];
-    int it = 0;  // k-tiles consumed, in the producer's order
+    // The producer's order of slots; the low descriptor words of slot 0's tiles, this
+    // warpgroup's rows of A (cw from lane 0: the compiler then knows it is the same across the
+    // warp and keeps the descriptors in uniform registers).
+    int slot = 0, last_slot = 0;
+    uint32_t use = 0;
+    const int cw_uniform = __shfl_sync(0xffffffffu, cw, 0);
+    const uint32_t a_lo = (uint32_t)wgmma_desc_sw128(smem + cw_uniform * 64 * 128);
+    const uint32_t b_lo = (uint32_t)wgmma_desc_sw128(smem + A_BYTES);
     for (int j = 0; j < pieces; j++) {
         const unit work = piece_at(j);
         if constexpr (stream) {
@@ -491,13 +510,17 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         // Not unrolled: a peeled first k-tile copied the accumulators while its wgmma were in
         // flight, and ptxas serialized them (warning C7514 on a 64 x 128 GRID instantiation).
 #pragma unroll 1
-        for (int kt = work.kt_begin; kt < work.kt_end; kt++, it++) {
-            const int slot = it % STAGES;
-            mbar_wait(&full[slot], (uint32_t)(it / STAGES) & 1u);
-            const uint8_t *s = smem + slot * STAGE_BYTES;
-            mma_k_tile<NI>(acc, s + cw * 64 * 128, s + A_BYTES);
-            wgmma_wait<1>();  // k-tile it - 1's wgmma are done
-            if (kt > work.kt_begin) release(it - 1);
+        for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
+            mbar_wait(&full[slot], use & 1u);
+            const uint32_t at = (uint32_t)slot * (STAGE_BYTES >> 4);
+            mma_k_tile<NI>(acc, a_lo + at, b_lo + at);
+            wgmma_wait<1>();  // the previous k-tile's wgmma are done
+            if (kt > work.kt_begin) release(last_slot);
+            last_slot = slot;
+            if (++slot == STAGES) {
+                slot = 0;
+                use++;
+            }
             if constexpr (SPLIT == SPLIT_IN_CTA) {
                 if (kt + 1 == split_end) {
                     wgmma_wait<0>();
@@ -508,7 +531,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             }
         }
         wgmma_wait<0>();
-        if (work.kt_end > work.kt_begin) release(it - 1);
+        if (work.kt_end > work.kt_begin) release(last_slot);
 #pragma unroll
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
         if (stream && work.hand_out) {

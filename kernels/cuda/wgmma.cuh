@@ -38,6 +38,13 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *tile) {
     uint64_t addr = smem_addr(tile);
     return ((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
+// The same descriptor from its low word, which alone moves with the address: a loop keeps
+// lo = (uint32_t)wgmma_desc_sw128(base) and adds byte offsets >> 4 to it (no carry leaves bits
+// 0-13 while the tile stays in the 256 KB the field spans), one integer add a descriptor where
+// rebuilding it from a pointer took five.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_lo(uint32_t lo) {
+    return (uint64_t)lo | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
 
 // Descriptor of an MN-major ("transposed") operand in the same layout, e.g. a KV tile
 // [positions][dims] read with the dims as M or N: the contiguous direction is M/N, 64 values

@@ -43,10 +43,18 @@
 
 // Whether a kernel stages its bf16 epilogue (VEC: its vector epilogue is compiled): with S = 1,
 // where the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a
-// one-k-tile product, 199 -> 99 us). Not the fp32 GRID partials (stmatrix is 16-bit only), nor
-// the cta path: with the 32 KB its long-K shapes ran 7% slower (1536 x 7168 at M = 4096:
-// 145 -> 156 us; kernels/cuda/NOTES.md).
+// one-k-tile product, 199 -> 99 us). Not the fp32 GRID partials (stmatrix is 16-bit only).
 __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) { return vec && split == SPLIT_NONE; }
+
+// The persistent kernel's cta path (SPLIT_IN_CTA) stages it too where its tiles are short (at
+// most GEMM_CTA_STAGED_MAX_KTILES k-tiles): there the epilogue's 1500 instructions a warp were a
+// quarter of a tile's (ncu, 3072 x 2048 at M = 4096) and staging took 8-9% off (H200: 99.4 ->
+// 90.9 us; 2048 x 2048 M = 8192 130.2 -> 120.3). Longer tiles ran 1.5-3% slower with the 32 KB
+// (1536 x 7168 M = 4096 138.9 -> 143.2, 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md).
+#define GEMM_CTA_STAGED_MAX_KTILES 64
+static bool ws_stages_epilogue(int split, bool vec, int k_tiles) {
+    return stages_epilogue(split, vec) || (vec && split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES);
+}
 
 #if INVAR_WGMMA
 // One k-tile of the chain: 4 k16 steps, NI instructions of 128 columns each. a_lo, b_lo: the
@@ -201,14 +209,24 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
 template <int NI>
 __device__ __forceinline__ void fold_split(float (&total)[NI][64], float (&acc)[NI][64], bool first) {
 #pragma unroll
-    for (int i = 0; i < NI; i++) {
-        wgmma_hold(acc[i]);
+    for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
+    // Two loops under one (warp-uniform) branch: a select per value doubled the fold's
+    // instructions, and the consumer warps' instruction stream is what paces a 128 x 128 tile.
+    if (first) {
 #pragma unroll
-        for (int e = 0; e < 64; e++) {
-            total[i][e] = first ? acc[i][e] : total[i][e] + acc[i][e];
-            acc[i][e] = 0.0f;
-        }
+        for (int i = 0; i < NI; i++)
+#pragma unroll
+            for (int e = 0; e < 64; e++) total[i][e] = acc[i][e];
+    } else {
+#pragma unroll
+        for (int i = 0; i < NI; i++)
+#pragma unroll
+            for (int e = 0; e < 64; e++) total[i][e] += acc[i][e];
     }
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
 }
 #endif
 
@@ -378,10 +396,11 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // stream-K order (gemm_plan.cuh). A unit is a BM x BN tile (SPLIT_GRID: a tile and one
 // split, split-major so a wave's CTAs read the same k range), tiles in gemm_tile_of's order. Each
 // unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
-// kernels give the same bits.
+// kernels give the same bits. staged (ws_stages_epilogue): the bf16 epilogue goes through
+// GEMM_EPILOGUE_STAGE_BYTES a consumer warp, past the slots.
 template <int CW, int NI, int STAGES, int SPLIT, bool VEC, bool STREAM>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
-gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles, gemm_handoff ho,
+gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles, gemm_handoff ho, bool staged,
                     const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w) {
 #if INVAR_WGMMA
     constexpr int BM = 64 * CW, BN = 128 * NI;
@@ -541,13 +560,13 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                             : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
         const int row0 = work.m0 + cw * 64 + warp * 16;
-        uint8_t *const stage = stages_epilogue(SPLIT, VEC)
-                                   ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * GEMM_EPILOGUE_STAGE_BYTES
-                                   : nullptr;
+        uint8_t *const stage =
+            VEC && staged ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * GEMM_EPILOGUE_STAGE_BYTES : nullptr;
         if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, row0, p.M, work.n0, total, stage);
         else store_tile<NI, VEC>(p, y, row0, p.M, work.n0, acc, stage);
     }
 #else
+    (void)staged;
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
     (void)batch;
     (void)splits;
@@ -739,8 +758,9 @@ template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
 static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, bool stream_k,
                              const char *op) {
     constexpr int BM = 64 * CW, BN = 128 * NI;
-    constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
-                            (stages_epilogue(SPLIT, VEC) ? CW * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
+    const bool staged = ws_stages_epilogue(SPLIT, VEC, (p->K + GEMM_BK - 1) / GEMM_BK);
+    const size_t smem = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
+                        (staged ? CW * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
     const long units = (long)batch * m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
     if (units > 0x7fffffffL)
@@ -762,8 +782,8 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
     auto k = ho.state ? gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC, SPLIT != SPLIT_GRID>
                       : gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC, false>;
-    cuda_kernel_smem(c, (const void *)k, SMEM, op);
-    k<<<grid, (CW + 1) * 128, SMEM, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, tx, tw);
+    cuda_kernel_smem(c, (const void *)k, smem, op);
+    k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
 

@@ -38,8 +38,8 @@ static inline int gemm_split_count(int N, int K) {
 
 // First k-tile of split s (s = splits gives KT): even cuts, each split floor or ceil of
 // KT / splits k-tiles, so every split has at least GEMM_SPLIT_MIN_KTILES. 32-bit arithmetic is
-// exact (s <= GEMM_SPLIT_MAX, KT < 2^25 for an int K) and, in a kernel, a fraction of a 64-bit
-// division's instructions.
+// exact (s <= GEMM_SPLIT_MAX + 1, as the kernels ask one past the last split; KT <= 2^25 for an
+// int K: 33 * 2^25 < 2^31) and, in a kernel, a fraction of a 64-bit division's instructions.
 #ifdef __CUDACC__
 __host__ __device__
 #endif

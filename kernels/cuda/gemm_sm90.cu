@@ -46,11 +46,13 @@
 // one-k-tile product, 199 -> 99 us). Not the fp32 GRID partials (stmatrix is 16-bit only).
 __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) { return vec && split == SPLIT_NONE; }
 
-// The persistent kernel's cta path (SPLIT_IN_CTA) stages it too where its tiles are short (at
-// most GEMM_CTA_STAGED_MAX_KTILES k-tiles): there the epilogue's 1500 instructions a warp were a
-// quarter of a tile's (ncu, 3072 x 2048 at M = 4096) and staging took 8-9% off (H200: 99.4 ->
-// 90.9 us; 2048 x 2048 M = 8192 130.2 -> 120.3). Longer tiles ran 1.5-3% slower with the 32 KB
-// (1536 x 7168 M = 4096 138.9 -> 143.2, 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md).
+// The persistent kernel's cta path (SPLIT_IN_CTA, 64 x 128 and 128 x 128 tiles) stages it too
+// where its tiles are short, at most GEMM_CTA_STAGED_MAX_KTILES k-tiles (a threshold of its own:
+// that it equals GEMM_SPLIT_CTA_MAX_KTILES is measurement, not rule). There the unstaged
+// epilogue's 1500 instructions a warp were a quarter of a tile's (ncu, 3072 x 2048 at M = 4096)
+// and staging took 8-9% off (H200: 99.4 -> 90.9 us; 2048 x 2048 M = 8192 130.2 -> 120.3).
+// Longer tiles ran 1.5-3% slower with the 32 KB reserved (1536 x 7168 M = 4096 138.9 -> 143.2,
+// 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md). fp32 outputs reserve it unused.
 #define GEMM_CTA_STAGED_MAX_KTILES 64
 static bool ws_stages_epilogue(int split, bool vec, int k_tiles) {
     return stages_epilogue(split, vec) || (vec && split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES);
@@ -106,7 +108,8 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // writes one tile and the longer vector code costs more than it saves (kernels/cuda/NOTES.md).
 //
 // bf16 output with `stage` (this warp's GEMM_EPILOGUE_STAGE_BYTES of shared memory, where
-// stages_epilogue) goes through shared memory instead:
+// stages_epilogue or, on the persistent kernel, ws_stages_epilogue) goes through shared memory
+// instead:
 // stmatrix writes the rounded fragments as 16-byte rows, and each lane reads back and stores 16
 // bytes, a warp writing two whole 256-byte row pieces an instruction: about 130 instructions a
 // lane per 16 x 128 piece, against about 900 with the transposes and the software rounding
@@ -472,22 +475,23 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     if (threadIdx.x >= CW * 128) {
         setmaxnreg_dec<40>();
         if (threadIdx.x != CW * 128) return;
-        // The k-tiles this CTA issues go to slot 0, 1, .., STAGES - 1, 0, ..; `use` counts the
-        // slot's rounds (counters, not it % STAGES: a division by 6 in the loop).
+        // The k-tiles this CTA issues go to slot 0, 1, .., STAGES - 1, 0, ..; `slot_round` counts
+        // the passes over the slots, whose parity the barriers track (counters rather than a
+        // k-tile index divided by STAGES: at STAGES = 6 a division in the loop).
         int slot = 0;
-        uint32_t use = 0;
+        uint32_t slot_round = 0;
         for (int j = 0; j < pieces; j++) {
             const unit work = piece_at(j);
             for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
                 // the slot's previous use read by every consumer warp
-                if (use > 0) mbar_wait(&empty[slot], (use & 1u) ^ 1u);
+                if (slot_round > 0) mbar_wait(&empty[slot], (slot_round & 1u) ^ 1u);
                 uint8_t *s = smem + slot * STAGE_BYTES;
                 mbar_expect_tx(&full[slot], STAGE_BYTES);
                 tma_load_3d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0, work.b);
                 tma_load_3d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b);
                 if (++slot == STAGES) {
                     slot = 0;
-                    use++;
+                    slot_round++;
                 }
             }
         }
@@ -503,11 +507,12 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     constexpr bool TOTAL = SPLIT == SPLIT_IN_CTA;
     float acc[NI][64];
     float total[TOTAL ? NI : 1][64];
-    // The producer's order of slots; the low descriptor words of slot 0's tiles, this
-    // warpgroup's rows of A (cw from lane 0: the compiler then knows it is the same across the
-    // warp and keeps the descriptors in uniform registers).
-    int slot = 0, last_slot = 0;
-    uint32_t use = 0;
+    // Slots in the producer's order; prev_slot is the one whose release waits for the next
+    // k-tile's wgmma_wait<1>. The descriptors of slot 0's tiles (this warpgroup's rows of A)
+    // are built once and stepped by their low word: cw taken from lane 0 so the compiler knows
+    // it is the same across the warp and keeps them in uniform registers.
+    int slot = 0, prev_slot = 0;
+    uint32_t slot_round = 0;
     const int cw_uniform = __shfl_sync(0xffffffffu, cw, 0);
     const uint32_t a_lo = (uint32_t)wgmma_desc_sw128(smem + cw_uniform * 64 * 128);
     const uint32_t b_lo = (uint32_t)wgmma_desc_sw128(smem + A_BYTES);
@@ -530,15 +535,15 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         // flight, and ptxas serialized them (warning C7514 on a 64 x 128 GRID instantiation).
 #pragma unroll 1
         for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
-            mbar_wait(&full[slot], use & 1u);
-            const uint32_t at = (uint32_t)slot * (STAGE_BYTES >> 4);
-            mma_k_tile<NI>(acc, a_lo + at, b_lo + at);
+            mbar_wait(&full[slot], slot_round & 1u);
+            const uint32_t slot_lo = (uint32_t)slot * (STAGE_BYTES >> 4);  // in descriptor units
+            mma_k_tile<NI>(acc, a_lo + slot_lo, b_lo + slot_lo);
             wgmma_wait<1>();  // the previous k-tile's wgmma are done
-            if (kt > work.kt_begin) release(last_slot);
-            last_slot = slot;
+            if (kt > work.kt_begin) release(prev_slot);
+            prev_slot = slot;
             if (++slot == STAGES) {
                 slot = 0;
-                use++;
+                slot_round++;
             }
             if constexpr (SPLIT == SPLIT_IN_CTA) {
                 if (kt + 1 == split_end) {
@@ -550,7 +555,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             }
         }
         wgmma_wait<0>();
-        if (work.kt_end > work.kt_begin) release(last_slot);
+        if (work.kt_end > work.kt_begin) release(prev_slot);
 #pragma unroll
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
         if (stream && work.hand_out) {
@@ -759,8 +764,9 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
                              const char *op) {
     constexpr int BM = 64 * CW, BN = 128 * NI;
     const bool staged = ws_stages_epilogue(SPLIT, VEC, (p->K + GEMM_BK - 1) / GEMM_BK);
-    const size_t smem = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
-                        (staged ? CW * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
+    constexpr size_t SLOTS_SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
+    constexpr size_t STAGE_SMEM = CW * 4 * GEMM_EPILOGUE_STAGE_BYTES;
+    const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
     const long units = (long)batch * m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
     if (units > 0x7fffffffL)
@@ -782,7 +788,10 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
     auto k = ho.state ? gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC, SPLIT != SPLIT_GRID>
                       : gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC, false>;
-    cuda_kernel_smem(c, (const void *)k, smem, op);
+    // The attribute allows the most this kernel ever asks for (a launch may ask less): one
+    // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same
+    // device believes it has already allowed.
+    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (VEC && SPLIT != SPLIT_GRID ? STAGE_SMEM : 0), op);
     k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }

@@ -34,16 +34,17 @@ __device__ __forceinline__ int sw128_offset(int row, int chunk) {
 // Descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading
 // byte offset >> 4 in 16-29 (unused for swizzled K-major tiles: 1), stride byte offset >> 4 in
 // 32-45 (8 rows x 128 B = 1024), swizzle mode in 62-63 (1 = 128 B).
-__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *tile) {
-    uint64_t addr = smem_addr(tile);
-    return ((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-// The same descriptor from its low word, which alone moves with the address: a loop keeps
-// lo = (uint32_t)wgmma_desc_sw128(base) and adds byte offsets >> 4 to it (no carry leaves bits
-// 0-13 while the tile stays in the 256 KB the field spans), one integer add a descriptor where
-// rebuilding it from a pointer took five.
+// wgmma_desc_sw128_lo: the same descriptor from its low word (address and leading byte
+// offset), which alone moves with the address: a loop keeps lo = (uint32_t)wgmma_desc_sw128(base)
+// and adds byte offsets >> 4 to it (no carry leaves bits 0-13 while the tile stays in the
+// 256 KB the field spans), one integer add a descriptor where rebuilding it from a pointer took
+// five.
 __device__ __forceinline__ uint64_t wgmma_desc_sw128_lo(uint32_t lo) {
     return (uint64_t)lo | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *tile) {
+    const uint32_t addr = (uint32_t)smem_addr(tile);
+    return wgmma_desc_sw128_lo(((addr & 0x3FFFFu) >> 4) | (1u << 16));
 }
 
 // Descriptor of an MN-major ("transposed") operand in the same layout, e.g. a KV tile

@@ -272,7 +272,7 @@ static void test_gemm_tile_paths(void **state) {
 // The split count depends on (N, K) alone, so every M must give a row the same bits whether
 // the splits ran on separate CTAs (fp32 partials summed in split order by each tile's last CTA
 // up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above) or one CTA walked them (large
-// M, running total in registers), on 64 x 128, 128 x 128 or 128 x 256 tiles, and whichever
+// M, running total in registers), on 64 x 128, 128 x 128, 128 x 192 or 128 x 256 tiles, and whichever
 // epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
 // arrival counters at zero for the next launch. Split and non-split shapes; fp32 output
 // rounding to the bf16 output on both paths; sampled rows against the float64 oracle.
@@ -287,6 +287,7 @@ static void test_gemm_split_k_rows(void **state) {
         {8832, 512},   // 128 x 256 tiles, S = 1, the last half wide (N % 256 = 128): pair stores there
         {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
         {18048, 512},  // 141 column tiles: stream-K order at M <= 64 (132 SMs: 9 left for round 2)
+        {576, 1536},   // 160 units of 128 x 128 at M = 4096, walking 4 splits in stream-K order
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
     const int MMAX = 8192, f32_ms[] = {17, 4096};
@@ -294,6 +295,7 @@ static void test_gemm_split_k_rows(void **state) {
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
     bool seen_last_cta = false, seen_reduce = false;  // who sums the small-M grid splits
     bool seen_stream_k = false, seen_stream_k_cta = false;  // chains handed between CTAs
+    bool seen_wide_cta = false;  // 128 x 192: wgmma n = 192 against n = 128 at other M
 #endif
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
@@ -332,6 +334,7 @@ static void test_gemm_split_k_rows(void **state) {
             seen_reduce |= splits > 1 && strcmp(plan, "64x128/grid tma") == 0;
             seen_stream_k |= splits == 1 && strstr(plan, "/sk") != NULL;
             seen_stream_k_cta |= splits > 1 && strstr(plan, "/cta+sk") != NULL;
+            seen_wide_cta |= splits > 1 && strstr(plan, "128x192/cta") != NULL;
 #endif
             printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
             poison(inv, dy, (size_t)M * N * 2);
@@ -361,15 +364,16 @@ static void test_gemm_split_k_rows(void **state) {
     char plan[64];
     gemm_args probe = {.M = 1, .N = 1536, .K = 7168};
     inv_cuda_gemm_plan_describe(inv, &probe, plan, (int)sizeof plan);
-    // The stream-K plans take the H200's 132 SMs: 141 and 160 units leave 9 and 28 for a last round.
+    // The stream-K plans take the H200's 132 SMs (141 and 160 units leave 9 and 28 for a last
+    // round), and so does the 128 x 192 tile (its waves against the 128 x 128 tile's).
     const bool sms_132 = inv_cuda_sm_count(inv) == 132;
     if (strcmp(plan, "mma.sync") != 0 &&
         !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce &&
-          (!sms_132 || (seen_stream_k && seen_stream_k_cta))))
+          (!sms_132 || (seen_stream_k && seen_stream_k_cta && seen_wide_cta))))
         fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
-                 "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d)",
+                 "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d, 128x192 in-CTA %d)",
                  seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce, seen_stream_k,
-                 seen_stream_k_cta);
+                 seen_stream_k_cta, seen_wide_cta);
 #endif
 }
 

@@ -52,7 +52,8 @@ static bool launchable(const gemm_plan *p) {
     static const struct { enum gemm_load load; enum gemm_tile tile; enum gemm_split_mode mode; } kernels[] = {
         {LOAD_TMA, TILE_64x128, SPLIT_GRID},         {LOAD_TMA, TILE_128x256, SPLIT_GRID},
         {LOAD_TMA, TILE_64x128, SPLIT_NONE},         {LOAD_TMA, TILE_64x128, SPLIT_IN_CTA},
-        {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x256, SPLIT_NONE},
+        {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x192, SPLIT_IN_CTA},
+        {LOAD_TMA, TILE_128x256, SPLIT_NONE},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
         {LOAD_SCALAR, TILE_64x128, SPLIT_NONE},      {LOAD_SCALAR, TILE_64x128, SPLIT_IN_CTA},
@@ -111,8 +112,8 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
         {1, 24576, 1536, false, "64x128"},            // 192 units: 60 in round 2 draw the bandwidth
         {1, 129280, 7168, false, "64x128"},           // 1010 units: 86 in round 8
         {256, 36864, 7168, false, "128x256"},         // two row tiles share each weight tile
-        {4096, 576, 7168, true, "128x128/cta+sk"},    // 160 units, weights 8 MB (in L2)
-        {8192, 576, 7168, false, "128x128/cta"},      // 320 units: 56 in round 3
+        {4096, 576, 2048, true, "128x128/cta+sk"},    // 160 units, weights 2.4 MB (in L2)
+        {8192, 576, 2048, false, "128x128/cta"},      // 320 units: 56 in round 3
         {1, 4096, 512, false, "64x128"},              // 32 units: one round
     };
     for (int i = 0; i < COUNT(cases); i++) {
@@ -125,9 +126,35 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
     assert_false(gemm_plan_choose(1, 36864, 7168, 1, true, false, 132).stream_k);
 }
 
+// The 128 x 192 cta tile where it needs enough fewer waves than 128 x 128 (gemm_cta_wide_wins;
+// H200, 132 SMs, the grid's cells measured on 2026-12-01).
+static void wide_cta_tile_where_it_saves_waves(void **state) {
+    (void)state;
+    static const struct { int M, N, K; const char *name; } cases[] = {
+        {4096, 1536, 7168, "128x192/cta"},    // 256 units in 2 waves against 384 in 3
+        {1024, 1536, 7168, "128x128/cta"},    // 64 units, half the SMs, against 96 in one wave
+        {4096, 576, 7168, "128x192/cta"},     // 96 units against 160 in stream-K order whose
+                                              // 58.7 MB of activations do not stay in L2
+        {4096, 576, 2048, "128x128/cta+sk"},  // the same with 16 MB of activations: 1.21 waves
+        {1024, 3072, 2048, "128x192/cta"},    // 128 units in one wave against 192 in two
+        {4096, 3072, 2048, "128x128/cta"},    // 4 waves against 6 staged ones
+        {1024, 2048, 2048, "128x128/cta"},    // 2048 columns: 11 tiles of 192, the last a third empty
+        {256, 7168, 16384, "128x128/cta"},    // one wave either way
+    };
+    for (int i = 0; i < COUNT(cases); i++) {
+        const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);
+        if (strcmp(gemm_plan_name(&p), cases[i].name) != 0)
+            fail_msg("M=%d N=%d K=%d: plan %s, expected %s", cases[i].M, cases[i].N, cases[i].K, gemm_plan_name(&p),
+                     cases[i].name);
+    }
+    // the persistent kernel only: the cp.async kernels have no 128 x 192 tile
+    assert_int_equal(gemm_plan_choose(4096, 1536, 7168, 1, true, false, 132).tile, TILE_128x128);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_rule_cuts_k_the_same_way),
+        cmocka_unit_test(wide_cta_tile_where_it_saves_waves),
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
         cmocka_unit_test(stream_k_where_the_last_round_is_thin),
     };

@@ -6,6 +6,9 @@
 //         p_s = 0;  for k0 ascending in its k-tiles:  p_s = wgmma_m64n128k16(p_s, x[m][k0:+16], w[n][k0:+16])
 //     and the result is ((p_0 + p_1) + p_2) + ... in split order, fp32, starting from p_0
 //     itself (never 0 + p_0: that would turn an exact -0 into +0 on one path and not another).
+//     The 128 x 192 tile's wgmma_m64n192k16 computes each element as the n = 128 instruction
+//     does (from its own row, column and accumulator): test_cuda_ops compares its rows with
+//     the other tiles' bit for bit.
 // S depends on (N, K) only: never on M, never on the SM count queried at run time (the target
 // below is the H200's 132 written down as a constant, so the rule is the same on every card).
 // Everything else here (tile shape, whether the splits run on separate CTAs or one CTA walks
@@ -64,7 +67,10 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1, GRID splits past
 //              M = 64 that still fill half the SMs, and GRID splits at large M when the
 //              splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)
-enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x256 };
+//   128 x 192  two warpgroups, one wgmma of 192 columns: in place of 128 x 128 where it needs
+//              enough fewer waves (gemm_cta_wide_wins; 96 + 96 registers a thread, which the
+//              persistent kernel's consumers hold at 240)
+enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256 };
 
 typedef struct {
     int splits;
@@ -140,6 +146,31 @@ static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
     return units > num_sms && last_round != 0 && 3 * last_round <= num_sms && weights_once;
 }
 
+// The persistent kernel's cta path stages its bf16 epilogue through shared memory where a tile
+// walks at most this many k-tiles (kernels/cuda/gemm_sm90.cu, ws_stages_epilogue; 128 x 128 and
+// 64 x 128 tiles only).
+#define GEMM_CTA_STAGED_MAX_KTILES 64
+
+// One CTA walking every split of a 128 x 192 tile instead of a 128 x 128 one (the persistent
+// kernel, TMA): each consumer warp issues 1.5x the tensor work a k-tile for the same loop, fold
+// and barrier instructions, which pace the 128 x 128 walk (kernels/cuda/NOTES.md), and reads 17%
+// fewer bytes a FLOP. Measured on the H200 (2026-12-01, same waves): a wave of 128 x 192 tiles
+// takes 1.39x a wave of 128 x 128 ones for 1.5x the work, against 0.91x where the 128 x 128 tile
+// stages its epilogue (the wider one cannot: registers). So it wins where it needs enough fewer
+// waves: 14 x its waves < 10 x (9 x where staged) the 128 x 128 tile's, those counted as a
+// fraction where the stream-K order would share them evenly and the activations stay in L2
+// (576 x 7168 at M = 4096, 58.7 MB of activations: 82.8 us in stream-K order, 1.4x what its
+// 1.21 waves predict, 69.5 us on 96 tiles of 128 x 192).
+static inline bool gemm_cta_wide_wins(int M, int N, int K, int batch, int num_sms) {
+    const long row_tiles = (long)((M + 127) / 128) * batch;
+    const long units = row_tiles * ((N + 127) / 128), wide_units = row_tiles * ((N + 191) / 192);
+    const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
+    const bool even_share = gemm_stream_k(units, num_sms, M, N, K) && 2L * M * K * batch <= GEMM_STREAM_K_MAX_W_BYTES;
+    const long tenths = even_share ? units * 10 / num_sms : (units + num_sms - 1) / num_sms * 10;
+    const long wide_waves = (wide_units + num_sms - 1) / num_sms;
+    return 14 * wide_waves * 10 < tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? 9 : 10);
+}
+
 // Tile, split mode and load path (gemm_plan_choose adds the stream-K order).
 static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     gemm_plan pl;
@@ -191,8 +222,12 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     const bool fuller_waves = M > 128 || big_tiles * small_waves >= small_tiles * big_waves;
     if ((big_tiles >= num_sms && fuller_waves) || (tma && big_waves < small_waves))
         pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
+    if (pl.tile == TILE_128x128 && pl.load == LOAD_TMA && gemm_cta_wide_wins(M, N, K, batch, num_sms))
+        pl.tile = TILE_128x192;
     return pl;
 }
+
+static inline int gemm_tile_cols(enum gemm_tile t) { return t == TILE_128x256 ? 256 : t == TILE_128x192 ? 192 : 128; }
 
 // tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
 // gathered rows, aligned, a driver entry point). num_sms: the device's, for the tile choice and
@@ -201,7 +236,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
 static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     gemm_plan pl = gemm_plan_tiles(M, N, K, batch, aligned, tma, num_sms);
     if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel
-        const int bm = pl.tile == TILE_64x128 ? 64 : 128, bn = pl.tile == TILE_128x256 ? 256 : 128;
+        const int bm = pl.tile == TILE_64x128 ? 64 : 128, bn = gemm_tile_cols(pl.tile);
         const long units = (long)((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
         pl.stream_k = gemm_stream_k(units, num_sms, M, N, K);
     }
@@ -209,15 +244,17 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
 }
 
 static inline const char *gemm_plan_name(const gemm_plan *pl) {
-    static const char *const names[2][3][3] = {
+    static const char *const names[2][4][3] = {
         {
             {"64x128", "64x128/cta", "64x128/grid"},
             {"128x128", "128x128/cta", "128x128/grid"},
+            {"128x192", "128x192/cta", "128x192/grid"},
             {"128x256", "128x256/cta", "128x256/grid"},
         },
         {  // stream-K order (never GRID)
             {"64x128/sk", "64x128/cta+sk", "-"},
             {"128x128/sk", "128x128/cta+sk", "-"},
+            {"128x192/sk", "128x192/cta+sk", "-"},
             {"128x256/sk", "128x256/cta+sk", "-"},
         },
     };

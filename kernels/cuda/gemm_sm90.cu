@@ -38,8 +38,8 @@
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
 
 // Shared memory per consumer warp for the staged epilogue (store_tile_staged): its 16 rows x
-// 128 columns of bf16.
-#define GEMM_EPILOGUE_STAGE_BYTES 4096
+// WN columns (one wgmma instruction's) of bf16.
+__host__ __device__ constexpr int epilogue_stage_bytes(int wn) { return 16 * wn * 2; }
 
 // Whether a kernel stages its bf16 epilogue (VEC: its vector epilogue is compiled): with S = 1,
 // where the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a
@@ -53,17 +53,21 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) { return
 // and staging took 8-9% off (H200: 99.4 -> 90.9 us; 2048 x 2048 M = 8192 130.2 -> 120.3).
 // Longer tiles ran 1.5-3% slower with the 32 KB reserved (1536 x 7168 M = 4096 138.9 -> 143.2,
 // 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md). fp32 outputs reserve it unused.
-#define GEMM_CTA_STAGED_MAX_KTILES 64
-static bool ws_stages_epilogue(int split, bool vec, int k_tiles) {
-    return stages_epilogue(split, vec) || (vec && split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES);
+// The 128 x 192 tile never stages: its 192 floats of accumulators and running total leave too
+// few registers for the staged code (ptxas: 148 bytes of spills at 240 registers a thread).
+// GEMM_CTA_STAGED_MAX_KTILES: gemm_plan.cuh (the tile rule weighs it).
+__host__ __device__ constexpr bool ws_can_stage(bool vec, int wn) { return vec && wn == 128; }
+static bool ws_stages_epilogue(int split, bool vec, int wn, int k_tiles) {
+    return ws_can_stage(vec, wn) &&
+           (stages_epilogue(split, vec) || (split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES));
 }
 
 #if INVAR_WGMMA
-// One k-tile of the chain: 4 k16 steps, NI instructions of 128 columns each. a_lo, b_lo: the
-// low descriptor words of the tiles (wgmma_desc_sw128_lo); a k16 step is 32 bytes on, a block
-// of 128 rows 16 KB.
-template <int NI>
-__device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], uint32_t a_lo, uint32_t b_lo) {
+// One k-tile of the chain: 4 k16 steps, NI instructions of WN columns each (acc[i] holds WN / 2
+// floats a thread). a_lo, b_lo: the low descriptor words of the tiles (wgmma_desc_sw128_lo); a
+// k16 step is 32 bytes on, a block of WN rows WN x 128 bytes.
+template <int NI, int WN = 128>
+__device__ __forceinline__ void mma_k_tile(float (&acc)[NI][WN / 2], uint32_t a_lo, uint32_t b_lo) {
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
     wgmma_fence();
@@ -71,8 +75,8 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], uint32_t a_lo, 
     for (int kk = 0; kk < GEMM_BK / 16; kk++)  // k ascending: the chain's order
 #pragma unroll
         for (int i = 0; i < NI; i++)
-            wgmma_m64n128k16_bf16(acc[i], wgmma_desc_sw128_lo(a_lo + kk * (32 >> 4)),
-                                  wgmma_desc_sw128_lo(b_lo + ((i * 128 * 128 + kk * 32) >> 4)));
+            wgmma_k16_bf16<WN>(acc[i], wgmma_desc_sw128_lo(a_lo + kk * (32 >> 4)),
+                               wgmma_desc_sw128_lo(b_lo + ((i * WN * 128 + kk * 32) >> 4)));
     wgmma_commit();
 }
 template <int NI>
@@ -98,7 +102,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
     for (int t = 0; t < 4; t++) v[t] = out[t];
 }
 
-// Epilogue of one warp: its 16 rows from row0 (rows at or past row_end skipped) by NI * 128
+// Epilogue of one warp: its 16 rows from row0 (rows at or past row_end skipped) by NI * WN
 // columns from n0, in the accumulator layout of wgmma.cuh; one rounding to bf16, or none (fp32
 // output, and every SPLIT_GRID partial). With VEC, a quad's four lanes, which hold 2 columns
 // each of 8-column blocks j, transpose over 4 blocks so each lane holds one block's 8 columns
@@ -107,25 +111,26 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // store pair by pair. VEC = false compiles the pair stores alone, for small M, where a CTA
 // writes one tile and the longer vector code costs more than it saves (kernels/cuda/NOTES.md).
 //
-// bf16 output with `stage` (this warp's GEMM_EPILOGUE_STAGE_BYTES of shared memory, where
+// bf16 output with `stage` (this warp's epilogue_stage_bytes(WN) of shared memory, where
 // stages_epilogue or, on the persistent kernel, ws_stages_epilogue) goes through shared memory
 // instead:
 // stmatrix writes the rounded fragments as 16-byte rows, and each lane reads back and stores 16
 // bytes, a warp writing two whole 256-byte row pieces an instruction: about 130 instructions a
 // lane per 16 x 128 piece, against about 900 with the transposes and the software rounding
 // they replaced (the epilogue was instruction-bound). The transposes remain for fp32 output.
-template <int NI>
+template <int NI, int WN>
 __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y, int row0, int row_end, int n0,
-                                                  const float (&res)[NI][64], uint8_t *stage) {
+                                                  const float (&res)[NI][WN / 2], uint8_t *stage) {
     const int lane = threadIdx.x % 32;
-    // 16-byte chunk c (8 columns) of stage row r at r * 256 + ((c ^ (r % 8)) * 16): the 8 rows
-    // of one stmatrix matrix, and the 16 chunks of a row read back, fall in distinct banks.
-    auto at = [&](int r, int c) { return stage + r * 256 + ((c ^ (r & 7)) << 4); };
+    constexpr int CHUNKS = WN / 8;  // 16-byte chunks (8 columns) a stage row
+    // chunk c of stage row r at r * 2 WN + ((c ^ (r % 8)) * 16): the 8 rows of one stmatrix
+    // matrix, and the 32 chunks a warp reads back at once, fall in distinct banks.
+    auto at = [&](int r, int c) { return stage + r * (2 * WN) + ((c ^ (r & 7)) << 4); };
 #pragma unroll
     for (int i = 0; i < NI; i++) {
-        // matrix (j, h): rows 8h .. 8h + 7 by columns 8j .. 8j + 7 of this warp's 16 x 128
+        // matrix (j, h): rows 8h .. 8h + 7 by columns 8j .. 8j + 7 of this warp's 16 x WN
 #pragma unroll
-        for (int g = 0; g < 8; g++) {
+        for (int g = 0; g < WN / 16; g++) {
             const int j = 2 * g + (lane >> 4), h = (lane >> 3) & 1;
             const float *a = &res[i][8 * g];  // j = 2g: elements 8g .. 8g + 3, j = 2g + 1: the next 4
             stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2(a[0], a[1]), gemm_round_bf16x2(a[2], a[3]),
@@ -133,26 +138,26 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
         }
         __syncwarp();
 #pragma unroll
-        for (int t = 0; t < 8; t++) {
-            const int r = 2 * t + (lane >> 4), c = lane & 15, m = row0 + r;
+        for (int t = 0; t < 16 * CHUNKS / 32; t++) {
+            const int r = (32 * t + lane) / CHUNKS, c = (32 * t + lane) % CHUNKS, m = row0 + r;
             const uint4 v = *(const uint4 *)at(r, c);
             if (m < row_end) {
                 const long yrow = p.y_rows ? p.y_rows[m] : m;
-                *(uint4 *)((uint16_t *)y + yrow * p.ldy + n0 + i * 128 + c * 8) = v;
+                *(uint4 *)((uint16_t *)y + yrow * p.ldy + n0 + i * WN + c * 8) = v;
             }
         }
         __syncwarp();  // read back before the next i overwrites the stage
     }
 }
 
-template <int NI, bool VEC>
+template <int NI, bool VEC, int WN = 128>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
-                                           const float (&res)[NI][64], uint8_t *stage = nullptr) {
+                                           const float (&res)[NI][WN / 2], uint8_t *stage = nullptr) {
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
-    const bool vec = VEC && n0 + NI * 128 <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
+    const bool vec = VEC && n0 + NI * WN <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
     if constexpr (VEC) {
         if (vec && stage && !p.y_f32) {
-            store_tile_staged<NI>(p, y, row0, row_end, n0, res, stage);
+            store_tile_staged<NI, WN>(p, y, row0, row_end, n0, res, stage);
             return;
         }
     }
@@ -166,8 +171,8 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
 #pragma unroll
             for (int i = 0; i < NI; i++)
 #pragma unroll
-                for (int j = 0; j < 16; j++) {
-                    const int n = n0 + i * 128 + j * 8 + 2 * q;
+                for (int j = 0; j < WN / 8; j++) {
+                    const int n = n0 + i * WN + j * 8 + 2 * q;
                     gemm_store_pair(p, y, yrow, n, res[i][4 * j + 2 * half], res[i][4 * j + 2 * half + 1]);
                 }
             continue;
@@ -176,8 +181,8 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
 #pragma unroll
             for (int i = 0; i < NI; i++)
 #pragma unroll
-                for (int jj = 0; jj < 4; jj++) {  // blocks j = 4 jj + t; this lane ends with j = 4 jj + q
-                    const int n = n0 + i * 128 + (4 * jj + q) * 8;
+                for (int jj = 0; jj < WN / 32; jj++) {  // blocks j = 4 jj + t; this lane ends with j = 4 jj + q
+                    const int n = n0 + i * WN + (4 * jj + q) * 8;
                     uint32_t lo[4], hi[4];
 #pragma unroll
                     for (int t = 0; t < 4; t++) {
@@ -209,8 +214,8 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
 
 // SPLIT_IN_CTA at the last k-tile of a split: total = acc (split 0) or total + acc, acc = 0
 // for the next split's chain. The split's last wgmma must have written acc (wgmma_wait<0>).
-template <int NI>
-__device__ __forceinline__ void fold_split(float (&total)[NI][64], float (&acc)[NI][64], bool first) {
+template <int NI, int WN = 128>
+__device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&acc)[NI][WN / 2], bool first) {
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
     // Two loops under one (warp-uniform) branch: a select per value doubled the fold's
@@ -219,17 +224,17 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][64], float (&acc)[
 #pragma unroll
         for (int i = 0; i < NI; i++)
 #pragma unroll
-            for (int e = 0; e < 64; e++) total[i][e] = acc[i][e];
+            for (int e = 0; e < WN / 2; e++) total[i][e] = acc[i][e];
     } else {
 #pragma unroll
         for (int i = 0; i < NI; i++)
 #pragma unroll
-            for (int e = 0; e < 64; e++) total[i][e] += acc[i][e];
+            for (int e = 0; e < WN / 2; e++) total[i][e] += acc[i][e];
     }
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll
-        for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
+        for (int e = 0; e < WN / 2; e++) acc[i][e] = 0.0f;
 }
 #endif
 
@@ -339,18 +344,18 @@ __device__ __forceinline__ unsigned *handoff_flag(const gemm_handoff &ho, long c
 
 // This warp's part of the chain state, stored exactly, then announced. Every lane's stores are
 // ordered before the flag by its own fence and the warp barrier.
-template <int NI, bool TOTAL, int NT = TOTAL ? NI : 0>
-__device__ __forceinline__ void hand_out(const gemm_handoff &ho, const float (&acc)[NI][64],
-                                         const float (&total)[TOTAL ? NI : 1][64], int threads, int warp_id) {
-    float *const st = handoff_state(ho, blockIdx.x, (NI + NT) * 64, threads);
+template <int NI, bool TOTAL, int WN, int NT = TOTAL ? NI : 0, int F = WN / 2>
+__device__ __forceinline__ void hand_out(const gemm_handoff &ho, const float (&acc)[NI][F],
+                                         const float (&total)[TOTAL ? NI : 1][F], int threads, int warp_id) {
+    float *const st = handoff_state(ho, blockIdx.x, (NI + NT) * F, threads);
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll
-        for (int e = 0; e < 64; e++) __stcg(st + (long)(i * 64 + e) * threads, acc[i][e]);
+        for (int e = 0; e < F; e++) __stcg(st + (long)(i * F + e) * threads, acc[i][e]);
 #pragma unroll
     for (int i = 0; i < NT; i++)
 #pragma unroll
-        for (int e = 0; e < 64; e++) __stcg(st + (long)((NI + i) * 64 + e) * threads, total[i][e]);
+        for (int e = 0; e < F; e++) __stcg(st + (long)((NI + i) * F + e) * threads, total[i][e]);
     __threadfence();
     __syncwarp();
     if (threadIdx.x % 32 == 0) flag_release(handoff_flag(ho, blockIdx.x, threads, warp_id), 1u);
@@ -359,9 +364,9 @@ __device__ __forceinline__ void hand_out(const gemm_handoff &ho, const float (&a
 // The state the same warp of CTA blockIdx.x - 1 handed out, once it is there (take: else zeros,
 // a fresh chain): the registers continue its chain exactly. Branch-free: with the loads under a
 // branch ptxas serialized the wgmma that follow (C7515).
-template <int NI, bool TOTAL, int NT = TOTAL ? NI : 0>
-__device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, float (&acc)[NI][64],
-                                            float (&total)[TOTAL ? NI : 1][64], int threads, int warp_id) {
+template <int NI, bool TOTAL, int WN, int NT = TOTAL ? NI : 0, int F = WN / 2>
+__device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, float (&acc)[NI][F],
+                                            float (&total)[TOTAL ? NI : 1][F], int threads, int warp_id) {
     const long from = blockIdx.x - 1;
     if (take) {
         unsigned *const flag = handoff_flag(ho, from, threads, warp_id);
@@ -369,15 +374,15 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
         __syncwarp();  // every lane has seen the flag before lane 0 resets it
         if (threadIdx.x % 32 == 0) *flag = 0u;
     }
-    const float *const st = take ? handoff_state(ho, from, (NI + NT) * 64, threads) : nullptr;
+    const float *const st = take ? handoff_state(ho, from, (NI + NT) * F, threads) : nullptr;
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll
-        for (int e = 0; e < 64; e++) acc[i][e] = take ? __ldcg(st + (long)(i * 64 + e) * threads) : 0.0f;
+        for (int e = 0; e < F; e++) acc[i][e] = take ? __ldcg(st + (long)(i * F + e) * threads) : 0.0f;
 #pragma unroll
     for (int i = 0; i < (TOTAL ? NI : 1); i++)
 #pragma unroll
-        for (int e = 0; e < 64; e++) total[i][e] = TOTAL && take ? __ldcg(st + (long)((NI + i) * 64 + e) * threads) : 0.0f;
+        for (int e = 0; e < F; e++) total[i][e] = TOTAL && take ? __ldcg(st + (long)((NI + i) * F + e) * threads) : 0.0f;
 }
 #endif
 
@@ -390,7 +395,8 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // two-consumer kernels spill 16-60 bytes). The budgets fill the pool exactly: at CW = 2,
 // 128 x 40 + 256 x 232 = 384 x 168, the 168 ptxas gives every thread at launch (1 CTA per SM);
 // tests/gpu_gemm_check.sh fails if ptxas reports another count, since a smaller one would
-// leave setmaxnreg.inc waiting forever.
+// leave setmaxnreg.inc waiting forever. The 128 x 192 tile (WN = 192) splits the same pool
+// 128 x 24 + 256 x 240: its 96 accumulators and 96 of running total a thread spilled at 232.
 // STAGES slots, each with a `full` barrier (completed by the copy engine) and an `empty` barrier
 // (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to
 // STAGES k-tiles ahead of the consumers with no block-wide barrier, and across work units: while
@@ -400,14 +406,17 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // split, split-major so a wave's CTAs read the same k range), tiles in gemm_tile_of's order. Each
 // unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
 // kernels give the same bits. staged (ws_stages_epilogue): the bf16 epilogue goes through
-// GEMM_EPILOGUE_STAGE_BYTES a consumer warp, past the slots.
-template <int CW, int NI, int STAGES, int SPLIT, bool VEC, bool STREAM>
+// epilogue_stage_bytes(WN) a consumer warp, past the slots.
+template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC, bool STREAM>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
 gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles, gemm_handoff ho, bool staged,
                     const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w) {
 #if INVAR_WGMMA
-    constexpr int BM = 64 * CW, BN = 128 * NI;
+    constexpr int BM = 64 * CW, BN = WN * NI;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
+    constexpr int PRODUCER_REGS = WN == 192 ? 24 : 40, CONSUMER_REGS = WN == 192 ? 240 : 232;
+    static_assert(CW == 1 || 128 * PRODUCER_REGS + CW * 128 * CONSUMER_REGS == (CW + 1) * 128 * 168,
+                  "the budgets fill the launch's 168 registers a thread exactly");
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
@@ -473,7 +482,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     __syncthreads();  // the last block-wide barrier: the producer's idle threads leave now
 
     if (threadIdx.x >= CW * 128) {
-        setmaxnreg_dec<40>();
+        setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x != CW * 128) return;
         // The k-tiles this CTA issues go to slot 0, 1, .., STAGES - 1, 0, ..; `slot_round` counts
         // the passes over the slots, whose parity the barriers track (counters rather than a
@@ -498,15 +507,15 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         return;
     }
 
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<CONSUMER_REGS>();
     const int cw = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     auto release = [&](int freed) {  // this warp's wgmma have read slot `freed`: it may refill
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[freed]);
     };
     constexpr bool TOTAL = SPLIT == SPLIT_IN_CTA;
-    float acc[NI][64];
-    float total[TOTAL ? NI : 1][64];
+    float acc[NI][WN / 2];
+    float total[TOTAL ? NI : 1][WN / 2];
     // Slots in the producer's order; prev_slot is the one whose release waits for the next
     // k-tile's wgmma_wait<1>. The descriptors of slot 0's tiles (this warpgroup's rows of A)
     // are built once and stepped by their low word: cw taken from lane 0 so the compiler knows
@@ -519,12 +528,12 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     for (int j = 0; j < pieces; j++) {
         const unit work = piece_at(j);
         if constexpr (stream) {
-            start_chain<NI, TOTAL>(ho, work.take_over, acc, total, CW * 128, cw * 4 + warp);
+            start_chain<NI, TOTAL, WN>(ho, work.take_over, acc, total, CW * 128, cw * 4 + warp);
         } else {
 #pragma unroll
             for (int i = 0; i < NI; i++)
 #pragma unroll
-                for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
+                for (int e = 0; e < WN / 2; e++) acc[i][e] = 0.0f;
         }
         // IN_CTA: the split kt_begin lies in (a tail may start inside any), and where it ends
         int split = 0;
@@ -537,7 +546,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
             mbar_wait(&full[slot], slot_round & 1u);
             const uint32_t slot_lo = (uint32_t)slot * (STAGE_BYTES >> 4);  // in descriptor units
-            mma_k_tile<NI>(acc, a_lo + slot_lo, b_lo + slot_lo);
+            mma_k_tile<NI, WN>(acc, a_lo + slot_lo, b_lo + slot_lo);
             wgmma_wait<1>();  // the previous k-tile's wgmma are done
             if (kt > work.kt_begin) release(prev_slot);
             prev_slot = slot;
@@ -548,7 +557,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             if constexpr (SPLIT == SPLIT_IN_CTA) {
                 if (kt + 1 == split_end) {
                     wgmma_wait<0>();
-                    fold_split<NI>(total, acc, split == 0);
+                    fold_split<NI, WN>(total, acc, split == 0);
                     split++;
                     split_end = gemm_split_begin(split + 1, splits, KT);
                 }
@@ -559,16 +568,16 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 #pragma unroll
         for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
         if (stream && work.hand_out) {
-            hand_out<NI, TOTAL>(ho, acc, total, CW * 128, cw * 4 + warp);
+            hand_out<NI, TOTAL, WN>(ho, acc, total, CW * 128, cw * 4 + warp);
             continue;
         }
         char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                             : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
         const int row0 = work.m0 + cw * 64 + warp * 16;
         uint8_t *const stage =
-            VEC && staged ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * GEMM_EPILOGUE_STAGE_BYTES : nullptr;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC>(p, y, row0, p.M, work.n0, total, stage);
-        else store_tile<NI, VEC>(p, y, row0, p.M, work.n0, acc, stage);
+            ws_can_stage(VEC, WN) && staged ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(WN) : nullptr;
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, total, stage);
+        else store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, acc, stage);
     }
 #else
     (void)staged;
@@ -694,7 +703,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
 
     // vector stores for the two-warpgroup tiles, which the launcher picks at large M only
     uint8_t *const stage =
-        stages_epilogue(SPLIT, WGS == 2) ? smem + STAGES * STAGE_BYTES + (threadIdx.x / 32) * GEMM_EPILOGUE_STAGE_BYTES
+        stages_epilogue(SPLIT, WGS == 2) ? smem + STAGES * STAGE_BYTES + (threadIdx.x / 32) * epilogue_stage_bytes(128)
                                          : nullptr;
     if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total, stage);
     else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc, stage);
@@ -740,7 +749,7 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
                         gemm_split_out split_out = {}) {
     constexpr int BM = 64 * WGS, BN = 128 * NI;
     constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
-                            (stages_epilogue(SPLIT, WGS == 2) ? WGS * 4 * GEMM_EPILOGUE_STAGE_BYTES : 0);
+                            (stages_epilogue(SPLIT, WGS == 2) ? WGS * 4 * epilogue_stage_bytes(128) : 0);
     const unsigned z = SPLIT == SPLIT_GRID ? (unsigned)splits : (unsigned)batch;
     dim3 grid((unsigned)((p->N + BN - 1) / BN), (unsigned)((p->M + BM - 1) / BM), z);
     if (grid.y > 65535u || grid.z > 65535u)
@@ -759,13 +768,13 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
 // The warp-specialized kernel over dense products (TMA; one, or a batch): at most one CTA per
 // SM, each walking its share of the work units, round robin or (stream_k, where there are more
 // units than CTAs) in stream-K order.
-template <int CW, int NI, int STAGES, int SPLIT, bool VEC>
+template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC>
 static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, bool stream_k,
                              const char *op) {
-    constexpr int BM = 64 * CW, BN = 128 * NI;
-    const bool staged = ws_stages_epilogue(SPLIT, VEC, (p->K + GEMM_BK - 1) / GEMM_BK);
+    constexpr int BM = 64 * CW, BN = WN * NI;
+    const bool staged = ws_stages_epilogue(SPLIT, VEC, WN, (p->K + GEMM_BK - 1) / GEMM_BK);
     constexpr size_t SLOTS_SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
-    constexpr size_t STAGE_SMEM = CW * 4 * GEMM_EPILOGUE_STAGE_BYTES;
+    constexpr size_t STAGE_SMEM = CW * 4 * epilogue_stage_bytes(WN);
     const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
     const long units = (long)batch * m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
@@ -774,7 +783,7 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
     gemm_handoff ho = {};
     if (SPLIT != SPLIT_GRID && stream_k && units > grid) {
-        constexpr int STATE = NI * 64 * (SPLIT == SPLIT_IN_CTA ? 2 : 1);  // floats a consumer thread
+        constexpr int STATE = NI * WN / 2 * (SPLIT == SPLIT_IN_CTA ? 2 : 1);  // floats a consumer thread
         ho.state = (float *)cuda_scratch(c, SCRATCH_GEMM_HANDOFF, (size_t)grid * CW * 128 * STATE * sizeof(float),
                                          "gemm stream-K chain states");
         ho.ready = (unsigned *)cuda_scratch_zeroed(c, SCRATCH_GEMM_HANDOFF_READY, (size_t)grid * CW * 4 * sizeof(unsigned),
@@ -786,27 +795,27 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
     // Round robin runs a kernel compiled without the stream-K code: with it in, and unused, the
     // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
-    auto k = ho.state ? gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC, SPLIT != SPLIT_GRID>
-                      : gemm_sm90_ws_kernel<CW, NI, STAGES, SPLIT, VEC, false>;
+    auto k = ho.state ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, SPLIT != SPLIT_GRID>
+                      : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false>;
     // The attribute allows the most this kernel ever asks for (a launch may ask less): one
     // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same
     // device believes it has already allowed.
-    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (VEC && SPLIT != SPLIT_GRID ? STAGE_SMEM : 0), op);
+    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(VEC, WN) && SPLIT != SPLIT_GRID ? STAGE_SMEM : 0), op);
     k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
 
 // Vector epilogue for the two-warpgroup tiles (large M) and for 64-row tiles past M = 64.
-template <int CW, int NI, int STAGES, int SPLIT>
+template <int CW, int NI, int STAGES, int SPLIT, int WN = 128>
 static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
                       bool stream_k = false) {
     if constexpr (CW == 1) {
         if (p->M <= 64) {
-            launch_ws_kernel<CW, NI, STAGES, SPLIT, false>(c, p, batch, splits, stream_k, op);
+            launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, false>(c, p, batch, splits, stream_k, op);
             return;
         }
     }
-    launch_ws_kernel<CW, NI, STAGES, SPLIT, true>(c, p, batch, splits, stream_k, op);
+    launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, true>(c, p, batch, splits, stream_k, op);
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
@@ -880,6 +889,7 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_IN_CTA)) launch_ws<2, 1, 4, SPLIT_IN_CTA, 192>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -38,13 +38,16 @@
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
 
 // Shared memory per consumer warp for the staged epilogue (store_tile_staged): its 16 rows x
-// WN columns (one wgmma instruction's) of bf16.
+// WN columns (one wgmma instruction's) of bf16, or 16 x WN / 2 of fp32 (store_tile_staged_f32).
 __host__ __device__ constexpr int epilogue_stage_bytes(int wn) { return 16 * wn * 2; }
 
-// Whether a kernel stages its bf16 epilogue (VEC: its vector epilogue is compiled): with S = 1,
-// where the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a
-// one-k-tile product, 199 -> 99 us). Not the fp32 GRID partials (stmatrix is 16-bit only).
-__host__ __device__ constexpr bool stages_epilogue(int split, bool vec) { return vec && split == SPLIT_NONE; }
+// Whether a kernel stages its epilogue (VEC: its vector epilogue is compiled): with S = 1, where
+// the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a one-k-tile
+// product, 199 -> 99 us), and for the fp32 partials of split CTAs past M = 64, which write one
+// tile each after a walk of a few k-tiles.
+__host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
+    return vec && (split == SPLIT_NONE || split == SPLIT_GRID);
+}
 
 // The persistent kernel's cta path (SPLIT_IN_CTA, 64 x 128 and 128 x 128 tiles) stages it too
 // where its tiles are short, at most GEMM_CTA_STAGED_MAX_KTILES k-tiles (a threshold of its own:
@@ -111,9 +114,9 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // store pair by pair. VEC = false compiles the pair stores alone, for small M, where a CTA
 // writes one tile and the longer vector code costs more than it saves (kernels/cuda/NOTES.md).
 //
-// bf16 output with `stage` (this warp's epilogue_stage_bytes(WN) of shared memory, where
-// stages_epilogue or, on the persistent kernel, ws_stages_epilogue) goes through shared memory
-// instead:
+// With `stage` (this warp's epilogue_stage_bytes(WN) of shared memory, where stages_epilogue or,
+// on the persistent kernel, ws_stages_epilogue) the output goes through shared memory instead,
+// fp32 by store_tile_staged_f32, bf16 here:
 // stmatrix writes the rounded fragments as 16-byte rows, and each lane reads back and stores 16
 // bytes, a warp writing two whole 256-byte row pieces an instruction: about 130 instructions a
 // lane per 16 x 128 piece, against about 900 with the transposes and the software rounding
@@ -150,15 +153,60 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
     }
 }
 
-template <int NI, bool VEC, int WN = 128>
+// fp32 output through the same stage, 16 rows x 64 columns (4 KB) at a time: each lane writes
+// its two columns of each 8-column block with one 8-byte store, then reads back 16 bytes and
+// stores them, a warp writing two whole 256-byte row pieces an instruction. The transposes this
+// replaces cost a split CTA past M = 64 about as much as its walk (1536 x 7168 at M = 256: 132
+// tiles of 128 x 256, 10 k-tiles each; ncu: SM throughput 20%, memory 45%).
+template <int NI, int WN>
+__device__ __forceinline__ void store_tile_staged_f32(const gemm_problem &p, char *y, int row0, int row_end, int n0,
+                                                      const float (&res)[NI][WN / 2], uint8_t *stage) {
+    const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
+    // 16-byte chunk c (4 columns) of stage row rr at rr * 256 + ((c ^ (rr % 8)) * 16): the 16
+    // chunks of a row read back fall in distinct banks, a write of 8 rows in at most two ways.
+    auto at = [&](int rr, int c) { return stage + rr * 256 + ((c ^ (rr & 7)) << 4); };
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int piece = 0; piece < WN / 64; piece++) {
+#pragma unroll
+            for (int jb = 0; jb < 8; jb++)  // block j = 8 piece + jb: columns 8 jb + 2q, + 1 of the piece
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int e = 4 * (8 * piece + jb) + 2 * half;
+                    *(float2 *)(at(r + 8 * half, 2 * jb + (q >> 1)) + (q & 1) * 8) = make_float2(res[i][e], res[i][e + 1]);
+                }
+            __syncwarp();
+#pragma unroll
+            for (int t = 0; t < 8; t++) {
+                const int rr = 2 * t + (lane >> 4), c = lane & 15, m = row0 + rr;
+                const float4 v = *(const float4 *)at(rr, c);
+                if (m < row_end) {
+                    const long yrow = p.y_rows ? p.y_rows[m] : m;
+                    *(float4 *)((float *)y + yrow * p.ldy + n0 + i * WN + piece * 64 + c * 4) = v;
+                }
+            }
+            __syncwarp();  // read back before the next piece overwrites the stage
+        }
+}
+
+// F32_STAGE: store_tile_staged_f32 compiled in (not on the cta path, whose running total it
+// made the 64 x 128 kernel spill; its fp32 outputs keep the transposes).
+template <int NI, bool VEC, int WN = 128, bool F32_STAGE = true>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                            const float (&res)[NI][WN / 2], uint8_t *stage = nullptr) {
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
     const bool vec = VEC && n0 + NI * WN <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
     if constexpr (VEC) {
-        if (vec && stage && !p.y_f32) {
-            store_tile_staged<NI, WN>(p, y, row0, row_end, n0, res, stage);
-            return;
+        if (vec && stage) {
+            if (!p.y_f32) {
+                store_tile_staged<NI, WN>(p, y, row0, row_end, n0, res, stage);
+                return;
+            }
+            if constexpr (F32_STAGE) {
+                store_tile_staged_f32<NI, WN>(p, y, row0, row_end, n0, res, stage);
+                return;
+            }
         }
     }
 #pragma unroll
@@ -405,7 +453,7 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // stream-K order (gemm_plan.cuh). A unit is a BM x BN tile (SPLIT_GRID: a tile and one
 // split, split-major so a wave's CTAs read the same k range), tiles in gemm_tile_of's order. Each
 // unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
-// kernels give the same bits. staged (ws_stages_epilogue): the bf16 epilogue goes through
+// kernels give the same bits. staged (ws_stages_epilogue): the epilogue goes through
 // epilogue_stage_bytes(WN) a consumer warp, past the slots.
 template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC, bool STREAM>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
@@ -576,7 +624,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         const int row0 = work.m0 + cw * 64 + warp * 16;
         uint8_t *const stage =
             ws_can_stage(VEC, WN) && staged ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(WN) : nullptr;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, total, stage);
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC, WN, false>(p, y, row0, p.M, work.n0, total, stage);
         else store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, acc, stage);
     }
 #else
@@ -705,7 +753,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     uint8_t *const stage =
         stages_epilogue(SPLIT, WGS == 2) ? smem + STAGES * STAGE_BYTES + (threadIdx.x / 32) * epilogue_stage_bytes(128)
                                          : nullptr;
-    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total, stage);
+    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2, 128, false>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total, stage);
     else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc, stage);
     if constexpr (SPLIT == SPLIT_GRID) {
         if (split_out.arrivals)  // else gemm_split_reduce_kernel sums
@@ -800,7 +848,7 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     // The attribute allows the most this kernel ever asks for (a launch may ask less): one
     // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same
     // device believes it has already allowed.
-    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(VEC, WN) && SPLIT != SPLIT_GRID ? STAGE_SMEM : 0), op);
+    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(VEC, WN) ? STAGE_SMEM : 0), op);
     k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }

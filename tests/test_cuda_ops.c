@@ -295,7 +295,7 @@ static void test_gemm_split_k_rows(void **state) {
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
     bool seen_last_cta = false, seen_reduce = false;  // who sums the small-M grid splits
     bool seen_stream_k = false, seen_stream_k_cta = false;  // chains handed between CTAs
-    bool seen_wide_cta = false;  // 128 x 192: wgmma n = 192 against n = 128 at other M
+    bool seen_wide_cta = false, seen_wide_grid_192 = false;  // 128 x 192: wgmma n = 192 against n = 128
 #endif
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
@@ -335,6 +335,7 @@ static void test_gemm_split_k_rows(void **state) {
             seen_stream_k |= splits == 1 && strstr(plan, "/sk") != NULL;
             seen_stream_k_cta |= splits > 1 && strstr(plan, "/cta+sk") != NULL;
             seen_wide_cta |= splits > 1 && strstr(plan, "128x192/cta") != NULL;
+            seen_wide_grid_192 |= splits > 1 && strstr(plan, "128x192/grid") != NULL;
 #endif
             printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
             poison(inv, dy, (size_t)M * N * 2);
@@ -369,11 +370,12 @@ static void test_gemm_split_k_rows(void **state) {
     const bool sms_132 = inv_cuda_sm_count(inv) == 132;
     if (strcmp(plan, "mma.sync") != 0 &&
         !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce &&
-          (!sms_132 || (seen_stream_k && seen_stream_k_cta && seen_wide_cta))))
+          (!sms_132 || (seen_stream_k && seen_stream_k_cta && seen_wide_cta && seen_wide_grid_192))))
         fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
-                 "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d, 128x192 in-CTA %d)",
+                 "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d, 128x192 in-CTA %d, "
+                 "128x192 grid %d)",
                  seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce, seen_stream_k,
-                 seen_stream_k_cta, seen_wide_cta);
+                 seen_stream_k_cta, seen_wide_cta, seen_wide_grid_192);
 #endif
 }
 

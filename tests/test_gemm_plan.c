@@ -53,6 +53,7 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_64x128, SPLIT_GRID},         {LOAD_TMA, TILE_128x256, SPLIT_GRID},
         {LOAD_TMA, TILE_64x128, SPLIT_NONE},         {LOAD_TMA, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x192, SPLIT_IN_CTA},
+        {LOAD_TMA, TILE_128x192, SPLIT_GRID},
         {LOAD_TMA, TILE_128x256, SPLIT_NONE},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
@@ -127,7 +128,8 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
 }
 
 // The 128 x 192 cta tile where it needs enough fewer waves than 128 x 128 (gemm_cta_wide_wins;
-// H200, 132 SMs, the grid's cells measured on 2026-12-01).
+// H200, 132 SMs, the grid's cells measured on 2026-12-01), and the 128 x 192 split CTAs where
+// 128 x 256 would leave more columns empty.
 static void wide_cta_tile_where_it_saves_waves(void **state) {
     (void)state;
     static const struct { int M, N, K; const char *name; } cases[] = {
@@ -140,6 +142,8 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {4096, 3072, 2048, "128x128/cta"},    // 4 waves against 6 staged ones
         {1024, 2048, 2048, "128x128/cta"},    // 2048 columns: 11 tiles of 192, the last a third empty
         {256, 7168, 16384, "128x128/cta"},    // one wave either way
+        {256, 576, 7168, "128x192/grid"},     // split CTAs: 3 tiles of 192, not 3 of 256 (768 columns)
+        {256, 1536, 7168, "128x256/grid"},    // 6 tiles of 256 cover it exactly
     };
     for (int i = 0; i < COUNT(cases); i++) {
         const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);

@@ -56,12 +56,14 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
 // and staging took 8-9% off (H200: 99.4 -> 90.9 us; 2048 x 2048 M = 8192 130.2 -> 120.3).
 // Longer tiles ran 1.5-3% slower with the 32 KB reserved (1536 x 7168 M = 4096 138.9 -> 143.2,
 // 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md). fp32 outputs reserve it unused.
-// The 128 x 192 tile never stages: its 192 floats of accumulators and running total leave too
-// few registers for the staged code (ptxas: 148 bytes of spills at 240 registers a thread).
+// The 128 x 192 tile stages on the cta path never: its 192 floats of accumulators and running
+// total leave too few registers for the staged code (ptxas: 148 bytes of spills at 240 a thread).
 // GEMM_CTA_STAGED_MAX_KTILES: gemm_plan.cuh (the tile rule weighs it).
-__host__ __device__ constexpr bool ws_can_stage(bool vec, int wn) { return vec && wn == 128; }
+__host__ __device__ constexpr bool ws_can_stage(int split, bool vec, int wn) {
+    return vec && (wn == 128 || split != SPLIT_IN_CTA);
+}
 static bool ws_stages_epilogue(int split, bool vec, int wn, int k_tiles) {
-    return ws_can_stage(vec, wn) &&
+    return ws_can_stage(split, vec, wn) &&
            (stages_epilogue(split, vec) || (split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES));
 }
 
@@ -623,7 +625,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                                             : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
         const int row0 = work.m0 + cw * 64 + warp * 16;
         uint8_t *const stage =
-            ws_can_stage(VEC, WN) && staged ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(WN) : nullptr;
+            ws_can_stage(SPLIT, VEC, WN) && staged ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(WN) : nullptr;
         if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC, WN, false>(p, y, row0, p.M, work.n0, total, stage);
         else store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, acc, stage);
     }
@@ -848,7 +850,7 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     // The attribute allows the most this kernel ever asks for (a launch may ask less): one
     // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same
     // device believes it has already allowed.
-    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(VEC, WN) ? STAGE_SMEM : 0), op);
+    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, VEC, WN) ? STAGE_SMEM : 0), op);
     k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
@@ -873,9 +875,9 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits,
 // WS: the split CTAs are the warp-specialized kernel's work units, else one gemm_sm90_kernel
 // CTA each (small M). last_cta (gemm_sm90_kernel only: gemm_plan.sum_last_cta): each tile's
 // last CTA sums, else gemm_split_reduce_kernel does, launched as a programmatic dependent.
-template <int WGS, int NI, int STAGES, bool WS>
+template <int WGS, int NI, int STAGES, bool WS, int WN = 128>
 static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bool last_cta, const char *op) {
-    constexpr int BM = 64 * WGS, BN = 128 * NI;
+    constexpr int BM = 64 * WGS, BN = WN * NI;
     const long row_bytes = (long)splits * p->N * (long)sizeof(float);
     long block_rows = GEMM_SPLIT_SCRATCH_BYTES / row_bytes / BM * BM;
     if (block_rows < BM) block_rows = BM;
@@ -901,7 +903,7 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bo
                                                                  "gemm split-K arrival counts");
             sum_in_kernel = gemm_split_out{y, p->ldy, p->y_f32, arrivals};
         }
-        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID>(c, &part, 1, splits, op);
+        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID, WN>(c, &part, 1, splits, op);
         else launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op, sum_in_kernel);
         if (sum_in_kernel.arrivals) continue;
         const long groups = (per_split + 3) / 4;
@@ -930,10 +932,12 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     if (pl.mode == SPLIT_GRID && batch != 1)
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 never IN_CTA (its
-    // running total would not fit in registers), 128 x 128 only IN_CTA.
+    // running total would not fit in registers), 128 x 128 only IN_CTA, 128 x 192 IN_CTA or GRID
+    // on the persistent kernel.
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, false, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID)) launch_split_grid<2, 1, 4, true, 192>(c, p, S, false, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);

@@ -38,7 +38,8 @@ nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 step ptxas 60 "$nvcc_bin" -std=c++17 -O3 -DINVAR_CUDA -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
     -c kernels/cuda/gemm_sm90.cu -o "$out/gemm_sm90.o"
 # No kernel spills, and the two-consumer persistent kernels launch at exactly 168 registers a
-# thread: their setmaxnreg budgets (128 x 40 + 256 x 232) fill that pool, and a smaller one
+# thread: their setmaxnreg budgets (128 x 40 + 256 x 232, or 128 x 24 + 256 x 240 for the
+# 128 x 192 tiles) fill that pool, and a smaller one
 # would leave the consumers' setmaxnreg.inc waiting forever (kernels/cuda/gemm_sm90.cu).
 step ptxas_budgets 10 awk '
     /Compiling entry function/ { ws2 = $0 ~ /gemm_sm90_ws_kernelILi2E/; name = $0 }

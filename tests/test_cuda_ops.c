@@ -288,7 +288,7 @@ static void test_gemm_split_k_rows(void **state) {
         {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
         {18048, 512},  // 141 column tiles: stream-K order at M <= 64 (132 SMs: 9 left for round 2)
         {576, 1536},   // 160 units of 128 x 128 at M = 4096, walking 4 splits in stream-K order
-        {320, 1536},   // 128 x 192 cta tiles at M = 8192 whose second tile is two-thirds empty
+        {320, 1536},   // 128 x 192 cta tiles at M = 8192 whose second tile is a third empty
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
     const int MMAX = 8192, f32_ms[] = {17, 4096};

@@ -60,7 +60,7 @@ enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 // launch) or gemm_split_reduce_kernel adds them in split order.
 enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
-// Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 columns per wgmma):
+// Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 or 192 columns per wgmma):
 //   64 x 128   one warpgroup: small M, and GRID splits up to M = 64
 //   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (64 accumulators
 //              + 64 of running total per thread; 128 x 256 would need 128 + 128 and spill)
@@ -242,7 +242,10 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel
         const int bm = pl.tile == TILE_64x128 ? 64 : 128, bn = gemm_tile_cols(pl.tile);
         const long units = (long)((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
-        pl.stream_k = gemm_stream_k(units, num_sms, M, N, K);
+        // Not the 128 x 192 tiles: gemm_cta_wide_wins takes them where they need fewer waves,
+        // never measured in stream-K order (which at 576 x 7168 and M = 7000 would read 100 MB
+        // of activations at staggered k, the case that ran 1.4x slow for 128 x 128).
+        pl.stream_k = pl.tile != TILE_128x192 && gemm_stream_k(units, num_sms, M, N, K);
     }
     return pl;
 }

@@ -2,9 +2,10 @@
 //
 // The reduction order of one output element is gemm_plan.cuh's: split s of S = f(N, K) is the
 // chain  p_s = 0; for k0 ascending in its k-tiles: p_s = wgmma_m64n128k16(p_s, ...)  and the
-// result ((p_0 + p_1) + ...) in split order (S = 1: p_0, the chain over all of K). One
-// instruction shape, the K tail zero-filled. A tile is 1 or 2 warpgroups' rows (BM = 64 or 128)
-// by 128 or 256 columns; its CTA walks every split itself (SPLIT_NONE, SPLIT_IN_CTA: a running
+// result ((p_0 + p_1) + ...) in split order (S = 1: p_0, the chain over all of K). One k16 step
+// (128 columns an instruction, or 192 on the 128 x 192 tiles: the same per-element arithmetic),
+// the K tail zero-filled. A tile is 1 or 2 warpgroups' rows (BM = 64 or 128) by 128, 192 or
+// 256 columns; its CTA walks every split itself (SPLIT_NONE, SPLIT_IN_CTA: a running
 // total in registers) or computes one split and writes its fp32 partial (SPLIT_GRID, summed
 // in split order by the tile's last CTA to finish, or by gemm_split_reduce_kernel). Which of
 // these the launcher picks, and how the tiles were loaded, only decide who carries a chain and
@@ -37,9 +38,13 @@
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
 
-// Shared memory per consumer warp for the staged epilogue (store_tile_staged): its 16 rows x
-// WN columns (one wgmma instruction's) of bf16, or 16 x WN / 2 of fp32 (store_tile_staged_f32).
-__host__ __device__ constexpr int epilogue_stage_bytes(int wn) { return 16 * wn * 2; }
+// Shared memory per consumer warp for the staged epilogue: 16 rows x WN columns (one wgmma
+// instruction's) of bf16 (store_tile_staged), which also holds the 16 x 64 fp32 pieces of
+// store_tile_staged_f32; the split CTAs (SPLIT_GRID) write fp32 partials only and take those 4 KB.
+#define GEMM_STAGE_F32_BYTES (16 * 64 * 4)
+__host__ __device__ constexpr int epilogue_stage_bytes(int split, int wn) {
+    return split == SPLIT_GRID ? GEMM_STAGE_F32_BYTES : 16 * wn * 2;
+}
 
 // Whether a kernel stages its epilogue (VEC: its vector epilogue is compiled): with S = 1, where
 // the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a one-k-tile
@@ -122,7 +127,8 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // stmatrix writes the rounded fragments as 16-byte rows, and each lane reads back and stores 16
 // bytes, a warp writing two whole 256-byte row pieces an instruction: about 130 instructions a
 // lane per 16 x 128 piece, against about 900 with the transposes and the software rounding
-// they replaced (the epilogue was instruction-bound). The transposes remain for fp32 output.
+// they replaced (the epilogue was instruction-bound). fp32 output keeps the transposes on the cta
+// path (F32_STAGE false below) and where no stage is reserved.
 template <int NI, int WN>
 __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                                   const float (&res)[NI][WN / 2], uint8_t *stage) {
@@ -163,10 +169,12 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
 template <int NI, int WN>
 __device__ __forceinline__ void store_tile_staged_f32(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                                       const float (&res)[NI][WN / 2], uint8_t *stage) {
+    static_assert(epilogue_stage_bytes(SPLIT_NONE, WN) >= GEMM_STAGE_F32_BYTES, "a 16 x 64 fp32 piece fits");
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
-    // 16-byte chunk c (4 columns) of stage row rr at rr * 256 + ((c ^ (rr % 8)) * 16): the 16
-    // chunks of a row read back fall in distinct banks, a write of 8 rows in at most two ways.
-    auto at = [&](int rr, int c) { return stage + rr * 256 + ((c ^ (rr & 7)) << 4); };
+    // 16-byte chunk c (4 columns) of stage row rr at rr * 256 + ((c ^ 2 (rr % 4)) * 16): a
+    // half-warp's 8-byte writes (4 rows, 8 chunks) and a quarter-warp's 16-byte reads (8 chunks
+    // of one row) each fall in distinct banks.
+    auto at = [&](int rr, int c) { return stage + rr * 256 + ((c ^ ((rr & 3) << 1)) << 4); };
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll
@@ -445,8 +453,9 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // two-consumer kernels spill 16-60 bytes). The budgets fill the pool exactly: at CW = 2,
 // 128 x 40 + 256 x 232 = 384 x 168, the 168 ptxas gives every thread at launch (1 CTA per SM);
 // tests/gpu_gemm_check.sh fails if ptxas reports another count, since a smaller one would
-// leave setmaxnreg.inc waiting forever. The 128 x 192 tile (WN = 192) splits the same pool
-// 128 x 24 + 256 x 240: its 96 accumulators and 96 of running total a thread spilled at 232.
+// leave setmaxnreg.inc waiting forever. The 128 x 192 tiles (WN = 192) split the same pool
+// 128 x 24 + 256 x 240: on the cta path its 96 accumulators and 96 of running total a thread
+// spilled at 232 (the split CTAs, 96 accumulators only, take the same budgets).
 // STAGES slots, each with a `full` barrier (completed by the copy engine) and an `empty` barrier
 // (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to
 // STAGES k-tiles ahead of the consumers with no block-wide barrier, and across work units: while
@@ -625,8 +634,10 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                                             : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
         const int row0 = work.m0 + cw * 64 + warp * 16;
         uint8_t *const stage =
-            ws_can_stage(SPLIT, VEC, WN) && staged ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(WN) : nullptr;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC, WN, false>(p, y, row0, p.M, work.n0, total, stage);
+            ws_can_stage(SPLIT, VEC, WN) && staged
+                ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(SPLIT, WN)
+                : nullptr;
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC, WN, /*F32_STAGE=*/false>(p, y, row0, p.M, work.n0, total, stage);
         else store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, acc, stage);
     }
 #else
@@ -753,9 +764,9 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
 
     // vector stores for the two-warpgroup tiles, which the launcher picks at large M only
     uint8_t *const stage =
-        stages_epilogue(SPLIT, WGS == 2) ? smem + STAGES * STAGE_BYTES + (threadIdx.x / 32) * epilogue_stage_bytes(128)
+        stages_epilogue(SPLIT, WGS == 2) ? smem + STAGES * STAGE_BYTES + (threadIdx.x / 32) * epilogue_stage_bytes(SPLIT, 128)
                                          : nullptr;
-    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2, 128, false>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total, stage);
+    if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, WGS == 2, 128, /*F32_STAGE=*/false>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, total, stage);
     else store_tile<NI, WGS == 2>(p, y, m0 + wg * 64 + warp * 16, v.row_end, n0, acc, stage);
     if constexpr (SPLIT == SPLIT_GRID) {
         if (split_out.arrivals)  // else gemm_split_reduce_kernel sums
@@ -799,7 +810,7 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
                         gemm_split_out split_out = {}) {
     constexpr int BM = 64 * WGS, BN = 128 * NI;
     constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024 +  // + alignment slack
-                            (stages_epilogue(SPLIT, WGS == 2) ? WGS * 4 * epilogue_stage_bytes(128) : 0);
+                            (stages_epilogue(SPLIT, WGS == 2) ? WGS * 4 * epilogue_stage_bytes(SPLIT, 128) : 0);
     const unsigned z = SPLIT == SPLIT_GRID ? (unsigned)splits : (unsigned)batch;
     dim3 grid((unsigned)((p->N + BN - 1) / BN), (unsigned)((p->M + BM - 1) / BM), z);
     if (grid.y > 65535u || grid.z > 65535u)
@@ -824,15 +835,18 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     constexpr int BM = 64 * CW, BN = WN * NI;
     const bool staged = ws_stages_epilogue(SPLIT, VEC, WN, (p->K + GEMM_BK - 1) / GEMM_BK);
     constexpr size_t SLOTS_SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
-    constexpr size_t STAGE_SMEM = CW * 4 * epilogue_stage_bytes(WN);
+    constexpr size_t STAGE_SMEM = CW * 4 * epilogue_stage_bytes(SPLIT, WN);
     const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
     const long units = (long)batch * m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
     if (units > 0x7fffffffL)
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d batch=%d: too many tiles", op, p->M, p->N, batch);
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
+    // Stream-K order walks whole chains (never GRID splits), on 128-column instructions only
+    // (gemm_plan_choose never asks it of the 128 x 192 tiles).
+    constexpr bool CAN_STREAM = SPLIT != SPLIT_GRID && WN == 128;
     gemm_handoff ho = {};
-    if (SPLIT != SPLIT_GRID && stream_k && units > grid) {
+    if (CAN_STREAM && stream_k && units > grid) {
         constexpr int STATE = NI * WN / 2 * (SPLIT == SPLIT_IN_CTA ? 2 : 1);  // floats a consumer thread
         ho.state = (float *)cuda_scratch(c, SCRATCH_GEMM_HANDOFF, (size_t)grid * CW * 128 * STATE * sizeof(float),
                                          "gemm stream-K chain states");
@@ -845,7 +859,7 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
     // Round robin runs a kernel compiled without the stream-K code: with it in, and unused, the
     // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
-    auto k = ho.state ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, SPLIT != SPLIT_GRID>
+    auto k = ho.state ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, CAN_STREAM>
                       : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false>;
     // The attribute allows the most this kernel ever asks for (a launch may ask less): one
     // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same

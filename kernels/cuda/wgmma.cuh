@@ -122,6 +122,8 @@ __device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[96], uint64_t d
         : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32), WGMMA_ACC32(d, 64)
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
+#undef WGMMA_ACC32
+#undef WGMMA_ACC8
 
 // The K-major bf16 instruction of WN columns (128 or 192): d holds WN / 2 floats a thread.
 template <int WN>

@@ -121,9 +121,9 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // store pair by pair. VEC = false compiles the pair stores alone, for small M, where a CTA
 // writes one tile and the longer vector code costs more than it saves (kernels/cuda/NOTES.md).
 //
-// With `stage` (this warp's epilogue_stage_bytes(WN) of shared memory, where stages_epilogue or,
-// on the persistent kernel, ws_stages_epilogue) the output goes through shared memory instead,
-// fp32 by store_tile_staged_f32, bf16 here:
+// With `stage` (this warp's epilogue_stage_bytes(split, WN) of shared memory, where
+// stages_epilogue or, on the persistent kernel, ws_stages_epilogue) the output goes through
+// shared memory instead, fp32 by store_tile_staged_f32, bf16 here:
 // stmatrix writes the rounded fragments as 16-byte rows, and each lane reads back and stores 16
 // bytes, a warp writing two whole 256-byte row pieces an instruction: about 130 instructions a
 // lane per 16 x 128 piece, against about 900 with the transposes and the software rounding

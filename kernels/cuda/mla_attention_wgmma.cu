@@ -76,12 +76,6 @@ struct mlaw_params {
 };
 
 #if INVAR_WGMMA
-#define MLAW_ACC4(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
-#define MLAW_ACC16(d, i) MLAW_ACC4(d, i), MLAW_ACC4(d, (i) + 4), MLAW_ACC4(d, (i) + 8), MLAW_ACC4(d, (i) + 12)
-#define MLAW_ACC32(d, i) MLAW_ACC16(d, i), MLAW_ACC16(d, (i) + 16)
-#define MLAW_OUT4(d, i) "=f"(d[(i)]), "=f"(d[(i) + 1]), "=f"(d[(i) + 2]), "=f"(d[(i) + 3])
-#define MLAW_OUT16(d, i) MLAW_OUT4(d, i), MLAW_OUT4(d, (i) + 4), MLAW_OUT4(d, (i) + 8), MLAW_OUT4(d, (i) + 12)
-#define MLAW_OUT32(d, i) MLAW_OUT16(d, i), MLAW_OUT16(d, (i) + 16)
 #define MLAW_REGS32                                                            \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                  \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
@@ -109,9 +103,9 @@ struct mlaw_params {
 template <bool FIRST>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
     if (FIRST)
-        asm volatile(MLAW_M64N64K16_SS : MLAW_OUT32(d, 0) : "l"(desc_a), "l"(desc_b), "r"(0));
+        asm volatile(MLAW_M64N64K16_SS : WGMMA_OUT32(d, 0) : "l"(desc_a), "l"(desc_b), "r"(0));
     else
-        asm volatile(MLAW_M64N64K16_SS : MLAW_ACC32(d, 0) : "l"(desc_a), "l"(desc_b), "r"(1));
+        asm volatile(MLAW_M64N64K16_SS : WGMMA_ACC32(d, 0) : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
 // O += P(64x16, registers) · V(16x256, MN-major): warpgroup 0's half of the output columns.
@@ -124,7 +118,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_mn(float (&d)[128], const ui
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLAW_REGS128
         ", {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n"
         "}\n"
-        : MLAW_ACC32(d, 0), MLAW_ACC32(d, 32), MLAW_ACC32(d, 64), MLAW_ACC32(d, 96)
+        : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32), WGMMA_ACC32(d, 64), WGMMA_ACC32(d, 96)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
@@ -136,7 +130,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_mn(float (&d)[128], uint64_t
         "setp.ne.b32 p, %130, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLAW_REGS128 ", %128, %129, p, 1, 1, 0, 1;\n"
         "}\n"
-        : MLAW_ACC32(d, 0), MLAW_ACC32(d, 32), MLAW_ACC32(d, 64), MLAW_ACC32(d, 96)
+        : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32), WGMMA_ACC32(d, 64), WGMMA_ACC32(d, 96)
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 

@@ -167,18 +167,17 @@ __device__ __forceinline__ int mlan_tile_row(const mla_attention_args &a, const 
     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, " \
     TRANS_A ", 0;\n"                                                                                      \
     "}\n"
-#define MLAN_ACC8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #define MLAN_OUT8(d) "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
 template <bool FIRST>
 __device__ __forceinline__ void wgmma_m64n16k16_kk(float (&d)[8], uint64_t desc_a, uint64_t desc_b) {
     if (FIRST)
         asm volatile(MLAN_M64N16K16("0") : MLAN_OUT8(d) : "l"(desc_a), "l"(desc_b), "r"(0));
     else
-        asm volatile(MLAN_M64N16K16("0") : MLAN_ACC8(d) : "l"(desc_a), "l"(desc_b), "r"(1));
+        asm volatile(MLAN_M64N16K16("0") : WGMMA_ACC4(d, 0), WGMMA_ACC4(d, 4) : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 // Oᵀ += V(16x64 dims, MN-major: the KV tile's rows)ᵀ · P(16 heads x 16 positions, K-major)ᵀ.
 __device__ __forceinline__ void wgmma_m64n16k16_mk(float (&d)[8], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(MLAN_M64N16K16("1") : MLAN_ACC8(d) : "l"(desc_a), "l"(desc_b), "r"(1));
+    asm volatile(MLAN_M64N16K16("1") : WGMMA_ACC4(d, 0), WGMMA_ACC4(d, 4) : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
 #endif

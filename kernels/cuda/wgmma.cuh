@@ -89,6 +89,16 @@ __device__ __forceinline__ void wgmma_hold(uint32_t (&a)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
 }
 
+// Accumulator operands of an inline wgmma: d[i] .. d[i + N - 1] read and written ("+f", the
+// chain continues) or written only ("=f", scale-d = 0 starts it), in the order of the
+// instruction's register list.
+#define WGMMA_ACC4(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
+#define WGMMA_ACC16(d, i) WGMMA_ACC4(d, i), WGMMA_ACC4(d, (i) + 4), WGMMA_ACC4(d, (i) + 8), WGMMA_ACC4(d, (i) + 12)
+#define WGMMA_ACC32(d, i) WGMMA_ACC16(d, i), WGMMA_ACC16(d, (i) + 16)
+#define WGMMA_OUT4(d, i) "=f"(d[(i)]), "=f"(d[(i) + 1]), "=f"(d[(i) + 2]), "=f"(d[(i) + 3])
+#define WGMMA_OUT16(d, i) WGMMA_OUT4(d, i), WGMMA_OUT4(d, (i) + 4), WGMMA_OUT4(d, (i) + 8), WGMMA_OUT4(d, (i) + 12)
+#define WGMMA_OUT32(d, i) WGMMA_OUT16(d, i), WGMMA_OUT16(d, (i) + 16)
+
 // d += A(64x16, desc_a) * B(128x16, desc_b)ᵀ, both K-major, accumulated in fp32.
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(
@@ -98,15 +108,11 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t d
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n"
         "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32)
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 // d += A(64x16, desc_a) * B(192x16, desc_b)ᵀ: the 128-column instruction's per-element
 // arithmetic (each element from its own A row, B column and accumulator) over 192 columns.
-#define WGMMA_ACC8(d, i)                                                                          \
-    "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), \
-        "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
-#define WGMMA_ACC32(d, i) WGMMA_ACC8(d, i), WGMMA_ACC8(d, (i) + 8), WGMMA_ACC8(d, (i) + 16), WGMMA_ACC8(d, (i) + 24)
 __device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(
         "{\n"
@@ -122,8 +128,6 @@ __device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[96], uint64_t d
         : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32), WGMMA_ACC32(d, 64)
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
-#undef WGMMA_ACC32
-#undef WGMMA_ACC8
 
 // The K-major bf16 instruction of WN columns (128 or 192): d holds WN / 2 floats a thread.
 template <int WN>

@@ -147,6 +147,11 @@ static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
     return units > num_sms && last_round != 0 && 3 * last_round <= num_sms && weights_once;
 }
 
+// Tiles of bm x bn over a batch of M x N products: the work units of a plan, whose waves decide.
+static inline long gemm_tile_count(int M, int N, int batch, int bm, int bn) {
+    return (long)((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
+}
+
 // The persistent kernel's cta path stages its bf16 epilogue through shared memory where a tile
 // walks at most this many k-tiles (kernels/cuda/gemm_sm90.cu, ws_stages_epilogue; 128 x 128 and
 // 64 x 128 tiles only).
@@ -163,8 +168,7 @@ static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
 // (576 x 7168 at M = 4096, 58.7 MB of activations: 82.8 us in stream-K order, 1.4x what its
 // 1.21 waves predict, 69.5 us on 96 tiles of 128 x 192).
 static inline bool gemm_cta_wide_wins(int M, int N, int K, int batch, int num_sms) {
-    const long row_tiles = (long)((M + 127) / 128) * batch;
-    const long units = row_tiles * ((N + 127) / 128), wide_units = row_tiles * ((N + 191) / 192);
+    const long units = gemm_tile_count(M, N, batch, 128, 128), wide_units = gemm_tile_count(M, N, batch, 128, 192);
     const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
     const bool even_share = gemm_stream_k(units, num_sms, M, N, K) && 2L * M * K * batch <= GEMM_STREAM_K_MAX_W_BYTES;
     const long tenths = even_share ? units * 10 / num_sms : (units + num_sms - 1) / num_sms * 10;
@@ -181,8 +185,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     pl.mode = pl.splits > 1 ? SPLIT_IN_CTA : SPLIT_NONE;
     pl.tile = TILE_64x128;
     pl.sum_last_cta = false;
-    const long small_tiles = (long)((M + 63) / 64) * ((N + 127) / 128) * batch;
-    const long wide_tiles = (long)((M + 127) / 128) * ((N + 255) / 256) * batch;
+    const long small_tiles = gemm_tile_count(M, N, batch, 64, 128), wide_tiles = gemm_tile_count(M, N, batch, 128, 256);
     // Separate split CTAs while the 64 x 128 tiles alone leave SMs idle and the partials
     // (M * N * S fp32, written and read once, mostly in L2) stay under the weights' bytes, or
     // under twice them where the one-CTA path would leave three quarters of the SMs idle
@@ -218,7 +221,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     // products: M is the most rows a group may have, most groups have far fewer, and a
     // 128-row tile computes its empty rows.
     const int big_n = pl.splits > 1 ? 128 : 256;
-    const long big_tiles = (long)((M + 127) / 128) * ((N + big_n - 1) / big_n) * batch;
+    const long big_tiles = gemm_tile_count(M, N, batch, 128, big_n);
     const long small_waves = (small_tiles + num_sms - 1) / num_sms, big_waves = (big_tiles + num_sms - 1) / num_sms;
     // Up to M = 128 a product is bound by its weights' bytes, which both tiles read once from
     // HBM: there the tile whose last wave is fuller wins (102400 x 2048 at M = 128: 400 tiles of
@@ -241,7 +244,7 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     gemm_plan pl = gemm_plan_tiles(M, N, K, batch, aligned, tma, num_sms);
     if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel
         const int bm = pl.tile == TILE_64x128 ? 64 : 128, bn = gemm_tile_cols(pl.tile);
-        const long units = (long)((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
+        const long units = gemm_tile_count(M, N, batch, bm, bn);
         // Not the 128 x 192 tiles: gemm_cta_wide_wins takes them where they need fewer waves,
         // never measured in stream-K order (which at 576 x 7168 and M = 7000 would read 100 MB
         // of activations at staggered k, the case that ran 1.4x slow for 128 x 128).

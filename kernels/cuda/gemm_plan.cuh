@@ -5,7 +5,8 @@
 //     boundaries gemm_split_begin(s, S, KT); split s is the chain
 //         p_s = 0;  for k0 ascending in its k-tiles:  p_s = wgmma_m64n128k16(p_s, x[m][k0:+16], w[n][k0:+16])
 //     and the result is ((p_0 + p_1) + p_2) + ... in split order, fp32, starting from p_0
-//     itself (never 0 + p_0: that would turn an exact -0 into +0 on one path and not another).
+//     itself (never +0 + p_0: that would turn an exact -0 into +0 on one path and not another;
+//     a running total that starts at -0 is exact, -0 + x = x for every x).
 //     The 128 x 192 tile's wgmma_m64n192k16 computes each element as the n = 128 instruction
 //     does (from its own row, column and accumulator): test_cuda_ops compares its rows with
 //     the other tiles' bit for bit.
@@ -62,8 +63,9 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
 // Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 or 192 columns per wgmma):
 //   64 x 128   one warpgroup: small M, and GRID splits up to M = 64
-//   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (64 accumulators
-//              + 64 of running total per thread; 128 x 256 would need 128 + 128 and spill)
+//   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (two chains of 64
+//              accumulators + 64 of running total per thread; 128 x 256 would need 128 + 128
+//              for one chain and spill)
 //   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1, GRID splits past
 //              M = 64 that still fill half the SMs, and GRID splits at large M when the
 //              splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)

@@ -270,29 +270,29 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
     }
 }
 
-// SPLIT_IN_CTA at the last k-tile of a split: total = acc (split 0) or total + acc, acc = 0
-// for the next split's chain. The split's last wgmma must have written acc (wgmma_wait<0>).
+// The running total's start: -0, so that folding p_0 into it gives p_0's bits exactly
+// (-0 + x = x for every x, +0 and -0 included; +0 would turn an exact -0 into +0), and every
+// fold is the same add with no first-split branch (the branch made ptxas spill the cta path's
+// second chain: two copies of the total).
+#define GEMM_TOTAL_START (-0.0f)
+
+// SPLIT_IN_CTA at the last k-tile of a split: total += acc, acc = 0 for a later split's chain.
+// The split's last wgmma must have written acc (retired by a wgmma_wait).
 template <int NI, int WN = 128>
-__device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&acc)[NI][WN / 2], bool first) {
+__device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&acc)[NI][WN / 2]) {
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
-    // Two loops under one (warp-uniform) branch: a select per value doubled the fold's
-    // instructions, and the consumer warps' instruction stream is what paces a 128 x 128 tile.
-    if (first) {
-#pragma unroll
-        for (int i = 0; i < NI; i++)
-#pragma unroll
-            for (int e = 0; e < WN / 2; e++) total[i][e] = acc[i][e];
-    } else {
-#pragma unroll
-        for (int i = 0; i < NI; i++)
-#pragma unroll
-            for (int e = 0; e < WN / 2; e++) total[i][e] += acc[i][e];
-    }
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll
-        for (int e = 0; e < WN / 2; e++) acc[i][e] = 0.0f;
+        for (int e = 0; e < WN / 2; e++) {
+            total[i][e] += acc[i][e];
+            acc[i][e] = 0.0f;
+        }
+    // The zeros are written here, not sunk by the compiler to the chain's next wgmma (inside
+    // another chain's wgmma stage, where ptxas would serialize them all: C7515).
+#pragma unroll
+    for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
 }
 #endif
 
@@ -440,7 +440,7 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 #pragma unroll
     for (int i = 0; i < (TOTAL ? NI : 1); i++)
 #pragma unroll
-        for (int e = 0; e < F; e++) total[i][e] = TOTAL && take ? __ldcg(st + (long)((NI + i) * F + e) * threads) : 0.0f;
+        for (int e = 0; e < F; e++) total[i][e] = TOTAL && take ? __ldcg(st + (long)((NI + i) * F + e) * threads) : GEMM_TOTAL_START;
 }
 #endif
 
@@ -448,14 +448,14 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 //
 // Warpgroups 0..CW-1 are the consumers, 64 rows each; warpgroup CW is the producer: one of its
 // threads issues every TMA copy. A whole warpgroup, because registers are shared per SM
-// quadrant: the producer gives its registers back (setmaxnreg 40) so each consumer thread may
-// hold 232 (a 9-warp CTA cannot launch above 168 a thread, and without setmaxnreg the
-// two-consumer kernels spill 16-60 bytes). The budgets fill the pool exactly: at CW = 2,
-// 128 x 40 + 256 x 232 = 384 x 168, the 168 ptxas gives every thread at launch (1 CTA per SM);
-// tests/gpu_gemm_check.sh fails if ptxas reports another count, since a smaller one would
-// leave setmaxnreg.inc waiting forever. The 128 x 192 tiles (WN = 192) split the same pool
-// 128 x 24 + 256 x 240: on the cta path its 96 accumulators and 96 of running total a thread
-// spilled at 232 (the split CTAs, 96 accumulators only, take the same budgets).
+// quadrant: the producer gives its registers back (setmaxnreg 24; 40 with one consumer) so each
+// consumer thread may hold 240 (248 with one): the cta path of 128-column tiles carries two
+// chains and a running total (64 + 64 + 64 a thread), the 128 x 192 one 96 + 96. A 9-warp CTA
+// cannot launch above 168 a thread, so at CW = 2 the budgets fill that pool exactly, 128 x 24 +
+// 256 x 240 = 384 x 168, the 168 ptxas gives every thread at launch (1 CTA per SM); a 5-warp
+// CTA launches at 248 (256 x 248 registers, the budgets need 128 x 40 + 128 x 248).
+// tests/gpu_gemm_check.sh fails if ptxas reports other counts, since a smaller one would leave
+// setmaxnreg.inc waiting forever.
 // STAGES slots, each with a `full` barrier (completed by the copy engine) and an `empty` barrier
 // (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to
 // STAGES k-tiles ahead of the consumers with no block-wide barrier, and across work units: while
@@ -473,7 +473,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 #if INVAR_WGMMA
     constexpr int BM = 64 * CW, BN = WN * NI;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
-    constexpr int PRODUCER_REGS = WN == 192 ? 24 : 40, CONSUMER_REGS = WN == 192 ? 240 : 232;
+    constexpr int PRODUCER_REGS = CW == 2 ? 24 : 40, CONSUMER_REGS = CW == 2 ? 240 : 248;
     static_assert(CW == 1 || 128 * PRODUCER_REGS + CW * 128 * CONSUMER_REGS == (CW + 1) * 128 * 168,
                   "the budgets fill the launch's 168 registers a thread exactly");
     extern __shared__ uint8_t smem_raw[];
@@ -573,7 +573,17 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         if (lane == 0) mbar_arrive(&empty[freed]);
     };
     constexpr bool TOTAL = SPLIT == SPLIT_IN_CTA;
+    // The cta path of 128-column tiles carries two chains a thread (acc, acc2: consecutive
+    // splits alternate), so a split's fold into the running total waits only for its own last
+    // wgmma, retired by the next split's first wgmma_wait<1>, while the next split's wgmma run;
+    // with one chain the fold waited for every wgmma (wgmma_wait<0>) and the tensor pipe idled
+    // through the fold and the restart. H200, 128 x 128 tiles: 1536 x 7168 M = 1024 47.9 -> 45.3
+    // us, 3072 x 2048 M = 4096 86.8 -> 82.6, 2048 x 2048 M = 8192 113.7 -> 108.6 (64 x 128, 576 x
+    // 7168 M = 1024: no change). The 128 x 192 tile's 96 + 96 + 96 values do not fit, and the
+    // stream-K order's hand-over code beside two chains spilled: those fold the old way.
+    constexpr bool TWO_CHAINS = TOTAL && WN == 128 && !STREAM;
     float acc[NI][WN / 2];
+    float acc2[TWO_CHAINS ? NI : 1][WN / 2];
     float total[TOTAL ? NI : 1][WN / 2];
     // Slots in the producer's order; prev_slot is the one whose release waits for the next
     // k-tile's wgmma_wait<1>. The descriptors of slot 0's tiles (this warpgroup's rows of A)
@@ -584,6 +594,20 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     const int cw_uniform = __shfl_sync(0xffffffffu, cw, 0);
     const uint32_t a_lo = (uint32_t)wgmma_desc_sw128(smem + cw_uniform * 64 * 128);
     const uint32_t b_lo = (uint32_t)wgmma_desc_sw128(smem + A_BYTES);
+    // One k-tile of a chain into `chain`: wait for the slot, issue its wgmma, retire the
+    // previous k-tile's (wgmma_wait<1>) and free that slot (none before the piece's first).
+    auto k_tile = [&](float (&chain)[NI][WN / 2], int kt, int kt_begin) {
+        mbar_wait(&full[slot], slot_round & 1u);
+        const uint32_t slot_lo = (uint32_t)slot * (STAGE_BYTES >> 4);  // in descriptor units
+        mma_k_tile<NI, WN>(chain, a_lo + slot_lo, b_lo + slot_lo);
+        wgmma_wait<1>();  // the previous k-tile's wgmma are done
+        if (kt > kt_begin) release(prev_slot);
+        prev_slot = slot;
+        if (++slot == STAGES) {
+            slot = 0;
+            slot_round++;
+        }
+    };
     for (int j = 0; j < pieces; j++) {
         const unit work = piece_at(j);
         if constexpr (stream) {
@@ -592,43 +616,78 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 #pragma unroll
             for (int i = 0; i < NI; i++)
 #pragma unroll
-                for (int e = 0; e < WN / 2; e++) acc[i][e] = 0.0f;
+                for (int e = 0; e < WN / 2; e++) {
+                    acc[i][e] = 0.0f;
+                    if constexpr (TOTAL) total[i][e] = GEMM_TOTAL_START;
+                }
         }
         // IN_CTA: the split kt_begin lies in (a tail may start inside any), and where it ends
         int split = 0;
         if constexpr (TOTAL && stream)
             while (gemm_split_begin(split + 1, splits, KT) <= work.kt_begin) split++;
         int split_end = TOTAL ? gemm_split_begin(split + 1, splits, KT) : work.kt_end;
-        // Not unrolled: a peeled first k-tile copied the accumulators while its wgmma were in
-        // flight, and ptxas serialized them (warning C7514 on a 64 x 128 GRID instantiation).
+        if constexpr (TWO_CHAINS) {
+            // A whole unit (round robin): split s into acc (s even) or acc2 (s odd); split s - 1
+            // goes into the total once split s's first k-tile has retired its wgmma, which
+            // leaves its chain zeroed for split s + 1.
+#pragma unroll
+            for (int i = 0; i < NI; i++)
+#pragma unroll
+                for (int e = 0; e < WN / 2; e++) acc2[i][e] = 0.0f;
+            int kt = 0;
+            auto run_split = [&](float (&chain)[NI][WN / 2], float (&done)[NI][WN / 2], int s) {
+                const int end = gemm_split_begin(s + 1, splits, KT);
+                k_tile(chain, kt, 0);
+                if (s > 0) fold_split<NI, WN>(total, done);
 #pragma unroll 1
-        for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
-            mbar_wait(&full[slot], slot_round & 1u);
-            const uint32_t slot_lo = (uint32_t)slot * (STAGE_BYTES >> 4);  // in descriptor units
-            mma_k_tile<NI, WN>(acc, a_lo + slot_lo, b_lo + slot_lo);
-            wgmma_wait<1>();  // the previous k-tile's wgmma are done
-            if (kt > work.kt_begin) release(prev_slot);
-            prev_slot = slot;
-            if (++slot == STAGES) {
-                slot = 0;
-                slot_round++;
+                for (kt++; kt < end; kt++) k_tile(chain, kt, 0);
+            };
+            // Splits in pairs, each pair drained at the loop's back edge and the odd last split
+            // before the paths merge: where ptxas cannot tell on every path which chain a
+            // pending wgmma group writes, it serializes every wgmma of the kernel (C7514,
+            // C7515). One drain per two splits.
+            int s = 0;
+#pragma unroll 1
+            for (; s + 2 <= splits; s += 2) {
+                run_split(acc, acc2, s);
+                run_split(acc2, acc, s + 1);
+                wgmma_wait<0>();
             }
-            if constexpr (SPLIT == SPLIT_IN_CTA) {
-                if (kt + 1 == split_end) {
-                    wgmma_wait<0>();
-                    fold_split<NI, WN>(total, acc, split == 0);
-                    split++;
-                    split_end = gemm_split_begin(split + 1, splits, KT);
+            if (s < splits) {
+                run_split(acc, acc2, s);
+                wgmma_wait<0>();
+            }
+            release(prev_slot);
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                wgmma_hold(acc[i]);
+                wgmma_hold(acc2[i]);
+            }
+            if (splits & 1) fold_split<NI, WN>(total, acc);
+            else fold_split<NI, WN>(total, acc2);
+        } else {
+            // Not unrolled: a peeled first k-tile copied the accumulators while its wgmma were
+            // in flight, and ptxas serialized them (warning C7514 on a 64 x 128 GRID instantiation).
+#pragma unroll 1
+            for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
+                k_tile(acc, kt, work.kt_begin);
+                if constexpr (SPLIT == SPLIT_IN_CTA) {
+                    if (kt + 1 == split_end) {
+                        wgmma_wait<0>();
+                        fold_split<NI, WN>(total, acc);
+                        split++;
+                        split_end = gemm_split_begin(split + 1, splits, KT);
+                    }
                 }
             }
-        }
-        wgmma_wait<0>();
-        if (work.kt_end > work.kt_begin) release(prev_slot);
+            wgmma_wait<0>();
+            if (work.kt_end > work.kt_begin) release(prev_slot);
 #pragma unroll
-        for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
-        if (stream && work.hand_out) {
-            hand_out<NI, TOTAL, WN>(ho, acc, total, CW * 128, cw * 4 + warp);
-            continue;
+            for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
+            if (stream && work.hand_out) {
+                hand_out<NI, TOTAL, WN>(ho, acc, total, CW * 128, cw * 4 + warp);
+                continue;
+            }
         }
         char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                             : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
@@ -691,14 +750,18 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     const int n_kt = kt_end - kt_begin;
 
     // SPLIT_IN_CTA: the split being accumulated, the k-tile it ends before, and the total of
-    // the splits before it (total = p_0, then total = total + p_s: gemm_plan.cuh's order).
+    // the splits before it (-0 + p_0 = p_0, then total + p_s: gemm_plan.cuh's order).
     float total[SPLIT == SPLIT_IN_CTA ? NI : 1][64];
+#pragma unroll
+    for (int i = 0; i < (SPLIT == SPLIT_IN_CTA ? NI : 1); i++)
+#pragma unroll
+        for (int e = 0; e < 64; e++) total[i][e] = GEMM_TOTAL_START;
     int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : KT;
     auto after_k_tile = [&](int kt) {
         if constexpr (SPLIT == SPLIT_IN_CTA) {
             if (kt + 1 != split_end) return;
             wgmma_wait<0>();  // the split's last wgmma has written acc
-            fold_split<NI>(total, acc, split == 0);
+            fold_split<NI>(total, acc);
             split++;
             split_end = gemm_split_begin(split + 1, splits, KT);
         }

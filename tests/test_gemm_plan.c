@@ -53,7 +53,7 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_64x128, SPLIT_GRID},         {LOAD_TMA, TILE_128x256, SPLIT_GRID},
         {LOAD_TMA, TILE_64x128, SPLIT_NONE},         {LOAD_TMA, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x192, SPLIT_IN_CTA},
-        {LOAD_TMA, TILE_128x192, SPLIT_GRID},
+        {LOAD_TMA, TILE_128x192, SPLIT_GRID},       {LOAD_TMA, TILE_64x96, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x256, SPLIT_NONE},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
@@ -97,8 +97,12 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                             if (p.sum_last_cta)
                                 assert_true(p.mode == SPLIT_GRID && p.tile == TILE_64x128 &&
                                             M <= GEMM_SPLIT_LAST_CTA_MAX_M);
-                            if (p.stream_k)  // the persistent kernel only, never on 128 x 192 tiles
-                                assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192);
+                            if (p.stream_k)  // the persistent kernel only, on 128-column instructions
+                                assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192 &&
+                                            p.tile != TILE_64x96);
+                            if (p.tile == TILE_64x96)  // one dense product whose narrow tiles fit one wave
+                                assert_true(batch == 1 && M > 64 &&
+                                            gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
                         }
     printf("gemm plans checked: %ld\n", plans);
 }
@@ -145,6 +149,10 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {256, 576, 7168, "128x192/grid"},     // split CTAs: 3 tiles of 192, not 3 of 256 (768 columns)
         {256, 1536, 7168, "128x256/grid"},    // 6 tiles of 256 cover it exactly
         {7000, 576, 7168, "128x192/cta"},     // 165 units: round robin, no stream-K order on this tile
+        {1024, 576, 7168, "64x96/cta"},       // 96 units of 64 x 96 against 80 of 64 x 128
+        {513, 576, 7168, "64x96/cta"},        // 54 against 45
+        {1024, 640, 7168, "64x128/cta"},      // 640 columns: 7 tiles of 96 would leave 32 empty
+        {2048, 576, 7168, "128x128/cta"},     // 192 units of 64 x 96 would need two waves
     };
     for (int i = 0; i < COUNT(cases); i++) {
         const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);

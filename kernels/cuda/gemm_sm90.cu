@@ -207,7 +207,7 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
                                            const float (&res)[NI][WN / 2], uint8_t *stage = nullptr) {
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
     const bool vec = VEC && n0 + NI * WN <= p.N && ((uintptr_t)y & 15u) == 0 && p.ldy % (p.y_f32 ? 4 : 8) == 0;
-    if constexpr (VEC) {
+    if constexpr (VEC && WN % 64 == 0) {  // the stages' layouts take 64-column pieces
         if (vec && stage) {
             if (!p.y_f32) {
                 store_tile_staged<NI, WN>(p, y, row0, row_end, n0, res, stage);
@@ -573,7 +573,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         if (lane == 0) mbar_arrive(&empty[freed]);
     };
     constexpr bool TOTAL = SPLIT == SPLIT_IN_CTA;
-    // The cta path of 128-column tiles carries two chains a thread (acc, acc2: consecutive
+    // The cta path of 96- and 128-column tiles carries two chains a thread (acc, acc2: consecutive
     // splits alternate), so a split's fold into the running total waits only for its own last
     // wgmma, retired by the next split's first wgmma_wait<1>, while the next split's wgmma run;
     // with one chain the fold waited for every wgmma (wgmma_wait<0>) and the tensor pipe idled
@@ -581,7 +581,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     // us, 3072 x 2048 M = 4096 86.8 -> 82.6, 2048 x 2048 M = 8192 113.7 -> 108.6 (64 x 128, 576 x
     // 7168 M = 1024: no change). The 128 x 192 tile's 96 + 96 + 96 values do not fit, and the
     // stream-K order's hand-over code beside two chains spilled: those fold the old way.
-    constexpr bool TWO_CHAINS = TOTAL && WN == 128 && !STREAM;
+    constexpr bool TWO_CHAINS = TOTAL && WN != 192 && !STREAM;
     float acc[NI][WN / 2];
     float acc2[TWO_CHAINS ? NI : 1][WN / 2];
     float total[TOTAL ? NI : 1][WN / 2];
@@ -1017,6 +1017,7 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID)) launch_split_grid<2, 1, 4, true, 192>(c, p, S, false, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x96, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 96>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_IN_CTA)) launch_ws<2, 1, 4, SPLIT_IN_CTA, 192>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);

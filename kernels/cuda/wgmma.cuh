@@ -129,11 +129,27 @@ __device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[96], uint64_t d
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// The K-major bf16 instruction of WN columns (128 or 192): d holds WN / 2 floats a thread.
+// d += A(64x16, desc_a) * B(96x16, desc_b)ᵀ: the same per-element arithmetic over 96 columns.
+__device__ __forceinline__ void wgmma_m64n96k16_bf16(float (&d)[48], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+        "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
+        "%48, %49, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : WGMMA_ACC32(d, 0), WGMMA_ACC16(d, 32)
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// The K-major bf16 instruction of WN columns (96, 128 or 192): d holds WN / 2 floats a thread.
 template <int WN>
 __device__ __forceinline__ void wgmma_k16_bf16(float (&d)[WN / 2], uint64_t desc_a, uint64_t desc_b) {
-    static_assert(WN == 128 || WN == 192, "the GEMM's instruction widths");
-    if constexpr (WN == 128) wgmma_m64n128k16_bf16(d, desc_a, desc_b);
+    static_assert(WN == 96 || WN == 128 || WN == 192, "the GEMM's instruction widths");
+    if constexpr (WN == 96) wgmma_m64n96k16_bf16(d, desc_a, desc_b);
+    else if constexpr (WN == 128) wgmma_m64n128k16_bf16(d, desc_a, desc_b);
     else wgmma_m64n192k16_bf16(d, desc_a, desc_b);
 }
 

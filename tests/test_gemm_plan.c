@@ -54,6 +54,7 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_64x128, SPLIT_NONE},         {LOAD_TMA, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x192, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x192, SPLIT_GRID},       {LOAD_TMA, TILE_64x96, SPLIT_IN_CTA},
+        {LOAD_TMA, TILE_128x96, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x256, SPLIT_NONE},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
@@ -99,10 +100,11 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                             M <= GEMM_SPLIT_LAST_CTA_MAX_M);
                             if (p.stream_k)  // the persistent kernel only, on 128-column instructions
                                 assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192 &&
-                                            p.tile != TILE_64x96);
-                            if (p.tile == TILE_64x96)  // one dense product whose narrow tiles fit one wave
-                                assert_true(batch == 1 && M > 64 &&
-                                            gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
+                                            p.tile != TILE_64x96 && p.tile != TILE_128x96);
+                            if (p.tile == TILE_64x96 || p.tile == TILE_128x96)  // one dense product whose
+                                assert_true(batch == 1 && M > 64 &&       // narrow tiles fit one wave
+                                            gemm_tile_count(M, N, 1, p.tile == TILE_64x96 ? 64 : 128, 96) <=
+                                                plan_sms[si]);
                         }
     printf("gemm plans checked: %ld\n", plans);
 }
@@ -138,7 +140,7 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
     (void)state;
     static const struct { int M, N, K; const char *name; } cases[] = {
         {4096, 1536, 7168, "128x192/cta"},    // 256 units in 2 waves against 384 in 3
-        {1024, 1536, 7168, "128x128/cta"},    // 64 units, half the SMs, against 96 in one wave
+        {1024, 1536, 7168, "128x96/cta"},     // 64 units of 128 x 192, 96 of 128 x 128, 128 of 128 x 96
         {4096, 576, 7168, "128x192/cta"},     // 96 units against 160 in stream-K order whose
                                               // 58.7 MB of activations do not stay in L2
         {4096, 576, 2048, "128x128/cta+sk"},  // the same with 16 MB of activations: 1.21 waves
@@ -152,7 +154,7 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {1024, 576, 7168, "64x96/cta"},       // 96 units of 64 x 96 against 80 of 64 x 128
         {513, 576, 7168, "64x96/cta"},        // 54 against 45
         {1024, 640, 7168, "64x128/cta"},      // 640 columns: 7 tiles of 96 would leave 32 empty
-        {2048, 576, 7168, "128x128/cta"},     // 192 units of 64 x 96 would need two waves
+        {2048, 576, 7168, "128x96/cta"},      // 96 units of 128 x 96 against 80 of 128 x 128
     };
     for (int i = 0; i < COUNT(cases); i++) {
         const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);

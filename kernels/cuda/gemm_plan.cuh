@@ -73,10 +73,10 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //              enough fewer waves (gemm_cta_wide_wins; 96 + 96 registers a thread, which the
 //              persistent kernel's consumers hold at 240), and of 128 x 256 for GRID splits
 //              where it leaves fewer columns empty
-//   64 x 96    one warpgroup, one wgmma of 96 columns: in place of 64 x 128 on the cta path
-//              where its tiles still fit one wave and leave no more columns empty
-//              (gemm_cta_narrow_wins)
-enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96 };
+//   64 x 96    one or two warpgroups, one wgmma of 96 columns each: in place of 64 x 128 or
+//   128 x 96   128 x 128 on the cta path where their tiles still fit one wave and leave no
+//              more columns empty (gemm_cta_narrow_wins)
+enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96 };
 
 typedef struct {
     int splits;
@@ -181,14 +181,14 @@ static inline bool gemm_cta_wide_wins(int M, int N, int K, int batch, int num_sm
     return 14 * wide_waves * 10 < tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? 9 : 10);
 }
 
-// One CTA walking every split of a 64 x 96 tile instead of a 64 x 128 one, where the 64 x 128
-// tiles leave SMs idle: more CTAs, each reading 11% more bytes a FLOP, which pays while they all
-// still run at once and the narrower tiles waste no more columns (576 columns: five tiles of 128,
-// the last half empty, or six of 96). H200, medians of three bench runs: 576 x 7168 at M = 1024
-// 35.7 -> 26.6 us (80 CTAs of 64 x 128 walking 112 k-tiles each, or 96 of 64 x 96), 3072 x 2048
-// at M = 256 13.7 -> 13.2.
-static inline bool gemm_cta_narrow_wins(int M, int N, int batch, int num_sms) {
-    const long units = gemm_tile_count(M, N, batch, 64, 128), narrow_units = gemm_tile_count(M, N, batch, 64, 96);
+// One CTA walking every split of a bm x 96 tile instead of a bm x 128 one (bm = 64 or 128), where
+// the 128-column tiles leave SMs idle: more CTAs, each reading 11-17% more bytes a FLOP, which
+// pays while they all still run at once and the narrower tiles waste no more columns (576
+// columns: five tiles of 128, the last half empty, or six of 96). H200, medians of three bench
+// runs: 576 x 7168 at M = 1024 35.7 -> 26.6 us (80 CTAs of 64 x 128 walking 112 k-tiles each, or
+// 96 of 64 x 96), 3072 x 2048 at M = 256 13.7 -> 13.2.
+static inline bool gemm_cta_narrow_wins(int M, int N, int batch, int bm, int num_sms) {
+    const long units = gemm_tile_count(M, N, batch, bm, 128), narrow_units = gemm_tile_count(M, N, batch, bm, 96);
     return units < num_sms && narrow_units > units && narrow_units <= num_sms && (N + 95) / 96 * 96 <= (N + 127) / 128 * 128;
 }
 
@@ -247,14 +247,15 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
         pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
     if (pl.tile == TILE_128x128 && pl.load == LOAD_TMA && gemm_cta_wide_wins(M, N, K, batch, num_sms))
         pl.tile = TILE_128x192;
-    if (pl.tile == TILE_64x128 && pl.mode == SPLIT_IN_CTA && pl.load == LOAD_TMA && batch == 1 &&
-        gemm_cta_narrow_wins(M, N, batch, num_sms))
-        pl.tile = TILE_64x96;
+    if (pl.mode == SPLIT_IN_CTA && pl.load == LOAD_TMA && batch == 1) {
+        if (pl.tile == TILE_64x128 && gemm_cta_narrow_wins(M, N, batch, 64, num_sms)) pl.tile = TILE_64x96;
+        if (pl.tile == TILE_128x128 && gemm_cta_narrow_wins(M, N, batch, 128, num_sms)) pl.tile = TILE_128x96;
+    }
     return pl;
 }
 
 static inline int gemm_tile_cols(enum gemm_tile t) {
-    return t == TILE_128x256 ? 256 : t == TILE_128x192 ? 192 : t == TILE_64x96 ? 96 : 128;
+    return t == TILE_128x256 ? 256 : t == TILE_128x192 ? 192 : t == TILE_64x96 || t == TILE_128x96 ? 96 : 128;
 }
 
 // tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
@@ -266,22 +267,24 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel
         const int bm = pl.tile == TILE_64x128 || pl.tile == TILE_64x96 ? 64 : 128, bn = gemm_tile_cols(pl.tile);
         const long units = gemm_tile_count(M, N, batch, bm, bn);
-        // Not the 128 x 192 tiles: gemm_cta_wide_wins takes them where they need fewer waves,
-        // never measured in stream-K order (which at 576 x 7168 and M = 7000 would read 100 MB
-        // of activations at staggered k, the case that ran 1.4x slow for 128 x 128).
-        pl.stream_k = pl.tile != TILE_128x192 && pl.tile != TILE_64x96 && gemm_stream_k(units, num_sms, M, N, K);
+        // 128-column instructions only. Not the 128 x 192 tiles: gemm_cta_wide_wins takes them
+        // where they need fewer waves, never measured in stream-K order (which at 576 x 7168 and
+        // M = 7000 would read 100 MB of activations at staggered k, the case that ran 1.4x slow
+        // for 128 x 128). Not the 96-column ones: they fit one wave.
+        pl.stream_k = gemm_tile_cols(pl.tile) % 128 == 0 && gemm_stream_k(units, num_sms, M, N, K);
     }
     return pl;
 }
 
 static inline const char *gemm_plan_name(const gemm_plan *pl) {
-    static const char *const names[2][5][3] = {
+    static const char *const names[2][6][3] = {
         {
             {"64x128", "64x128/cta", "64x128/grid"},
             {"128x128", "128x128/cta", "128x128/grid"},
             {"128x192", "128x192/cta", "128x192/grid"},
             {"128x256", "128x256/cta", "128x256/grid"},
             {"64x96", "64x96/cta", "64x96/grid"},
+            {"128x96", "128x96/cta", "128x96/grid"},
         },
         {  // stream-K order (never GRID)
             {"64x128/sk", "64x128/cta+sk", "-"},
@@ -289,6 +292,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
             {"128x192/sk", "128x192/cta+sk", "-"},
             {"128x256/sk", "128x256/cta+sk", "-"},
             {"64x96/sk", "64x96/cta+sk", "-"},
+            {"128x96/sk", "128x96/cta+sk", "-"},
         },
     };
     return pl->sum_last_cta ? "64x128/grid+last" : names[pl->stream_k][pl->tile][pl->mode];

@@ -101,10 +101,10 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                             if (p.stream_k)  // the persistent kernel only, on 128-column instructions
                                 assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192 &&
                                             p.tile != TILE_64x96 && p.tile != TILE_128x96);
-                            if (p.tile == TILE_64x96 || p.tile == TILE_128x96)  // one dense product whose
-                                assert_true(batch == 1 && M > 64 &&       // narrow tiles fit one wave
-                                            gemm_tile_count(M, N, 1, p.tile == TILE_64x96 ? 64 : 128, 96) <=
-                                                plan_sms[si]);
+                            if (p.tile == TILE_64x96)  // one dense product whose narrow tiles fit one wave
+                                assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
+                            if (p.tile == TILE_128x96)  // one dense product, long walks
+                                assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES);
                         }
     printf("gemm plans checked: %ld\n", plans);
 }
@@ -133,13 +133,14 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
     assert_false(gemm_plan_choose(1, 36864, 7168, 1, true, false, 132).stream_k);
 }
 
-// The 128 x 192 cta tile where it needs enough fewer waves than 128 x 128 (gemm_cta_wide_wins;
-// H200, 132 SMs, the grid's cells measured on 2026-12-01), and the 128 x 192 split CTAs where
-// 128 x 256 would leave more columns empty.
+// The cta path's tile by its waves and the time a k-tile of it takes (gemm_cta_wide_tile: 128 x
+// 96, 128 x 128 or 128 x 192; gemm_cta_narrow_wins: 64 x 96 for 64 x 128; H200, 132 SMs, the
+// grid's cells measured on 2026-12-01), and the 128 x 192 split CTAs where 128 x 256 would leave
+// more columns empty.
 static void wide_cta_tile_where_it_saves_waves(void **state) {
     (void)state;
     static const struct { int M, N, K; const char *name; } cases[] = {
-        {4096, 1536, 7168, "128x192/cta"},    // 256 units in 2 waves against 384 in 3
+        {4096, 1536, 7168, "128x192/cta"},    // 256 units in 2 waves against 384 in 3 and 512 in 4
         {1024, 1536, 7168, "128x96/cta"},     // 64 units of 128 x 192, 96 of 128 x 128, 128 of 128 x 96
         {4096, 576, 7168, "128x192/cta"},     // 96 units against 160 in stream-K order whose
                                               // 58.7 MB of activations do not stay in L2
@@ -150,7 +151,9 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {256, 7168, 16384, "128x128/cta"},    // one wave either way
         {256, 576, 7168, "128x192/grid"},     // split CTAs: 3 tiles of 192, not 3 of 256 (768 columns)
         {256, 1536, 7168, "128x256/grid"},    // 6 tiles of 256 cover it exactly
-        {7000, 576, 7168, "128x192/cta"},     // 165 units: round robin, no stream-K order on this tile
+        {7000, 576, 7168, "128x96/cta"},      // 330 units in 3 waves against 165 of 128 x 192 in 2
+        {8192, 576, 7168, "128x96/cta"},      // 384 in 3 against 192 in 2 (and 320 of 128 x 128 in 3)
+        {8192, 1536, 7168, "128x192/cta"},    // 512 in 4 against 1024 in 8
         {1024, 576, 7168, "64x96/cta"},       // 96 units of 64 x 96 against 80 of 64 x 128
         {513, 576, 7168, "64x96/cta"},        // 54 against 45
         {1024, 640, 7168, "64x128/cta"},      // 640 columns: 7 tiles of 96 would leave 32 empty

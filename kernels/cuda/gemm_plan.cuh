@@ -70,12 +70,14 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //              M = 64 that still fill half the SMs, and GRID splits at large M when the
 //              splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)
 //   128 x 192  two warpgroups, one wgmma of 192 columns: in place of 128 x 128 where it needs
-//              enough fewer waves (gemm_cta_wide_wins; 96 + 96 registers a thread, which the
+//              enough fewer waves (gemm_cta_wide_tile; 96 + 96 registers a thread, which the
 //              persistent kernel's consumers hold at 240), and of 128 x 256 for GRID splits
 //              where it leaves fewer columns empty
-//   64 x 96    one or two warpgroups, one wgmma of 96 columns each: in place of 64 x 128 or
-//   128 x 96   128 x 128 on the cta path where their tiles still fit one wave and leave no
-//              more columns empty (gemm_cta_narrow_wins)
+//   64 x 96    one warpgroup, one wgmma of 96 columns: in place of 64 x 128 on the cta path
+//              where its tiles still fit one wave and leave no more columns empty
+//              (gemm_cta_narrow_wins)
+//   128 x 96   two warpgroups, one wgmma of 96 columns each: in place of 128 x 128 where its
+//              waves take less time (gemm_cta_wide_tile)
 enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96 };
 
 typedef struct {
@@ -162,33 +164,52 @@ static inline long gemm_tile_count(int M, int N, int batch, int bm, int bn) {
 // 64 x 128 tiles only).
 #define GEMM_CTA_STAGED_MAX_KTILES 64
 
-// One CTA walking every split of a 128 x 192 tile instead of a 128 x 128 one (the persistent
-// kernel, TMA): each consumer warp issues 1.5x the tensor work a k-tile for the same loop, fold
-// and barrier instructions, which pace the 128 x 128 walk (kernels/cuda/NOTES.md), and reads 17%
-// fewer bytes a FLOP. Measured on the H200 (2026-12-01, same waves): a wave of 128 x 192 tiles
-// takes 1.39x a wave of 128 x 128 ones for 1.5x the work, against 0.91x where the 128 x 128 tile
-// stages its epilogue (the wider one cannot: registers). So it wins where it needs enough fewer
-// waves: 14 x its waves < 10 x (9 x where staged) the 128 x 128 tile's, those counted as a
-// fraction where the stream-K order would share them evenly and the activations stay in L2
-// (576 x 7168 at M = 4096, 58.7 MB of activations: 82.8 us in stream-K order, 1.4x what its
-// 1.21 waves predict, 69.5 us on 96 tiles of 128 x 192).
-static inline bool gemm_cta_wide_wins(int M, int N, int K, int batch, int num_sms) {
-    const long units = gemm_tile_count(M, N, batch, 128, 128), wide_units = gemm_tile_count(M, N, batch, 128, 192);
+// The two-warpgroup tile of the cta path (the persistent kernel, TMA): 128 x 96, 128 x 128 or
+// 128 x 192, whichever its waves times the time one of its k-tiles takes says is fastest. Those
+// times, with the CTAs of a wave all busy (H200, 2026-12-01, a wave walking 112 k-tiles, medians
+// of three runs): 128 x 96 37.2 us (1536 x 7168 at M = 1024, 128 units), 128 x 128 45.5 (96
+// units), 128 x 192 66.9 (576 x 7168 at M = 4096, 96 units); the 128 x 128 tile about 0.9x
+// where it stages its epilogue (at most GEMM_CTA_STAGED_MAX_KTILES; the others cannot:
+// registers, layout). A wider tile reads fewer bytes a FLOP and gives each consumer warp more
+// tensor work for the same loop, fold and barrier instructions; a narrower one fills more SMs
+// and splits into finer waves. Waves count as a fraction where the stream-K order would share
+// them evenly (128-column tiles, activations in L2: 576 x 7168 at M = 4096 with 58.7 MB of them
+// ran 1.4x slower than its 1.21 waves predict). 128 x 96 for one dense product only, never in
+// stream-K order, and only on walks longer than GEMM_CTA_STAGED_MAX_KTILES k-tiles, where its
+// time was measured (it cannot stage its epilogue, which weighs more on short walks; where it
+// takes as many waves as the others it always wins). Measured choices
+// (us, before -> after): 1536 x 7168 M = 1024 45.5 -> 37.2 (128 x 96), 576 x 7168 M = 2048 47.5 ->
+// 36.9 (128 x 96), 1536 x 7168 M = 4096 139.5 -> 130.8 (128 x 192), 3072 x 2048 M = 1024 32.8 ->
+// 28.0 (128 x 192); kept 128 x 128 where the others need more waves (2048 x 2048, 7168 x 16384
+// at M = 256: 95.5 us against 123.3 on 128 x 192).
+#define GEMM_CTA_KTILE_COST_96 33
+#define GEMM_CTA_KTILE_COST_128 41
+#define GEMM_CTA_KTILE_COST_128_STAGED 37
+#define GEMM_CTA_KTILE_COST_192 60
+static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, int num_sms) {
+    const long units = gemm_tile_count(M, N, batch, 128, 128);
     const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
     const bool even_share = gemm_stream_k(units, num_sms, M, N, K) && 2L * M * K * batch <= GEMM_STREAM_K_MAX_W_BYTES;
     const long tenths = even_share ? units * 10 / num_sms : (units + num_sms - 1) / num_sms * 10;
-    const long wide_waves = (wide_units + num_sms - 1) / num_sms;
-    return 14 * wide_waves * 10 < tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? 9 : 10);
+    const long waves_192 = (gemm_tile_count(M, N, batch, 128, 192) + num_sms - 1) / num_sms;
+    const long waves_96 = (gemm_tile_count(M, N, batch, 128, 96) + num_sms - 1) / num_sms;
+    const long cost_128 = tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? GEMM_CTA_KTILE_COST_128_STAGED
+                                                                          : GEMM_CTA_KTILE_COST_128);
+    const long cost_192 = waves_192 * 10 * GEMM_CTA_KTILE_COST_192, cost_96 = waves_96 * 10 * GEMM_CTA_KTILE_COST_96;
+    enum gemm_tile best = cost_192 < cost_128 ? TILE_128x192 : TILE_128x128;
+    const long best_cost = cost_192 < cost_128 ? cost_192 : cost_128;
+    const bool long_walk = k_tiles > GEMM_CTA_STAGED_MAX_KTILES;  // where its cost was measured
+    return batch == 1 && long_walk && cost_96 < best_cost ? TILE_128x96 : best;
 }
 
-// One CTA walking every split of a bm x 96 tile instead of a bm x 128 one (bm = 64 or 128), where
-// the 128-column tiles leave SMs idle: more CTAs, each reading 11-17% more bytes a FLOP, which
-// pays while they all still run at once and the narrower tiles waste no more columns (576
-// columns: five tiles of 128, the last half empty, or six of 96). H200, medians of three bench
-// runs: 576 x 7168 at M = 1024 35.7 -> 26.6 us (80 CTAs of 64 x 128 walking 112 k-tiles each, or
-// 96 of 64 x 96), 3072 x 2048 at M = 256 13.7 -> 13.2.
-static inline bool gemm_cta_narrow_wins(int M, int N, int batch, int bm, int num_sms) {
-    const long units = gemm_tile_count(M, N, batch, bm, 128), narrow_units = gemm_tile_count(M, N, batch, bm, 96);
+// One CTA walking every split of a 64 x 96 tile instead of a 64 x 128 one, where the 64 x 128
+// tiles leave SMs idle: more CTAs, each reading 11% more bytes a FLOP, which pays while they all
+// still run at once and the narrower tiles waste no more columns (576 columns: five tiles of 128,
+// the last half empty, or six of 96). H200, medians of three bench runs: 576 x 7168 at M = 1024
+// 35.7 -> 26.6 us (80 CTAs of 64 x 128 walking 112 k-tiles each, or 96 of 64 x 96), 3072 x 2048
+// at M = 256 13.7 -> 13.2.
+static inline bool gemm_cta_narrow_wins(int M, int N, int batch, int num_sms) {
+    const long units = gemm_tile_count(M, N, batch, 64, 128), narrow_units = gemm_tile_count(M, N, batch, 64, 96);
     return units < num_sms && narrow_units > units && narrow_units <= num_sms && (N + 95) / 96 * 96 <= (N + 127) / 128 * 128;
 }
 
@@ -245,12 +266,10 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     const bool fuller_waves = M > 128 || big_tiles * small_waves >= small_tiles * big_waves;
     if ((big_tiles >= num_sms && fuller_waves) || (tma && big_waves < small_waves))
         pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
-    if (pl.tile == TILE_128x128 && pl.load == LOAD_TMA && gemm_cta_wide_wins(M, N, K, batch, num_sms))
-        pl.tile = TILE_128x192;
-    if (pl.mode == SPLIT_IN_CTA && pl.load == LOAD_TMA && batch == 1) {
-        if (pl.tile == TILE_64x128 && gemm_cta_narrow_wins(M, N, batch, 64, num_sms)) pl.tile = TILE_64x96;
-        if (pl.tile == TILE_128x128 && gemm_cta_narrow_wins(M, N, batch, 128, num_sms)) pl.tile = TILE_128x96;
-    }
+    if (pl.tile == TILE_128x128 && pl.load == LOAD_TMA) pl.tile = gemm_cta_wide_tile(M, N, K, batch, num_sms);
+    if (pl.tile == TILE_64x128 && pl.mode == SPLIT_IN_CTA && pl.load == LOAD_TMA && batch == 1 &&
+        gemm_cta_narrow_wins(M, N, batch, num_sms))
+        pl.tile = TILE_64x96;
     return pl;
 }
 
@@ -267,7 +286,7 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
     if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel
         const int bm = pl.tile == TILE_64x128 || pl.tile == TILE_64x96 ? 64 : 128, bn = gemm_tile_cols(pl.tile);
         const long units = gemm_tile_count(M, N, batch, bm, bn);
-        // 128-column instructions only. Not the 128 x 192 tiles: gemm_cta_wide_wins takes them
+        // 128-column instructions only. Not the 128 x 192 tiles: gemm_cta_wide_tile takes them
         // where they need fewer waves, never measured in stream-K order (which at 576 x 7168 and
         // M = 7000 would read 100 MB of activations at staggered k, the case that ran 1.4x slow
         // for 128 x 128). Not the 96-column ones: they fit one wave.

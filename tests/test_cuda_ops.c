@@ -289,9 +289,11 @@ static void test_gemm_split_k_rows(void **state) {
         {18048, 512},  // 141 column tiles: stream-K order at M <= 64 (132 SMs: 9 left for round 2)
         {576, 1536},   // 160 units of 128 x 128 at M = 4096, walking 4 splits in stream-K order
         {320, 1536},   // 128 x 192 cta tiles at M = 8192 whose second tile is a third empty
+        {2048, 2048},  // S = 5, odd: the two-chain 128 x 128 walk ends in its first chain
+        {576, 2048},   // S = 5 on 64 x 96 tiles at M = 513 and 1024
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
-    const int MMAX = 8192, f32_ms[] = {17, 4096};
+    const int MMAX = 8192, f32_ms[] = {17, 1024, 4096};  // 1024: the 96-column tiles' fp32 stores
 #ifdef INVAR_CUDA
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
     bool seen_last_cta = false, seen_reduce = false;  // who sums the small-M grid splits

@@ -7,9 +7,9 @@
 //     and the result is ((p_0 + p_1) + p_2) + ... in split order, fp32, starting from p_0
 //     itself (never +0 + p_0: that would turn an exact -0 into +0 on one path and not another;
 //     a running total that starts at -0 is exact, -0 + x = x for every x).
-//     The 128 x 192 tile's wgmma_m64n192k16 computes each element as the n = 128 instruction
-//     does (from its own row, column and accumulator): test_cuda_ops compares its rows with
-//     the other tiles' bit for bit.
+//     The 128 x 192 tile's wgmma_m64n192k16 and the 96-column tiles' wgmma_m64n96k16 compute
+//     each element as the n = 128 instruction does (from its own row, column and accumulator):
+//     test_cuda_ops compares their rows with the other tiles' bit for bit.
 // S depends on (N, K) only: never on M, never on the SM count queried at run time (the target
 // below is the H200's 132 written down as a constant, so the rule is the same on every card).
 // Everything else here (tile shape, whether the splits run on separate CTAs or one CTA walks
@@ -61,7 +61,7 @@ enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 // launch) or gemm_split_reduce_kernel adds them in split order.
 enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
-// Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 128 or 192 columns per wgmma):
+// Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 96, 128 or 192 columns per wgmma):
 //   64 x 128   one warpgroup: small M, and GRID splits up to M = 64
 //   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (two chains of 64
 //              accumulators + 64 of running total per thread; 128 x 256 would need 128 + 128
@@ -289,7 +289,7 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // 128-column instructions only. Not the 128 x 192 tiles: gemm_cta_wide_tile takes them
         // where they need fewer waves, never measured in stream-K order (which at 576 x 7168 and
         // M = 7000 would read 100 MB of activations at staggered k, the case that ran 1.4x slow
-        // for 128 x 128). Not the 96-column ones: they fit one wave.
+        // for 128 x 128). Nor the 96-column ones (never measured in that order).
         pl.stream_k = gemm_tile_cols(pl.tile) % 128 == 0 && gemm_stream_k(units, num_sms, M, N, K);
     }
     return pl;

@@ -94,12 +94,7 @@ struct mlaw_params {
 // itself spares 32 register moves per tile and keeps plain instructions off the accumulators
 // between wgmma fences (ptxas serializes wgmma when it sees them there: C7515).
 // %34: scale-d (0: d = A·B, 1: d += A·B); the two calls differ only in whether d is read.
-#define MLAW_M64N64K16_SS                                                                      \
-    "{\n"                                                                                       \
-    ".reg .pred p;\n"                                                                           \
-    "setp.ne.b32 p, %34, 0;\n"                                                                  \
-    "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLAW_REGS32 ", %32, %33, p, 1, 1, 0, 0;\n" \
-    "}\n"
+#define MLAW_M64N64K16_SS WGMMA_SS_BF16(64, MLAW_REGS32, 32, 33, 34)
 template <bool FIRST>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
     if (FIRST)

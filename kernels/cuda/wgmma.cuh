@@ -99,49 +99,46 @@ __device__ __forceinline__ void wgmma_hold(uint32_t (&a)[N]) {
 #define WGMMA_OUT16(d, i) WGMMA_OUT4(d, i), WGMMA_OUT4(d, (i) + 4), WGMMA_OUT4(d, (i) + 8), WGMMA_OUT4(d, (i) + 12)
 #define WGMMA_OUT32(d, i) WGMMA_OUT16(d, i), WGMMA_OUT16(d, (i) + 16)
 
+// The PTX of one K-major x K-major bf16 wgmma into fp32 accumulators, d = A(64x16) * B(Nx16)ᵀ
+// (+ d when the SCALE operand is nonzero): REGS the accumulators' operand list, A, B and SCALE
+// the operand numbers after it.
+#define WGMMA_SS_BF16(N, REGS, A, B, SCALE)                                              \
+    "{\n"                                                                                \
+    ".reg .pred p;\n"                                                                    \
+    "setp.ne.b32 p, %" #SCALE ", 0;\n"                                                   \
+    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS ", %" #A ", %" #B   \
+    ", p, 1, 1, 0, 0;\n"                                                                 \
+    "}\n"
+// Accumulator operand lists: 48, 64 or 96 floats a thread ({%0,...,%N-1}).
+#define WGMMA_OPERANDS_0_47                                                                      \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"     \
+    "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
+#define WGMMA_OPERANDS_48_63 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define WGMMA_OPERANDS_64_95                                                                     \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"                           \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95"
+#define WGMMA_REGS48 "{" WGMMA_OPERANDS_0_47 "}"
+#define WGMMA_REGS64 "{" WGMMA_OPERANDS_0_47 "," WGMMA_OPERANDS_48_63 "}"
+#define WGMMA_REGS96 "{" WGMMA_OPERANDS_0_47 "," WGMMA_OPERANDS_48_63 "," WGMMA_OPERANDS_64_95 "}"
+
 // d += A(64x16, desc_a) * B(128x16, desc_b)ᵀ, both K-major, accumulated in fp32.
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32)
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+    asm volatile(WGMMA_SS_BF16(128, WGMMA_REGS64, 64, 65, 66)
+                 : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32)
+                 : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 // d += A(64x16, desc_a) * B(192x16, desc_b)ᵀ: the 128-column instruction's per-element
 // arithmetic (each element from its own A row, B column and accumulator) over 192 columns.
 __device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[96], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %98, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-        "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,"
-        "%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, "
-        "%96, %97, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32), WGMMA_ACC32(d, 64)
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+    asm volatile(WGMMA_SS_BF16(192, WGMMA_REGS96, 96, 97, 98)
+                 : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32), WGMMA_ACC32(d, 64)
+                 : "l"(desc_a), "l"(desc_b), "r"(1));
 }
-
 // d += A(64x16, desc_a) * B(96x16, desc_b)ᵀ: the same per-element arithmetic over 96 columns.
 __device__ __forceinline__ void wgmma_m64n96k16_bf16(float (&d)[48], uint64_t desc_a, uint64_t desc_b) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %50, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-        "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
-        "%48, %49, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : WGMMA_ACC32(d, 0), WGMMA_ACC16(d, 32)
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+    asm volatile(WGMMA_SS_BF16(96, WGMMA_REGS48, 48, 49, 50)
+                 : WGMMA_ACC32(d, 0), WGMMA_ACC16(d, 32)
+                 : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
 // The K-major bf16 instruction of WN columns (96, 128 or 192): d holds WN / 2 floats a thread.

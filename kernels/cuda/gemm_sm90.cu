@@ -623,11 +623,6 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                     if constexpr (TOTAL) total[i][e] = GEMM_TOTAL_START;
                 }
         }
-        // IN_CTA: the split kt_begin lies in (a tail may start inside any), and where it ends
-        int split = 0;
-        if constexpr (TOTAL && stream)
-            while (gemm_split_begin(split + 1, splits, KT) <= work.kt_begin) split++;
-        int split_end = TOTAL ? gemm_split_begin(split + 1, splits, KT) : work.kt_end;
         if constexpr (TWO_CHAINS) {
             // A whole unit (round robin): split s into acc (s even) or acc2 (s odd); split s - 1
             // goes into the total once split s's first k-tile has retired its wgmma, which
@@ -668,6 +663,11 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             if (splits & 1) fold_split<NI, WN>(total, acc);
             else fold_split<NI, WN>(total, acc2);
         } else {
+            // IN_CTA: the split kt_begin lies in (a tail may start inside any), and where it ends
+            int split = 0;
+            if constexpr (TOTAL && stream)
+                while (gemm_split_begin(split + 1, splits, KT) <= work.kt_begin) split++;
+            int split_end = TOTAL ? gemm_split_begin(split + 1, splits, KT) : work.kt_end;
             // Not unrolled: a peeled first k-tile copied the accumulators while its wgmma were
             // in flight, and ptxas serialized them (warning C7514 on a 64 x 128 GRID instantiation).
 #pragma unroll 1

@@ -196,10 +196,15 @@ static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, 
     const long cost_128 = tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? GEMM_CTA_KTILE_COST_128_STAGED
                                                                           : GEMM_CTA_KTILE_COST_128);
     const long cost_192 = waves_192 * 10 * GEMM_CTA_KTILE_COST_192, cost_96 = waves_96 * 10 * GEMM_CTA_KTILE_COST_96;
-    enum gemm_tile best = cost_192 < cost_128 ? TILE_128x192 : TILE_128x128;
-    const long best_cost = cost_192 < cost_128 ? cost_192 : cost_128;
+    enum gemm_tile best = TILE_128x128;
+    long best_cost = cost_128;
+    if (cost_192 < best_cost) {
+        best = TILE_128x192;
+        best_cost = cost_192;
+    }
     const bool long_walk = k_tiles > GEMM_CTA_STAGED_MAX_KTILES;  // where its cost was measured
-    return batch == 1 && long_walk && cost_96 < best_cost ? TILE_128x96 : best;
+    if (batch == 1 && long_walk && cost_96 < best_cost) best = TILE_128x96;
+    return best;
 }
 
 // One CTA walking every split of a 64 x 96 tile instead of a 64 x 128 one, where the 64 x 128
@@ -276,6 +281,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
 static inline int gemm_tile_cols(enum gemm_tile t) {
     return t == TILE_128x256 ? 256 : t == TILE_128x192 ? 192 : t == TILE_64x96 || t == TILE_128x96 ? 96 : 128;
 }
+static inline int gemm_tile_rows(enum gemm_tile t) { return t == TILE_64x128 || t == TILE_64x96 ? 64 : 128; }
 
 // tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
 // gathered rows, aligned, a driver entry point). num_sms: the device's, for the tile choice and
@@ -284,8 +290,7 @@ static inline int gemm_tile_cols(enum gemm_tile t) {
 static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     gemm_plan pl = gemm_plan_tiles(M, N, K, batch, aligned, tma, num_sms);
     if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel
-        const int bm = pl.tile == TILE_64x128 || pl.tile == TILE_64x96 ? 64 : 128, bn = gemm_tile_cols(pl.tile);
-        const long units = gemm_tile_count(M, N, batch, bm, bn);
+        const long units = gemm_tile_count(M, N, batch, gemm_tile_rows(pl.tile), gemm_tile_cols(pl.tile));
         // 128-column instructions only. Not the 128 x 192 tiles: gemm_cta_wide_tile takes them
         // where they need fewer waves, never measured in stream-K order (which at 576 x 7168 and
         // M = 7000 would read 100 MB of activations at staggered k, the case that ran 1.4x slow

@@ -309,74 +309,68 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
     }
 }
 
-// One block per (token, head) merges the token's own n splits. Max and denominator: each
-// thread folds splits tid, tid+128, ... ascending, then a fixed xor tree and the 4 warps in
-// order; outputs: every split's weight e^(m_s - m) staged in shared memory, each column
-// summed over s ascending (o = fma(o_s, w_s, o)). All of it fixed by n, which only the token's
-// position sets.
+// One block per (token, head) merges the token's own n splits, n fixed by the token's
+// position alone; thread tid owns columns 4 tid .. 4 tid + 3:
+//   m = max over s of m_s                                         (exact in any order)
+//   for s = 0 .. n - 1 ascending: w = e^(m_s - m), d = fma(l_s, w, d), o = fma(o_s, w, o)
+//   out = bf16(o / d)
+// Every thread computes m and d itself from the n (m_s, l_s) pairs (broadcast loads): no fold
+// across threads and no barrier. The merge runs after the split grid has ended, so its time is
+// a chain of load latencies: the splits' loads go out CHUNK at a time, and a token of up to
+// CHUNK splits waits for memory once. CHUNK follows the batch's longest token (registers, so
+// blocks per SM); the order of the sums does not depend on it.
 #define MERGE_THREADS 128
-#define MERGE_CHUNK 256      // split weights staged per pass
-__device__ __forceinline__ float block_fold(float v, float *red, bool is_max) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float u = __shfl_xor_sync(0xffffffffu, v, o);
-        v = is_max ? fmaxf(v, u) : v + u;
-    }
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-    __syncthreads();
-    float r = is_max ? fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])) : (red[0] + red[1]) + (red[2] + red[3]);
-    __syncthreads();  // red is reused by the next fold
-    return r;
-}
-
+template <int CHUNK>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
-    __shared__ float red[MERGE_THREADS / 32];
-    __shared__ float weight[MERGE_CHUNK];
-    pdl_wait_predecessor();  // launched while the split kernel still runs (pdl.cuh)
     const mla_attention_args &a = p.a;
     const int th = blockIdx.x, t = th / a.H, h = th % a.H, L = a.L, tid = threadIdx.x;
+    // The position is the split kernel's input, not its output (that kernel was launched
+    // plainly, after whatever wrote it), so it is read before waiting for the split grid.
+    const int pos = a.token_pos[t];
+    pdl_wait_predecessor();  // launched while the split kernel still runs (pdl.cuh)
     // max_seq_len covers every token_pos (ops.h), so n <= nsplit; the min keeps a caller's
     // mistake from reading another token's partials.
-    const int n = min((a.token_pos[t] + 1 + p.split_size - 1) / p.split_size, p.nsplit);
+    const int n = min((pos + p.split_size) / p.split_size, p.nsplit);
+    if (4 * tid >= L) return;
     const long base = (long)th * p.nsplit;
     const float2 *ml = p.ml_part + base;
-
-    float m = -INFINITY;
-    for (int s = tid; s < n; s += MERGE_THREADS) m = fmaxf(m, ml[s].x);
-    m = block_fold(m, red, true);
-    float d = 0.0f;
-    for (int s = tid; s < n; s += MERGE_THREADS) d += ml[s].y * expf(ml[s].x - m);
-    const float denom = block_fold(d, red, false);
-
-    // Thread tid owns columns 4 tid .. 4 tid + 3 (L <= 4 * MERGE_THREADS): one 16-byte load per
-    // split, eight splits' loads in flight (a lone token's merge is a chain of load latencies).
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const bool mine = 4 * tid < L;
     const float4 *o = (const float4 *)(p.o_part + base * L) + tid;
-    for (int s0 = 0; s0 < n; s0 += MERGE_CHUNK) {
-        const int len = min(MERGE_CHUNK, n - s0);
-        for (int s = tid; s < len; s += MERGE_THREADS) weight[s] = expf(ml[s0 + s].x - m);
-        __syncthreads();
-        if (mine) {
-#pragma unroll 8
-            for (int s = 0; s < len; s++) {
-                const float w = weight[s];
-                const float4 os = o[(long)(s0 + s) * (L / 4)];
-                v.x = fmaf(os.x, w, v.x);
-                v.y = fmaf(os.y, w, v.y);
-                v.z = fmaf(os.z, w, v.z);
-                v.w = fmaf(os.w, w, v.w);
+    float2 mls[CHUNK];
+    float4 os[CHUNK];
+    auto load_chunk = [&](int s0) {
+#pragma unroll
+        for (int k = 0; k < CHUNK; k++)
+            if (s0 + k < n) {
+                mls[k] = ml[s0 + k];
+                os[k] = o[(long)(s0 + k) * (L / 4)];
             }
-        }
-        __syncthreads();  // weight is refilled by the next chunk
+    };
+    load_chunk(0);
+    float m = -INFINITY;
+    for (int s = CHUNK; s < n; s++) m = fmaxf(m, ml[s].x);
+#pragma unroll
+    for (int k = 0; k < CHUNK; k++)
+        if (k < n) m = fmaxf(m, mls[k].x);
+    float d = 0.0f;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = 0; s0 < n; s0 += CHUNK) {
+        if (s0 > 0) load_chunk(s0);
+#pragma unroll
+        for (int k = 0; k < CHUNK; k++)
+            if (s0 + k < n) {
+                const float w = expf(mls[k].x - m);
+                d = fmaf(mls[k].y, w, d);
+                v.x = fmaf(os[k].x, w, v.x);
+                v.y = fmaf(os[k].y, w, v.y);
+                v.z = fmaf(os[k].z, w, v.z);
+                v.w = fmaf(os[k].w, w, v.w);
+            }
     }
-    if (mine) {
-        uint16_t *out = a.out + t * a.ld_out + (long)h * L + 4 * tid;
-        out[0] = float_to_bf16(v.x / denom);
-        out[1] = float_to_bf16(v.y / denom);
-        out[2] = float_to_bf16(v.z / denom);
-        out[3] = float_to_bf16(v.w / denom);
-    }
+    uint16_t *out = a.out + t * a.ld_out + (long)h * L + 4 * tid;
+    out[0] = float_to_bf16(v.x / d);
+    out[1] = float_to_bf16(v.y / d);
+    out[2] = float_to_bf16(v.z / d);
+    out[3] = float_to_bf16(v.w / d);
 }
 
 // Every 8-value piece of q_lat and q_pe 16-byte aligned: the tensor-core kernels copy Q by cp.async.
@@ -441,7 +435,15 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
         mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else
         mla_mma_split_launch(c, &p);
-    pdl_launch(c, mla_merge_kernel, dim3((unsigned)(a->T * a->H)), dim3(MERGE_THREADS), 0, "mla_attention merge", p);
+    const dim3 merge_grid((unsigned)(a->T * a->H));
+    if (p.nsplit <= 2)
+        pdl_launch(c, mla_merge_kernel<2>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);
+    else if (p.nsplit <= 4)
+        pdl_launch(c, mla_merge_kernel<4>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);
+    else if (p.nsplit <= 8)
+        pdl_launch(c, mla_merge_kernel<8>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);
+    else
+        pdl_launch(c, mla_merge_kernel<16>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);
 }
 
 // The 16-head mma.sync split kernel (any device this build runs on).

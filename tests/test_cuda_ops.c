@@ -704,6 +704,37 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
         free(rq_pe);
     }
 
+    {  // the tokens of sequences 0 and 1 (at most 2 splits each) alone: at 16 heads and 90-odd
+       // tokens, more units than SMs, so the wgmma16 kernel takes whole tokens and merges them
+       // itself; in the full batch (4 splits) the merge kernel merged them. The same bits.
+        int *idx = invar_malloc((size_t)T * sizeof(int), "short tokens"), n = 0;
+        for (int t = 0; t < T; t++)
+            if (tseq[t] <= 1) idx[n++] = t;
+        mla_case sub = c;
+        sub.T = n;
+        sub.tseq = invar_malloc((size_t)n * 4, "short sequences");
+        sub.tpos = invar_malloc((size_t)n * 4, "short positions");
+        sub.q_lat = invar_malloc((size_t)n * per_tok * 2, "short q_lat");
+        sub.q_pe = invar_malloc((size_t)n * H * R * 2, "short q_pe");
+        for (int k = 0; k < n; k++) {
+            sub.tseq[k] = tseq[idx[k]];
+            sub.tpos[k] = tpos[idx[k]];
+            memcpy(sub.q_lat + k * per_tok, q_lat + idx[k] * per_tok, (size_t)per_tok * 2);
+            memcpy(sub.q_pe + (long)k * H * R, q_pe + (long)idx[k] * H * R, (size_t)H * R * 2);
+        }
+        mla_run(s->inv, &sub, part);
+        assert_written16(part, (long)n * per_tok);
+        for (int k = 0; k < n; k++)
+            if (memcmp(part + k * per_tok, out + idx[k] * per_tok, (size_t)per_tok * 2) != 0)
+                fail_msg("mla_attention H=%d: token %d (position %d) differs among the %d tokens of the two "
+                         "short sequences", H, idx[k], tpos[idx[k]], n);
+        free(idx);
+        free(sub.tseq);
+        free(sub.tpos);
+        free(sub.q_lat);
+        free(sub.q_pe);
+    }
+
     // Splits of 192 positions (a backend's kv_split_size): split edges off the 512 grid;
     // accurate, and a token alone equals the batch.
     mla_case c192 = c;

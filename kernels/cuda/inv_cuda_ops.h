@@ -54,9 +54,11 @@ void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_
                             float *o_part, float2 *ml_part);
 // 16 heads a work unit on sm_90a (mla_attention_wgmma16.cu): H % 16 == 0 where the 64-head
 // kernel does not take the shape, the same latent layout, blocks and splits; the same partials.
+// Tokens of at most the returned split count it merges and writes itself (the merge kernel's
+// arithmetic); the merge kernel takes the rest.
 bool mla_wgmma16_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size);
-void mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
-                              float *o_part, float2 *ml_part);
+int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
+                             float *o_part, float2 *ml_part);
 void inv_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a);
 void inv_cuda_merge_attention(ops_set *ops, const merge_attention_args *a);
 void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a);

@@ -49,6 +49,7 @@ struct mla_params {
     bool tile_in_block;      // every 32-position tile lies inside one cache block
     float *o_part;           // [T][H][nsplit][L] unnormalized outputs
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
+    int merged_max_n;        // tokens of at most this many splits: merged by the split kernel
 };
 
 __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p) {
@@ -318,7 +319,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 // across threads and no barrier. The merge runs after the split grid has ended, so its time is
 // a chain of load latencies: the splits' loads go out CHUNK at a time, and a token of up to
 // CHUNK splits waits for memory once. CHUNK follows the batch's longest token (registers, so
-// blocks per SM); the order of the sums does not depend on it.
+// blocks per SM); the order of the sums does not depend on it. Tokens of at most merged_max_n
+// splits were merged by the split kernel, in these operations (mla_attention_wgmma16.cu).
 #define MERGE_THREADS 128
 template <int CHUNK>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     // max_seq_len covers every token_pos (ops.h), so n <= nsplit; the min keeps a caller's
     // mistake from reading another token's partials.
     const int n = min((pos + p.split_size) / p.split_size, p.nsplit);
-    if (4 * tid >= L) return;
+    if (n <= p.merged_max_n || 4 * tid >= L) return;
     const long base = (long)th * p.nsplit;
     const float2 *ml = p.ml_part + base;
     const float4 *o = (const float4 *)(p.o_part + base * L) + tid;
@@ -429,12 +431,14 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
 
     // On sm_90a: 64 heads a CTA for many heads, 16 for the rest (mla_attention_wgmma*.cu), a
     // shape choice too; the same partials, the same merge.
+    p.merged_max_n = 0;
     if (mla_wgmma_supported(c, a, split_size))
         mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else if (mla_wgmma16_supported(c, a, split_size))
-        mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
+        p.merged_max_n = mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else
         mla_mma_split_launch(c, &p);
+    if (p.nsplit <= p.merged_max_n) return;  // every token merged by the split kernel
     const dim3 merge_grid((unsigned)(a->T * a->H));
     if (p.nsplit <= 2)
         pdl_launch(c, mla_merge_kernel<2>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);

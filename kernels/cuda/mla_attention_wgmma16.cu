@@ -77,15 +77,19 @@ struct mlan_params {
     mla_attention_args a;
     int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
     int head_groups;         // H / 16
-    long units;              // T x nsplit x head_groups, head group fastest
+    long units;              // T x nsplit x head_groups (whole_tokens: T x head_groups), head group fastest
+    bool whole_tokens;       // a unit is all of a token's splits (at most 2), finished here
     bool q_aligned;          // q rows in 16-byte pieces (cp.async) or value by value
     float *o_part;           // [T][H][nsplit][L] unnormalized outputs
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
 };
 
-// One unit's token, split, head group and positions [start, end).
+// One unit's token, split, head group and positions [start, end); n: the token's split count;
+// whole: the unit holds all n of them (a token of one split, or whole_tokens), so this kernel
+// merges them and writes the output, not partials.
 struct mlan_unit {
-    int t, split, hg, seq, start, end, ntiles;
+    int t, split, hg, seq, start, end, ntiles, n;
+    bool whole;
 };
 
 // A CTA's walk over its units: the current one and, read ahead, the token position and
@@ -102,18 +106,20 @@ struct mlan_walk {
 __device__ __forceinline__ bool mlan_unit_of(const mlan_params &p, long u, int pos, int seq, mlan_unit &w) {
     w.hg = (int)(u % p.head_groups);
     const long ts = u / p.head_groups;
-    w.split = (int)(ts % p.nsplit);
-    w.t = (int)(ts / p.nsplit);
+    w.split = p.whole_tokens ? 0 : (int)(ts % p.nsplit);
+    w.t = (int)(p.whole_tokens ? ts : ts / p.nsplit);
     w.seq = seq;
+    w.n = min((pos + p.split_size) / p.split_size, p.nsplit);  // as mla_merge_kernel counts
+    w.whole = p.whole_tokens || w.n == 1;
     w.start = w.split * p.split_size;
     if (w.start > pos) return false;
-    w.end = min(w.start + p.split_size, pos + 1);
+    w.end = w.whole ? pos + 1 : min(w.start + p.split_size, pos + 1);
     w.ntiles = (w.end - w.start + MLAN_TILE - 1) / MLAN_TILE;
     return true;
 }
 
 __device__ __forceinline__ int mlan_token_of(const mlan_params &p, long u) {
-    return (int)(u / ((long)p.head_groups * p.nsplit));
+    return (int)(u / ((long)p.head_groups * (p.whole_tokens ? 1 : p.nsplit)));
 }
 
 __device__ __forceinline__ void mlan_read_ahead(const mlan_params &p, mlan_walk &k) {
@@ -156,6 +162,24 @@ __device__ __forceinline__ int mlan_tile_row(const mla_attention_args &a, const 
     const int p0 = w.start + i * MLAN_TILE;
     return (int)((long)a.block_table[(long)w.seq * a.max_blocks_per_seq + p0 / a.block_size] * a.block_size +
                  p0 % a.block_size);
+}
+
+// A split's sum per head for this thread's 4 heads: l = ((l_0 + l_1) + l_2) + l_3 over the
+// warps' l_w (warpgroup 0's copy; both hold the same). Barriers on both sides: red_sum is free
+// again on return.
+__device__ __forceinline__ void mlan_split_sums(int wg, int warp, int r, int q, const float (&l_run)[4],
+                                                float (*red_sum)[MLAN_HEADS], float (&l)[4]) {
+    if (wg == 0 && r == 0) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) red_sum[warp][8 * (c >> 1) + 2 * q + (c & 1)] = l_run[c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int h = 8 * (c >> 1) + 2 * q + (c & 1);
+        l[c] = ((red_sum[0][h] + red_sum[1][h]) + red_sum[2][h]) + red_sum[3][h];
+    }
+    __syncthreads();
 }
 
 // Sᵀ = K(64x16, K-major) · Q(16x16, K-major)ᵀ (FIRST: the chain's first step, scale-d = 0, d
@@ -255,11 +279,31 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
         // This thread's 4 heads: c = 2j + e is head 8j + 2q + e. Both warpgroups hold the same
         // m and l (the same softmax on the same s), each its own columns of O.
         float m_run[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l_run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        // A whole unit of two splits: split 0's O, max and sum while split 1 runs.
+        float o_first[4][8], m_first[4], l_first[4];
         mlan_walk nw = cw;
         nw.u = p.units;
 
         for (int i = 0; i < w.ntiles; i++, g++) {
             const int st = g & 1, p0 = w.start + i * MLAN_TILE;
+            if (i > 0 && p0 % p.split_size == 0) {
+                // A whole unit's second split (whole_tokens: n <= 2) starts: split 0 is done,
+                // its state set aside and the running state started afresh, as for a unit.
+                mlan_split_sums(wg, warp, r, q, l_run, red_sum, l_first);
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    m_first[c] = m_run[c];
+                    m_run[c] = -INFINITY;
+                    l_run[c] = 0.0f;
+                }
+#pragma unroll
+                for (int mb = 0; mb < 4; mb++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        o_first[mb][e] = o[mb][e];
+                        o[mb][e] = 0.0f;
+                    }
+            }
             const uint32_t parity = (uint32_t)(g >> 1) & 1u;
             uint8_t *kv = sKV + st * MLAN_TILE_BYTES;
             if (p0 + MLAN_TILE > w.end) {
@@ -403,25 +447,50 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
             }
         }
 
-        // Partials: Oᵀ as o_part[t][h][split][dim], (m, l) per head (warpgroup 0's copy).
-        if (wg == 0 && r == 0) {
+        float l_last[4];
+        mlan_split_sums(wg, warp, r, q, l_run, red_sum, l_last);
+        if (w.whole) {
+            // The token's n splits merged as mla_merge_kernel merges them (the same operations
+            // in the same order, so the same bits as a batch in which that kernel merges):
+            // m = max of the splits' maxima; for s ascending w = e^(m_s - m), d = fma(l_s, w, d),
+            // o = fma(o_s, w, o); out = bf16(o / d).
 #pragma unroll
-            for (int c = 0; c < 4; c++) red_sum[warp][8 * (c >> 1) + 2 * q + (c & 1)] = l_run[c];
-        }
-        __syncthreads();
+            for (int c = 0; c < 4; c++) {
+                const int j = c >> 1, e = c & 1, h = w.hg * MLAN_HEADS + 8 * j + 2 * q + e;
+                float m = -INFINITY, w0 = 0.0f, d = 0.0f;
+                if (w.n == 2) m = fmaxf(m, m_first[c]);
+                m = fmaxf(m, m_run[c]);
+                if (w.n == 2) {
+                    w0 = expf(m_first[c] - m);
+                    d = fmaf(l_first[c], w0, d);
+                }
+                const float w1 = expf(m_run[c] - m);
+                d = fmaf(l_last[c], w1, d);
+                uint16_t *dst = a.out + w.t * a.ld_out + (long)h * MLAN_L + 256 * wg + 16 * warp + r;
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
-            const long row = ((long)w.t * a.H + w.hg * MLAN_HEADS + h) * p.nsplit + w.split;
-            float *dst = p.o_part + row * MLAN_L + 256 * wg + 16 * warp + r;
+                for (int mb = 0; mb < 4; mb++)
 #pragma unroll
-            for (int mb = 0; mb < 4; mb++) {
-                dst[64 * mb] = o[mb][4 * j + e];
-                dst[64 * mb + 8] = o[mb][4 * j + 2 + e];
+                    for (int half8 = 0; half8 < 2; half8++) {
+                        const int k = 4 * j + 2 * half8 + e;
+                        float v = 0.0f;
+                        if (w.n == 2) v = fmaf(o_first[mb][k], w0, v);
+                        v = fmaf(o[mb][k], w1, v);
+                        dst[64 * mb + 8 * half8] = float_to_bf16(v / d);
+                    }
             }
-            if (wg == 0 && warp == 0 && r == 0) {
-                const float l = ((red_sum[0][h] + red_sum[1][h]) + red_sum[2][h]) + red_sum[3][h];
-                p.ml_part[row] = make_float2(m_run[c], l);
+        } else {
+            // Partials: Oᵀ as o_part[t][h][split][dim], (m, l) per head, for the merge kernel.
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
+                const long row = ((long)w.t * a.H + w.hg * MLAN_HEADS + h) * p.nsplit + w.split;
+                float *dst = p.o_part + row * MLAN_L + 256 * wg + 16 * warp + r;
+#pragma unroll
+                for (int mb = 0; mb < 4; mb++) {
+                    dst[64 * mb] = o[mb][4 * j + e];
+                    dst[64 * mb + 8] = o[mb][4 * j + 2 + e];
+                }
+                if (wg == 0 && warp == 0 && r == 0) p.ml_part[row] = make_float2(m_run[c], l_last[c]);
             }
         }
         if (nw.u >= p.units) break;
@@ -441,14 +510,20 @@ bool mla_wgmma16_supported(const cuda_ctx *c, const mla_attention_args *a, int s
     return mla_wgmma_takes(c, a, split_size, MLAN_HEADS, (size_t)MLAN_SMEM_BYTES + 20480);
 }
 
-void mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
-                              float2 *ml_part) {
+int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
+                             float2 *ml_part) {
     mlan_params p;
     p.a = *a;
     p.split_size = split_size;
     p.nsplit = nsplit;
     p.head_groups = a->H / MLAN_HEADS;
+    // Whole tokens as units once tokens of at most two splits outnumber the CTAs: a CTA then
+    // walks two splits at the most either way, and no partials or merge launch are needed.
+    // A schedule choice: a token's bits are the same either way (the merge below is the merge
+    // kernel's).
     p.units = (long)a->T * nsplit * p.head_groups;
+    p.whole_tokens = nsplit <= 2 && p.units > c->num_sms;
+    if (p.whole_tokens) p.units = (long)a->T * p.head_groups;
     p.q_aligned = mla_q_aligned(a);
     p.o_part = o_part;
     p.ml_part = ml_part;
@@ -460,4 +535,5 @@ void mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int spli
     const long grid = p.units < c->num_sms ? p.units : c->num_sms;
     mla_wgmma16_split_kernel<<<(unsigned)grid, MLAN_THREADS, MLAN_SMEM_BYTES, c->stream>>>(p, tmap);
     CUDA_CHECK_LAUNCH("mla_attention (wgmma16)");
+    return p.whole_tokens ? 2 : 1;
 }

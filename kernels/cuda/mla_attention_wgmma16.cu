@@ -165,8 +165,8 @@ __device__ __forceinline__ int mlan_tile_row(const mla_attention_args &a, const 
 }
 
 // A split's sum per head for this thread's 4 heads: l = ((l_0 + l_1) + l_2) + l_3 over the
-// warps' l_w (warpgroup 0's copy; both hold the same). Barriers on both sides: red_sum is free
-// again on return.
+// warps' l_w (warpgroup 0's copy; both hold the same). red_sum is written again only a tile
+// or more later, past the tile's block barrier.
 __device__ __forceinline__ void mlan_split_sums(int wg, int warp, int r, int q, const float (&l_run)[4],
                                                 float (*red_sum)[MLAN_HEADS], float (&l)[4]) {
     if (wg == 0 && r == 0) {
@@ -179,7 +179,6 @@ __device__ __forceinline__ void mlan_split_sums(int wg, int warp, int r, int q, 
         const int h = 8 * (c >> 1) + 2 * q + (c & 1);
         l[c] = ((red_sum[0][h] + red_sum[1][h]) + red_sum[2][h]) + red_sum[3][h];
     }
-    __syncthreads();
 }
 
 // Sᵀ = K(64x16, K-major) · Q(16x16, K-major)ᵀ (FIRST: the chain's first step, scale-d = 0, d
@@ -211,6 +210,9 @@ __device__ __forceinline__ void mlan_wg_sync(int wg) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
 
+// WHOLE = p.whole_tokens (a template argument so that the walk over splits does not hold
+// registers for a second split it never has).
+template <bool WHOLE>
 __global__ void __launch_bounds__(MLAN_THREADS, 1)
 mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap_kv) {
 #if INVAR_WGMMA
@@ -286,7 +288,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
 
         for (int i = 0; i < w.ntiles; i++, g++) {
             const int st = g & 1, p0 = w.start + i * MLAN_TILE;
-            if (i > 0 && p0 % p.split_size == 0) {
+            if (WHOLE && i > 0 && p0 % p.split_size == 0) {
                 // A whole unit's second split (whole_tokens: n <= 2) starts: split 0 is done,
                 // its state set aside and the running state started afresh, as for a unit.
                 mlan_split_sums(wg, warp, r, q, l_run, red_sum, l_first);
@@ -458,9 +460,10 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
             for (int c = 0; c < 4; c++) {
                 const int j = c >> 1, e = c & 1, h = w.hg * MLAN_HEADS + 8 * j + 2 * q + e;
                 float m = -INFINITY, w0 = 0.0f, d = 0.0f;
-                if (w.n == 2) m = fmaxf(m, m_first[c]);
+                const bool two = WHOLE && w.n == 2;
+                if (two) m = fmaxf(m, m_first[c]);
                 m = fmaxf(m, m_run[c]);
-                if (w.n == 2) {
+                if (two) {
                     w0 = expf(m_first[c] - m);
                     d = fmaf(l_first[c], w0, d);
                 }
@@ -473,7 +476,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                     for (int half8 = 0; half8 < 2; half8++) {
                         const int k = 4 * j + 2 * half8 + e;
                         float v = 0.0f;
-                        if (w.n == 2) v = fmaf(o_first[mb][k], w0, v);
+                        if (two) v = fmaf(o_first[mb][k], w0, v);
                         v = fmaf(o[mb][k], w1, v);
                         dst[64 * mb + 8 * half8] = float_to_bf16(v / d);
                     }
@@ -529,11 +532,12 @@ int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split
     p.ml_part = ml_part;
 
     const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAN_TILE);
-    cuda_kernel_smem(c, (const void *)mla_wgmma16_split_kernel, MLAN_SMEM_BYTES, "mla_attention");
+    auto kernel = p.whole_tokens ? mla_wgmma16_split_kernel<true> : mla_wgmma16_split_kernel<false>;
+    cuda_kernel_smem(c, (const void *)kernel, MLAN_SMEM_BYTES, "mla_attention");
     // Persistent: one CTA per SM at most (the shared memory allows no second), each walking
     // units blockIdx.x, + gridDim.x, ...: which CTA computes a unit never changes its bits.
     const long grid = p.units < c->num_sms ? p.units : c->num_sms;
-    mla_wgmma16_split_kernel<<<(unsigned)grid, MLAN_THREADS, MLAN_SMEM_BYTES, c->stream>>>(p, tmap);
+    kernel<<<(unsigned)grid, MLAN_THREADS, MLAN_SMEM_BYTES, c->stream>>>(p, tmap);
     CUDA_CHECK_LAUNCH("mla_attention (wgmma16)");
     return p.whole_tokens ? 2 : 1;
 }

@@ -5,12 +5,13 @@
 // (MLA_SPLIT_SIZE positions, aligned to absolute position 0), so a token's splits depend only
 // on its own position; within a split, tiles of 32 positions, also aligned, are folded by the
 // online softmax in ascending order. A second kernel merges the token's splits in ascending
-// order. Nothing in a row's reduction depends on the batch: T, other tokens' lengths and
+// order (or the 16-head sm_90a split kernel does, in the same operations, for a token whose
+// splits one of its units holds). Nothing in a row's reduction depends on the batch: T, other tokens' lengths and
 // max_seq_len only size the grid and the scratch layout. On sm_90a, a multiple of 64 heads
 // with L = 512, R = 64 and blocks and splits of multiples of 64 positions take
 // mla_attention_wgmma.cu's split kernel instead (a shape choice: mla_wgmma_supported), and
 // other multiples of 16 heads with that latent layout mla_attention_wgmma16.cu's
-// (mla_wgmma16_supported), into the same partials and the same merge.
+// (mla_wgmma16_supported), into the same partials and the same merge arithmetic.
 //
 // Per tile, 8 warps:  S = Q·Kᵀ (16 heads x 32 positions): warp w takes positions 8*(w%4).. and
 // one half of the L+R dims (w/4), as two m16n8k16 chains (even and odd k16 steps); S is
@@ -318,8 +319,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 // Every thread computes m and d itself from the n (m_s, l_s) pairs (broadcast loads): no fold
 // across threads and no barrier. The merge runs after the split grid has ended, so its time is
 // a chain of load latencies: the splits' loads go out CHUNK at a time, and a token of up to
-// CHUNK splits waits for memory once. CHUNK follows the batch's longest token (registers, so
-// blocks per SM); the order of the sums does not depend on it. Tokens of at most merged_max_n
+// CHUNK splits waits for memory once. CHUNK follows nsplit, the batch's longest sequence
+// (registers, so blocks per SM); the order of the sums does not depend on it. Tokens of at most merged_max_n
 // splits were merged by the split kernel, in these operations (mla_attention_wgmma16.cu).
 #define MERGE_THREADS 128
 template <int CHUNK>
@@ -430,7 +431,8 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     p.ml_part = (float2 *)(scratch + parts * (size_t)a->L * 4);
 
     // On sm_90a: 64 heads a CTA for many heads, 16 for the rest (mla_attention_wgmma*.cu), a
-    // shape choice too; the same partials, the same merge.
+    // shape choice too; the same partials and merge arithmetic (the 16-head kernel merges some
+    // tokens itself).
     p.merged_max_n = 0;
     if (mla_wgmma_supported(c, a, split_size))
         mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);

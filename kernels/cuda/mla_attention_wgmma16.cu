@@ -20,7 +20,8 @@
 // scheduler, 0.24 eligible); two halve each one's chain and give each scheduler a second warp.
 //
 // Work unit: 16 heads (a head group) of one query token x one KV split of mla_attention.cu (a
-// fixed size from absolute position 0), into its partials (o_part, ml_part) for its merge. The
+// fixed size from absolute position 0), into its partials (o_part, ml_part) for its merge, or
+// all of the token's splits (whole tokens, below). The
 // reduction order of one (token, head) row:
 //   for each 64-position tile of the split, ascending (tiles aligned to position 0):
 //     s_b = 4 k16 steps ascending over dims 64b .. 64b + 63, one fp32 chain from 0, b = 0..8
@@ -38,10 +39,11 @@
 // Whole tokens. A unit that holds all of its token's splits merges them itself, in the merge
 // kernel's operations and order (mla_attention.cu), and writes the output instead of
 // partials: a token of one split always; and a token of two (split 0 set aside in registers
-// while split 1 runs) when the batch's tokens have at most two splits and outnumber the SMs,
-// so that units are whole tokens (whole_tokens; a CTA walks two splits at the most either
-// way). Then no partials are written or read and no merge kernel is launched (B=128, 1k
-// context: 59 -> 49 us). Whether the merge kernel or this one merges a token follows the
+// while split 1 runs) when the batch's tokens have at most two splits and their split units
+// outnumber the SMs, so that units are whole tokens (whole_tokens: the busiest CTA walks at
+// most one split more than it would over split units, and as many while those are at most
+// twice the SMs). Then no partials are written or read and no merge kernel is launched (B=128,
+// 1k context: 59 -> 49 us). Whether the merge kernel or this one merges a token follows the
 // batch; its bits do not, since the operations are the same.
 //
 // Data movement. A CTA is persistent: it walks units blockIdx.x, + gridDim.x, ... (skipping
@@ -122,7 +124,8 @@ __device__ __forceinline__ bool mlan_unit_of(const mlan_params &p, long u, int p
     w.whole = p.whole_tokens || w.n == 1;
     w.start = w.split * p.split_size;
     if (w.start > pos) return false;
-    w.end = w.whole ? pos + 1 : min(w.start + p.split_size, pos + 1);
+    // A whole unit ends with its n-th split (n is clamped as the merge kernel clamps it).
+    w.end = min(w.whole ? w.n * p.split_size : w.start + p.split_size, pos + 1);
     w.ntiles = (w.end - w.start + MLAN_TILE - 1) / MLAN_TILE;
     return true;
 }
@@ -529,10 +532,10 @@ int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split
     p.split_size = split_size;
     p.nsplit = nsplit;
     p.head_groups = a->H / MLAN_HEADS;
-    // Whole tokens as units once tokens of at most two splits outnumber the CTAs: a CTA then
-    // walks two splits at the most either way, and no partials or merge launch are needed.
-    // A schedule choice: a token's bits are the same either way (the merge below is the merge
-    // kernel's).
+    // Whole tokens as units once the split units of tokens of at most two splits outnumber the
+    // SMs: the busiest CTA then walks at most one split more (none more up to twice the SMs),
+    // and no partials or merge launch are needed. A schedule choice: a token's bits are the
+    // same either way (the merge in the kernel is the merge kernel's).
     p.units = (long)a->T * nsplit * p.head_groups;
     p.whole_tokens = nsplit <= 2 && p.units > c->num_sms;
     if (p.whole_tokens) p.units = (long)a->T * p.head_groups;

@@ -2,7 +2,7 @@
 // its predecessor's output (a merge, a split-K reduce) is launched while the predecessor still
 // runs, so its launch and block start-up overlap the predecessor's tail instead of following
 // it. Changes no arithmetic: the dependent waits for the whole predecessor grid (and its
-// memory) before it reads or writes anything.
+// memory) before it reads anything the predecessor writes, and before it writes anything.
 #ifndef INVAR_KERNELS_CUDA_PDL_CUH
 #define INVAR_KERNELS_CUDA_PDL_CUH
 

@@ -602,22 +602,68 @@ static mla_case mla_sub_case(const mla_case *all, int t0, int n) {
     return c;
 }
 
+// The tokens idx[0 .. n) of `all` (repeats allowed) as a batch of their own; free with
+// mla_gathered_free.
+static mla_case mla_gather_case(const mla_case *all, const int *idx, int n) {
+    mla_case c = *all;
+    const long per_tok = (long)all->H * all->L, pe = (long)all->H * all->R;
+    c.T = n;
+    c.tseq = invar_malloc((size_t)n * 4, "gathered sequences");
+    c.tpos = invar_malloc((size_t)n * 4, "gathered positions");
+    c.q_lat = invar_malloc((size_t)n * per_tok * 2, "gathered q_lat");
+    c.q_pe = invar_malloc((size_t)n * pe * 2, "gathered q_pe");
+    for (int k = 0; k < n; k++) {
+        c.tseq[k] = all->tseq[idx[k]];
+        c.tpos[k] = all->tpos[idx[k]];
+        memcpy(c.q_lat + k * per_tok, all->q_lat + idx[k] * per_tok, (size_t)per_tok * 2);
+        memcpy(c.q_pe + k * pe, all->q_pe + idx[k] * pe, (size_t)pe * 2);
+    }
+    return c;
+}
+
+static void mla_gathered_free(mla_case *c) {
+    free(c->tseq);
+    free(c->tpos);
+    free(c->q_lat);
+    free(c->q_pe);
+}
+
+// Runs the tokens idx[0 .. n) of `all` as their own batch and requires each row to equal its
+// row in `all_out` (the output of `all`) bit for bit.
+static void mla_check_gathered(sets *s, const mla_case *all, const uint16_t *all_out, const int *idx, int n,
+                               const char *what) {
+    const long per_tok = (long)all->H * all->L;
+    mla_case sub = mla_gather_case(all, idx, n);
+    uint16_t *part = invar_malloc((size_t)n * per_tok * 2, "gathered out");
+    mla_run(s->inv, &sub, part);
+    assert_written16(part, (long)n * per_tok);
+    for (int k = 0; k < n; k++)
+        if (memcmp(part + k * per_tok, all_out + idx[k] * per_tok, (size_t)per_tok * 2) != 0)
+            fail_msg("mla_attention H=%d: token %d (position %d) differs among %s", all->H, idx[k],
+                     all->tpos[idx[k]], what);
+    free(part);
+    mla_gathered_free(&sub);
+}
+
 // H heads, L = 512, R = 64, 64-position blocks: on sm_90a a wgmma kernel (`want`: "wgmma", 64
 // heads a CTA, or "wgmma16", 16 heads a work unit). Sequences shorter than a tile, of lengths no
 // multiple of 64, of more than two 512-position splits; decode tokens and several tokens of one
 // sequence at different positions (prefill), at 0, tile edges (63, 64) and split edges (511,
-// 1023, 1535), then `extra` tokens at random positions (more work units than SMs: a persistent
+// 512, 1023, 1535), then `extra` tokens at random positions (more work units than SMs: a persistent
 // kernel walks several, skipping splits past their token). The cache past each sequence's end
 // holds NaNs: a kernel that let 0 * NaN into P·V would show it. Every row: written, equal
 // bitwise alone, inside the batch, in a batch in reverse order and with other sequences; close
-// to the float64 oracle. Then other split sizes (192: splits off the 512 grid) and 16-position
-// blocks (the mma.sync kernel: other bits, the same tolerance).
+// to the float64 oracle. The 16-head kernel merges some tokens itself (whole tokens of up to
+// two splits once their split units outnumber the SMs): such tokens, merged by it and by the
+// merge kernel, must agree. Then other split sizes (192: splits off the 512 grid; 64: more
+// splits than the merge kernel loads at once) and 16-position blocks (the mma.sync kernel:
+// other bits, the same tolerance).
 static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
-    enum { S = 4, L = 512, R = 64, W = L + R, MAXLEN = 1664, NAMED = 10 };
+    enum { S = 4, L = 512, R = 64, W = L + R, MAXLEN = 1664, NAMED = 11 };
     const int T = NAMED + extra;
     int32_t lens[S] = {37, 700, 1100, 1600};
-    const int32_t named_seq[NAMED] = {0, 0, 1, 1, 2, 2, 2, 2, 3, 3};
-    const int32_t named_pos[NAMED] = {0, 36, 511, 699, 63, 64, 1023, 1099, 1535, 1599};
+    const int32_t named_seq[NAMED] = {0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 1};
+    const int32_t named_pos[NAMED] = {0, 36, 511, 699, 63, 64, 1023, 1099, 1535, 1599, 512};
     int32_t *tseq = invar_malloc((size_t)T * 4, "token sequences"), *tpos = invar_malloc((size_t)T * 4, "positions");
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)H;
     for (int t = 0; t < T; t++) {
@@ -704,36 +750,14 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
         free(rq_pe);
     }
 
-    {  // the tokens of sequences 0 and 1 (at most 2 splits each) alone: at 16 heads and 90-odd
-       // tokens, more units than SMs, so the wgmma16 kernel takes whole tokens and merges them
-       // itself; in the full batch (4 splits) the merge kernel merged them. The same bits.
-        int *idx = invar_malloc((size_t)T * sizeof(int), "short tokens"), n = 0;
+    // The tokens of sequences 0 and 1 (at most 2 splits each) as their own batch, every one
+    // twice: more split units than SMs, so the 16-head kernel takes whole tokens and merges the
+    // two-split ones itself, which the merge kernel merged in the full batch (4 splits).
+    int *idx = invar_malloc((size_t)2 * T * sizeof(int), "short tokens"), n_short = 0;
+    for (int rep = 0; rep < 2; rep++)
         for (int t = 0; t < T; t++)
-            if (tseq[t] <= 1) idx[n++] = t;
-        mla_case sub = c;
-        sub.T = n;
-        sub.tseq = invar_malloc((size_t)n * 4, "short sequences");
-        sub.tpos = invar_malloc((size_t)n * 4, "short positions");
-        sub.q_lat = invar_malloc((size_t)n * per_tok * 2, "short q_lat");
-        sub.q_pe = invar_malloc((size_t)n * H * R * 2, "short q_pe");
-        for (int k = 0; k < n; k++) {
-            sub.tseq[k] = tseq[idx[k]];
-            sub.tpos[k] = tpos[idx[k]];
-            memcpy(sub.q_lat + k * per_tok, q_lat + idx[k] * per_tok, (size_t)per_tok * 2);
-            memcpy(sub.q_pe + (long)k * H * R, q_pe + (long)idx[k] * H * R, (size_t)H * R * 2);
-        }
-        mla_run(s->inv, &sub, part);
-        assert_written16(part, (long)n * per_tok);
-        for (int k = 0; k < n; k++)
-            if (memcmp(part + k * per_tok, out + idx[k] * per_tok, (size_t)per_tok * 2) != 0)
-                fail_msg("mla_attention H=%d: token %d (position %d) differs among the %d tokens of the two "
-                         "short sequences", H, idx[k], tpos[idx[k]], n);
-        free(idx);
-        free(sub.tseq);
-        free(sub.tpos);
-        free(sub.q_lat);
-        free(sub.q_pe);
-    }
+            if (tseq[t] <= 1) idx[n_short++] = t;
+    mla_check_gathered(s, &c, out, idx, n_short, "the short sequences' tokens");
 
     // Splits of 192 positions (a backend's kv_split_size): split edges off the 512 grid;
     // accurate, and a token alone equals the batch.
@@ -748,6 +772,33 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
     mla_run(s->inv, &one192, part);
     if (memcmp(part, out + 8 * per_tok, (size_t)per_tok * 2) != 0)
         fail_msg("mla_attention H=%d, 192-position splits: token 8 alone differs from the batch", H);
+    {  // whole tokens at 192: the tokens of sequences 0 and 1 before position 384, every one
+       // twice, with sequence 1 cut to 384 positions (2 splits at the most)
+        int32_t short_lens[S];
+        memcpy(short_lens, lens, sizeof short_lens);
+        short_lens[1] = 384;
+        mla_case c192s = c192;
+        c192s.seq_lens = short_lens;
+        n_short = 0;
+        for (int rep = 0; rep < 2; rep++)
+            for (int t = 0; t < T; t++)
+                if (tseq[t] <= 1 && tpos[t] < 384) idx[n_short++] = t;
+        mla_check_gathered(s, &c192s, out, idx, n_short, "the short sequences' tokens at 192-position splits");
+    }
+
+    // Splits of 64 positions: up to 25 a token, more than the merge kernel loads at once.
+    mla_case c64 = c;
+    c64.split = 64;
+    mla_run(s->inv, &c64, out);
+    assert_written16(out, (long)T * per_tok);
+    err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
+    printf("mla_attention H=%d, 64-position splits: rel err vs f64 %.2e\n", H, err);
+    assert_true(err < BF16_TOL);
+    mla_case one64 = mla_sub_case(&c64, 9, 1);
+    mla_run(s->inv, &one64, part);
+    if (memcmp(part, out + 9 * per_tok, (size_t)per_tok * 2) != 0)
+        fail_msg("mla_attention H=%d, 64-position splits: token 9 alone differs from the batch", H);
+    free(idx);
 
     // 16-position blocks: not a multiple of the wgmma tile, so the 16-head mma.sync kernel (a
     // shape choice); its own bits, the same accuracy.
@@ -789,12 +840,12 @@ static void test_mla_attention_many_heads(void **state) {
 }
 
 // 16 heads (DeepSeek-V2-Lite) with 170 more tokens (800+ work units: every CTA of the persistent
-// kernel walks several), and 48 (three head groups a token): mla_attention_wgmma16.cu.
+// kernel walks several), and 48 (three head groups a token) with 60 more: mla_attention_wgmma16.cu.
 static void test_mla_attention_16_heads(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);
     mla_wgmma_rows_check(s, 16, "wgmma16", 170);
-    mla_wgmma_rows_check(s, 48, "wgmma16", 0);
+    mla_wgmma_rows_check(s, 48, "wgmma16", 60);  // 60 more: whole tokens of 3 head groups too
 }
 
 // --- kv_cache_write: padding slots and strided sources ---------------------------------------

@@ -6,8 +6,8 @@
 // on its own position; within a split, tiles of 32 positions, also aligned, are folded by the
 // online softmax in ascending order. A second kernel merges the token's splits in ascending
 // order (or the 16-head sm_90a split kernel does, in the same operations, for a token whose
-// splits one of its units holds). Nothing in a row's reduction depends on the batch: T, other tokens' lengths and
-// max_seq_len only size the grid and the scratch layout. On sm_90a, a multiple of 64 heads
+// splits one of its units holds: mla_merge.cuh). Nothing in a row's reduction depends on the
+// batch: T, other tokens' lengths and max_seq_len only size the grid and the scratch layout. On sm_90a, a multiple of 64 heads
 // with L = 512, R = 64 and blocks and splits of multiples of 64 positions take
 // mla_attention_wgmma.cu's split kernel instead (a shape choice: mla_wgmma_supported), and
 // other multiples of 16 heads with that latent layout mla_attention_wgmma16.cu's
@@ -19,7 +19,7 @@
 // max; P = exp(S - m) rounded to bf16 for the tensor cores (the fp32 P feeds the running sum,
 // as FlashAttention does); O = O*alpha + P·V, warp w owning L/8 output columns.
 #include <cuda_runtime.h>   // dim3, cudaStream_t
-#include <math.h>           // expf, fmaxf, INFINITY
+#include <math.h>           // fmaxf, INFINITY
 
 #include "../bf16.h"        // bf16_to_float, float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK
@@ -27,6 +27,7 @@
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
 #include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
 
 // Positions per split: the invariant set's constant. 512 rather than 256 halves the fp32
@@ -320,8 +321,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 // across threads and no barrier. The merge runs after the split grid has ended, so its time is
 // a chain of load latencies: the splits' loads go out CHUNK at a time, and a token of up to
 // CHUNK splits waits for memory once. CHUNK follows nsplit, the batch's longest sequence
-// (registers, so blocks per SM); the order of the sums does not depend on it. Tokens of at most merged_max_n
-// splits were merged by the split kernel, in these operations (mla_attention_wgmma16.cu).
+// (registers, so blocks per SM); the order of the sums does not depend on it. Tokens of at
+// most merged_max_n splits were merged by the split kernel, in these operations.
 #define MERGE_THREADS 128
 template <int CHUNK>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
@@ -331,9 +332,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     // plainly, after whatever wrote it), so it is read before waiting for the split grid.
     const int pos = a.token_pos[t];
     pdl_wait_predecessor();  // launched while the split kernel still runs (pdl.cuh)
-    // max_seq_len covers every token_pos (ops.h), so n <= nsplit; the min keeps a caller's
-    // mistake from reading another token's partials.
-    const int n = min((pos + p.split_size) / p.split_size, p.nsplit);
+    const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     if (n <= p.merged_max_n || 4 * tid >= L) return;
     const long base = (long)th * p.nsplit;
     const float2 *ml = p.ml_part + base;
@@ -361,8 +360,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
 #pragma unroll
         for (int k = 0; k < CHUNK; k++)
             if (s0 + k < n) {
-                const float w = expf(mls[k].x - m);
-                d = fmaf(mls[k].y, w, d);
+                const float w = mla_merge_weight(mls[k].x, mls[k].y, m, d);
                 v.x = fmaf(os[k].x, w, v.x);
                 v.y = fmaf(os[k].y, w, v.y);
                 v.z = fmaf(os[k].z, w, v.z);
@@ -441,15 +439,11 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     else
         mla_mma_split_launch(c, &p);
     if (p.nsplit <= p.merged_max_n) return;  // every token merged by the split kernel
-    const dim3 merge_grid((unsigned)(a->T * a->H));
-    if (p.nsplit <= 2)
-        pdl_launch(c, mla_merge_kernel<2>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);
-    else if (p.nsplit <= 4)
-        pdl_launch(c, mla_merge_kernel<4>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);
-    else if (p.nsplit <= 8)
-        pdl_launch(c, mla_merge_kernel<8>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);
-    else
-        pdl_launch(c, mla_merge_kernel<16>, merge_grid, dim3(MERGE_THREADS), 0, "mla_attention merge", p);
+    void (*merge)(mla_params) = p.nsplit <= 2   ? mla_merge_kernel<2>
+                                : p.nsplit <= 4 ? mla_merge_kernel<4>
+                                : p.nsplit <= 8 ? mla_merge_kernel<8>
+                                                : mla_merge_kernel<16>;
+    pdl_launch(c, merge, dim3((unsigned)(a->T * a->H)), dim3(MERGE_THREADS), 0, "mla_attention merge", p);
 }
 
 // The 16-head mma.sync split kernel (any device this build runs on).

@@ -62,6 +62,7 @@
 #include "../bf16.h"        // float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch, mla_kv_cache_map
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
 #include "pdl.cuh"          // pdl_release_dependent
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128(_mn), mbar_*, tma_load_2d
@@ -120,11 +121,11 @@ __device__ __forceinline__ bool mlan_unit_of(const mlan_params &p, long u, int p
     w.split = p.whole_tokens ? 0 : (int)(ts % p.nsplit);
     w.t = (int)(p.whole_tokens ? ts : ts / p.nsplit);
     w.seq = seq;
-    w.n = min((pos + p.split_size) / p.split_size, p.nsplit);  // as mla_merge_kernel counts
+    w.n = mla_token_splits(pos, p.split_size, p.nsplit);
     w.whole = p.whole_tokens || w.n == 1;
     w.start = w.split * p.split_size;
     if (w.start > pos) return false;
-    // A whole unit ends with its n-th split (n is clamped as the merge kernel clamps it).
+    // A whole unit ends with its n-th split.
     w.end = min(w.whole ? w.n * p.split_size : w.start + p.split_size, pos + 1);
     w.ntiles = (w.end - w.start + MLAN_TILE - 1) / MLAN_TILE;
     return true;
@@ -464,10 +465,9 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
         float l_last[4];
         mlan_split_sums(wg, warp, r, q, l_run, red_sum, l_last);
         if (w.whole) {
-            // The token's n splits merged as mla_merge_kernel merges them (the same operations
-            // in the same order, so the same bits as a batch in which that kernel merges):
-            // m = max of the splits' maxima; for s ascending w = e^(m_s - m), d = fma(l_s, w, d),
-            // o = fma(o_s, w, o); out = bf16(o / d).
+            // The token's n splits merged as mla_merge_kernel merges them (mla_merge.cuh: the
+            // same operations in the same order, so the same bits as a batch in which that
+            // kernel merges): m = max of the splits' maxima, then each split's step ascending.
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int j = c >> 1, e = c & 1, h = w.hg * MLAN_HEADS + 8 * j + 2 * q + e;
@@ -475,12 +475,8 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                 const bool two = WHOLE && w.n == 2;
                 if (two) m = fmaxf(m, m_first[c]);
                 m = fmaxf(m, m_run[c]);
-                if (two) {
-                    w0 = expf(m_first[c] - m);
-                    d = fmaf(l_first[c], w0, d);
-                }
-                const float w1 = expf(m_run[c] - m);
-                d = fmaf(l_last[c], w1, d);
+                if (two) w0 = mla_merge_weight(m_first[c], l_first[c], m, d);
+                const float w1 = mla_merge_weight(m_run[c], l_last[c], m, d);
                 uint16_t *dst = a.out + w.t * a.ld_out + (long)h * MLAN_L + 256 * wg + 16 * warp + r;
 #pragma unroll
                 for (int mb = 0; mb < 4; mb++)

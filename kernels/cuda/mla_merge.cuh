@@ -1,0 +1,26 @@
+// kernels/cuda/mla_merge.cuh — the pieces of the split-KV merge that its two executors share:
+// mla_attention.cu's merge kernel, and the 16-head split kernel for a token whose splits one
+// of its units holds (mla_attention_wgmma16.cu). A token's bits must not depend on which of the
+// two merged it, so the split count and each split's step are written once, here.
+#ifndef INVAR_KERNELS_CUDA_MLA_MERGE_CUH
+#define INVAR_KERNELS_CUDA_MLA_MERGE_CUH
+
+#include <math.h>           // expf, fmaf
+
+// The splits of a token at position pos: ceil((pos + 1) / split_size). max_seq_len covers every
+// token_pos (ops.h), so this is at most nsplit; the min keeps a caller's mistake from reading
+// another token's partials or walking past its block table.
+static __device__ __forceinline__ int mla_token_splits(int pos, int split_size, int nsplit) {
+    return min((pos + split_size) / split_size, nsplit);
+}
+
+// Split s's step of the merge, s ascending from d = 0: its weight w = e^(m_s - m) against the
+// token's max m, folded into the denominator as d = fma(l_s, w, d). The caller folds its
+// columns as o = fma(o_s, w, o) and writes bf16(o / d).
+static __device__ __forceinline__ float mla_merge_weight(float m_s, float l_s, float m, float &d) {
+    const float w = expf(m_s - m);
+    d = fmaf(l_s, w, d);
+    return w;
+}
+
+#endif

@@ -645,6 +645,24 @@ static void mla_check_gathered(sets *s, const mla_case *all, const uint16_t *all
     mla_gathered_free(&sub);
 }
 
+// c at its own split size (c->split): every row written and close to the float64 oracle `ref`,
+// and token `alone` by itself equal to its row in the batch. out receives c's rows; part is
+// room for one token's.
+static void mla_check_split_size(sets *s, const mla_case *c, const double *ref, uint16_t *out, uint16_t *part,
+                                 int alone) {
+    const long per_tok = (long)c->H * c->L;
+    mla_run(s->inv, c, out);
+    assert_written16(out, (long)c->T * per_tok);
+    const double err = f64_rel_l2_bf16(out, ref, (long)c->T * per_tok);
+    printf("mla_attention H=%d, %d-position splits: rel err vs f64 %.2e\n", c->H, c->split, err);
+    assert_true(err < BF16_TOL);
+    mla_case one = mla_sub_case(c, alone, 1);
+    mla_run(s->inv, &one, part);
+    if (memcmp(part, out + alone * per_tok, (size_t)per_tok * 2) != 0)
+        fail_msg("mla_attention H=%d, %d-position splits: token %d alone differs from the batch", c->H, c->split,
+                 alone);
+}
+
 // H heads, L = 512, R = 64, 64-position blocks: on sm_90a a wgmma kernel (`want`: "wgmma", 64
 // heads a CTA, or "wgmma16", 16 heads a work unit). Sequences shorter than a tile, of lengths no
 // multiple of 64, of more than two 512-position splits; decode tokens and several tokens of one
@@ -725,53 +743,23 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
         if (memcmp(part, out + 4 * per_tok, (size_t)4 * per_tok * 2) != 0)
             fail_msg("mla_attention H=%d: sequence 2's tokens differ without the other sequences", H);
     }
-    {  // the batch in reverse order: every token at another unit and CTA
-        int32_t *rseq = invar_malloc((size_t)T * 4, "reversed sequences"), *rpos = invar_malloc((size_t)T * 4, "reversed");
-        uint16_t *rq_lat = invar_malloc((size_t)T * per_tok * 2, "q_lat reversed");
-        uint16_t *rq_pe = invar_malloc((size_t)T * H * R * 2, "q_pe reversed");
-        for (int t = 0; t < T; t++) {
-            rseq[t] = tseq[T - 1 - t];
-            rpos[t] = tpos[T - 1 - t];
-            memcpy(rq_lat + t * per_tok, q_lat + (T - 1 - t) * per_tok, (size_t)per_tok * 2);
-            memcpy(rq_pe + (long)t * H * R, q_pe + (long)(T - 1 - t) * H * R, (size_t)H * R * 2);
-        }
-        mla_case rev = c;
-        rev.tseq = rseq;
-        rev.tpos = rpos;
-        rev.q_lat = rq_lat;
-        rev.q_pe = rq_pe;
-        mla_run(s->inv, &rev, part);
-        for (int t = 0; t < T; t++)
-            if (memcmp(part + t * per_tok, out + (T - 1 - t) * per_tok, (size_t)per_tok * 2) != 0)
-                fail_msg("mla_attention H=%d: token %d differs in the reversed batch", H, T - 1 - t);
-        free(rseq);
-        free(rpos);
-        free(rq_lat);
-        free(rq_pe);
-    }
+    // The batch in reverse order: every token at another unit and CTA.
+    int *idx = invar_malloc((size_t)2 * T * sizeof(int), "token order"), n_short = 0;
+    for (int t = 0; t < T; t++) idx[t] = T - 1 - t;
+    mla_check_gathered(s, &c, out, idx, T, "the batch in reverse order");
 
     // The tokens of sequences 0 and 1 (at most 2 splits each) as their own batch, every one
     // twice: more split units than SMs, so the 16-head kernel takes whole tokens and merges the
     // two-split ones itself, which the merge kernel merged in the full batch (4 splits).
-    int *idx = invar_malloc((size_t)2 * T * sizeof(int), "short tokens"), n_short = 0;
     for (int rep = 0; rep < 2; rep++)
         for (int t = 0; t < T; t++)
             if (tseq[t] <= 1) idx[n_short++] = t;
     mla_check_gathered(s, &c, out, idx, n_short, "the short sequences' tokens");
 
-    // Splits of 192 positions (a backend's kv_split_size): split edges off the 512 grid;
-    // accurate, and a token alone equals the batch.
+    // Splits of 192 positions (a backend's kv_split_size): split edges off the 512 grid.
     mla_case c192 = c;
     c192.split = 192;
-    mla_run(s->inv, &c192, out);
-    assert_written16(out, (long)T * per_tok);
-    err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
-    printf("mla_attention H=%d, 192-position splits: rel err vs f64 %.2e\n", H, err);
-    assert_true(err < BF16_TOL);
-    mla_case one192 = mla_sub_case(&c192, 8, 1);
-    mla_run(s->inv, &one192, part);
-    if (memcmp(part, out + 8 * per_tok, (size_t)per_tok * 2) != 0)
-        fail_msg("mla_attention H=%d, 192-position splits: token 8 alone differs from the batch", H);
+    mla_check_split_size(s, &c192, ref, out, part, 8);
     {  // whole tokens at 192: the tokens of sequences 0 and 1 before position 384, every one
        // twice, with sequence 1 cut to 384 positions (2 splits at the most)
         int32_t short_lens[S];
@@ -789,15 +777,7 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
     // Splits of 64 positions: up to 25 a token, more than the merge kernel loads at once.
     mla_case c64 = c;
     c64.split = 64;
-    mla_run(s->inv, &c64, out);
-    assert_written16(out, (long)T * per_tok);
-    err = f64_rel_l2_bf16(out, ref, (long)T * per_tok);
-    printf("mla_attention H=%d, 64-position splits: rel err vs f64 %.2e\n", H, err);
-    assert_true(err < BF16_TOL);
-    mla_case one64 = mla_sub_case(&c64, 9, 1);
-    mla_run(s->inv, &one64, part);
-    if (memcmp(part, out + 9 * per_tok, (size_t)per_tok * 2) != 0)
-        fail_msg("mla_attention H=%d, 64-position splits: token 9 alone differs from the batch", H);
+    mla_check_split_size(s, &c64, ref, out, part, 9);
     free(idx);
 
     // 16-position blocks: not a multiple of the wgmma tile, so the 16-head mma.sync kernel (a

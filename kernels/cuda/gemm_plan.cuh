@@ -159,6 +159,9 @@ static inline long gemm_tile_count(int M, int N, int batch, int bm, int bn) {
     return (long)((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
 }
 
+// Waves of `units` one-CTA work units over num_sms SMs, the last one counted whole.
+static inline long gemm_waves(long units, int num_sms) { return (units + num_sms - 1) / num_sms; }
+
 // The persistent kernel's cta path stages its bf16 epilogue through shared memory where a tile
 // walks at most this many k-tiles (kernels/cuda/gemm_sm90.cu, ws_stages_epilogue; 128 x 128 and
 // 64 x 128 tiles only).
@@ -190,9 +193,9 @@ static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, 
     const long units = gemm_tile_count(M, N, batch, 128, 128);
     const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
     const bool even_share = gemm_stream_k(units, num_sms, M, N, K) && 2L * M * K * batch <= GEMM_STREAM_K_MAX_W_BYTES;
-    const long tenths = even_share ? units * 10 / num_sms : (units + num_sms - 1) / num_sms * 10;
-    const long waves_192 = (gemm_tile_count(M, N, batch, 128, 192) + num_sms - 1) / num_sms;
-    const long waves_96 = (gemm_tile_count(M, N, batch, 128, 96) + num_sms - 1) / num_sms;
+    const long tenths = even_share ? units * 10 / num_sms : gemm_waves(units, num_sms) * 10;
+    const long waves_192 = gemm_waves(gemm_tile_count(M, N, batch, 128, 192), num_sms);
+    const long waves_96 = gemm_waves(gemm_tile_count(M, N, batch, 128, 96), num_sms);
     const long cost_128 = tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? GEMM_CTA_KTILE_COST_128_STAGED
                                                                           : GEMM_CTA_KTILE_COST_128);
     const long cost_192 = waves_192 * 10 * GEMM_CTA_KTILE_COST_192, cost_96 = waves_96 * 10 * GEMM_CTA_KTILE_COST_96;
@@ -264,7 +267,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     // 128-row tile computes its empty rows.
     const int big_n = pl.splits > 1 ? 128 : 256;
     const long big_tiles = gemm_tile_count(M, N, batch, 128, big_n);
-    const long small_waves = (small_tiles + num_sms - 1) / num_sms, big_waves = (big_tiles + num_sms - 1) / num_sms;
+    const long small_waves = gemm_waves(small_tiles, num_sms), big_waves = gemm_waves(big_tiles, num_sms);
     // Up to M = 128 a product is bound by its weights' bytes, which both tiles read once from
     // HBM: there the tile whose last wave is fuller wins (102400 x 2048 at M = 128: 400 tiles of
     // 128 x 256 in 4 waves, 137 us; 1600 of 64 x 128 in 13, 125 us).

@@ -85,11 +85,14 @@ static_assert(MLAN_L == 512 && MLAN_R == 64 && MLAN_TILE == 64, "the shape mla_w
 #define MLAN_THREADS 256                               // the two computing warpgroups
 #define MLAN_BLOCK_THREADS (MLAN_THREADS + 128)        // + the producer warpgroup
 // Registers a thread: the launch gives each of the 384 threads 168 (1 CTA per SM); the producer
-// gives back all but 40, so each computing thread may hold 232 (128 x 40 + 256 x 232 = 384 x 168).
-#define MLAN_PRODUCER_REGS 40
-#define MLAN_COMPUTE_REGS 232
-static_assert(128 * MLAN_PRODUCER_REGS + MLAN_THREADS * MLAN_COMPUTE_REGS <= MLAN_BLOCK_THREADS * 168,
-              "the budgets fit the launch's registers");
+// gives back all but 88, so each computing thread may hold 208 (128 x 88 + 256 x 208 = 384 x
+// 168). At 216-232 ptxas spilled a value of the whole-token walk; at 24 the producer's walk
+// spilled. A launch at fewer than 168 would leave setmaxnreg.inc waiting forever:
+// tests/ptxas_budgets.sh checks the count and that nothing spills.
+#define MLAN_PRODUCER_REGS 88
+#define MLAN_COMPUTE_REGS 208
+static_assert(128 * MLAN_PRODUCER_REGS + MLAN_THREADS * MLAN_COMPUTE_REGS == MLAN_BLOCK_THREADS * 168,
+              "the budgets fill the launch's 168 registers a thread");
 // Dynamic shared memory, every part on a 1024-byte boundary (swizzle atoms): two KV stages,
 // two Q buffers, P, alignment slack.
 #define MLAN_Q_OFFSET (2 * MLAN_TILE_BYTES)
@@ -193,7 +196,7 @@ __device__ __forceinline__ void mlan_compute_sync() { asm volatile("bar.sync 3, 
 
 // A split's sum per head for this thread's 4 heads: l = ((l_0 + l_1) + l_2) + l_3 over the
 // warps' l_w (warpgroup 0's copy; both hold the same). red_sum is written again only a tile
-// or more later, past the tile's block barrier.
+// or more later, past the tile's mlan_compute_sync.
 __device__ __forceinline__ void mlan_split_sums(int wg, int warp, int r, int q, const float (&l_run)[4],
                                                 float (*red_sum)[MLAN_HEADS], float (&l)[4]) {
     if (wg == 0 && r == 0) {
@@ -232,7 +235,8 @@ __device__ __forceinline__ void wgmma_m64n16k16_mk(float (&d)[8], uint64_t desc_
 
 #endif
 
-// Barrier 1 + wg among warpgroup wg's 128 threads only (0 is __syncthreads).
+// Barrier 1 + wg among warpgroup wg's 128 threads only (0 is __syncthreads, 3 both computing
+// warpgroups: mlan_compute_sync).
 __device__ __forceinline__ void mlan_wg_sync(int wg) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }

@@ -2,7 +2,7 @@
 # tests/gpu_gemm_check.sh OUT_DIR — the invariant GEMM's split-K on the H200, in one go (about
 # 6-8 minutes; issue 16): build (CUDA + NCCL, the Debian libraries from DEPS_PREFIX, default
 # /tmp/deps, unpacked there from .deps/*.deb when missing), then
-#   0. ptxas -v of kernels/cuda/gemm_sm90.cu     registers, stack, spills per kernel; none may
+#   0. tests/ptxas_budgets.sh                     ptxas -v: registers, spills per kernel; none may
 #                                                 spill or serialize its wgmma (C7514/C7515), the
 #                                                 persistent ones at 168 (two consumers) or 248
 #   1. build/tests/test_cuda_ops                  bitwise rows over M = 1 ... 8192 on split and
@@ -35,24 +35,9 @@ if [ "$overall" != 0 ]; then
     echo "gpu_gemm_check: the build failed; see $out/build.log"
     exit 1
 fi
-nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-step ptxas 60 "$nvcc_bin" -std=c++17 -O3 -DINVAR_CUDA -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
-    -c kernels/cuda/gemm_sm90.cu -o "$out/gemm_sm90.o"
-# No kernel spills or has its wgmma serialized by ptxas (C7514/C7515: an "info" line, not a
-# warning, and a 1.3-1.6x slower kernel), the two-consumer persistent kernels launch at exactly 168 registers a
-# thread and the one-consumer ones at 248: their setmaxnreg budgets (producer 24 + two consumers
-# at 240 fill 384 x 168; producer 40 + one consumer at 248 fit 256 x 248), and a smaller count
-# would leave the consumers' setmaxnreg.inc waiting forever (kernels/cuda/gemm_sm90.cu).
-step ptxas_budgets 10 awk '
-    /Compiling entry function/ { ws2 = $0 ~ /gemm_sm90_ws_kernelILi2E/; ws1 = $0 ~ /gemm_sm90_ws_kernelILi1E/; name = $0 }
-    /bytes spill stores/ && !/ 0 bytes spill stores/ { print "spills: " name; bad = 1 }
-    /C751[0-9]/ { print "wgmma serialized: " $0; bad = 1 }
-    /Used [0-9]+ registers/ && (ws1 || ws2) {
-        n = $0; sub(/.*Used /, "", n); sub(/ registers.*/, "", n); kernels++
-        want = ws2 ? 168 : 248
-        if (n != want) { print "persistent kernel at " n " registers, not " want ": " name; bad = 1 }
-    }
-    END { print kernels " persistent kernels checked"; exit bad || kernels == 0 }' "$out/ptxas.log"
+# No kernel spills or has its wgmma serialized, and the warp-specialized kernels launch at the
+# register counts their setmaxnreg budgets fill (tests/ptxas_budgets.sh, also a `make check` suite).
+step ptxas 120 bash tests/ptxas_budgets.sh "$out"
 
 # --- the checks --------------------------------------------------------------------------------
 step test_cuda_ops 180 build/tests/test_cuda_ops
@@ -116,7 +101,7 @@ summarize() {
     head -n 1 "$out/gpu.txt"
     printf '%s\n' "${status[@]}"
     echo "--- ptxas (gemm_sm90.cu): registers / spills per kernel"
-    grep -E "Compiling entry|registers|spill" "$out/ptxas.log" 2>/dev/null |
+    grep -E "Compiling entry|registers|spill" "$out/ptxas-gemm_sm90.log" 2>/dev/null |
         sed -e 's/.*_Z16gemm_sm90_kernelILi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)E.*/  WGS=\1 NI=\2 STAGES=\3 LOAD=\4 SPLIT=\5:/' \
             -e 's/.*_Z24gemm_split_reduce_kernel.*/  split reduce:/' -e 's/ptxas info    : //' | paste -d' ' - - - | cut -c1-150
     echo "--- test_cuda_ops: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^SKIP' "$out/test_cuda_ops.log" 2>/dev/null | tr '\n' ' ')"

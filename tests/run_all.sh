@@ -18,6 +18,13 @@ esac
 
 unit_and_replay_suites "$BUILD"
 suite "mutation patches still apply (tests/mutants/check_apply.sh)" bash tests/mutants/check_apply.sh
+# The warp-specialized kernels' register counts at launch (a wrong one hangs their setmaxnreg):
+# ptxas alone, so wherever nvcc is, GPU or not.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    suite "ptxas register budgets (tests/ptxas_budgets.sh)" bash tests/ptxas_budgets.sh "$BUILD/ptxas"
+else
+    skip_suite "ptxas register budgets: no nvcc (PATH or /usr/local/cuda/bin)"
+fi
 
 gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then

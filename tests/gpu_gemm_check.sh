@@ -20,21 +20,15 @@
 set -u
 out=${1:?usage: tests/gpu_gemm_check.sh OUT_DIR}
 cd "$(dirname "$0")/.." || exit 2
-jobs=$(nproc 2>/dev/null || echo 16)
 runs=${BENCH_RUNS:-3}
 budget=${GEMM_CHECK_BUDGET_S:-560}
 # shellcheck source=tests/gpu_steps.sh
-. tests/gpu_steps.sh  # open_out, step, unpack_deps, status, overall
+. tests/gpu_steps.sh  # open_out, build_or_exit, step, status, overall
 open_out "$out"
 
 # --- the build ---------------------------------------------------------------------------------
-unpack_deps "$deps"
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } >"$out/gpu.txt" 2>&1
-step build 300 make DEPS_PREFIX="$deps" CUDA=1 -j"$jobs" all tests
-if [ "$overall" != 0 ]; then
-    echo "gpu_gemm_check: the build failed; see $out/build.log"
-    exit 1
-fi
+build_or_exit gpu_gemm_check 300
 # No kernel spills or has its wgmma serialized, and the warp-specialized kernels launch at the
 # register counts their setmaxnreg budgets fill (tests/ptxas_budgets.sh, also a `make check` suite).
 step ptxas 120 bash tests/ptxas_budgets.sh "$out"

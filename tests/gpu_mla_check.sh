@@ -17,20 +17,14 @@
 set -u
 out=${1:?usage: tests/gpu_mla_check.sh OUT_DIR}
 cd "$(dirname "$0")/.." || exit 2
-jobs=$(nproc 2>/dev/null || echo 16)
 runs=${BENCH_RUNS:-3}
 budget=${MLA_CHECK_BUDGET_S:-400}
 # shellcheck source=tests/gpu_steps.sh
-. tests/gpu_steps.sh  # open_out, step, unpack_deps, status, overall
+. tests/gpu_steps.sh  # open_out, build_or_exit, step, status, overall
 open_out "$out"
 
-unpack_deps "$deps"
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } >"$out/gpu.txt" 2>&1
-step build 300 make DEPS_PREFIX="$deps" CUDA=1 -j"$jobs" all tests
-if [ "$overall" != 0 ]; then
-    echo "gpu_mla_check: the build failed; see $out/build.log"
-    exit 1
-fi
+build_or_exit gpu_mla_check 300
 step ptxas 120 bash tests/ptxas_budgets.sh "$out"
 step test_cuda_ops 200 env INVAR_TEST_FILTER='test_mla_attention_*' build/tests/test_cuda_ops
 step kernels_mla_attention 150 build/invar kernels --device cuda --op mla_attention --out "$out/kernels-mla"

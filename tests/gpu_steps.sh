@@ -4,6 +4,7 @@
 #   out       the output directory (absolute; open_out sets it)
 #   budget    seconds all steps may take together (0: no budget); a step that would start with
 #             less than 20 s left is skipped and says so
+# build_or_exit runs the build as the first step.
 # Sets: status (one summary line per step), overall (1 once a step failed, timed out or was
 # skipped).
 status=()
@@ -19,6 +20,15 @@ open_out() {  # open_out DIR: creates it; sets out (its absolute path) and deps 
 unpack_deps() {  # unpack_deps DIR: .deps/*.deb into DIR unless it holds them already
     if [ ! -f "$1/usr/include/cmocka.h" ] && ls .deps/*.deb >/dev/null 2>&1; then
         mkdir -p "$1" && for f in .deps/*.deb; do dpkg -x "$f" "$1" || exit 2; done
+    fi
+}
+
+build_or_exit() {  # build_or_exit SCRIPT LIMIT_S: the CUDA build with $deps (unpacked first) as a step; exits 1 when it fails
+    unpack_deps "$deps"
+    step build "$2" make DEPS_PREFIX="$deps" CUDA=1 -j"$(nproc 2>/dev/null || echo 16)" all tests
+    if [ "$overall" != 0 ]; then
+        echo "$1: the build failed; see $out/build.log"
+        exit 1
     fi
 }
 

@@ -17,19 +17,13 @@ set -u
 out=${1:?usage: tests/gpu_tp_check.sh OUT_DIR}
 cd "$(dirname "$0")/.." || exit 2
 # shellcheck source=tests/gpu_steps.sh
-. tests/gpu_steps.sh  # open_out, step, unpack_deps, status, overall
+. tests/gpu_steps.sh  # open_out, build_or_exit, step, status, overall
 open_out "$out"
-jobs=$(nproc 2>/dev/null || echo 16)
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 
 # --- the build ---------------------------------------------------------------------------------
-unpack_deps "$deps"
 { nvidia-smi -L; nvidia-smi topo -m; } >"$out/gpus.txt" 2>&1
-step build 420 make DEPS_PREFIX="$deps" CUDA=1 -j"$jobs" all tests
-if [ "$overall" != 0 ]; then
-    echo "gpu_tp_check: the build failed; see $out/build.log"
-    exit 1
-fi
+build_or_exit gpu_tp_check 420
 
 # --- the checks --------------------------------------------------------------------------------
 step test_cuda_tp 180 build/tests/test_cuda_tp

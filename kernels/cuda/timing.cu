@@ -2,6 +2,7 @@
 #include "cuda_timing.h"
 
 #include <cuda_runtime.h>   // cudaEvent_t, cudaMemcpyAsync
+#include <stdio.h>          // fprintf
 #include <stdlib.h>         // qsort, free
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_malloc
@@ -11,18 +12,51 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// The stream holds here until the host has queued every timed repetition (NVBench's "blocking
+// kernel"). Without it the host queues an event, then fn's launches a few microseconds later;
+// the GPU, idle, stamps the event at once and waits, so a kernel shorter than the host's launch
+// path was timed as that path. Held, the repetitions run back to back and the events bracket
+// GPU time only, for every set alike. The hold gives up after timeout_ns (fn must not wait
+// for the GPU: a synchronizing call would wait for the hold) and says so in *timed_out.
+__global__ void timing_hold_kernel(const volatile int *release, int *timed_out, long long timeout_ns) {
+    long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    while (*release == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - start > timeout_ns) {
+            *timed_out = 1;
+            return;
+        }
+        __nanosleep(1000);
+    }
+}
+
 double cuda_time_median_ms(ops_set *ops, void (*fn)(void *arg, int rep), void *arg, int warmup, int reps) {
     cuda_ctx *c = cuda_ctx_of(ops);
     if (reps < 1) reps = 1;
     for (int i = 0; i < warmup; i++) fn(arg, i);
     cudaEvent_t *ev = (cudaEvent_t *)invar_malloc(sizeof(cudaEvent_t) * 2 * (size_t)reps, "timing events");
     for (int i = 0; i < 2 * reps; i++) CUDA_CHECK("bench", cudaEventCreate(&ev[i]));
+    // flag[0]: the host's release; flag[1]: the hold timed out. Mapped host memory, so the
+    // held kernel sees the host's write without a copy (which would queue behind the hold).
+    int *flag = NULL, *flag_dev = NULL;
+    CUDA_CHECK("bench: timing flag", cudaHostAlloc((void **)&flag, 2 * sizeof(int), cudaHostAllocMapped));
+    CUDA_CHECK("bench: timing flag", cudaHostGetDevicePointer((void **)&flag_dev, flag, 0));
+    flag[0] = flag[1] = 0;
+    timing_hold_kernel<<<1, 1, 0, c->stream>>>(flag_dev, flag_dev + 1, 2000000000LL);
+    CUDA_CHECK_LAUNCH("bench: timing hold");
     for (int i = 0; i < reps; i++) {
         CUDA_CHECK("bench", cudaEventRecord(ev[2 * i], c->stream));
         fn(arg, warmup + i);
         CUDA_CHECK("bench", cudaEventRecord(ev[2 * i + 1], c->stream));
     }
+    __atomic_store_n((volatile int *)&flag[0], 1, __ATOMIC_SEQ_CST);
     CUDA_CHECK("bench", cudaStreamSynchronize(c->stream));
+    if (__atomic_load_n((volatile int *)&flag[1], __ATOMIC_SEQ_CST))
+        fprintf(stderr, "bench: warning: the timing hold gave up after 2 s (the host queued %d repetitions "
+                        "slower than that, or a timed call waited for the GPU); these times include the "
+                        "host's launch latency\n", reps);
+    CUDA_CHECK("bench: timing flag", cudaFreeHost(flag));
     float *ms = (float *)invar_malloc(sizeof(float) * (size_t)reps, "timing samples");
     for (int i = 0; i < reps; i++) CUDA_CHECK("bench", cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
     for (int i = 0; i < 2 * reps; i++) CUDA_CHECK("bench", cudaEventDestroy(ev[i]));

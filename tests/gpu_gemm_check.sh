@@ -98,7 +98,7 @@ summarize() {
     grep -E "Compiling entry|registers|spill" "$out/ptxas-gemm_sm90.log" 2>/dev/null |
         sed -e 's/.*_Z16gemm_sm90_kernelILi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)ELi\([0-9]\)E.*/  WGS=\1 NI=\2 STAGES=\3 LOAD=\4 SPLIT=\5:/' \
             -e 's/.*_Z24gemm_split_reduce_kernel.*/  split reduce:/' -e 's/ptxas info    : //' | paste -d' ' - - - | cut -c1-150
-    echo "--- test_cuda_ops: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^SKIP' "$out/test_cuda_ops.log" 2>/dev/null | tr '\n' ' ')"
+    echo "--- test_cuda_ops: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|^SKIP' "$out/test_cuda_ops.log" 2>/dev/null | tr '\n' ' ')"
     grep -E "^gemm split-K|^\[  FAILED|ERROR|differs" "$out/test_cuda_ops.log" 2>/dev/null | head -n 12 | sed 's/^/    /'
     for op in gemm gemm_f32; do
         echo "--- kernels $op: $(tail -n 1 "$out/kernels_$op.log" 2>/dev/null)"

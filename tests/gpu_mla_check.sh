@@ -75,7 +75,7 @@ summarize() {
     head -n 1 "$out/gpu.txt"
     printf '%s\n' "${status[@]}"
     echo "--- ptxas: $(tail -n 2 "$out/ptxas.log" 2>/dev/null | tr '\n' ' ')"
-    echo "--- test_cuda_ops: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^SKIP' "$out/test_cuda_ops.log" 2>/dev/null | tr '\n' ' ')"
+    echo "--- test_cuda_ops: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|^SKIP' "$out/test_cuda_ops.log" 2>/dev/null | tr '\n' ' ')"
     grep -E "^mla_attention|^\[  FAILED|ERROR|differs" "$out/test_cuda_ops.log" 2>/dev/null | head -n 14 | sed 's/^/    /'
     echo "--- kernels mla_attention: $(tail -n 1 "$out/kernels_mla_attention.log" 2>/dev/null)"
     grep -E '^(ok|VARIES|FAIL|SKIP) ' "$out/kernels_mla_attention.log" 2>/dev/null | cut -c1-120 | sed 's/^/    /'

@@ -17,6 +17,9 @@ set -u
 out=${1:-}
 [ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/invar-ptxas.XXXXXX") || exit 2
 mkdir -p "$out" || exit 2
+# The objects are only ptxas's by-product: kept out of OUT_DIR (a device run returns few files).
+obj=$(mktemp -d "${TMPDIR:-/tmp}/invar-ptxas-obj.XXXXXX") || exit 2
+trap 'rm -rf "$obj"' EXIT
 cd "$(dirname "$0")/.." || exit 2
 nvcc_bin=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 if [ -z "$nvcc_bin" ]; then
@@ -32,7 +35,7 @@ check() {
     shift
     log="$out/ptxas-$(basename "$file" .cu).log"
     if ! "$nvcc_bin" -std=c++17 -O3 -DINVAR_CUDA -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
-        -c "$file" -o "$out/$(basename "$file" .cu).o" >"$log" 2>&1; then
+        -c "$file" -o "$obj/$(basename "$file" .cu).o" >"$log" 2>&1; then
         echo "ptxas_budgets: $file does not compile; see $log"
         status=1
         return

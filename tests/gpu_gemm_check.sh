@@ -51,12 +51,7 @@ summarize() {
         copies+=("$(sed -n 's/^device-to-device copy: \([0-9.]*\) GB.*/\1/p' "$out/bench_$i.log")")
     done
     if [ "${#files[@]}" = 0 ]; then echo "no bench CSV: no GEMM summary"; return; fi
-    awk -F, -v copies="${copies[*]}" '
-        function median(list,   n, a, i, j, t) {
-            n = split(list, a, " ")
-            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-        }
+    awk -F, -v copies="${copies[*]}" "$awk_median"'
         { gsub(/"/, "") }  # the bench writes every CSV field quoted
         FNR == 1 { for (c = 1; c <= NF; c++) col[$c] = c; next }
         {

@@ -40,12 +40,7 @@ summarize() {
         [ -s "$out/bench-$i/bench_mla.csv" ] && files+=("$out/bench-$i/bench_mla.csv")
     done
     if [ "${#files[@]}" = 0 ]; then echo "no bench CSV: no MLA summary"; return; fi
-    awk -F, '
-        function median(list,   n, a, i, j, t) {
-            n = split(list, a, " ")
-            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-        }
+    awk -F, "$awk_median"'
         FNR == 1 { next }
         {
             gsub(/"/, "")

@@ -1,4 +1,4 @@
-# tests/gpu_steps.sh — sourced by the one-call GPU scripts (gpu_gemm_check.sh, gpu_tp_check.sh):
+# tests/gpu_steps.sh — sourced by the one-call GPU scripts (gpu_gemm_check.sh, gpu_mla_check.sh, gpu_tp_check.sh):
 # the Debian libraries unpacked for the build, and steps that each log to OUT/NAME.log and record
 # a verdict and a time for the closing summary.
 #   out       the output directory (absolute; open_out sets it)
@@ -6,9 +6,18 @@
 #             less than 20 s left is skipped and says so
 # build_or_exit runs the build as the first step.
 # Sets: status (one summary line per step), overall (1 once a step failed, timed out or was
-# skipped).
+# skipped), awk_median (an awk function the summaries prepend to their programs).
 status=()
 overall=0
+# An awk function for the summaries: median(LIST), LIST numbers separated by spaces.
+# shellcheck disable=SC2016,SC2034  # used by the scripts that source this one
+awk_median='
+        function median(list,   n, a, i, j, t) {
+            n = split(list, a, " ")
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }'
+
 budget=${budget:-0}
 
 open_out() {  # open_out DIR: creates it; sets out (its absolute path) and deps (DEPS_PREFIX, or /tmp/deps)

@@ -1,6 +1,6 @@
-# tests/gpu_steps.sh — sourced by the one-call GPU scripts (gpu_gemm_check.sh, gpu_mla_check.sh, gpu_tp_check.sh):
-# the Debian libraries unpacked for the build, and steps that each log to OUT/NAME.log and record
-# a verdict and a time for the closing summary.
+# tests/gpu_steps.sh — sourced by the one-call GPU scripts (gpu_gemm_check.sh, gpu_mla_check.sh,
+# gpu_tp_check.sh): the Debian libraries unpacked for the build, and steps that each log to
+# OUT/NAME.log and record a verdict and a time for the closing summary.
 #   out       the output directory (absolute; open_out sets it)
 #   budget    seconds all steps may take together (0: no budget); a step that would start with
 #             less than 20 s left is skipped and says so

@@ -23,11 +23,11 @@ cd "$(dirname "$0")/.." || exit 2
 runs=${BENCH_RUNS:-3}
 budget=${GEMM_CHECK_BUDGET_S:-560}
 # shellcheck source=tests/gpu_steps.sh
-. tests/gpu_steps.sh  # open_out, build_or_exit, step, status, overall
+. tests/gpu_steps.sh  # open_out, gpu_info, build_or_exit, step, status, overall
 open_out "$out"
 
 # --- the build ---------------------------------------------------------------------------------
-{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } >"$out/gpu.txt" 2>&1
+gpu_info
 build_or_exit gpu_gemm_check 300
 # No kernel spills or has its wgmma serialized, and the warp-specialized kernels launch at the
 # register counts their setmaxnreg budgets fill (tests/ptxas_budgets.sh, also a `make check` suite).

@@ -20,10 +20,10 @@ cd "$(dirname "$0")/.." || exit 2
 runs=${BENCH_RUNS:-3}
 budget=${MLA_CHECK_BUDGET_S:-400}
 # shellcheck source=tests/gpu_steps.sh
-. tests/gpu_steps.sh  # open_out, build_or_exit, step, status, overall
+. tests/gpu_steps.sh  # open_out, gpu_info, build_or_exit, step, status, overall
 open_out "$out"
 
-{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } >"$out/gpu.txt" 2>&1
+gpu_info
 build_or_exit gpu_mla_check 300
 step ptxas 120 bash tests/ptxas_budgets.sh "$out"
 step test_cuda_ops 200 env INVAR_TEST_FILTER='test_mla_attention_*' build/tests/test_cuda_ops

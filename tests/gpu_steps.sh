@@ -26,6 +26,10 @@ open_out() {  # open_out DIR: creates it; sets out (its absolute path) and deps 
     deps=${DEPS_PREFIX:-/tmp/deps}
 }
 
+gpu_info() {  # gpu_info: the GPU, its driver and clocks into $out/gpu.txt (its first line heads a summary)
+    { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } >"$out/gpu.txt" 2>&1
+}
+
 unpack_deps() {  # unpack_deps DIR: .deps/*.deb into DIR unless it holds them already
     if [ ! -f "$1/usr/include/cmocka.h" ] && ls .deps/*.deb >/dev/null 2>&1; then
         mkdir -p "$1" && for f in .deps/*.deb; do dpkg -x "$f" "$1" || exit 2; done

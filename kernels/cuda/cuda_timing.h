@@ -11,7 +11,10 @@ extern "C" {
 #endif
 
 // Runs fn(arg, i) `warmup` times, then `reps` times each between two events on the set's
-// stream; returns the median in milliseconds. ops must be a CUDA set.
+// stream, the stream held until all are queued so that the events bracket GPU time, not the
+// host's launches; returns the median in milliseconds. ops must be a CUDA set; fn must only
+// queue work (a call that waits for the GPU would wait for the hold: it gives up after 2 s
+// and the times then include the host's latency, with a warning on stderr).
 double cuda_time_median_ms(ops_set *ops, void (*fn)(void *arg, int rep), void *arg, int warmup, int reps);
 
 // Device-to-device copy of `bytes` (median of several): GB/s counting bytes read + written.

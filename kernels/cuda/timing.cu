@@ -18,6 +18,7 @@ static int cmp_float(const void *a, const void *b) {
 // path was timed as that path. Held, the repetitions run back to back and the events bracket
 // GPU time only, for every set alike. The hold gives up after timeout_ns (fn must not wait
 // for the GPU: a synchronizing call would wait for the hold) and says so in *timed_out.
+#define TIMING_HOLD_NS 2000000000LL  // 2 s: far above the host's queueing of any repetitions here
 __global__ void timing_hold_kernel(const volatile int *release, int *timed_out, long long timeout_ns) {
     long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
@@ -43,7 +44,7 @@ double cuda_time_median_ms(ops_set *ops, void (*fn)(void *arg, int rep), void *a
     CUDA_CHECK("bench: timing flag", cudaHostAlloc((void **)&flag, 2 * sizeof(int), cudaHostAllocMapped));
     CUDA_CHECK("bench: timing flag", cudaHostGetDevicePointer((void **)&flag_dev, flag, 0));
     flag[0] = flag[1] = 0;
-    timing_hold_kernel<<<1, 1, 0, c->stream>>>(flag_dev, flag_dev + 1, 2000000000LL);
+    timing_hold_kernel<<<1, 1, 0, c->stream>>>(flag_dev, flag_dev + 1, TIMING_HOLD_NS);
     CUDA_CHECK_LAUNCH("bench: timing hold");
     for (int i = 0; i < reps; i++) {
         CUDA_CHECK("bench", cudaEventRecord(ev[2 * i], c->stream));
@@ -53,9 +54,9 @@ double cuda_time_median_ms(ops_set *ops, void (*fn)(void *arg, int rep), void *a
     __atomic_store_n((volatile int *)&flag[0], 1, __ATOMIC_SEQ_CST);
     CUDA_CHECK("bench", cudaStreamSynchronize(c->stream));
     if (__atomic_load_n((volatile int *)&flag[1], __ATOMIC_SEQ_CST))
-        fprintf(stderr, "bench: warning: the timing hold gave up after 2 s (the host queued %d repetitions "
+        fprintf(stderr, "bench: warning: the timing hold gave up after %.0f s (the host queued %d repetitions "
                         "slower than that, or a timed call waited for the GPU); these times include the "
-                        "host's launch latency\n", reps);
+                        "host's launch latency\n", TIMING_HOLD_NS * 1e-9, reps);
     CUDA_CHECK("bench: timing flag", cudaFreeHost(flag));
     float *ms = (float *)invar_malloc(sizeof(float) * (size_t)reps, "timing samples");
     for (int i = 0; i < reps; i++) CUDA_CHECK("bench", cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));

@@ -5,6 +5,7 @@
 
 #include <stdint.h>        // int32_t, uint16_t
 #include "../ops.h"        // bf16
+#include "bf16x2.cuh"      // bf16x2_round
 #include "cuda_ctx.cuh"    // cuda_ctx
 #include "gemm_plan.cuh"   // gemm_plan
 #include "mma.cuh"         // cp_async16
@@ -89,16 +90,9 @@ __device__ __forceinline__ void gemm_load_rows(DstOf dst_of, const uint16_t *g, 
 
 // The GEMM's one rounding to bf16, two values at a time (lo in the low half): every output path
 // of both GEMM kernels rounds through here, so a row's bits cannot depend on which path stored
-// it. The hardware's round-to-nearest-even (one cvt for two values, where float_to_bf16 takes
-// about eight instructions a value: the large-M epilogue was bound by them); a NaN keeps its
-// payload, quieted, as float_to_bf16 keeps it (the hardware would write the canonical NaN).
-__device__ __forceinline__ uint32_t gemm_round_bf16x2(float lo, float hi) {
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    if (lo != lo) r = (r & 0xffff0000u) | (__float_as_uint(lo) >> 16) | 0x40u;
-    if (hi != hi) r = (r & 0x0000ffffu) | (__float_as_uint(hi) & 0xffff0000u) | 0x400000u;
-    return r;
-}
+// it. The hardware's converter (bf16x2.cuh; float_to_bf16's eight instructions a value had
+// bound the large-M epilogue).
+__device__ __forceinline__ uint32_t gemm_round_bf16x2(float lo, float hi) { return bf16x2_round(lo, hi); }
 
 // Output columns n and n+1 of row yrow: one rounding to bf16, or none for fp32 output.
 __device__ __forceinline__ void gemm_store_pair(const gemm_problem &p, char *y, long yrow, int n, float v0,

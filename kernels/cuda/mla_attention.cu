@@ -27,7 +27,7 @@
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
 #include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
-#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
 
 // Positions per split: the invariant set's constant. 512 rather than 256 halves the fp32
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 // position alone; thread tid owns columns 4 tid .. 4 tid + 3:
 //   m = max over s of m_s                                         (exact in any order)
 //   for s = 0 .. n - 1 ascending: w = e^(m_s - m), d = fma(l_s, w, d), o = fma(o_s, w, o)
-//   out = bf16(o / d)
+//   out = bf16(o * (1 / d))
 // Every thread computes m and d itself from the n (m_s, l_s) pairs (broadcast loads): no fold
 // across threads and no barrier. The merge runs after the split grid has ended, so its time is
 // a chain of load latencies: the splits' loads go out CHUNK at a time, and a token of up to
@@ -368,10 +368,12 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
             }
     }
     uint16_t *out = a.out + t * a.ld_out + (long)h * L + 4 * tid;
-    out[0] = float_to_bf16(v.x / d);
-    out[1] = float_to_bf16(v.y / d);
-    out[2] = float_to_bf16(v.z / d);
-    out[3] = float_to_bf16(v.w / d);
+    const float r = mla_merge_scale(d);
+    const uint32_t lo = mla_merge_out(v.x, v.y, r), hi = mla_merge_out(v.z, v.w, r);
+    out[0] = (uint16_t)lo;
+    out[1] = (uint16_t)(lo >> 16);
+    out[2] = (uint16_t)hi;
+    out[3] = (uint16_t)(hi >> 16);
 }
 
 // Every 8-value piece of q_lat and q_pe 16-byte aligned: the tensor-core kernels copy Q by cp.async.

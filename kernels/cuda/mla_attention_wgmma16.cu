@@ -66,7 +66,7 @@
 #include "../bf16.h"        // float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch, mla_kv_cache_map
-#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
 #include "pdl.cuh"          // pdl_release_dependent
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128(_mn), mbar_*, tma_load_2d
@@ -497,7 +497,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                 if (two) m = fmaxf(m, m_first[c]);
                 m = fmaxf(m, m_run[c]);
                 if (two) w0 = mla_merge_weight(m_first[c], l_first[c], m, d);
-                const float w1 = mla_merge_weight(m_run[c], l_last[c], m, d);
+                const float w1 = mla_merge_weight(m_run[c], l_last[c], m, d), rd = mla_merge_scale(d);
                 uint16_t *dst = a.out + w.t * a.ld_out + (long)h * MLAN_L + 256 * wg + 16 * warp + r;
 #pragma unroll
                 for (int mb = 0; mb < 4; mb++)
@@ -507,7 +507,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                         float v = 0.0f;
                         if (two) v = fmaf(o_first[mb][k], w0, v);
                         v = fmaf(o[mb][k], w1, v);
-                        dst[64 * mb + 8 * half8] = float_to_bf16(v / d);
+                        dst[64 * mb + 8 * half8] = (uint16_t)mla_merge_out(v, 0.0f, rd);
                     }
             }
         } else {

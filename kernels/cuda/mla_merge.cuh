@@ -6,6 +6,9 @@
 #define INVAR_KERNELS_CUDA_MLA_MERGE_CUH
 
 #include <math.h>           // expf, fmaf
+#include <stdint.h>         // uint32_t
+
+#include "bf16x2.cuh"       // bf16x2_round
 
 // The splits of a token at position pos: ceil((pos + 1) / split_size). max_seq_len covers every
 // token_pos (ops.h), so this is at most nsplit; the min keeps a caller's mistake from reading
@@ -16,11 +19,20 @@ static __device__ __forceinline__ int mla_token_splits(int pos, int split_size, 
 
 // Split s's step of the merge, s ascending from d = 0: its weight w = e^(m_s - m) against the
 // token's max m, folded into the denominator as d = fma(l_s, w, d). The caller folds its
-// columns as o = fma(o_s, w, o) and writes bf16(o / d).
+// columns as o = fma(o_s, w, o), then writes mla_merge_out(o, r) with r = mla_merge_scale(d).
 static __device__ __forceinline__ float mla_merge_weight(float m_s, float l_s, float m, float &d) {
     const float w = expf(m_s - m);
     d = fmaf(l_s, w, d);
     return w;
+}
+
+// 1 / d, once a row: the output is o * (1 / d), not o / d (a division a value is a call to a
+// subroutine the compiler schedules nothing across).
+static __device__ __forceinline__ float mla_merge_scale(float d) { return 1.0f / d; }
+
+// Two merged columns as bf16 (lo in the low half).
+static __device__ __forceinline__ uint32_t mla_merge_out(float o_lo, float o_hi, float r) {
+    return bf16x2_round(o_lo * r, o_hi * r);
 }
 
 #endif

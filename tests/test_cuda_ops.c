@@ -828,6 +828,55 @@ static void test_mla_attention_16_heads(void **state) {
     mla_wgmma_rows_check(s, 48, "wgmma16", 60);  // 60 more: whole tokens of 3 head groups too
 }
 
+// 16 heads over more cache than L2 holds, with few partials: 40 sequences of 1100-1600
+// positions, one decode token each (4 splits a token), so the 16-head kernel loads the KV tiles
+// with L2's evict_first policy, which a token alone (its own sequence's cache only) does not.
+// A cache hint changes no bit: every row close to the float64 oracle and equal, bit for bit, to
+// the token run alone.
+static void test_mla_attention_16_heads_streamed(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    enum { S = 40, H = 16, L = 512, R = 64, W = L + R, MAXLEN = 1664 };
+    int32_t lens[S], tseq[S], tpos[S];
+    for (int q = 0; q < S; q++) {
+        lens[q] = 1100 + (int32_t)(invar_mix64(0x5eedu + (uint64_t)q) % 501u);
+        tseq[q] = q;
+        tpos[q] = lens[q] - 1;
+    }
+    const long per_tok = (long)H * L;
+    uint16_t *rows = rand_bf16((long)S * MAXLEN * W, 1.0f, 31);
+    uint16_t *q_lat = rand_bf16((long)S * per_tok, 1.0f, 32);
+    uint16_t *q_pe = rand_bf16((long)S * H * R, 1.0f, 33);
+    mla_case c = {.S = S, .T = S, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64,
+                  .seq_lens = lens, .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe};
+    mla_case_fill(&c, rows, MAXLEN, 3);
+    uint16_t *out = invar_malloc((size_t)S * per_tok * 2, "out");
+    uint16_t *part = invar_malloc((size_t)per_tok * 2, "out alone");
+    mla_run(s->inv, &c, out);
+    assert_written16(out, (long)S * per_tok);
+    mla_attention_args probe = mla_args(&c);
+    double *ref = invar_malloc((size_t)S * per_tok * sizeof(double), "attention oracle");
+    f64_mla_attention(&probe, ref);
+    const double err = f64_rel_l2_bf16(out, ref, (long)S * per_tok);
+    printf("mla_attention H=16, %d sequences of %.0f MB of cache: rel err vs f64 %.2e\n", S,
+           (double)S * MAXLEN * W * 2 / 1048576.0, err);
+    assert_true(err < BF16_TOL);
+    for (int t = 0; t < S; t += 7) {
+        mla_case one = mla_sub_case(&c, t, 1);
+        mla_run(s->inv, &one, part);
+        if (memcmp(part, out + t * per_tok, (size_t)per_tok * 2) != 0)
+            fail_msg("mla_attention H=16: token %d (position %d) alone differs from the streamed batch", t, tpos[t]);
+    }
+    free(c.table);
+    free(c.cache);
+    free(out);
+    free(part);
+    free(ref);
+    free(rows);
+    free(q_lat);
+    free(q_pe);
+}
+
 // --- kv_cache_write: padding slots and strided sources ---------------------------------------
 
 // Slot -1 is a padding token: nothing written. c_kv and k_pe are read with their own strides.
@@ -922,6 +971,7 @@ int main(void) {
         cmocka_unit_test(test_mla_attention_block_layouts),
         cmocka_unit_test(test_mla_attention_many_heads),
         cmocka_unit_test(test_mla_attention_16_heads),
+        cmocka_unit_test(test_mla_attention_16_heads_streamed),
         cmocka_unit_test(test_kv_cache_write_padding),
         cmocka_unit_test(test_logprobs_ties),
     };

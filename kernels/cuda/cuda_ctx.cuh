@@ -37,6 +37,7 @@ typedef struct {
     int device;
     int num_sms;
     size_t smem_optin;      // most dynamic shared memory one block may opt into
+    size_t l2_bytes;        // the L2 cache's size
     bool wgmma;             // compute capability 9.0: the sm_90a code (wgmma) runs here
     bool pdl;               // compute capability >= 9.0: programmatic dependent launch (pdl.cuh)
     void *tensor_map_encode; // the driver's cuTensorMapEncodeTiled (NULL: no TMA loads)

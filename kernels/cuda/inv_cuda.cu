@@ -21,6 +21,7 @@ void cuda_ctx_init(cuda_ctx *c, const char *set_name) {
     CUDA_CHECK("create", cudaGetDeviceProperties(&prop, c->device));
     c->num_sms = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
+    c->l2_bytes = (size_t)prop.l2CacheSize;
     c->wgmma = prop.major == 9 && prop.minor == 0;
     c->pdl = prop.major >= 9;
     c->smem_set_count = 0;

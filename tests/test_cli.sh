@@ -5,7 +5,8 @@
 # with a relative case path works from another directory; `invar run` and `invar kernels` have
 # their own default report directories and a run never renders another command's CSV; `report
 # diff` refuses unreadable reports and counts vanished configs unless --partial; top_k = 0 runs;
-# bench --profile writes one per-op table per batch and its CSV.
+# bench --profile writes one per-op table per batch and its CSV; bench --shape takes only the
+# rows asked for, and refuses malformed ones.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
 # and its usage errors in one style, "invar COMMAND: FLAG: what is wrong" and a hint.
 # About 10 s on 2 cores.
@@ -98,6 +99,16 @@ expect 2 "^invar kernels: --device: 'gpu' is not one of cpu\|cuda\|all" kernels 
 expect 2 "^invar kernels: --set: unknown kernel set 'nope'" kernels --set nope
 expect 2 "^invar kernels: --op: unknown op 'nope'" kernels --op nope
 expect 2 "^invar bench: --only: 'nope' is not one of gemm\|mla\|decode" bench --only nope
+expect 2 "^invar bench: --shape: needs --only gemm \(N:K:M\) or --only mla" bench --shape 1536:7168:1
+expect 2 "^invar bench: --shape: needs --only gemm" bench --only decode --shape 1536:7168:1
+expect 2 "^invar bench: --shape: '1536x7168:1' is not N:K:M \(three positive integers\)" \
+    bench --only gemm --shape 1536x7168:1
+expect 2 "^invar bench: --shape: '1536:7168:1:2' is not N:K:M" bench --only gemm --shape 1536:7168:1:2
+expect 2 "^invar bench: --shape: '0:7168:1': N = 0 is out of range \[1, 1048576\]" bench --only gemm --shape 0:7168:1
+expect 2 "^invar bench: --shape: '32:4000:16': L = 4000 is not a multiple of the 64-position cache block" \
+    bench --only mla --shape 32:4000:16
+expect 2 "^invar bench: --shape: '32:-4096:16' is not B:L:H" bench --only mla --shape 32:-4096:16
+expect 2 "^invar bench: --shape: times the CUDA kernels" bench --device cpu --only gemm --shape 64:64:1
 expect 2 "^invar model write: --out: required" model write --config tiny --seed 1
 expect 2 "^invar model write: --shards: 0 is out of range \[1, 99999\]" \
     model write --config tiny --seed 1 --out "$work/m" --shards 0
@@ -107,6 +118,19 @@ expect 2 "^invar report diff: --threshold: 'x' is not a number" report diff "$wo
 expect 2 "^invar report render: DIR: empty value" report render ""
 [ -e "$work/x" ] || [ -e "$work/a" ] || [ -e "$work/k1" ] || [ -e "$work/m" ] &&
     fail "a refused command created its output directory"
+
+# bench --shape: only the given rows, in order, into the section's CSV (with a GPU); without
+# one the same SKIP line as the whole bench.
+"$INVAR" bench --quick --only gemm --shape 4096:512:1 --shape 4096:512:64 --out "$work/bs" >"$work/out.log" 2>&1 ||
+    { cat "$work/out.log"; fail "bench --shape: exit $?"; }
+if grep -q '^SKIP: no CUDA device' "$work/out.log"; then
+    echo "ok: bench --shape: SKIP without a CUDA device (the grid does the same)"
+else
+    rows=$(awk -F, 'NR > 1 { gsub(/"/, ""); printf "%s:%s:%s ", $1, $2, $3 }' "$work/bs/bench_gemm.csv")
+    [ "$rows" = "4096:512:1 4096:512:64 " ] || fail "bench --shape: rows '$rows', not 4096:512:1 and 4096:512:64"
+    grep -q '(the --shape rows)' "$work/out.log" || fail "bench --shape: the summary does not say the rows were chosen"
+    echo "ok: bench --shape: the two rows asked for, in order"
+fi
 
 # bench --profile (CPU, tiny model): the per-op table for each batch and its CSV, every row an
 # op with a shape, calls a step and a time for each set (-1 where a set made no such call).

@@ -2,7 +2,7 @@
 // (cuBLAS, split-count MLA), timed with CUDA events.
 //
 //   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode|tp] [--profile]
-//               [--shape N:K:M | B:L:H ...]
+//               [--shape N:K:M | B:C:H ...]
 //
 // GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, after
 // measuring the device-to-device copy bandwidth that the MLA numbers are compared with (or only
@@ -13,7 +13,7 @@
 //
 // Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
 // --device cuda was asked for explicitly (the caller wanted numbers and gets none).
-#include <errno.h>               // errno
+#include <errno.h>               // errno, ERANGE
 #include <math.h>                // exp, log, sqrt
 #include <stdint.h>              // uint16_t, uint64_t, int32_t
 #include <stdio.h>               // printf, fprintf, fopen
@@ -74,13 +74,17 @@ static bool parse_shape(const char *text, const char *const names[3], const long
         char *end = NULL;
         errno = 0;
         long v = (*p >= '0' && *p <= '9') ? strtol(p, &end, 10) : -1;
-        if (v < 0 || errno != 0 || end == p || (i < 2 ? *end != ':' : *end != '\0')) {
+        const bool too_long = errno == ERANGE;  // more digits than a long holds
+        if (v < 0 || end == p || (i < 2 ? *end != ':' : *end != '\0')) {
             snprintf(err, err_len, "--shape: '%s' is not %s:%s:%s (three positive integers)", text, names[0],
                      names[1], names[2]);
             return false;
         }
-        if (v < 1 || v > max[i]) {
-            snprintf(err, err_len, "--shape: '%s': %s = %ld is out of range [1, %ld]", text, names[i], v, max[i]);
+        if (too_long || v < 1 || v > max[i]) {
+            if (too_long)
+                snprintf(err, err_len, "--shape: '%s': %s is out of range [1, %ld]", text, names[i], max[i]);
+            else
+                snprintf(err, err_len, "--shape: '%s': %s = %ld is out of range [1, %ld]", text, names[i], v, max[i]);
             return false;
         }
         out[i] = (int)v;
@@ -95,18 +99,18 @@ static bool parse_shapes(const cli_list *list, const char *only, bench_shapes *s
     s->n = 0;
     if (list->n == 0) return true;
     if (!only || (strcmp(only, "gemm") != 0 && strcmp(only, "mla") != 0)) {
-        snprintf(err, err_len, "--shape: needs --only gemm (N:K:M) or --only mla (B:L:H)");
+        snprintf(err, err_len, "--shape: needs --only gemm (N:K:M) or --only mla (batch:context:heads)");
         return false;
     }
     const bool gemm = strcmp(only, "gemm") == 0;
-    static const char *const gemm_names[3] = {"N", "K", "M"}, *const mla_names[3] = {"B", "L", "H"};
+    static const char *const gemm_names[3] = {"N", "K", "M"}, *const mla_names[3] = {"batch", "context", "heads"};
     static const long gemm_max[3] = {1L << 20, 1L << 20, 1L << 16}, mla_max[3] = {4096, 1L << 20, 1024};
     for (int i = 0; i < list->n; i++) {
         int v[3];
         if (!parse_shape(list->item[i], gemm ? gemm_names : mla_names, gemm ? gemm_max : mla_max, v, err, err_len))
             return false;
         if (!gemm && v[1] % MLA_BLOCK != 0) {
-            snprintf(err, err_len, "--shape: '%s': L = %d is not a multiple of the %d-position cache block",
+            snprintf(err, err_len, "--shape: '%s': context = %d is not a multiple of the %d-position cache block",
                      list->item[i], v[1], MLA_BLOCK);
             return false;
         }
@@ -153,6 +157,40 @@ static void fill_random(ops_set *ops, uint16_t *dst, long n, uint64_t seed) {
     free(h);
 }
 
+// Input copies whose total, at set_bytes each, exceeds twice L2: each timed run takes the next.
+static int l2_copies(double set_bytes) {
+    int copies = (int)ceil(2.0 * L2_BYTES / set_bytes);
+    return copies < 1 ? 1 : copies;
+}
+
+// Device memory a GEMM run of rows with one (N, K) takes (bench_gemm), and an MLA row
+// (bench_mla), each with room for the sets' scratch (split-K partials: at most 256 MB).
+static double gemm_run_bytes(int N, int K, int max_m) {
+    const double w = (double)N * K * 2, x = (double)max_m * K * 2;
+    return l2_copies(w + x) * (w + x) + (double)max_m * N * 2 + (256.0 * 1024 * 1024);
+}
+static double mla_row_bytes(int B, int ctx, int H) {
+    const double kv = (double)B * ctx * 1152, nsplit = ceil(ctx / 512.0);
+    return l2_copies(kv) * (kv + (double)B * (ctx / MLA_BLOCK) * 4) + (double)B * H * (1152 + 1024) +
+           (double)B * H * nsplit * (2048 + 8);
+}
+
+// Every --shape row fits the device's free memory (with 512 MB to spare), or exit 2 naming the
+// first that does not: a shape the device cannot hold is an impossible setting, not a crash.
+static bool shapes_fit(ops_set *inv, const bench_shapes *shapes, bool gemm, char *err, size_t err_len) {
+    const double free_bytes = (double)inv_cuda_free_bytes(inv), spare = 512.0 * 1024 * 1024;
+    for (int r = 0; r < shapes->n; r++) {
+        const int *v = shapes->v[r];
+        const double need = gemm ? gemm_run_bytes(v[0], v[1], v[2]) : mla_row_bytes(v[0], v[1], v[2]);
+        if (need + spare > free_bytes) {
+            snprintf(err, err_len, "--shape: '%d:%d:%d' needs %.1f GB of device memory, %.1f GB are free", v[0], v[1],
+                     v[2], need / 1e9, free_bytes / 1e9);
+            return false;
+        }
+    }
+    return true;
+}
+
 // --- GEMM --------------------------------------------------------------------------------------
 
 typedef struct {
@@ -180,20 +218,19 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
     int count = 0;
     printf("%-14s %5s %10s %10s %8s %8s %8s %8s %6s %6s  %s\n", "N x K", "M", "inv us", "cuBLAS us", "inv TF/s",
            "ref TF/s", "inv GB/s", "ref GB/s", "ratio", "splits", "plan");
-    for (int r0 = 0, r1; r0 < shapes->n; r0 = r1) {
+    for (int r0 = 0, r1, run = 0; r0 < shapes->n; r0 = r1, run++) {
         const int N = shapes->v[r0][0], K = shapes->v[r0][1];
         int max_m = 0;
         for (r1 = r0; r1 < shapes->n && shapes->v[r1][0] == N && shapes->v[r1][1] == K; r1++)
             max_m = shapes->v[r1][2] > max_m ? shapes->v[r1][2] : max_m;
         const long w_elems = (long)N * K, x_elems = (long)max_m * K;
         const double set_bytes = 2.0 * (double)(w_elems + x_elems);
-        int copies = (int)ceil(2.0 * L2_BYTES / set_bytes);
-        if (copies < 1) copies = 1;
+        const int copies = l2_copies(set_bytes);
         uint16_t *w = inv->alloc(inv, (size_t)w_elems * copies * 2, "bench gemm weights");
         uint16_t *x = inv->alloc(inv, (size_t)x_elems * copies * 2, "bench gemm activations");
         uint16_t *y = inv->alloc(inv, (size_t)max_m * N * 2, "bench gemm output");
-        fill_random(inv, w, w_elems * copies, 0x1234u + (uint64_t)r0);
-        fill_random(inv, x, x_elems * copies, 0x9876u + (uint64_t)r0);
+        fill_random(inv, w, w_elems * copies, 0x1234u + (uint64_t)run);
+        fill_random(inv, x, x_elems * copies, 0x9876u + (uint64_t)run);
         for (int r = r0; r < r1; r++) {
             const int M = shapes->v[r][2];
             gemm_job j = {inv, {0}, x, w, x_elems, w_elems, copies};
@@ -246,6 +283,16 @@ static void mla_once(void *arg, int rep) {
     j->ops->mla_attention(j->ops, &a);
 }
 
+// The cache's random seed for row r: the grid's rows keep the seeds of the committed tables
+// (batch x 9 + context x 3 + heads, by their indices in the grid), other rows follow them.
+static int mla_seed_index(int B, int ctx, int H, int r) {
+    int bi = 0, ci = 0, hi = 0;
+    while (bi < 3 && mla_batches[bi] != B) bi++;
+    while (ci < 3 && mla_contexts[ci] != ctx) ci++;
+    while (hi < 2 && mla_heads[hi] != H) hi++;
+    return bi < 3 && ci < 3 && hi < 2 ? bi * 9 + ci * 3 + hi : 27 + r;
+}
+
 // Returns the invariant kernel's lowest share of copy bandwidth over the memory-bound shapes
 // (16 heads, a cache larger than twice L2): issue 3's bar for the decode kernel; a negative
 // number when no row is one.
@@ -258,8 +305,7 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
     for (int r = 0; r < shapes->n; r++) {
         const int B = shapes->v[r][0], ctx = shapes->v[r][1], H = shapes->v[r][2];
         const long kv_bytes = (long)B * ctx * (L + R) * 2;
-        int copies = (int)ceil(2.0 * L2_BYTES / (double)kv_bytes);
-        if (copies < 1) copies = 1;
+        const int copies = l2_copies((double)kv_bytes);
         const int bps = ctx / BS;
         const long slots = (long)copies * B * ctx;
         uint16_t *kv = inv->alloc(inv, (size_t)slots * (L + R) * 2, "bench mla kv cache");
@@ -267,7 +313,7 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
         uint16_t *out = inv->alloc(inv, (size_t)B * H * L * 2, "bench mla output");
         int32_t *tables = inv->alloc(inv, (size_t)copies * B * bps * 4, "bench mla block tables");
         int32_t *meta = inv->alloc(inv, (size_t)3 * B * 4, "bench mla token metadata");
-        fill_random(inv, kv, slots * (L + R), 0x5151u + (uint64_t)r);
+        fill_random(inv, kv, slots * (L + R), 0x5151u + (uint64_t)mla_seed_index(B, ctx, H, r));
         fill_random(inv, q, (long)B * H * (L + R), 0x7777u);
         int32_t *h_tab = invar_malloc((size_t)copies * B * bps * 4, "bench mla block tables");
         for (long i = 0; i < (long)copies * B * bps; i++) h_tab[i] = (int32_t)i;
@@ -336,6 +382,13 @@ static int run_bench(const char *out_dir, bool quick, const char *only, bool pro
     ops_set *ref = kernel_set_create("reference", "cuda", 0);
     if (!inv || !ref) invar_die(INVAR_EXIT_SYSTEM, "bench: the CUDA kernel sets are not registered");
 
+    char err[256];
+    if (shapes->n && !shapes_fit(inv, shapes, strcmp(only, "gemm") == 0, err, sizeof err)) {
+        inv->destroy(inv);
+        ref->destroy(ref);
+        fprintf(stderr, "invar bench: %s\n", err);
+        return INVAR_EXIT_INPUT;
+    }
     double copy_gbs = cuda_copy_bandwidth_gbs(inv, (size_t)1 << 30);
     printf("device-to-device copy: %.0f GB/s (1 GiB, read + write)\n\n", copy_gbs);
 
@@ -362,7 +415,8 @@ static int run_bench(const char *out_dir, bool quick, const char *only, bool pro
         size_t n = strlen(summary);
         if (worst >= 0.0)
             snprintf(summary + n, sizeof summary - n,
-                     "; MLA decode lowest share of copy on the memory-bound shapes %.1f%%", worst);
+                     "; MLA decode lowest share of copy on the memory-bound shapes %.1f%%%s", worst,
+                     shapes->n ? " (the --shape rows)" : "");
         else
             snprintf(summary + n, sizeof summary - n, "; MLA decode: no memory-bound 16-head row");
     }
@@ -405,11 +459,12 @@ int cmd_bench(int argc, char **argv) {
          .help = "one section (a kernel developer's tuning loop); the copy\n"
                  "ceiling always runs. tp: the all-reduce and decode at T = 1, 2\n"
                  "(needs two GPUs; a SKIP line otherwise)"},
-        {.name = "--shape", .kind = CLI_STRINGS, .to.strings = &shape_list, .metavar = "N:K:M|B:L:H",
+        {.name = "--shape", .kind = CLI_STRINGS, .to.strings = &shape_list, .metavar = "N:K:M|B:C:H",
          .help = "only this row of the section, repeatable (up to 64, in\n"
                  "order): --only gemm takes N:K:M (e.g. 1536:7168:1), --only\n"
-                 "mla B:L:H (batch, context a multiple of 64, heads; e.g.\n"
-                 "32:4096:16); timed as the grid's rows are"},
+                 "mla batch:context:heads (the context a multiple of 64;\n"
+                 "e.g. 32:4096:16); timed as the grid's rows are; a row the\n"
+                 "device's memory cannot hold is exit 2"},
         {0},
     };
     const cli_command cmd = {

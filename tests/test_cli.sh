@@ -99,15 +99,17 @@ expect 2 "^invar kernels: --device: 'gpu' is not one of cpu\|cuda\|all" kernels 
 expect 2 "^invar kernels: --set: unknown kernel set 'nope'" kernels --set nope
 expect 2 "^invar kernels: --op: unknown op 'nope'" kernels --op nope
 expect 2 "^invar bench: --only: 'nope' is not one of gemm\|mla\|decode" bench --only nope
-expect 2 "^invar bench: --shape: needs --only gemm \(N:K:M\) or --only mla" bench --shape 1536:7168:1
+expect 2 "^invar bench: --shape: needs --only gemm \(N:K:M\) or --only mla \(batch:context:heads\)" bench --shape 1536:7168:1
 expect 2 "^invar bench: --shape: needs --only gemm" bench --only decode --shape 1536:7168:1
 expect 2 "^invar bench: --shape: '1536x7168:1' is not N:K:M \(three positive integers\)" \
     bench --only gemm --shape 1536x7168:1
 expect 2 "^invar bench: --shape: '1536:7168:1:2' is not N:K:M" bench --only gemm --shape 1536:7168:1:2
 expect 2 "^invar bench: --shape: '0:7168:1': N = 0 is out of range \[1, 1048576\]" bench --only gemm --shape 0:7168:1
-expect 2 "^invar bench: --shape: '32:4000:16': L = 4000 is not a multiple of the 64-position cache block" \
+expect 2 "^invar bench: --shape: '32:4000:16': context = 4000 is not a multiple of the 64-position cache block" \
     bench --only mla --shape 32:4000:16
-expect 2 "^invar bench: --shape: '32:-4096:16' is not B:L:H" bench --only mla --shape 32:-4096:16
+expect 2 "^invar bench: --shape: '32:-4096:16' is not batch:context:heads" bench --only mla --shape 32:-4096:16
+expect 2 "^invar bench: --shape: '99999999999999999999:1:1': N is out of range \[1, 1048576\]" \
+    bench --only gemm --shape 99999999999999999999:1:1
 expect 2 "^invar bench: --shape: times the CUDA kernels" bench --device cpu --only gemm --shape 64:64:1
 expect 2 "^invar model write: --out: required" model write --config tiny --seed 1
 expect 2 "^invar model write: --shards: 0 is out of range \[1, 99999\]" \
@@ -121,8 +123,9 @@ expect 2 "^invar report render: DIR: empty value" report render ""
 
 # bench --shape: only the given rows, in order, into the section's CSV (with a GPU); without
 # one the same SKIP line as the whole bench.
-"$INVAR" bench --quick --only gemm --shape 4096:512:1 --shape 4096:512:64 --out "$work/bs" >"$work/out.log" 2>&1 ||
-    { cat "$work/out.log"; fail "bench --shape: exit $?"; }
+"$INVAR" bench --quick --only gemm --shape 4096:512:1 --shape 4096:512:64 --out "$work/bs" >"$work/out.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] || { cat "$work/out.log"; fail "bench --shape: exit $rc"; }
 if grep -q '^SKIP: no CUDA device' "$work/out.log"; then
     echo "ok: bench --shape: SKIP without a CUDA device (the grid does the same)"
 else

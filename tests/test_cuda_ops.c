@@ -13,7 +13,7 @@
 #include <setjmp.h>                      // cmocka
 #include <cmocka.h>                      // cmocka_unit_test, skip, assert_*
 
-#include <math.h>                        // sqrt
+#include <math.h>                        // sqrt, ceil
 #include <stdbool.h>                     // bool
 #include <stdio.h>                       // printf
 #include <stdlib.h>                      // free, getenv
@@ -28,7 +28,7 @@
 #include "../sets/registry.h"         // kernel_set_create, cuda_device_available
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 #ifdef INVAR_CUDA
-#include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe, inv_cuda_sm_count
+#include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe, inv_cuda_sm_count, inv_cuda_l2_bytes
 #endif
 
 #define POISON16 0xFFFFu                 // a NaN bf16: no op may leave it behind
@@ -828,16 +828,24 @@ static void test_mla_attention_16_heads(void **state) {
     mla_wgmma_rows_check(s, 48, "wgmma16", 60);  // 60 more: whole tokens of 3 head groups too
 }
 
-// 16 heads over more cache than L2 holds, with few partials: 40 sequences of 1100-1600
-// positions, one decode token each (4 splits a token), so the 16-head kernel loads the KV tiles
-// with L2's evict_first policy, which a token alone (its own sequence's cache only) does not.
-// A cache hint changes no bit: every row close to the float64 oracle and equal, bit for bit, to
-// the token run alone.
+// 16 heads over more cache than L2 holds, with few partials: one decode token in each of S
+// sequences of 1100-1600 positions (3 or 4 splits a token), S enough for 1.2x the device's L2
+// and at least 40 (40 on an H200), so that the 16-head kernel loads the KV tiles with L2's evict_first policy,
+// which a token alone (its own sequence's cache only) does not. A cache hint changes no bit:
+// every row close to the float64 oracle and equal, bit for bit, to the token run alone.
 static void test_mla_attention_16_heads_streamed(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);
-    enum { S = 40, H = 16, L = 512, R = 64, W = L + R, MAXLEN = 1664 };
-    int32_t lens[S], tseq[S], tpos[S];
+    enum { H = 16, L = 512, R = 64, W = L + R, MAXLEN = 1664 };
+    const double seq_bytes = (double)MAXLEN * W * 2;
+    int S = 40;
+#ifdef INVAR_CUDA
+    const int for_l2 = (int)ceil(1.2 * (double)inv_cuda_l2_bytes(s->inv) / seq_bytes);
+    if (for_l2 > S) S = for_l2;
+#endif
+    if (S % 37 == 0) S++;  // mla_case_fill permutes the S x 26 blocks with a stride of 37
+    int32_t *lens = invar_malloc((size_t)S * 4, "lengths"), *tseq = invar_malloc((size_t)S * 4, "sequences");
+    int32_t *tpos = invar_malloc((size_t)S * 4, "positions");
     for (int q = 0; q < S; q++) {
         lens[q] = 1100 + (int32_t)(invar_mix64(0x5eedu + (uint64_t)q) % 501u);
         tseq[q] = q;
@@ -850,16 +858,25 @@ static void test_mla_attention_16_heads_streamed(void **state) {
     mla_case c = {.S = S, .T = S, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64,
                   .seq_lens = lens, .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe};
     mla_case_fill(&c, rows, MAXLEN, 3);
+    mla_attention_args probe = mla_args(&c);
+    const char *kernel = "?";
+#ifdef INVAR_CUDA
+    kernel = inv_cuda_mla_attention_kernel(s->inv, &probe);
+    char plan[64];
+    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
+    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
+    if (strstr(plan, "tma") && strcmp(kernel, "wgmma16") != 0)
+        fail_msg("mla_attention H=16: an sm_90a device with TMA took the %s kernel, not wgmma16", kernel);
+#endif
     uint16_t *out = invar_malloc((size_t)S * per_tok * 2, "out");
     uint16_t *part = invar_malloc((size_t)per_tok * 2, "out alone");
     mla_run(s->inv, &c, out);
     assert_written16(out, (long)S * per_tok);
-    mla_attention_args probe = mla_args(&c);
     double *ref = invar_malloc((size_t)S * per_tok * sizeof(double), "attention oracle");
     f64_mla_attention(&probe, ref);
     const double err = f64_rel_l2_bf16(out, ref, (long)S * per_tok);
-    printf("mla_attention H=16, %d sequences of %.0f MB of cache: rel err vs f64 %.2e\n", S,
-           (double)S * MAXLEN * W * 2 / 1048576.0, err);
+    printf("mla_attention H=16, %d sequences of %.0f MB of cache (%s kernel): rel err vs f64 %.2e\n", S,
+           S * seq_bytes / 1048576.0, kernel, err);
     assert_true(err < BF16_TOL);
     for (int t = 0; t < S; t += 7) {
         mla_case one = mla_sub_case(&c, t, 1);
@@ -875,6 +892,9 @@ static void test_mla_attention_16_heads_streamed(void **state) {
     free(rows);
     free(q_lat);
     free(q_pe);
+    free(lens);
+    free(tseq);
+    free(tpos);
 }
 
 // --- kv_cache_write: padding slots and strided sources ---------------------------------------

@@ -78,6 +78,19 @@ void cuda_kernel_smem(cuda_ctx *c, const void *kernel, size_t bytes, const char 
 
 // --- device probe ------------------------------------------------------------------------------
 
+size_t inv_cuda_l2_bytes(ops_set *ops) { return cuda_ctx_of(ops)->l2_bytes; }
+
+size_t inv_cuda_free_bytes(ops_set *ops) {
+    int current = 0;
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK("free memory", cudaGetDevice(&current));
+    CUDA_CHECK("free memory", cudaSetDevice(cuda_ctx_of(ops)->device));  // the set's device, not the thread's
+    CUDA_CHECK("free memory", cudaMemGetInfo(&free_bytes, &total));
+    CUDA_CHECK("free memory", cudaSetDevice(current));
+    return free_bytes;
+}
+
+
 bool inv_cuda_device_available(char *why, int why_len) {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);

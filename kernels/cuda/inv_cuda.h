@@ -3,6 +3,7 @@
 #define INVAR_KERNELS_CUDA_INV_CUDA_H
 
 #include <stdbool.h>    // bool
+#include <stddef.h>     // size_t
 #include "../ops.h"     // ops_set
 
 #ifdef __cplusplus
@@ -30,6 +31,9 @@ void inv_cuda_device_describe(char *name, int name_len, char *driver, int driver
 int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, int path_len);
 // The set's device's SM count, which the GEMM's plan (never its bits) depends on.
 int inv_cuda_sm_count(ops_set *ops);
+// The set's device's L2 size, and its free memory now (cudaMemGetInfo), in bytes.
+size_t inv_cuda_l2_bytes(ops_set *ops);
+size_t inv_cuda_free_bytes(ops_set *ops);
 
 // The kernel the invariant set's mla_attention takes for a's shape: "wgmma" (64 heads a CTA,
 // sm_90a), "wgmma16" (16 heads a work unit, sm_90a), "mma.sync" (16 heads a CTA) or "generic". A function of the shape and the device

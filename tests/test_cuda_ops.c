@@ -663,6 +663,26 @@ static void mla_check_split_size(sets *s, const mla_case *c, const double *ref, 
                  alone);
 }
 
+// The MLA kernel the invariant set takes for probe's shape ("?" without CUDA); on an sm_90a
+// device whose driver encodes tensor maps (TMA in the GEMM's plan: what the wgmma MLA kernels
+// need too) it must be `want`.
+static const char *mla_kernel_taken(sets *s, const mla_attention_args *probe, const char *want) {
+    const char *kernel = "?";
+#ifdef INVAR_CUDA
+    kernel = inv_cuda_mla_attention_kernel(s->inv, probe);
+    char plan[64];
+    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
+    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
+    if (strstr(plan, "tma") && strcmp(kernel, want) != 0)
+        fail_msg("mla_attention H=%d: an sm_90a device with TMA took the %s kernel, not %s", probe->H, kernel, want);
+#else
+    (void)s;
+    (void)probe;
+    (void)want;
+#endif
+    return kernel;
+}
+
 // H heads, L = 512, R = 64, 64-position blocks: on sm_90a a wgmma kernel (`want`: "wgmma", 64
 // heads a CTA, or "wgmma16", 16 heads a work unit). Sequences shorter than a tile, of lengths no
 // multiple of 64, of more than two 512-position splits; decode tokens and several tokens of one
@@ -705,19 +725,7 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
                   .seq_lens = lens, .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe};
     mla_case_fill(&c, rows, MAXLEN, 1);
     mla_attention_args probe = mla_args(&c);
-    const char *kernel = "?";
-#ifdef INVAR_CUDA
-    kernel = inv_cuda_mla_attention_kernel(s->inv, &probe);
-    char plan[64];
-    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
-    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
-    // TMA in the GEMM's plan: an sm_90a device whose driver encodes tensor maps, which is what
-    // the wgmma MLA kernels need too.
-    if (strstr(plan, "tma") && strcmp(kernel, want) != 0)
-        fail_msg("mla_attention H=%d: an sm_90a device with TMA took the %s kernel, not %s", H, kernel, want);
-#else
-    (void)want;
-#endif
+    const char *kernel = mla_kernel_taken(s, &probe, want);
 
     uint16_t *out = invar_malloc((size_t)T * per_tok * 2, "out");
     uint16_t *part = invar_malloc((size_t)T * per_tok * 2, "out part");
@@ -859,15 +867,7 @@ static void test_mla_attention_16_heads_streamed(void **state) {
                   .seq_lens = lens, .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe};
     mla_case_fill(&c, rows, MAXLEN, 3);
     mla_attention_args probe = mla_args(&c);
-    const char *kernel = "?";
-#ifdef INVAR_CUDA
-    kernel = inv_cuda_mla_attention_kernel(s->inv, &probe);
-    char plan[64];
-    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
-    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
-    if (strstr(plan, "tma") && strcmp(kernel, "wgmma16") != 0)
-        fail_msg("mla_attention H=16: an sm_90a device with TMA took the %s kernel, not wgmma16", kernel);
-#endif
+    const char *kernel = mla_kernel_taken(s, &probe, "wgmma16");
     uint16_t *out = invar_malloc((size_t)S * per_tok * 2, "out");
     uint16_t *part = invar_malloc((size_t)per_tok * 2, "out alone");
     mla_run(s->inv, &c, out);

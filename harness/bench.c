@@ -50,6 +50,9 @@ typedef struct {
 #define BENCH_MAX_SHAPES 96      // the GEMM grid's 84 rows fit
 #define BENCH_MAX_SHAPE_FLAGS 64  // --shape values
 #define MLA_BLOCK 64              // the MLA rows' cache block: a context is whole blocks
+#define MLA_LATENT 512            // the MLA rows' latent (L) and rope (R) dims: DeepSeek's
+#define MLA_ROPE 64
+#define MLA_SPLIT 512             // the invariant set's split size, for the partials' scratch
 
 // GEMM rows (N, K, M) or MLA rows (batch, context, heads), in the order they run.
 typedef struct {
@@ -170,9 +173,10 @@ static double gemm_run_bytes(int N, int K, int max_m) {
     return l2_copies(w + x) * (w + x) + (double)max_m * N * 2 + (256.0 * 1024 * 1024);
 }
 static double mla_row_bytes(int B, int ctx, int H) {
-    const double kv = (double)B * ctx * 1152, nsplit = ceil(ctx / 512.0);
-    return l2_copies(kv) * (kv + (double)B * (ctx / MLA_BLOCK) * 4) + (double)B * H * (1152 + 1024) +
-           (double)B * H * nsplit * (2048 + 8);
+    const double row = (MLA_LATENT + MLA_ROPE) * 2.0, kv = (double)B * ctx * row;
+    const double q_out = (double)B * H * (row + MLA_LATENT * 2.0);
+    const double partials = (double)B * H * ceil(ctx / (double)MLA_SPLIT) * (MLA_LATENT * 4.0 + 8.0);
+    return l2_copies(kv) * (kv + (double)B * (ctx / MLA_BLOCK) * 4) + q_out + partials;
 }
 
 // Every --shape row fits the device's free memory (with 512 MB to spare), or exit 2 naming the
@@ -299,7 +303,7 @@ static int mla_seed_index(int B, int ctx, int H, int r) {
 static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const bench_shapes *shapes, double copy_gbs,
                         csv_report *csv) {
     double worst_pct = -1.0;
-    const int L = 512, R = 64, BS = MLA_BLOCK;
+    const int L = MLA_LATENT, R = MLA_ROPE, BS = MLA_BLOCK;
     printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s\n", "batch", "context", "heads", "inv us", "ref us",
            "inv GB/s", "ref GB/s", "inv %cp", "ref %cp", "inv TF/s", "ref TF/s");
     for (int r = 0; r < shapes->n; r++) {
@@ -377,7 +381,6 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
 
 static int run_bench(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
-    host_make_dirs(out_dir);
     ops_set *inv = kernel_set_create("invariant", "cuda", 0);
     ops_set *ref = kernel_set_create("reference", "cuda", 0);
     if (!inv || !ref) invar_die(INVAR_EXIT_SYSTEM, "bench: the CUDA kernel sets are not registered");
@@ -387,8 +390,9 @@ static int run_bench(const char *out_dir, bool quick, const char *only, bool pro
         inv->destroy(inv);
         ref->destroy(ref);
         fprintf(stderr, "invar bench: %s\n", err);
-        return INVAR_EXIT_INPUT;
+        return INVAR_EXIT_INPUT;  // before the output directory: a refused run creates nothing
     }
+    host_make_dirs(out_dir);
     double copy_gbs = cuda_copy_bandwidth_gbs(inv, (size_t)1 << 30);
     printf("device-to-device copy: %.0f GB/s (1 GiB, read + write)\n\n", copy_gbs);
 

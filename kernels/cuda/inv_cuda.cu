@@ -90,7 +90,6 @@ size_t inv_cuda_free_bytes(ops_set *ops) {
     return free_bytes;
 }
 
-
 bool inv_cuda_device_available(char *why, int why_len) {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);

@@ -54,7 +54,7 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_64x128, SPLIT_NONE},         {LOAD_TMA, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x192, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x192, SPLIT_GRID},       {LOAD_TMA, TILE_64x96, SPLIT_IN_CTA},
-        {LOAD_TMA, TILE_128x96, SPLIT_IN_CTA},
+        {LOAD_TMA, TILE_128x96, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x144, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x256, SPLIT_NONE},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
@@ -100,11 +100,14 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                             M <= GEMM_SPLIT_LAST_CTA_MAX_M);
                             if (p.stream_k)  // the persistent kernel only, on 128-column instructions
                                 assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192 &&
-                                            p.tile != TILE_64x96 && p.tile != TILE_128x96);
+                                            p.tile != TILE_64x96 && p.tile != TILE_128x96 && p.tile != TILE_128x144);
                             if (p.tile == TILE_64x96)  // one dense product whose narrow tiles fit one wave
                                 assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
                             if (p.tile == TILE_128x96)  // one dense product, long walks
                                 assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES);
+                            if (p.tile == TILE_128x144)  // the same, whole tiles of 144 columns
+                                assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES &&
+                                            N % 144 == 0);
                         }
     printf("gemm plans checked: %ld\n", plans);
 }
@@ -142,8 +145,9 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
     static const struct { int M, N, K; const char *name; } cases[] = {
         {4096, 1536, 7168, "128x192/cta"},    // 256 units in 2 waves against 384 in 3 and 512 in 4
         {1024, 1536, 7168, "128x96/cta"},     // 64 units of 128 x 192, 96 of 128 x 128, 128 of 128 x 96
-        {4096, 576, 7168, "128x192/cta"},     // 96 units against 160 in stream-K order whose
-                                              // 58.7 MB of activations do not stay in L2
+        {4096, 576, 7168, "128x144/cta"},     // 128 units in one wave against 96 of 128 x 192 and
+                                              // 160 in stream-K order whose 58.7 MB of
+                                              // activations do not stay in L2
         {4096, 576, 2048, "128x128/cta+sk"},  // the same with 16 MB of activations: 1.21 waves
         {1024, 3072, 2048, "128x192/cta"},    // 128 units in one wave against 192 in two
         {4096, 3072, 2048, "128x128/cta"},    // 4 waves against 6 staged ones
@@ -151,8 +155,11 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {256, 7168, 16384, "128x128/cta"},    // one wave either way
         {256, 576, 7168, "128x192/grid"},     // split CTAs: 3 tiles of 192, not 3 of 256 (768 columns)
         {256, 1536, 7168, "128x256/grid"},    // 6 tiles of 256 cover it exactly
-        {7000, 576, 7168, "128x96/cta"},      // 330 units in 3 waves against 165 of 128 x 192 in 2
-        {8192, 576, 7168, "128x96/cta"},      // 384 in 3 against 192 in 2 (and 320 of 128 x 128 in 3)
+        {7000, 576, 7168, "128x144/cta"},     // 220 units in 2 waves against 330 of 128 x 96 in 3
+        {8192, 576, 7168, "128x144/cta"},     // 256 in 2 against 384 of 128 x 96 in 3, 192 of 128 x 192 in 2
+        {16384, 576, 7168, "128x192/cta"},    // 384 in 3 against 512 of 128 x 144 in 4
+        {2048, 1152, 7168, "128x144/cta"},    // 128 in one wave against 96 of 128 x 192 (the same wave)
+        {1024, 1536, 7168, "128x96/cta"},     // 1536 is no multiple of 144
         {8192, 1536, 7168, "128x192/cta"},    // 512 in 4 against 1024 in 8
         {1024, 576, 7168, "64x96/cta"},       // 96 units of 64 x 96 against 80 of 64 x 128
         {513, 576, 7168, "64x96/cta"},        // 54 against 45

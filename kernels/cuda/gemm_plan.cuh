@@ -7,9 +7,10 @@
 //     and the result is ((p_0 + p_1) + p_2) + ... in split order, fp32, starting from p_0
 //     itself (never +0 + p_0: that would turn an exact -0 into +0 on one path and not another;
 //     a running total that starts at -0 is exact, -0 + x = x for every x).
-//     The 128 x 192 tile's wgmma_m64n192k16 and the 96-column tiles' wgmma_m64n96k16 compute
-//     each element as the n = 128 instruction does (from its own row, column and accumulator):
-//     test_cuda_ops compares their rows with the other tiles' bit for bit.
+//     The 128 x 192 tile's wgmma_m64n192k16, the 128 x 144 tile's wgmma_m64n144k16 and the
+//     96-column tiles' wgmma_m64n96k16 compute each element as the n = 128 instruction does (from
+//     its own row, column and accumulator): test_cuda_ops compares their rows with the other
+//     tiles' bit for bit.
 // S depends on (N, K) only: never on M, never on the SM count queried at run time (the target
 // below is the H200's 132 written down as a constant, so the rule is the same on every card).
 // Everything else here (tile shape, whether the splits run on separate CTAs or one CTA walks
@@ -78,7 +79,9 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //              (gemm_cta_narrow_wins)
 //   128 x 96   two warpgroups, one wgmma of 96 columns each: in place of 128 x 128 where its
 //              waves take less time (gemm_cta_wide_tile)
-enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96 };
+//   128 x 144  two warpgroups, one wgmma of 144 columns each: the same, where N is a multiple
+//              of 144 (576 columns: four whole tiles, against three of 192 or six of 96)
+enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96, TILE_128x144 };
 
 typedef struct {
     int splits;
@@ -184,10 +187,15 @@ static inline long gemm_waves(long units, int num_sms) { return (units + num_sms
 // (us, before -> after): 1536 x 7168 M = 1024 45.5 -> 37.2 (128 x 96), 576 x 7168 M = 2048 47.5 ->
 // 36.9 (128 x 96), 1536 x 7168 M = 4096 139.5 -> 130.8 (128 x 192), 3072 x 2048 M = 1024 32.8 ->
 // 28.0 (128 x 192); kept 128 x 128 where the others need more waves (2048 x 2048, 7168 x 16384
-// at M = 256: 95.5 us against 123.3 on 128 x 192).
+// at M = 256: 95.5 us against 123.3 on 128 x 192). 128 x 144 (2026-12-01, medians of three runs):
+// 52.2 us a wave (576 x 7168 at M = 4096, 128 units), taken where N is a multiple of 144 and
+// on long walks, as 128 x 96: 576 x 7168 M = 4096 67.6 -> 52.2 (96 units of 128 x 192, a
+// quarter of the SMs idle), M = 8192 107.7 -> 97.4 (384 units of 128 x 96 in 3 waves, 256 in 2),
+// 1152 x 7168 M = 2048 65.5 -> 52.1, 2304 x 7168 M = 1024 62.9 -> 51.4.
 #define GEMM_CTA_KTILE_COST_96 33
 #define GEMM_CTA_KTILE_COST_128 41
 #define GEMM_CTA_KTILE_COST_128_STAGED 37
+#define GEMM_CTA_KTILE_COST_144 47
 #define GEMM_CTA_KTILE_COST_192 60
 static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, int num_sms) {
     const long units = gemm_tile_count(M, N, batch, 128, 128);
@@ -206,7 +214,12 @@ static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, 
         best_cost = cost_192;
     }
     const bool long_walk = k_tiles > GEMM_CTA_STAGED_MAX_KTILES;  // where its cost was measured
-    if (batch == 1 && long_walk && cost_96 < best_cost) best = TILE_128x96;
+    if (batch == 1 && long_walk && cost_96 < best_cost) {
+        best = TILE_128x96;
+        best_cost = cost_96;
+    }
+    const long cost_144 = gemm_waves(gemm_tile_count(M, N, batch, 128, 144), num_sms) * 10 * GEMM_CTA_KTILE_COST_144;
+    if (batch == 1 && long_walk && N % 144 == 0 && cost_144 < best_cost) best = TILE_128x144;
     return best;
 }
 
@@ -282,7 +295,11 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
 }
 
 static inline int gemm_tile_cols(enum gemm_tile t) {
-    return t == TILE_128x256 ? 256 : t == TILE_128x192 ? 192 : t == TILE_64x96 || t == TILE_128x96 ? 96 : 128;
+    return t == TILE_128x256   ? 256
+           : t == TILE_128x192 ? 192
+           : t == TILE_128x144 ? 144
+           : t == TILE_64x96 || t == TILE_128x96 ? 96
+                                                 : 128;
 }
 static inline int gemm_tile_rows(enum gemm_tile t) { return t == TILE_64x128 || t == TILE_64x96 ? 64 : 128; }
 
@@ -304,7 +321,7 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
 }
 
 static inline const char *gemm_plan_name(const gemm_plan *pl) {
-    static const char *const names[2][6][3] = {
+    static const char *const names[2][7][3] = {
         {
             {"64x128", "64x128/cta", "64x128/grid"},
             {"128x128", "128x128/cta", "128x128/grid"},
@@ -312,6 +329,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
             {"128x256", "128x256/cta", "128x256/grid"},
             {"64x96", "64x96/cta", "64x96/grid"},
             {"128x96", "128x96/cta", "128x96/grid"},
+            {"128x144", "128x144/cta", "128x144/grid"},
         },
         {  // stream-K order (never GRID)
             {"64x128/sk", "64x128/cta+sk", "-"},
@@ -320,6 +338,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
             {"128x256/sk", "128x256/cta+sk", "-"},
             {"64x96/sk", "64x96/cta+sk", "-"},
             {"128x96/sk", "128x96/cta+sk", "-"},
+            {"128x144/sk", "128x144/cta+sk", "-"},
         },
     };
     return pl->sum_last_cta ? "64x128/grid+last" : names[pl->stream_k][pl->tile][pl->mode];

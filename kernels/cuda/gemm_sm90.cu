@@ -268,6 +268,15 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
                         *(uint4 *)((uint16_t *)y + yrow * p.ldy + n) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
                     }
                 }
+            // 144 columns: the last 16 past the 32-column blocks, pair by pair
+            if (!row_ok) continue;
+#pragma unroll
+            for (int i = 0; i < NI; i++)
+#pragma unroll
+                for (int j = WN / 32 * 4; j < WN / 8; j++) {
+                    const int n = n0 + i * WN + j * 8 + 2 * q;
+                    gemm_store_pair(p, y, yrow, n, res[i][4 * j + 2 * half], res[i][4 * j + 2 * half + 1]);
+                }
         }
     }
 }
@@ -452,8 +461,8 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // threads issues every TMA copy. A whole warpgroup, because registers are shared per SM
 // quadrant: the producer gives its registers back (setmaxnreg 24; 40 with one consumer) so each
 // consumer thread may hold 240 (248 with one): the cta path of 128-column tiles carries two
-// chains and a running total (64 + 64 + 64 a thread), the 128 x 192 one 96 + 96. A 9-warp CTA
-// A 12-warp CTA (CW = 2) launches at 168 registers a thread at most (384 x 168 of the SM's 64 K),
+// chains and a running total (64 + 64 + 64 a thread; 72 + 72 + 72 at 144 columns), the 128 x 192
+// one 96 + 96. A 12-warp CTA (CW = 2) launches at 168 registers a thread at most (384 x 168 of the SM's 64 K),
 // so there the budgets fill that pool exactly, 128 x 24 + 256 x 240 = 384 x 168, the 168 ptxas
 // gives every thread at launch (1 CTA per SM); an 8-warp CTA (CW = 1) launches at 248 (256 x 248
 // registers hold 128 x 40 + 128 x 248). tests/gpu_gemm_check.sh fails if ptxas reports other
@@ -1021,6 +1030,7 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x96, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 96>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x96, SPLIT_IN_CTA)) launch_ws<2, 1, 7, SPLIT_IN_CTA, 96>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x144, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA, 144>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_IN_CTA)) launch_ws<2, 1, 4, SPLIT_IN_CTA, 192>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);

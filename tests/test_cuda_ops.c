@@ -272,8 +272,8 @@ static void test_gemm_tile_paths(void **state) {
 // The split count depends on (N, K) alone, so every M must give a row the same bits whether
 // the splits ran on separate CTAs (fp32 partials summed in split order by each tile's last CTA
 // up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above) or one CTA walked them (large
-// M, running total in registers), on 64 x 128, 64 x 96, 128 x 96, 128 x 128, 128 x 144, 128 x 192 or 128 x 256
-// tiles, and whichever
+// M, running total in registers), on 64 x 128, 64 x 96, 64 x 72, 128 x 96, 128 x 128, 128 x 144, 128 x 192 or
+// 128 x 256 tiles, and whichever
 // epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
 // arrival counters at zero for the next launch. Split and non-split shapes; fp32 output
 // rounding to the bf16 output on both paths; sampled rows against the float64 oracle.
@@ -289,9 +289,9 @@ static void test_gemm_split_k_rows(void **state) {
         {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
         {18048, 512},  // 141 column tiles: stream-K order at M <= 64 (132 SMs: 9 left for round 2)
         {576, 1536},   // 160 units of 128 x 128 at M = 4096, walking 4 splits in stream-K order
-        {320, 1536},   // 128 x 192 cta tiles at M = 8192 whose second tile is a third empty
+        {320, 1536},   // 128 x 192 cta tiles at M = 8192 whose second tile is a third empty; 64 x 96 at 513, 1024
         {2048, 2048},  // S = 5, odd: the two-chain 128 x 128 walk ends in its first chain
-        {576, 2048},   // S = 5 on 64 x 96 tiles at M = 513 and 1024
+        {576, 2048},   // S = 5 on 64 x 72 tiles at M = 513 and 1024
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
     const int MMAX = 8192, f32_ms[] = {17, 1024, 4096};  // 1024: the 96-column tiles' fp32 stores
@@ -301,7 +301,7 @@ static void test_gemm_split_k_rows(void **state) {
     bool seen_stream_k = false, seen_stream_k_cta = false;  // chains handed between CTAs
     bool seen_wide_cta = false, seen_wide_grid_192 = false;  // 128 x 192: wgmma n = 192 against n = 128
     bool seen_narrow_cta = false, seen_narrow_cta_128 = false;  // 64 / 128 x 96: wgmma n = 96 against n = 128
-    bool seen_cta_144 = false;  // 128 x 144 (576 columns at M = 4096, 8192): wgmma n = 144 against the 96 of M <= 1024
+    bool seen_cta_144 = false, seen_cta_72 = false;  // 576 columns: 128 x 144 at M = 4096, 8192, 64 x 72 at 513, 1024
 #endif
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
@@ -345,6 +345,7 @@ static void test_gemm_split_k_rows(void **state) {
             seen_narrow_cta |= splits > 1 && strstr(plan, "64x96/cta") != NULL;
             seen_narrow_cta_128 |= splits > 1 && strstr(plan, "128x96/cta") != NULL;
             seen_cta_144 |= splits > 1 && strstr(plan, "128x144/cta") != NULL;
+            seen_cta_72 |= splits > 1 && strstr(plan, "64x72/cta") != NULL;
 #endif
             printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
             poison(inv, dy, (size_t)M * N * 2);
@@ -381,13 +382,13 @@ static void test_gemm_split_k_rows(void **state) {
     if (strcmp(plan, "mma.sync") != 0 &&
         !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce &&
           (!sms_132 || (seen_stream_k && seen_stream_k_cta && seen_wide_cta && seen_wide_grid_192 && seen_narrow_cta &&
-                        seen_narrow_cta_128 && seen_cta_144))))
+                        seen_narrow_cta_128 && seen_cta_144 && seen_cta_72))))
         fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
                  "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d, 128x192 in-CTA %d, "
-                 "128x192 grid %d, 64x96 in-CTA %d, 128x96 in-CTA %d, 128x144 in-CTA %d)",
+                 "128x192 grid %d, 64x96 in-CTA %d, 128x96 in-CTA %d, 128x144 in-CTA %d, 64x72 in-CTA %d)",
                  seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce, seen_stream_k,
                  seen_stream_k_cta, seen_wide_cta, seen_wide_grid_192, seen_narrow_cta, seen_narrow_cta_128,
-                 seen_cta_144);
+                 seen_cta_144, seen_cta_72);
 #endif
 }
 

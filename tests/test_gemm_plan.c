@@ -55,6 +55,7 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x192, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x192, SPLIT_GRID},       {LOAD_TMA, TILE_64x96, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x96, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x144, SPLIT_IN_CTA},
+        {LOAD_TMA, TILE_64x72, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x256, SPLIT_NONE},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
@@ -100,9 +101,13 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                             M <= GEMM_SPLIT_LAST_CTA_MAX_M);
                             if (p.stream_k)  // the persistent kernel only, on 128-column instructions
                                 assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192 &&
-                                            p.tile != TILE_64x96 && p.tile != TILE_128x96 && p.tile != TILE_128x144);
+                                            p.tile != TILE_64x96 && p.tile != TILE_128x96 && p.tile != TILE_128x144 &&
+                                            p.tile != TILE_64x72);
                             if (p.tile == TILE_64x96)  // one dense product whose narrow tiles fit one wave
                                 assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
+                            if (p.tile == TILE_64x72)  // the same, whole tiles of 72 columns
+                                assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 72) <= plan_sms[si] &&
+                                            N % 72 == 0);
                             if (p.tile == TILE_128x96)  // one dense product, long walks
                                 assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES);
                             if (p.tile == TILE_128x144)  // the same, whole tiles of 144 columns
@@ -161,8 +166,10 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {2048, 1152, 7168, "128x144/cta"},    // 128 in one wave against 96 of 128 x 192 (the same wave)
         {1024, 1536, 7168, "128x96/cta"},     // 1536 is no multiple of 144
         {8192, 1536, 7168, "128x192/cta"},    // 512 in 4 against 1024 in 8
-        {1024, 576, 7168, "64x96/cta"},       // 96 units of 64 x 96 against 80 of 64 x 128
-        {513, 576, 7168, "64x96/cta"},        // 54 against 45
+        {1024, 576, 7168, "64x72/cta"},       // 128 units of 64 x 72 against 96 of 64 x 96, 80 of 64 x 128
+        {513, 576, 7168, "64x72/cta"},        // 72 against 54 and 45
+        {1056, 576, 7168, "64x96/cta"},       // 17 row tiles: 136 units of 64 x 72 would take two waves,
+                                              // 102 of 64 x 96 one
         {1024, 640, 7168, "64x128/cta"},      // 640 columns: 7 tiles of 96 would leave 32 empty
         {2048, 576, 7168, "128x96/cta"},      // 96 units of 128 x 96 against 80 of 128 x 128
     };

@@ -39,8 +39,8 @@ const op_shape gemm_cuda_shapes[] = {
     // 64 x 128 CTA walk them, M >= 1024 one 128 x 128 CTA: the quick M list crosses both switches
     {.label = "3072x2048", .gemm = {.N = 3072, .K = 2048}, .quick = true},
     {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
-    // 18 splits: M = 4096 has one 128 x 144 CTA walk them (wgmma n = 144, four whole tiles), M <= 1024
-    // 64-row tiles of 96 or 128 columns (cuBLAS differs at M >= 256 on the H200)
+    // 18 splits: M = 4096 has one 128 x 144 CTA walk them (wgmma n = 144, four whole tiles), M = 1024
+    // a 64 x 72 one (n = 72, eight), M <= 256 split CTAs (cuBLAS differs at M >= 256 on the H200)
     {.label = "576x7168", .gemm = {.N = 576, .K = 7168}},
     // 2 long splits: 64 x 128 grid CTAs at small M, 128 x 256 grid CTAs from M = 513 (cuBLAS
     // differs at M >= 16 on the H200)

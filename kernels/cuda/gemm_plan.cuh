@@ -81,7 +81,10 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //              waves take less time (gemm_cta_wide_tile)
 //   128 x 144  two warpgroups, one wgmma of 144 columns each: the same, where N is a multiple
 //              of 144 (576 columns: four whole tiles, against three of 192 or six of 96)
-enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96, TILE_128x144 };
+//   64 x 72    one warpgroup, one wgmma of 72 columns: in place of 64 x 96 where N is a multiple
+//              of 72 and its tiles still fit one wave (576 columns: eight tiles, 128 units at
+//              M = 1024 against 96; gemm_cta_narrow_wins)
+enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96, TILE_128x144, TILE_64x72 };
 
 typedef struct {
     int splits;
@@ -228,7 +231,11 @@ static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, 
 // still run at once and the narrower tiles waste no more columns (576 columns: five tiles of 128,
 // the last half empty, or six of 96). H200, medians of three bench runs: 576 x 7168 at M = 1024
 // 35.7 -> 26.6 us (80 CTAs of 64 x 128 walking 112 k-tiles each, or 96 of 64 x 96), 3072 x 2048
-// at M = 256 13.7 -> 13.2.
+// at M = 256 13.7 -> 13.2. Narrower still, 64 x 72, where N is a multiple of 72 and those tiles
+// fit the wave too: a k-tile takes about as long as 64 x 96's (0.23 against 0.24 us: the SM's
+// intake from L2, about 80 GB/s an SM with every SM reading, paces both), so more CTAs finish
+// sooner (H200, medians of three, 2026-12-01: 576 x 7168 M = 513 26.6 -> 25.1 us, M = 1024 27.0 ->
+// 25.7, 576 x 2048 M = 1024 13.4 -> 12.6).
 static inline bool gemm_cta_narrow_wins(int M, int N, int batch, int num_sms) {
     const long units = gemm_tile_count(M, N, batch, 64, 128), narrow_units = gemm_tile_count(M, N, batch, 64, 96);
     return units < num_sms && narrow_units > units && narrow_units <= num_sms && (N + 95) / 96 * 96 <= (N + 127) / 128 * 128;
@@ -289,8 +296,10 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
         pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
     if (pl.tile == TILE_128x128 && pl.load == LOAD_TMA) pl.tile = gemm_cta_wide_tile(M, N, K, batch, num_sms);
     if (pl.tile == TILE_64x128 && pl.mode == SPLIT_IN_CTA && pl.load == LOAD_TMA && batch == 1 &&
-        gemm_cta_narrow_wins(M, N, batch, num_sms))
+        gemm_cta_narrow_wins(M, N, batch, num_sms)) {
         pl.tile = TILE_64x96;
+        if (N % 72 == 0 && gemm_tile_count(M, N, batch, 64, 72) <= num_sms) pl.tile = TILE_64x72;
+    }
     return pl;
 }
 
@@ -298,10 +307,13 @@ static inline int gemm_tile_cols(enum gemm_tile t) {
     return t == TILE_128x256   ? 256
            : t == TILE_128x192 ? 192
            : t == TILE_128x144 ? 144
+           : t == TILE_64x72   ? 72
            : t == TILE_64x96 || t == TILE_128x96 ? 96
                                                  : 128;
 }
-static inline int gemm_tile_rows(enum gemm_tile t) { return t == TILE_64x128 || t == TILE_64x96 ? 64 : 128; }
+static inline int gemm_tile_rows(enum gemm_tile t) {
+    return t == TILE_64x128 || t == TILE_64x96 || t == TILE_64x72 ? 64 : 128;
+}
 
 // tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
 // gathered rows, aligned, a driver entry point). num_sms: the device's, for the tile choice and
@@ -321,7 +333,7 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
 }
 
 static inline const char *gemm_plan_name(const gemm_plan *pl) {
-    static const char *const names[2][7][3] = {
+    static const char *const names[2][8][3] = {
         {
             {"64x128", "64x128/cta", "64x128/grid"},
             {"128x128", "128x128/cta", "128x128/grid"},
@@ -330,6 +342,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
             {"64x96", "64x96/cta", "64x96/grid"},
             {"128x96", "128x96/cta", "128x96/grid"},
             {"128x144", "128x144/cta", "128x144/grid"},
+            {"64x72", "64x72/cta", "64x72/grid"},
         },
         {  // stream-K order (never GRID)
             {"64x128/sk", "64x128/cta+sk", "-"},
@@ -339,6 +352,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
             {"64x96/sk", "64x96/cta+sk", "-"},
             {"128x96/sk", "128x96/cta+sk", "-"},
             {"128x144/sk", "128x144/cta+sk", "-"},
+            {"64x72/sk", "64x72/cta+sk", "-"},
         },
     };
     return pl->sum_last_cta ? "64x128/grid+last" : names[pl->stream_k][pl->tile][pl->mode];

@@ -109,7 +109,7 @@ __device__ __forceinline__ void wgmma_hold(uint32_t (&a)[N]) {
     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS ", %" #A ", %" #B   \
     ", p, 1, 1, 0, 0;\n"                                                                 \
     "}\n"
-// Accumulator operand lists: 48, 64, 72 or 96 floats a thread ({%0,...,%N-1}).
+// Accumulator operand lists: 36, 48, 64, 72 or 96 floats a thread ({%0,...,%N-1}).
 #define WGMMA_OPERANDS_0_47                                                                      \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"     \
     "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
@@ -118,6 +118,9 @@ __device__ __forceinline__ void wgmma_hold(uint32_t (&a)[N]) {
     "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"                           \
     "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95"
 #define WGMMA_OPERANDS_64_71 "%64,%65,%66,%67,%68,%69,%70,%71"
+#define WGMMA_REGS36                                                                             \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24," \
+    "%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35}"
 #define WGMMA_REGS48 "{" WGMMA_OPERANDS_0_47 "}"
 #define WGMMA_REGS64 "{" WGMMA_OPERANDS_0_47 "," WGMMA_OPERANDS_48_63 "}"
 #define WGMMA_REGS72 "{" WGMMA_OPERANDS_0_47 "," WGMMA_OPERANDS_48_63 "," WGMMA_OPERANDS_64_71 "}"
@@ -151,11 +154,21 @@ __device__ __forceinline__ void wgmma_m64n144k16_bf16(float (&d)[72], uint64_t d
                  : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// The K-major bf16 instruction of WN columns (96, 128, 144 or 192): d holds WN / 2 floats a thread.
+// d += A(64x16, desc_a) * B(72x16, desc_b)ᵀ: the same per-element arithmetic over 72 columns
+// (576 = 8 x 72).
+__device__ __forceinline__ void wgmma_m64n72k16_bf16(float (&d)[36], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(WGMMA_SS_BF16(72, WGMMA_REGS36, 36, 37, 38)
+                 : WGMMA_ACC32(d, 0), WGMMA_ACC4(d, 32)
+                 : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// The K-major bf16 instruction of WN columns (72, 96, 128, 144 or 192): d holds WN / 2 floats a
+// thread.
 template <int WN>
 __device__ __forceinline__ void wgmma_k16_bf16(float (&d)[WN / 2], uint64_t desc_a, uint64_t desc_b) {
-    static_assert(WN == 96 || WN == 128 || WN == 144 || WN == 192, "the GEMM's instruction widths");
-    if constexpr (WN == 96) wgmma_m64n96k16_bf16(d, desc_a, desc_b);
+    static_assert(WN == 72 || WN == 96 || WN == 128 || WN == 144 || WN == 192, "the GEMM's instruction widths");
+    if constexpr (WN == 72) wgmma_m64n72k16_bf16(d, desc_a, desc_b);
+    else if constexpr (WN == 96) wgmma_m64n96k16_bf16(d, desc_a, desc_b);
     else if constexpr (WN == 128) wgmma_m64n128k16_bf16(d, desc_a, desc_b);
     else if constexpr (WN == 144) wgmma_m64n144k16_bf16(d, desc_a, desc_b);
     else wgmma_m64n192k16_bf16(d, desc_a, desc_b);

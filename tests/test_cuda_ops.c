@@ -294,7 +294,7 @@ static void test_gemm_split_k_rows(void **state) {
         {576, 2048},   // S = 5 on 64 x 72 tiles at M = 513 and 1024
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
-    const int MMAX = 8192, f32_ms[] = {17, 1024, 4096};  // 1024: the 96-column tiles' fp32 stores
+    const int MMAX = 8192, f32_ms[] = {17, 1024, 4096};  // 1024, 4096: the 72-, 96- and 144-column tiles' fp32 stores
 #ifdef INVAR_CUDA
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
     bool seen_last_cta = false, seen_reduce = false;  // who sums the small-M grid splits

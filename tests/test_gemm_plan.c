@@ -142,9 +142,9 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
 }
 
 // The cta path's tile by its waves and the time a k-tile of it takes (gemm_cta_wide_tile: 128 x
-// 96, 128 x 128 or 128 x 192; gemm_cta_narrow_wins: 64 x 96 for 64 x 128; H200, 132 SMs, the
-// grid's cells measured on 2026-12-01), and the 128 x 192 split CTAs where 128 x 256 would leave
-// more columns empty.
+// 96, 128 x 128, 128 x 144 or 128 x 192; gemm_cta_narrow_wins: 64 x 96 for 64 x 128, 64 x 72 where
+// N allows; H200, 132 SMs, the grid's cells measured on 2026-12-01), and the 128 x 192 split CTAs
+// where 128 x 256 would leave more columns empty.
 static void wide_cta_tile_where_it_saves_waves(void **state) {
     (void)state;
     static const struct { int M, N, K; const char *name; } cases[] = {
@@ -164,7 +164,10 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {8192, 576, 7168, "128x144/cta"},     // 256 in 2 against 384 of 128 x 96 in 3, 192 of 128 x 192 in 2
         {16384, 576, 7168, "128x192/cta"},    // 384 in 3 against 512 of 128 x 144 in 4
         {2048, 1152, 7168, "128x144/cta"},    // 128 in one wave against 96 of 128 x 192 (the same wave)
-        {1024, 1536, 7168, "128x96/cta"},     // 1536 is no multiple of 144
+        {12800, 432, 7168, "128x96/cta"},     // 400 units in 4 waves against 300 of 128 x 144 in 3
+        {3072, 700, 7168, "128x192/cta"},     // 700 is no multiple of 144: 120 units of 128 x 144
+                                              // in one wave would cost least
+        {3072, 720, 7168, "128x144/cta"},     // 720 is (5 tiles)
         {8192, 1536, 7168, "128x192/cta"},    // 512 in 4 against 1024 in 8
         {1024, 576, 7168, "64x72/cta"},       // 128 units of 64 x 72 against 96 of 64 x 96, 80 of 64 x 128
         {513, 576, 7168, "64x72/cta"},        // 72 against 54 and 45

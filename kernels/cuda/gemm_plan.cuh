@@ -7,10 +7,9 @@
 //     and the result is ((p_0 + p_1) + p_2) + ... in split order, fp32, starting from p_0
 //     itself (never +0 + p_0: that would turn an exact -0 into +0 on one path and not another;
 //     a running total that starts at -0 is exact, -0 + x = x for every x).
-//     The 128 x 192 tile's wgmma_m64n192k16, the 128 x 144 tile's wgmma_m64n144k16 and the
-//     96-column tiles' wgmma_m64n96k16 compute each element as the n = 128 instruction does (from
-//     its own row, column and accumulator): test_cuda_ops compares their rows with the other
-//     tiles' bit for bit.
+//     The other widths' instructions (wgmma_m64n192k16, m64n144k16, m64n96k16, m64n72k16)
+//     compute each element as the n = 128 instruction does (from its own row, column and
+//     accumulator): test_cuda_ops compares their rows with the other tiles' bit for bit.
 // S depends on (N, K) only: never on M, never on the SM count queried at run time (the target
 // below is the H200's 132 written down as a constant, so the rule is the same on every card).
 // Everything else here (tile shape, whether the splits run on separate CTAs or one CTA walks
@@ -62,7 +61,8 @@ enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 // launch) or gemm_split_reduce_kernel adds them in split order.
 enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
-// Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 96, 128 or 192 columns per wgmma):
+// Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 72, 96, 128, 144 or 192 columns per
+// wgmma):
 //   64 x 128   one warpgroup: small M, and GRID splits up to M = 64
 //   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (two chains of 64
 //              accumulators + 64 of running total per thread; 128 x 256 would need 128 + 128
@@ -79,11 +79,11 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //              (gemm_cta_narrow_wins)
 //   128 x 96   two warpgroups, one wgmma of 96 columns each: in place of 128 x 128 where its
 //              waves take less time (gemm_cta_wide_tile)
-//   128 x 144  two warpgroups, one wgmma of 144 columns each: the same, where N is a multiple
-//              of 144 (576 columns: four whole tiles, against three of 192 or six of 96)
+//   128 x 144  two warpgroups, one wgmma of 144 columns each: the same, on long walks where N is
+//              a multiple of 144 (576 columns: four whole tiles, against three of 192 or six of 96)
 //   64 x 72    one warpgroup, one wgmma of 72 columns: in place of 64 x 96 where N is a multiple
 //              of 72 and its tiles still fit one wave (576 columns: eight tiles, 128 units at
-//              M = 1024 against 96; gemm_cta_narrow_wins)
+//              M = 1024 against 96; gemm_plan_tiles, after gemm_cta_narrow_wins)
 enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96, TILE_128x144, TILE_64x72 };
 
 typedef struct {
@@ -173,8 +173,8 @@ static inline long gemm_waves(long units, int num_sms) { return (units + num_sms
 // 64 x 128 tiles only).
 #define GEMM_CTA_STAGED_MAX_KTILES 64
 
-// The two-warpgroup tile of the cta path (the persistent kernel, TMA): 128 x 96, 128 x 128 or
-// 128 x 192, whichever its waves times the time one of its k-tiles takes says is fastest. Those
+// The two-warpgroup tile of the cta path (the persistent kernel, TMA): 128 x 96, 128 x 128,
+// 128 x 144 or 128 x 192, whichever its waves times the time one of its k-tiles takes says is fastest. Those
 // times, with the CTAs of a wave all busy (H200, 2026-12-01, a wave walking 112 k-tiles, medians
 // of three runs): 128 x 96 37.2 us (1536 x 7168 at M = 1024, 128 units), 128 x 128 45.5 (96
 // units), 128 x 192 66.9 (576 x 7168 at M = 4096, 96 units); the 128 x 128 tile about 0.9x
@@ -326,7 +326,7 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // 128-column instructions only. Not the 128 x 192 tiles: gemm_cta_wide_tile takes them
         // where they need fewer waves, never measured in stream-K order (which at 576 x 7168 and
         // M = 7000 would read 100 MB of activations at staggered k, the case that ran 1.4x slow
-        // for 128 x 128). Nor the 96-column ones (never measured in that order).
+        // for 128 x 128). Nor the 72-, 96- and 144-column ones (never measured in that order).
         pl.stream_k = gemm_tile_cols(pl.tile) % 128 == 0 && gemm_stream_k(units, num_sms, M, N, K);
     }
     return pl;

@@ -3,9 +3,9 @@
 // The reduction order of one output element is gemm_plan.cuh's: split s of S = f(N, K) is the
 // chain  p_s = 0; for k0 ascending in its k-tiles: p_s = wgmma_m64n128k16(p_s, ...)  and the
 // result ((p_0 + p_1) + ...) in split order (S = 1: p_0, the chain over all of K). One k16 step
-// (128 columns an instruction, or 96 or 192 on the 96- and 192-column tiles: the same
+// (128 columns an instruction, or 72, 96, 144 or 192 on the tiles of those widths: the same
 // per-element arithmetic), the K tail zero-filled. A tile is 1 or 2 warpgroups' rows (BM = 64 or
-// 128) by 96, 128, 192 or 256 columns; its CTA walks every split itself (SPLIT_NONE,
+// 128) by 72, 96, 128, 144, 192 or 256 columns; its CTA walks every split itself (SPLIT_NONE,
 // SPLIT_IN_CTA: a running total in registers, from -0) or computes one split and writes its fp32 partial (SPLIT_GRID, summed
 // in split order by the tile's last CTA to finish, or by gemm_split_reduce_kernel). Which of
 // these the launcher picks, and how the tiles were loaded, only decide who carries a chain and
@@ -63,8 +63,8 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
 // 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md). fp32 outputs reserve it unused.
 // The 128 x 192 tile stages on the cta path never: its 192 floats of accumulators and running
 // total leave too few registers for the staged code (ptxas: 148 bytes of spills at 240 a thread;
-// 108 with the branch-free fold). Nor do the 96-column tiles: the stages' layouts take 64-column
-// pieces.
+// 108 with the branch-free fold). Nor do the 72-, 96- and 144-column tiles: the stages' layouts
+// take 64-column pieces.
 // GEMM_CTA_STAGED_MAX_KTILES: gemm_plan.cuh (the tile rule weighs it).
 __host__ __device__ constexpr bool ws_can_stage(int split, bool vec, int wn) {
     return vec && (wn == 128 || split != SPLIT_IN_CTA);
@@ -462,11 +462,11 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // quadrant: the producer gives its registers back (setmaxnreg 24; 40 with one consumer) so each
 // consumer thread may hold 240 (248 with one): the cta path of 128-column tiles carries two
 // chains and a running total (64 + 64 + 64 a thread; 72 + 72 + 72 at 144 columns), the 128 x 192
-// one 96 + 96. A 12-warp CTA (CW = 2) launches at 168 registers a thread at most (384 x 168 of the SM's 64 K),
-// so there the budgets fill that pool exactly, 128 x 24 + 256 x 240 = 384 x 168, the 168 ptxas
-// gives every thread at launch (1 CTA per SM); an 8-warp CTA (CW = 1) launches at 248 (256 x 248
-// registers hold 128 x 40 + 128 x 248). tests/gpu_gemm_check.sh fails if ptxas reports other
-// counts: a smaller one would leave setmaxnreg.inc waiting forever.
+// one 96 + 96. A 12-warp CTA (CW = 2) launches at 168 registers a thread at most (384 x 168 of
+// the SM's 64 K), so there the budgets fill that pool exactly, 128 x 24 + 256 x 240 = 384 x 168,
+// the 168 ptxas gives every thread at launch (1 CTA per SM); an 8-warp CTA (CW = 1) launches at
+// 248 (256 x 248 registers hold 128 x 40 + 128 x 248). tests/gpu_gemm_check.sh fails if ptxas
+// reports other counts: a smaller one would leave setmaxnreg.inc waiting forever.
 // STAGES slots, each with a `full` barrier (completed by the copy engine) and an `empty` barrier
 // (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to
 // STAGES k-tiles ahead of the consumers with no block-wide barrier, and across work units: while
@@ -584,7 +584,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         if (lane == 0) mbar_arrive(&empty[freed]);
     };
     constexpr bool TOTAL = SPLIT == SPLIT_IN_CTA;
-    // The cta path of 96- and 128-column tiles carries two chains a thread (acc, acc2: consecutive
+    // The cta path of tiles up to 144 columns carries two chains a thread (acc, acc2: consecutive
     // splits alternate), so a split's fold into the running total waits only for its own last
     // wgmma, retired by the next split's first wgmma_wait<1>, while the next split's wgmma run;
     // with one chain the fold waited for every wgmma (wgmma_wait<0>) and the tensor pipe idled
@@ -1020,7 +1020,8 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     if (pl.mode == SPLIT_GRID && batch != 1)
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 never IN_CTA (its
-    // running total would not fit in registers), 128 x 128 and the 96-column tiles only IN_CTA,
+    // running total would not fit in registers), 128 x 128 and the 72-, 96- and 144-column tiles
+    // only IN_CTA,
     // 128 x 192 IN_CTA or GRID on the persistent kernel.
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);

@@ -943,11 +943,14 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     CUDA_CHECK_LAUNCH(op);
 }
 
-// Vector epilogue for the two-warpgroup tiles (large M) and for 64-row tiles past M = 64.
+// Vector epilogue for the two-warpgroup tiles (large M) and for 64-row tiles past M = 64. The
+// 64 x 72 and 64 x 96 tiles never run at M <= 64 (gemm_plan_tiles; test_gemm_plan asserts it), so
+// only the 64 x 128 tile compiles the scalar epilogue's kernel too (the vector one checks its
+// alignment at run time either way).
 template <int CW, int NI, int STAGES, int SPLIT, int WN = 128>
 static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
                       bool stream_k = false) {
-    if constexpr (CW == 1) {
+    if constexpr (CW == 1 && WN == 128) {
         if (p->M <= 64) {
             launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, false>(c, p, batch, splits, stream_k, op);
             return;

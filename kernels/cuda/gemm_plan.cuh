@@ -200,29 +200,34 @@ static inline long gemm_waves(long units, int num_sms) { return (units + num_sms
 #define GEMM_CTA_KTILE_COST_128_STAGED 37
 #define GEMM_CTA_KTILE_COST_144 47
 #define GEMM_CTA_KTILE_COST_192 60
+// Whole waves of 128-row tiles of `cols` columns, in tenths, times the time a k-tile of one takes.
+static inline long gemm_cta_wave_cost(int M, int N, int batch, int cols, int num_sms, int ktile_cost) {
+    return gemm_waves(gemm_tile_count(M, N, batch, 128, cols), num_sms) * 10 * ktile_cost;
+}
 static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, int num_sms) {
     const long units = gemm_tile_count(M, N, batch, 128, 128);
     const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
     const bool even_share = gemm_stream_k(units, num_sms, M, N, K) && 2L * M * K * batch <= GEMM_STREAM_K_MAX_W_BYTES;
     const long tenths = even_share ? units * 10 / num_sms : gemm_waves(units, num_sms) * 10;
-    const long waves_192 = gemm_waves(gemm_tile_count(M, N, batch, 128, 192), num_sms);
-    const long waves_96 = gemm_waves(gemm_tile_count(M, N, batch, 128, 96), num_sms);
-    const long cost_128 = tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? GEMM_CTA_KTILE_COST_128_STAGED
-                                                                          : GEMM_CTA_KTILE_COST_128);
-    const long cost_192 = waves_192 * 10 * GEMM_CTA_KTILE_COST_192, cost_96 = waves_96 * 10 * GEMM_CTA_KTILE_COST_96;
     enum gemm_tile best = TILE_128x128;
-    long best_cost = cost_128;
-    if (cost_192 < best_cost) {
-        best = TILE_128x192;
-        best_cost = cost_192;
+    long best_cost = tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? GEMM_CTA_KTILE_COST_128_STAGED
+                                                                     : GEMM_CTA_KTILE_COST_128);
+    // 96 and 144 columns on one dense product's long walks only (where their cost was measured),
+    // 144 where N is a multiple of it; each taken where it costs less than the best before it.
+    const bool long_walk = batch == 1 && k_tiles > GEMM_CTA_STAGED_MAX_KTILES;
+    const struct { enum gemm_tile tile; int cols, ktile_cost; bool allowed; } others[] = {
+        {TILE_128x192, 192, GEMM_CTA_KTILE_COST_192, true},
+        {TILE_128x96, 96, GEMM_CTA_KTILE_COST_96, long_walk},
+        {TILE_128x144, 144, GEMM_CTA_KTILE_COST_144, long_walk && N % 144 == 0},
+    };
+    for (int i = 0; i < (int)(sizeof others / sizeof others[0]); i++) {
+        if (!others[i].allowed) continue;
+        const long cost = gemm_cta_wave_cost(M, N, batch, others[i].cols, num_sms, others[i].ktile_cost);
+        if (cost < best_cost) {
+            best = others[i].tile;
+            best_cost = cost;
+        }
     }
-    const bool long_walk = k_tiles > GEMM_CTA_STAGED_MAX_KTILES;  // where its cost was measured
-    if (batch == 1 && long_walk && cost_96 < best_cost) {
-        best = TILE_128x96;
-        best_cost = cost_96;
-    }
-    const long cost_144 = gemm_waves(gemm_tile_count(M, N, batch, 128, 144), num_sms) * 10 * GEMM_CTA_KTILE_COST_144;
-    if (batch == 1 && long_walk && N % 144 == 0 && cost_144 < best_cost) best = TILE_128x144;
     return best;
 }
 

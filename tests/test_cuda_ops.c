@@ -272,7 +272,7 @@ static void test_gemm_tile_paths(void **state) {
 // The split count depends on (N, K) alone, so every M must give a row the same bits whether
 // the splits ran on separate CTAs (fp32 partials summed in split order by each tile's last CTA
 // up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above) or one CTA walked them (large
-// M, running total in registers), on 64 x 128, 64 x 96, 64 x 72, 128 x 96, 128 x 128, 128 x 144, 128 x 192 or
+// M, running total in registers, or in L2 on 128 x 256 tiles), on 64 x 128, 64 x 96, 64 x 72, 128 x 96, 128 x 128, 128 x 144, 128 x 192 or
 // 128 x 256 tiles, and whichever
 // epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
 // arrival counters at zero for the next launch. Split and non-split shapes; fp32 output
@@ -283,7 +283,7 @@ static void test_gemm_split_k_rows(void **state) {
     ops_set *inv = s->inv;
     static const int shapes[][2] = {
         {1536, 7168}, {576, 7168}, {2048, 1536}, {7168, 2048},  // split on sm_90a
-        {7168, 8192},  // 2 long splits: 128 x 256 grid splits from M = 513, in two row blocks at 8192
+        {7168, 8192},  // 2 long splits: from M = 513 128 x 256 tiles walking both, the total in L2
         {4096, 512},  {24576, 1536},                            // one split (K, N too large)
         {8832, 512},   // 128 x 256 tiles, S = 1, the last half wide (N % 256 = 128): pair stores there
         {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
@@ -302,6 +302,7 @@ static void test_gemm_split_k_rows(void **state) {
     bool seen_wide_cta = false, seen_wide_grid_192 = false;  // 128 x 192: wgmma n = 192 against n = 128
     bool seen_narrow_cta = false, seen_narrow_cta_128 = false;  // 64 / 128 x 96: wgmma n = 96 against n = 128
     bool seen_cta_144 = false, seen_cta_72 = false;  // 576 columns: 128 x 144 at M = 4096, 8192, 64 x 72 at 513, 1024
+    bool seen_total_l2 = false;  // 128 x 256 walking long splits, the running total in L2
 #endif
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
@@ -346,6 +347,7 @@ static void test_gemm_split_k_rows(void **state) {
             seen_narrow_cta_128 |= splits > 1 && strstr(plan, "128x96/cta") != NULL;
             seen_cta_144 |= splits > 1 && strstr(plan, "128x144/cta") != NULL;
             seen_cta_72 |= splits > 1 && strstr(plan, "64x72/cta") != NULL;
+            seen_total_l2 |= splits > 1 && strstr(plan, "128x256/cta") != NULL;
 #endif
             printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
             poison(inv, dy, (size_t)M * N * 2);
@@ -380,15 +382,16 @@ static void test_gemm_split_k_rows(void **state) {
     // tiles').
     const bool sms_132 = inv_cuda_sm_count(inv) == 132;
     if (strcmp(plan, "mma.sync") != 0 &&
-        !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce &&
+        !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce && seen_total_l2 &&
           (!sms_132 || (seen_stream_k && seen_stream_k_cta && seen_wide_cta && seen_wide_grid_192 && seen_narrow_cta &&
                         seen_narrow_cta_128 && seen_cta_144 && seen_cta_72))))
         fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
                  "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d, 128x192 in-CTA %d, "
-                 "128x192 grid %d, 64x96 in-CTA %d, 128x96 in-CTA %d, 128x144 in-CTA %d, 64x72 in-CTA %d)",
+                 "128x192 grid %d, 64x96 in-CTA %d, 128x96 in-CTA %d, 128x144 in-CTA %d, 64x72 in-CTA %d, "
+                 "128x256 in-CTA with the total in L2 %d)",
                  seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce, seen_stream_k,
                  seen_stream_k_cta, seen_wide_cta, seen_wide_grid_192, seen_narrow_cta, seen_narrow_cta_128,
-                 seen_cta_144, seen_cta_72);
+                 seen_cta_144, seen_cta_72, seen_total_l2);
 #endif
 }
 

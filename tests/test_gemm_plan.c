@@ -56,7 +56,7 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_128x192, SPLIT_GRID},       {LOAD_TMA, TILE_64x96, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x96, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x144, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_64x72, SPLIT_IN_CTA},
-        {LOAD_TMA, TILE_128x256, SPLIT_NONE},
+        {LOAD_TMA, TILE_128x256, SPLIT_NONE},        {LOAD_TMA, TILE_128x256, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
         {LOAD_SCALAR, TILE_64x128, SPLIT_NONE},      {LOAD_SCALAR, TILE_64x128, SPLIT_IN_CTA},
@@ -103,6 +103,9 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                 assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192 &&
                                             p.tile != TILE_64x96 && p.tile != TILE_128x96 && p.tile != TILE_128x144 &&
                                             p.tile != TILE_64x72);
+                            if (p.tile == TILE_128x256 && p.mode == SPLIT_IN_CTA)  // the total in L2: long splits
+                                assert_true(p.load == LOAD_TMA && batch == 1 && !p.stream_k &&
+                                            (K + 63) / 64 / p.splits >= GEMM_SPLIT_L2_TOTAL_MIN_KTILES);
                             if (p.tile == TILE_64x96)  // one dense product whose narrow tiles fit one wave
                                 assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
                             if (p.tile == TILE_64x72)  // the same, whole tiles of 72 columns
@@ -143,8 +146,9 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
 
 // The cta path's tile by its waves and the time a k-tile of it takes (gemm_cta_wide_tile: 128 x
 // 96, 128 x 128, 128 x 144 or 128 x 192; gemm_cta_narrow_wins: 64 x 96 for 64 x 128, 64 x 72 where
-// N allows; H200, 132 SMs, the grid's cells measured on 2026-12-01), and the 128 x 192 split CTAs
-// where 128 x 256 would leave more columns empty.
+// N allows; H200, 132 SMs, the grid's cells measured on 2026-12-01), the 128 x 192 split CTAs
+// where 128 x 256 would leave more columns empty, and the 128 x 256 cta path (its running total
+// in L2) where the splits are long.
 static void wide_cta_tile_where_it_saves_waves(void **state) {
     (void)state;
     static const struct { int M, N, K; const char *name; } cases[] = {
@@ -158,6 +162,10 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {4096, 3072, 2048, "128x128/cta"},    // 4 waves against 6 staged ones
         {1024, 2048, 2048, "128x128/cta"},    // 2048 columns: 11 tiles of 192, the last a third empty
         {256, 7168, 16384, "128x128/cta"},    // one wave either way
+        {1024, 7168, 16384, "128x256/cta"},   // two splits of 128 k-tiles, the total in L2
+        {8192, 7168, 18432, "128x256/cta"},
+        {4096, 4096, 16384, "128x256/cta"},   // four splits of 64
+        {4096, 4096, 8192, "128x128/cta"},    // four of 32: too short to fold through L2
         {256, 576, 7168, "128x192/grid"},     // split CTAs: 3 tiles of 192, not 3 of 256 (768 columns)
         {256, 1536, 7168, "128x256/grid"},    // 6 tiles of 256 cover it exactly
         {7000, 576, 7168, "128x144/cta"},     // 220 units in 2 waves against 330 of 128 x 96 in 3

@@ -27,6 +27,7 @@ enum cuda_scratch_slot {
     SCRATCH_GEMM_ARRIVALS,  // split-K GEMM: per-tile arrival counts, zero between launches
     SCRATCH_GEMM_HANDOFF,   // stream-K GEMM: each CTA's handed-over chain state (fp32)
     SCRATCH_GEMM_HANDOFF_READY,  // stream-K GEMM: its ready flags, zero between launches
+    SCRATCH_GEMM_TOTALS,    // split-K GEMM, 128 x 256 cta path: each CTA's running total (fp32)
     SCRATCH_SLOTS
 };
 

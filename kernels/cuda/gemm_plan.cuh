@@ -56,7 +56,7 @@ static inline int gemm_split_begin(int s, int splits, int k_tiles) {
 enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 
 // NONE: S = 1, the accumulator is the result. IN_CTA: one CTA walks every split, each into a
-// fresh accumulator added to a running total in registers. GRID: split s on CTAs of
+// fresh accumulator added to a running total in registers (128 x 256 tiles: in L2 scratch). GRID: split s on CTAs of
 // blockIdx.z = s, fp32 partials to scratch, then each tile's last CTA (small M: no second
 // launch) or gemm_split_reduce_kernel adds them in split order.
 enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
@@ -66,10 +66,10 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //   64 x 128   one warpgroup: small M, and GRID splits up to M = 64
 //   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (two chains of 64
 //              accumulators + 64 of running total per thread; 128 x 256 would need 128 + 128
-//              for one chain and spill)
+//              for one chain and spill, so it keeps its total in L2, for long splits only)
 //   128 x 256  two warpgroups, two wgmma per k16 step: large M when S = 1, GRID splits past
-//              M = 64 that still fill half the SMs, and GRID splits at large M when the
-//              splits are long (GEMM_SPLIT_GRID_BIG_MIN_KTILES)
+//              M = 64 that still fill half the SMs, and IN_CTA at large M when the splits are
+//              long (GEMM_SPLIT_L2_TOTAL_MIN_KTILES; the running total in L2, not registers)
 //   128 x 192  two warpgroups, one wgmma of 192 columns: in place of 128 x 128 where it needs
 //              enough fewer waves (gemm_cta_wide_tile; 96 + 96 registers a thread, which the
 //              persistent kernel's consumers hold at 240), and of 128 x 256 for GRID splits
@@ -120,11 +120,13 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // 10-35 us slower than the reduce kernel; kernels/cuda/NOTES.md).
 #define GEMM_SPLIT_LAST_CTA_MAX_M 4
 
-// Separate split CTAs with 128 x 256 tiles at large M once every split is at least this many
-// k-tiles: each output's partials cost 8 S bytes of traffic against 2 K flops, under a sixth of
-// the product's time at K / S >= 4096, while walking the splits in one CTA would need 128 x 128
-// tiles (the running total leaves no registers for 128 x 256), about a quarter slower.
-#define GEMM_SPLIT_GRID_BIG_MIN_KTILES 64
+// 128 x 256 tiles walking every split at large M once each split is at least this many k-tiles,
+// the running total kept in L2 scratch (128 accumulators a thread leave no registers for it):
+// a fold moves the tile's 128 KB of fp32 out and back in, against a split's 64 or more k-tiles
+// of 48 KB. The split CTAs this replaced (SPLIT_GRID, the same tiles) wrote twice those bytes
+// and summed them in a second kernel; one CTA walking the splits on 128 x 128 tiles, with the
+// total in registers, ran about a quarter slower.
+#define GEMM_SPLIT_L2_TOTAL_MIN_KTILES 64
 
 // Past M = 64, split CTAs that would need more than one wave lose to one CTA walking every split
 // of its 64 x 128 tile when the walk is short (K of at most this many k-tiles): the grid's second
@@ -280,8 +282,8 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     if (pl.load == LOAD_SCALAR || M <= 64) return pl;
     // Two-warpgroup tiles once they alone fill the SMs (fewer L2 bytes per FLOP).
     if (pl.load == LOAD_TMA && batch == 1 && pl.splits > 1 && wide_tiles >= num_sms &&
-        k_tiles / pl.splits >= GEMM_SPLIT_GRID_BIG_MIN_KTILES) {
-        pl.mode = SPLIT_GRID;
+        k_tiles / pl.splits >= GEMM_SPLIT_L2_TOTAL_MIN_KTILES) {
+        pl.mode = SPLIT_IN_CTA;
         pl.tile = TILE_128x256;
         return pl;
     }
@@ -332,7 +334,9 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // where they need fewer waves, never measured in stream-K order (which at 576 x 7168 and
         // M = 7000 would read 100 MB of activations at staggered k, the case that ran 1.4x slow
         // for 128 x 128). Nor the 72-, 96- and 144-column ones (never measured in that order).
-        pl.stream_k = gemm_tile_cols(pl.tile) % 128 == 0 && gemm_stream_k(units, num_sms, M, N, K);
+        // Nor the 128 x 256 cta path: its running total is not a register chain to hand over.
+        pl.stream_k = gemm_tile_cols(pl.tile) % 128 == 0 && !(pl.tile == TILE_128x256 && pl.mode == SPLIT_IN_CTA) &&
+                      gemm_stream_k(units, num_sms, M, N, K);
     }
     return pl;
 }

@@ -69,9 +69,16 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
 __host__ __device__ constexpr bool ws_can_stage(int split, bool vec, int wn) {
     return vec && (wn == 128 || split != SPLIT_IN_CTA);
 }
-static bool ws_stages_epilogue(int split, bool vec, int wn, int k_tiles) {
+// The 128 x 256 tile on the cta path: its 128 accumulators a thread leave no registers for a
+// running total, which waits in L2 scratch instead (gemm_sm90_ws_kernel, fold_split_l2).
+__host__ __device__ constexpr bool ws_total_in_l2(int split, int ni, int wn) {
+    return split == SPLIT_IN_CTA && ni * wn == 256;
+}
+// The 128 x 256 tile stages as it does with S = 1, whose epilogue it is once the total is in.
+static bool ws_stages_epilogue(int split, bool vec, int ni, int wn, int k_tiles) {
     return ws_can_stage(split, vec, wn) &&
-           (stages_epilogue(split, vec) || (split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES));
+           (stages_epilogue(split, vec) || ws_total_in_l2(split, ni, wn) ||
+            (split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES));
 }
 
 #if INVAR_WGMMA
@@ -305,6 +312,61 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&a
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
 }
+
+// The same fold with the running total in L2 (ws_total_in_l2): this consumer thread's float4
+// piece c of it at totals[(blockIdx.x PIECES + c) threads + threadIdx.x] (a warp's 16-byte
+// pieces adjacent), this CTA's alone, so only the thread's own program order is needed between
+// its stores and its loads. Split 0 stores p_0 as it is (the -0 start's exact result), every
+// later split total + p_s, each restarting acc at 0; after the last, load_total_l2 brings the sum
+// back for the epilogue. A fold moves 128 KB a CTA each way, which pays for long splits only
+// (gemm_plan.cuh, GEMM_SPLIT_L2_TOTAL_MIN_KTILES). The last sum goes out and back rather than
+// staying in acc: adding loaded values into the live accumulators before the epilogue made ptxas
+// spill them (12 to 900 bytes, however the loads were grouped), loading into zeroed ones does not.
+template <int NI, int WN>
+__device__ __forceinline__ float4 *total_l2_of(float4 *totals, int threads) {
+    return totals + ((long)blockIdx.x * (NI * WN / 8) * threads + threadIdx.x);
+}
+template <int NI, int WN>
+__device__ __forceinline__ void fold_split_l2(float4 *totals, int threads, float (&acc)[NI][WN / 2], bool first) {
+    static_assert(WN % 8 == 0, "whole float4 pieces");
+#pragma unroll
+    for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
+    float4 *const mine = total_l2_of<NI, WN>(totals, threads);
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < WN / 2; e += 4) {
+            float4 *const at = mine + (long)((i * WN / 2 + e) / 4) * threads;
+            float4 t = make_float4(acc[i][e], acc[i][e + 1], acc[i][e + 2], acc[i][e + 3]);
+            if (!first) {
+                const float4 u = __ldcg(at);
+                t = make_float4(u.x + t.x, u.y + t.y, u.z + t.z, u.w + t.w);
+            }
+            __stcg(at, t);
+        }
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < WN / 2; e++) acc[i][e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
+}
+template <int NI, int WN>
+__device__ __forceinline__ void load_total_l2(float4 *totals, int threads, float (&acc)[NI][WN / 2]) {
+#pragma unroll
+    for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
+    const float4 *const mine = total_l2_of<NI, WN>(totals, threads);
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < WN / 2; e += 4) {
+            const float4 u = __ldcg(mine + (long)((i * WN / 2 + e) / 4) * threads);
+            acc[i][e] = u.x;
+            acc[i][e + 1] = u.y;
+            acc[i][e + 2] = u.z;
+            acc[i][e + 3] = u.w;
+        }
+}
 #endif
 
 // --- SPLIT_GRID's sum: ((p_0 + p_1) + p_2) + ... in split order, one rounding --------------------
@@ -391,6 +453,7 @@ __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const g
 struct gemm_handoff {
     float *state;
     unsigned *ready;
+    float4 *totals;  // ws_total_in_l2: each CTA's running total, gridDim.x x (CW 128 threads) x NI WN / 2 floats
 };
 
 #if INVAR_WGMMA
@@ -583,7 +646,9 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[freed]);
     };
-    constexpr bool TOTAL = SPLIT == SPLIT_IN_CTA;
+    // IN_CTA's running total: in registers, or for 128 x 256 tiles in this CTA's L2 scratch
+    constexpr bool TOTAL_L2 = ws_total_in_l2(SPLIT, NI, WN), TOTAL = SPLIT == SPLIT_IN_CTA && !TOTAL_L2;
+    static_assert(!TOTAL_L2 || !STREAM, "stream-K hands over register chains only");
     // The cta path of tiles up to 144 columns carries two chains a thread (acc, acc2: consecutive
     // splits alternate), so a split's fold into the running total waits only for its own last
     // wgmma, retired by the next split's first wgmma_wait<1>, while the next split's wgmma run;
@@ -671,6 +736,20 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             }
             if (splits & 1) fold_split<NI, WN>(total, acc);
             else fold_split<NI, WN>(total, acc2);
+        } else if constexpr (TOTAL_L2) {
+            // A whole unit (round robin), split after split into acc, each folded into the
+            // total in L2 after its last wgmma; then the sum back into acc for the epilogue.
+            int kt = 0;
+#pragma unroll 1
+            for (int s = 0; s < splits; s++) {
+                const int end = gemm_split_begin(s + 1, splits, KT);
+#pragma unroll 1
+                for (; kt < end; kt++) k_tile(acc, kt, 0);
+                wgmma_wait<0>();
+                fold_split_l2<NI, WN>(ho.totals, CW * 128, acc, s == 0);
+            }
+            release(prev_slot);
+            load_total_l2<NI, WN>(ho.totals, CW * 128, acc);
         } else {
             // IN_CTA: the split kt_begin lies in (a tail may start inside any), and where it ends
             int split = 0;
@@ -707,8 +786,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             ws_can_stage(SPLIT, VEC, WN) && staged
                 ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(SPLIT, WN)
                 : nullptr;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<NI, VEC, WN, /*F32_STAGE=*/false>(p, y, row0, p.M, work.n0, total, stage);
-        else store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, acc, stage);
+        if constexpr (TOTAL) store_tile<NI, VEC, WN, /*F32_STAGE=*/false>(p, y, row0, p.M, work.n0, total, stage);
+        else store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, acc, stage);  // TOTAL_L2: the sum is in acc
     }
 #else
     (void)staged;
@@ -907,7 +986,7 @@ template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC>
 static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, bool stream_k,
                              const char *op) {
     constexpr int BM = 64 * CW, BN = WN * NI;
-    const bool staged = ws_stages_epilogue(SPLIT, VEC, WN, (p->K + GEMM_BK - 1) / GEMM_BK);
+    const bool staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, (p->K + GEMM_BK - 1) / GEMM_BK);
     constexpr size_t SLOTS_SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
     constexpr size_t STAGE_SMEM = CW * 4 * epilogue_stage_bytes(SPLIT, WN);
     const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
@@ -918,8 +997,11 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
     // Stream-K order walks whole chains (never GRID splits), on 128-column instructions only
     // (gemm_plan_choose never asks it of the 128 x 192 tiles).
-    constexpr bool CAN_STREAM = SPLIT != SPLIT_GRID && WN == 128;
+    constexpr bool CAN_STREAM = SPLIT != SPLIT_GRID && WN == 128 && !ws_total_in_l2(SPLIT, NI, WN);
     gemm_handoff ho = {};
+    if (ws_total_in_l2(SPLIT, NI, WN))
+        ho.totals = (float4 *)cuda_scratch(c, SCRATCH_GEMM_TOTALS, (size_t)grid * CW * 128 * NI * WN / 2 * sizeof(float),
+                                           "gemm split-K running totals");
     if (CAN_STREAM && stream_k && units > grid) {
         constexpr int STATE = NI * WN / 2 * (SPLIT == SPLIT_IN_CTA ? 2 : 1);  // floats a consumer thread
         ho.state = (float *)cuda_scratch(c, SCRATCH_GEMM_HANDOFF, (size_t)grid * CW * 128 * STATE * sizeof(float),
@@ -1022,10 +1104,9 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     const int S = pl.splits;
     if (pl.mode == SPLIT_GRID && batch != 1)
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
-    // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 never IN_CTA (its
-    // running total would not fit in registers), 128 x 128 and the 72-, 96- and 144-column tiles
-    // only IN_CTA,
-    // 128 x 192 IN_CTA or GRID on the persistent kernel.
+    // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 IN_CTA on TMA only (its
+    // running total in L2), 128 x 128 and the 72-, 96- and 144-column tiles only IN_CTA, 128 x 192
+    // IN_CTA or GRID on the persistent kernel.
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, false, op);
@@ -1039,6 +1120,7 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_IN_CTA)) launch_ws<2, 1, 4, SPLIT_IN_CTA, 192>(c, p, batch, S, op, pl.stream_k);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -395,6 +395,57 @@ static void test_gemm_split_k_rows(void **state) {
 #endif
 }
 
+// NaN and infinities in x: the epilogues that round with the converter alone where a warp holds
+// no NaN (gemm_warp_has_nan) and store through TMA (128 x 256 tiles at M = 4096, S = 1) must give
+// every value float_to_bf16's bits, in the NaN and infinity rows and in the finite rows of the
+// same tiles, and each planted row the bits of the same row at M = 1 (64 x 128 tiles, pair stores
+// with the NaN fix-ups). The bf16 output is first filled with a NaN no path writes (0x7fbf).
+static void test_gemm_nan_rows(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv;
+    const int N = 2048, K = 512, M = 4096;
+    static const struct { int row, k; uint16_t v; } planted[] = {
+        {5, 17, 0x7fc0}, {77, 3, 0x7f80}, {200, 100, 0xff80}, {4095, 511, 0xffc1},  // NaN, +inf, -inf, -NaN
+    };
+    const int n_planted = (int)(sizeof planted / sizeof planted[0]);
+    uint16_t *hx = rand_bf16((long)M * K, 1.0f, 31), *hw = rand_bf16((long)N * K, 1.0f, 32);
+    for (int i = 0; i < n_planted; i++) hx[(long)planted[i].row * K + planted[i].k] = planted[i].v;
+    uint16_t *fill = invar_malloc((size_t)M * N * 2, "unwritten marks");
+    for (long e = 0; e < (long)M * N; e++) fill[e] = 0x7fbf;
+    void *dx = to_dev(inv, hx, (size_t)M * K * 2), *dw = to_dev(inv, hw, (size_t)N * K * 2);
+    void *dy = to_dev(inv, fill, (size_t)M * N * 2), *dyf = inv->alloc(inv, (size_t)M * N * 4, "fp32 y");
+    poison(inv, dyf, (size_t)M * N * 4);
+    run_gemm(inv, dy, dx, dw, M, N, K, 0, 0, false);
+    run_gemm(inv, dyf, dx, dw, M, N, K, 0, 0, true);
+    uint16_t *y = from_dev(inv, dy, (size_t)M * N * 2);
+    float *yf = from_dev(inv, dyf, (size_t)M * N * 4);
+    long nonfinite = 0;
+    for (long e = 0; e < (long)M * N; e++) {
+        if (y[e] == 0x7fbf) fail_msg("gemm NaN rows: element %ld (row %ld) was not written", e, e / N);
+        if (float_to_bf16(yf[e]) != y[e])
+            fail_msg("gemm NaN rows: element %ld (row %ld) is %#06x, its fp32 value rounds to %#06x", e, e / N,
+                     (unsigned)y[e], (unsigned)float_to_bf16(yf[e]));
+        nonfinite += (y[e] & 0x7f80u) == 0x7f80u;
+    }
+    // the four planted rows and nothing else: NaN * w and inf * w reach every column
+    if (nonfinite != (long)n_planted * N) fail_msg("gemm NaN rows: %ld values not finite, expected %ld", nonfinite, (long)n_planted * N);
+    for (int i = 0; i < n_planted; i++) {
+        const int r = planted[i].row;
+        for (int n = 0; n < N; n++)
+            if ((y[(long)r * N + n] & 0x7f80u) != 0x7f80u) fail_msg("gemm NaN rows: row %d column %d is finite", r, n);
+        poison(inv, dyf, (size_t)N * 2);
+        run_gemm(inv, dyf, (const uint16_t *)dx + (long)r * K, dw, 1, N, K, 0, 0, false);
+        uint16_t *one = from_dev(inv, dyf, (size_t)N * 2);
+        if (memcmp(one, y + (long)r * N, (size_t)N * 2) != 0)
+            fail_msg("gemm NaN rows: row %d at M=1 differs from the same row at M=%d", r, M);
+        free(one);
+    }
+    printf("gemm NaN rows: %d planted rows, %ld values not finite, every value float_to_bf16's\n", n_planted, nonfinite);
+    free(y); free(yf); free(fill); free(hx); free(hw);
+    inv->release(inv, dx); inv->release(inv, dw); inv->release(inv, dy); inv->release(inv, dyf);
+}
+
 // A batch of products laid out as the absorbed MLA lays out its heads: head h's x is columns
 // h*K .. of each token's row (stride_x = K < ldx), its output columns h*N .. of y's rows. Each
 // head's rows equal the single product of that head's x and w (a dense copy), at several M:
@@ -995,6 +1046,7 @@ int main(void) {
         cmocka_unit_test(test_moe_route_every_method),
         cmocka_unit_test(test_gemm_tile_paths),
         cmocka_unit_test(test_gemm_split_k_rows),
+        cmocka_unit_test(test_gemm_nan_rows),
         cmocka_unit_test(test_gemm_batched_heads),
         cmocka_unit_test(test_mla_attention_block_layouts),
         cmocka_unit_test(test_mla_attention_many_heads),

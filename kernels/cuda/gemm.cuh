@@ -93,6 +93,27 @@ __device__ __forceinline__ void gemm_load_rows(DstOf dst_of, const uint16_t *g, 
 // it. The hardware's converter (bf16x2.cuh; float_to_bf16's eight instructions a value had
 // bound the large-M epilogue).
 __device__ __forceinline__ uint32_t gemm_round_bf16x2(float lo, float hi) { return bf16x2_round(lo, hi); }
+// The same where the caller has checked that no value is a NaN (gemm_warp_has_nan): same bits.
+template <bool NAN_FREE>
+__device__ __forceinline__ uint32_t gemm_round_bf16x2(float lo, float hi) {
+    return NAN_FREE ? bf16x2_round_no_nan(lo, hi) : bf16x2_round(lo, hi);
+}
+
+// Whether any lane of the warp holds a NaN among its NI x F values: one fma a value (x * 0 + p
+// keeps p for every finite x and is a NaN for a NaN or an infinity; an infinity only sends the
+// warp to the NaN-aware rounding for nothing). Every lane of the warp must call it.
+template <int NI, int F>
+__device__ __forceinline__ bool gemm_warp_has_nan(const float (&v)[NI][F]) {
+    float probe[8] = {};  // eight independent chains, not one of NI F dependent fmas
+#pragma unroll
+    for (int i = 0; i < NI; i++)
+#pragma unroll
+        for (int e = 0; e < F; e++) probe[e % 8] = fmaf(v[i][e], 0.0f, probe[e % 8]);
+    bool nan = false;
+#pragma unroll
+    for (int c = 0; c < 8; c++) nan |= probe[c] != probe[c];
+    return __any_sync(0xffffffffu, nan);
+}
 
 // Output columns n and n+1 of row yrow: one rounding to bf16, or none for fp32 output.
 __device__ __forceinline__ void gemm_store_pair(const gemm_problem &p, char *y, long yrow, int n, float v0,

@@ -138,7 +138,8 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // lane per 16 x 128 piece, against about 900 with the transposes and the software rounding
 // they replaced (the epilogue was instruction-bound). fp32 output keeps the transposes on the cta
 // path (F32_STAGE false below) and where no stage is reserved.
-template <int NI, int WN>
+// NAN_FREE: no value of the warp is a NaN (gemm_warp_has_nan), so the converter alone rounds.
+template <int NI, int WN, bool NAN_FREE>
 __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                                   const float (&res)[NI][WN / 2], uint8_t *stage) {
     const int lane = threadIdx.x % 32;
@@ -153,8 +154,9 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
         for (int g = 0; g < WN / 16; g++) {
             const int j = 2 * g + (lane >> 4), h = (lane >> 3) & 1;
             const float *a = &res[i][8 * g];  // j = 2g: elements 8g .. 8g + 3, j = 2g + 1: the next 4
-            stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2(a[0], a[1]), gemm_round_bf16x2(a[2], a[3]),
-                        gemm_round_bf16x2(a[4], a[5]), gemm_round_bf16x2(a[6], a[7]));
+            stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2<NAN_FREE>(a[0], a[1]),
+                        gemm_round_bf16x2<NAN_FREE>(a[2], a[3]), gemm_round_bf16x2<NAN_FREE>(a[4], a[5]),
+                        gemm_round_bf16x2<NAN_FREE>(a[6], a[7]));
         }
         __syncwarp();
 #pragma unroll
@@ -167,6 +169,43 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
             }
         }
         __syncwarp();  // read back before the next i overwrites the stage
+    }
+}
+
+// The staged bf16 epilogue written by the copy engine (the persistent kernel, where the output
+// has a tensor map: gemm_sm90_ws_kernel's tma_store): the warp rounds its 16 rows into the
+// stage in the map's 128-byte swizzle layout, a 16 x 64 box in each 2 KB, and lane 0 issues a
+// TMA store a box without waiting for it, so the copy engine writes while the warp's next unit
+// runs. Before the stage is written again lane 0 waits until its earlier stores have read it.
+// The same bf16 values as store_tile_staged's; rows and columns past the tensor are not
+// written. H200 (ncu, 4096 x 512 at M = 8192, 128 x 256 tiles): the epilogue of reading the stage
+// back and storing from every lane was about 2 us a unit, as much as 3 k-tiles.
+template <int NI, int WN, bool NAN_FREE>
+__device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
+                                               const float (&res)[NI][WN / 2]) {
+    static_assert(WN % 64 == 0, "whole 64-column boxes");
+    const int lane = threadIdx.x % 32;
+    // chunk c (8 columns) of stage row r: box c / 8, its row r, 16-byte position (c % 8) ^ (r % 8)
+    auto at = [&](int r, int c) { return stage + (c >> 3) * 2048 + r * 128 + (((c & 7) ^ (r & 7)) << 4); };
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+        if (lane == 0) bulk_wait_read_all();  // the stage's last boxes have left
+        __syncwarp();
+#pragma unroll
+        for (int g = 0; g < WN / 16; g++) {  // as store_tile_staged
+            const int j = 2 * g + (lane >> 4), h = (lane >> 3) & 1;
+            const float *a = &res[i][8 * g];
+            stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2<NAN_FREE>(a[0], a[1]),
+                        gemm_round_bf16x2<NAN_FREE>(a[2], a[3]), gemm_round_bf16x2<NAN_FREE>(a[4], a[5]),
+                        gemm_round_bf16x2<NAN_FREE>(a[6], a[7]));
+        }
+        fence_proxy_async();  // this lane's writes, visible to the copy engine
+        __syncwarp();
+        if (lane == 0) {
+#pragma unroll
+            for (int box = 0; box < WN / 64; box++) tma_store_3d(tmap_y, stage + box * 2048, n0 + i * WN + box * 64, row0, b);
+            bulk_commit();
+        }
     }
 }
 
@@ -219,7 +258,8 @@ __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int r
     if constexpr (VEC && WN % 64 == 0) {  // the stages' layouts take 64-column pieces
         if (vec && stage) {
             if (!p.y_f32) {
-                store_tile_staged<NI, WN>(p, y, row0, row_end, n0, res, stage);
+                if (gemm_warp_has_nan(res)) store_tile_staged<NI, WN, false>(p, y, row0, row_end, n0, res, stage);
+                else store_tile_staged<NI, WN, true>(p, y, row0, row_end, n0, res, stage);
                 return;
             }
             if constexpr (F32_STAGE) {
@@ -543,7 +583,8 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC, bool STREAM>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
 gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles, gemm_handoff ho, bool staged,
-                    const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w) {
+                    bool tma_store, const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w,
+                    const __grid_constant__ CUtensorMap tmap_y) {
 #if INVAR_WGMMA
     constexpr int BM = 64 * CW, BN = WN * NI;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
@@ -786,11 +827,25 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             ws_can_stage(SPLIT, VEC, WN) && staged
                 ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(SPLIT, WN)
                 : nullptr;
+        if constexpr (VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID) {
+            if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
+                const auto &res = *[&] {
+                    if constexpr (TOTAL) return &total;
+                    else return &acc;  // TOTAL_L2: the sum is in acc
+                }();
+                if (gemm_warp_has_nan(res)) store_tile_tma<NI, WN, false>(&tmap_y, stage, row0, work.n0, work.b, res);
+                else store_tile_tma<NI, WN, true>(&tmap_y, stage, row0, work.n0, work.b, res);
+                continue;
+            }
+        }
         if constexpr (TOTAL) store_tile<NI, VEC, WN, /*F32_STAGE=*/false>(p, y, row0, p.M, work.n0, total, stage);
         else store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, acc, stage);  // TOTAL_L2: the sum is in acc
     }
+    if (tma_store && lane == 0) bulk_wait_all();  // no TMA store outlives the CTA's shared memory
 #else
     (void)staged;
+    (void)tma_store;
+    (void)tmap_y;
     (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
     (void)batch;
     (void)splits;
@@ -1013,6 +1068,12 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     // tma_possible).
     const CUtensorMap tx = tma_map_bf16_3d(c, p->x, batch, p->M, p->K, p->ldx, p->stride_x, GEMM_BK, BM, op, "x");
     const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
+    // The staged bf16 epilogue by TMA stores (store_tile_tma): rows the map can address (16-byte
+    // aligned, strides multiples of 8 elements) and not scattered through y_rows.
+    const bool tma_store = VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID && staged && !p->y_f32 && !p->y_rows &&
+                           ((uintptr_t)p->y & 15u) == 0 && p->ldy % 8 == 0 && (batch == 1 || p->stride_y % 8 == 0);
+    const CUtensorMap ty =
+        tma_store ? tma_map_bf16_3d(c, p->y, batch, p->M, p->N, p->ldy, p->stride_y, 64, 16, op, "y") : CUtensorMap{};
     // Round robin runs a kernel compiled without the stream-K code: with it in, and unused, the
     // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
     auto k = ho.state ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, CAN_STREAM>
@@ -1021,7 +1082,7 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same
     // device believes it has already allowed.
     cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, VEC, WN) ? STAGE_SMEM : 0), op);
-    k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tx, tw);
+    k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tma_store, tx, tw, ty);
     CUDA_CHECK_LAUNCH(op);
 }
 

@@ -236,6 +236,21 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const void *tmap, uint64_
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
         ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(batch), "r"(smem_addr(bar)) : "memory");
 }
+
+// --- TMA stores (cp.async.bulk.tensor, shared to global, in bulk async-groups) -----------------
+
+// The box at (inner, outer) of matrix `batch` of a 3-D tensor map from shared memory (in the
+// map's swizzle layout); elements outside the tensor are not written. The issuing thread's
+// stores form a group at bulk_commit, which only that thread can wait for.
+__device__ __forceinline__ void tma_store_3d(const void *tmap, const void *src, int inner, int outer, int batch) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+                 ::"l"(tmap), "r"(smem_addr(src)), "r"(inner), "r"(outer), "r"(batch) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's groups have read their shared memory (it may be written again).
+__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// This thread's groups are complete, their writes done.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #endif
 
 // --- MLA: Q of one token's head group into the swizzled layout ---------------------------------

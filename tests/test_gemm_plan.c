@@ -104,7 +104,8 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                             p.tile != TILE_64x96 && p.tile != TILE_128x96 && p.tile != TILE_128x144 &&
                                             p.tile != TILE_64x72);
                             if (p.tile == TILE_128x256 && p.mode == SPLIT_IN_CTA)  // the total in L2: long splits
-                                assert_true(p.load == LOAD_TMA && batch == 1 && !p.stream_k &&
+                                assert_true(p.load == LOAD_TMA && batch == 1 && !p.stream_k && M > 64 &&
+                                            gemm_tile_count(M, N, 1, 128, 256) >= plan_sms[si] &&
                                             (K + 63) / 64 / p.splits >= GEMM_SPLIT_L2_TOTAL_MIN_KTILES);
                             if (p.tile == TILE_64x96)  // one dense product whose narrow tiles fit one wave
                                 assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);

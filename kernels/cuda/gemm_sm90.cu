@@ -127,7 +127,8 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // each of 8-column blocks j, transpose over 4 blocks so each lane holds one block's 8 columns
 // and writes them in one 16-byte store (two for fp32), not 8 separate ones (at large M the
 // pair stores cost about as much as the main loop). Tiles that end past N and unaligned outputs
-// store pair by pair. VEC = false compiles the pair stores alone, for small M, where a CTA
+// store pair by pair (except on the persistent kernel's TMA stores, store_tile_tma, which the
+// copy engine clips at N). VEC = false compiles the pair stores alone, for small M, where a CTA
 // writes one tile and the longer vector code costs more than it saves (kernels/cuda/NOTES.md).
 //
 // With `stage` (this warp's epilogue_stage_bytes(split, WN) of shared memory, where
@@ -175,8 +176,10 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
 // The staged bf16 epilogue written by the copy engine (the persistent kernel, where the output
 // has a tensor map: gemm_sm90_ws_kernel's tma_store): the warp rounds its 16 rows into the
 // stage in the map's 128-byte swizzle layout, a 16 x 64 box in each 2 KB, and lane 0 issues a
-// TMA store a box without waiting for it, so the copy engine writes while the warp's next unit
-// runs. Before the stage is written again lane 0 waits until its earlier stores have read it.
+// TMA store a box without waiting for it, so the copy engine writes while the warp goes on.
+// Before the stage is written again lane 0 waits until its earlier stores have read it: with
+// NI = 2 the second half waits at once for the first's read (a second stage does not fit beside
+// 128 x 256's four slots), and only the last half's writes overlap the next unit.
 // The same bf16 values as store_tile_staged's; rows and columns past the tensor are not
 // written. H200 (ncu, 4096 x 512 at M = 8192, 128 x 256 tiles): the epilogue of reading the stage
 // back and storing from every lane was about 2 us a unit, as much as 3 k-tiles.
@@ -565,7 +568,7 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // quadrant: the producer gives its registers back (setmaxnreg 24; 40 with one consumer) so each
 // consumer thread may hold 240 (248 with one): the cta path of 128-column tiles carries two
 // chains and a running total (64 + 64 + 64 a thread; 72 + 72 + 72 at 144 columns), the 128 x 192
-// one 96 + 96. A 12-warp CTA (CW = 2) launches at 168 registers a thread at most (384 x 168 of
+// one 96 + 96, the 128 x 256 one 128 accumulators (its total in L2). A 12-warp CTA (CW = 2) launches at 168 registers a thread at most (384 x 168 of
 // the SM's 64 K), so there the budgets fill that pool exactly, 128 x 24 + 256 x 240 = 384 x 168,
 // the 168 ptxas gives every thread at launch (1 CTA per SM); an 8-warp CTA (CW = 1) launches at
 // 248 (256 x 248 registers hold 128 x 40 + 128 x 248). tests/gpu_gemm_check.sh fails if ptxas
@@ -990,7 +993,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
 #endif
 }
 
-// SPLIT_GRID's second pass after the warp-specialized split CTAs (large M, where one more
+// SPLIT_GRID's second pass after the warp-specialized split CTAs (past M = 64, where one more
 // launch is cheap against the product): y[m][n] = ((p_0 + p_1) + p_2) + ... over the partials
 // [splits][M][N], split order, one rounding to bf16 (or none for fp32 output). 4 consecutive
 // columns per thread; the partials' rows are N floats, so VEC4 needs N % 4 == 0.

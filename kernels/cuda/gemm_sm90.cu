@@ -139,7 +139,23 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // lane per 16 x 128 piece, against about 900 with the transposes and the software rounding
 // they replaced (the epilogue was instruction-bound). fp32 output keeps the transposes on the cta
 // path (F32_STAGE false below) and where no stage is reserved.
+// One block of a warp's 16 x WN values (res[i] of the epilogues below), rounded to bf16, into a
+// stage by stmatrix: chunk j (8 columns) of stage row r at at(r, j), the stage's own layout.
 // NAN_FREE: no value of the warp is a NaN (gemm_warp_has_nan), so the converter alone rounds.
+template <int WN, bool NAN_FREE, class At>
+__device__ __forceinline__ void stage_rounded(const float (&v)[WN / 2], At at) {
+    const int lane = threadIdx.x % 32;
+    // matrix (j, h): rows 8h .. 8h + 7 by columns 8j .. 8j + 7 of this warp's 16 x WN
+#pragma unroll
+    for (int g = 0; g < WN / 16; g++) {
+        const int j = 2 * g + (lane >> 4), h = (lane >> 3) & 1;
+        const float *a = &v[8 * g];  // j = 2g: elements 8g .. 8g + 3, j = 2g + 1: the next 4
+        stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2<NAN_FREE>(a[0], a[1]),
+                    gemm_round_bf16x2<NAN_FREE>(a[2], a[3]), gemm_round_bf16x2<NAN_FREE>(a[4], a[5]),
+                    gemm_round_bf16x2<NAN_FREE>(a[6], a[7]));
+    }
+}
+
 template <int NI, int WN, bool NAN_FREE>
 __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                                   const float (&res)[NI][WN / 2], uint8_t *stage) {
@@ -150,15 +166,7 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
     auto at = [&](int r, int c) { return stage + r * (2 * WN) + ((c ^ (r & 7)) << 4); };
 #pragma unroll
     for (int i = 0; i < NI; i++) {
-        // matrix (j, h): rows 8h .. 8h + 7 by columns 8j .. 8j + 7 of this warp's 16 x WN
-#pragma unroll
-        for (int g = 0; g < WN / 16; g++) {
-            const int j = 2 * g + (lane >> 4), h = (lane >> 3) & 1;
-            const float *a = &res[i][8 * g];  // j = 2g: elements 8g .. 8g + 3, j = 2g + 1: the next 4
-            stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2<NAN_FREE>(a[0], a[1]),
-                        gemm_round_bf16x2<NAN_FREE>(a[2], a[3]), gemm_round_bf16x2<NAN_FREE>(a[4], a[5]),
-                        gemm_round_bf16x2<NAN_FREE>(a[6], a[7]));
-        }
+        stage_rounded<WN, NAN_FREE>(res[i], at);
         __syncwarp();
 #pragma unroll
         for (int t = 0; t < 16 * CHUNKS / 32; t++) {
@@ -194,14 +202,7 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmap_y, uint8_
     for (int i = 0; i < NI; i++) {
         if (lane == 0) bulk_wait_read_all();  // the stage's last boxes have left
         __syncwarp();
-#pragma unroll
-        for (int g = 0; g < WN / 16; g++) {  // as store_tile_staged
-            const int j = 2 * g + (lane >> 4), h = (lane >> 3) & 1;
-            const float *a = &res[i][8 * g];
-            stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2<NAN_FREE>(a[0], a[1]),
-                        gemm_round_bf16x2<NAN_FREE>(a[2], a[3]), gemm_round_bf16x2<NAN_FREE>(a[4], a[5]),
-                        gemm_round_bf16x2<NAN_FREE>(a[6], a[7]));
-        }
+        stage_rounded<WN, NAN_FREE>(res[i], at);
         fence_proxy_async();  // this lane's writes, visible to the copy engine
         __syncwarp();
         if (lane == 0) {

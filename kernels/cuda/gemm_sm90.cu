@@ -61,22 +61,31 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
 // and staging took 8-9% off (H200: 99.4 -> 90.9 us; 2048 x 2048 M = 8192 130.2 -> 120.3).
 // Longer tiles ran 1.5-3% slower with the 32 KB reserved (1536 x 7168 M = 4096 138.9 -> 143.2,
 // 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md). fp32 outputs reserve it unused.
-// The 128 x 192 tile stages on the cta path never: its 192 floats of accumulators and running
-// total leave too few registers for the staged code (ptxas: 148 bytes of spills at 240 a thread;
-// 108 with the branch-free fold). Nor do the 72-, 96- and 144-column tiles: the stages' layouts
-// take 64-column pieces.
+// The 128 x 192 tile stages on the cta path only in its TMA-store kernel (ws_has_tma_kernel): its
+// 192 floats of accumulators and running total leave too few registers for the lanes' staged
+// stores (ptxas: 148 bytes of spills at 240 a thread; 108 with the branch-free fold), and the
+// TMA stores compiled beside its other epilogues cost its long walks 2% (1536 x 7168 at M = 4096,
+// which never stages, 126.6 -> 129.1 us). The 72-, 96- and 144-column tiles never stage: the
+// stages' layouts take 64-column pieces.
 // GEMM_CTA_STAGED_MAX_KTILES: gemm_plan.cuh (the tile rule weighs it).
-__host__ __device__ constexpr bool ws_can_stage(int split, bool vec, int wn) {
-    return vec && (wn == 128 || split != SPLIT_IN_CTA);
+__host__ __device__ constexpr bool ws_can_stage(int split, bool vec, int wn, bool tma_only) {
+    return vec && (wn == 128 || split != SPLIT_IN_CTA || (wn == 192 && tma_only));
 }
 // The 128 x 256 tile on the cta path: its 128 accumulators a thread leave no registers for a
 // running total, which waits in L2 scratch instead (gemm_sm90_ws_kernel, fold_split_l2).
 __host__ __device__ constexpr bool ws_total_in_l2(int split, int ni, int wn) {
     return split == SPLIT_IN_CTA && ni * wn == 256;
 }
+// The tiles with a kernel of their own for the TMA-store epilogue (gemm_sm90_ws_kernel's
+// TMA_ONLY, which compiles no other epilogue; the launcher takes it wherever the TMA stores are
+// taken, round robin): 128 x 256, which defers its stores into the next unit, and the 128 x 192
+// tile of the cta path, which can stage only there.
+__host__ __device__ constexpr bool ws_has_tma_kernel(int split, bool vec, int ni, int wn) {
+    return vec && split != SPLIT_GRID && ((ni == 2 && wn == 128) || (wn == 192 && split == SPLIT_IN_CTA));
+}
 // The 128 x 256 tile stages as it does with S = 1, whose epilogue it is once the total is in.
-static bool ws_stages_epilogue(int split, bool vec, int ni, int wn, int k_tiles) {
-    return ws_can_stage(split, vec, wn) &&
+static bool ws_stages_epilogue(int split, bool vec, int ni, int wn, int k_tiles, bool tma_only) {
+    return ws_can_stage(split, vec, wn, tma_only) &&
            (stages_epilogue(split, vec) || ws_total_in_l2(split, ni, wn) ||
             (split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES));
 }
@@ -139,20 +148,25 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // lane per 16 x 128 piece, against about 900 with the transposes and the software rounding
 // they replaced (the epilogue was instruction-bound). fp32 output keeps the transposes on the cta
 // path (F32_STAGE false below) and where no stage is reserved.
-// One block of a warp's 16 x WN values (res[i] of the epilogues below), rounded to bf16, into a
-// stage by stmatrix: chunk j (8 columns) of stage row r at at(r, j), the stage's own layout.
-// NAN_FREE: no value of the warp is a NaN (gemm_warp_has_nan), so the converter alone rounds.
-template <int WN, bool NAN_FREE, class At>
-__device__ __forceinline__ void stage_rounded(const float (&v)[WN / 2], At at) {
+// One block of a warp's 16 x WN values (res[i] of the epilogues below) rounded to bf16 pairs:
+// pairs[q] holds values 2q and 2q + 1 of the accumulator layout. NAN_FREE: no value of the warp
+// is a NaN (gemm_warp_has_nan), so the converter alone rounds.
+template <int WN, bool NAN_FREE>
+__device__ __forceinline__ void round_pairs(const float (&v)[WN / 2], uint32_t (&pairs)[WN / 4]) {
+#pragma unroll
+    for (int q = 0; q < WN / 4; q++) pairs[q] = gemm_round_bf16x2<NAN_FREE>(v[2 * q], v[2 * q + 1]);
+}
+// The pairs into a stage by stmatrix: chunk j (8 columns) of stage row r at at(r, j), the
+// stage's own layout.
+template <int WN, class At>
+__device__ __forceinline__ void stage_pairs(const uint32_t (&pairs)[WN / 4], At at) {
     const int lane = threadIdx.x % 32;
     // matrix (j, h): rows 8h .. 8h + 7 by columns 8j .. 8j + 7 of this warp's 16 x WN
 #pragma unroll
     for (int g = 0; g < WN / 16; g++) {
         const int j = 2 * g + (lane >> 4), h = (lane >> 3) & 1;
-        const float *a = &v[8 * g];  // j = 2g: elements 8g .. 8g + 3, j = 2g + 1: the next 4
-        stmatrix_x4(at(8 * h + (lane & 7), j), gemm_round_bf16x2<NAN_FREE>(a[0], a[1]),
-                    gemm_round_bf16x2<NAN_FREE>(a[2], a[3]), gemm_round_bf16x2<NAN_FREE>(a[4], a[5]),
-                    gemm_round_bf16x2<NAN_FREE>(a[6], a[7]));
+        // j = 2g: values 8g .. 8g + 3 (pairs 4g, 4g + 1), j = 2g + 1: the next 4
+        stmatrix_x4(at(8 * h + (lane & 7), j), pairs[4 * g], pairs[4 * g + 1], pairs[4 * g + 2], pairs[4 * g + 3]);
     }
 }
 
@@ -166,7 +180,9 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
     auto at = [&](int r, int c) { return stage + r * (2 * WN) + ((c ^ (r & 7)) << 4); };
 #pragma unroll
     for (int i = 0; i < NI; i++) {
-        stage_rounded<WN, NAN_FREE>(res[i], at);
+        uint32_t pairs[WN / 4];
+        round_pairs<WN, NAN_FREE>(res[i], pairs);
+        stage_pairs<WN>(pairs, at);
         __syncwarp();
 #pragma unroll
         for (int t = 0; t < 16 * CHUNKS / 32; t++) {
@@ -182,34 +198,42 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
 }
 
 // The staged bf16 epilogue written by the copy engine (the persistent kernel, where the output
-// has a tensor map: gemm_sm90_ws_kernel's tma_store): the warp rounds its 16 rows into the
-// stage in the map's 128-byte swizzle layout, a 16 x 64 box in each 2 KB, and lane 0 issues a
+// has a tensor map: gemm_sm90_ws_kernel's tma_store), one block of 16 rows x WN columns from
+// (row0, col0): once the stage's earlier boxes have been read, the warp writes its rounded pairs
+// into it in the map's 128-byte swizzle layout, a 16 x 64 box in each 2 KB, and lane 0 issues a
 // TMA store a box without waiting for it, so the copy engine writes while the warp goes on.
-// Before the stage is written again lane 0 waits until its earlier stores have read it: with
-// NI = 2 the second half waits at once for the first's read (a second stage does not fit beside
-// 128 x 256's four slots), and only the last half's writes overlap the next unit.
 // The same bf16 values as store_tile_staged's; rows and columns past the tensor are not
 // written. H200 (ncu, 4096 x 512 at M = 8192, 128 x 256 tiles): the epilogue of reading the stage
 // back and storing from every lane was about 2 us a unit, as much as 3 k-tiles.
-template <int NI, int WN, bool NAN_FREE>
-__device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
-                                               const float (&res)[NI][WN / 2]) {
+template <int WN>
+__device__ __forceinline__ void tma_store_block(const CUtensorMap *tmap_y, uint8_t *stage, const uint32_t (&pairs)[WN / 4],
+                                                int row0, int col0, int b) {
     static_assert(WN % 64 == 0, "whole 64-column boxes");
     const int lane = threadIdx.x % 32;
     // chunk c (8 columns) of stage row r: box c / 8, its row r, 16-byte position (c % 8) ^ (r % 8)
     auto at = [&](int r, int c) { return stage + (c >> 3) * 2048 + r * 128 + (((c & 7) ^ (r & 7)) << 4); };
+    if (lane == 0) bulk_wait_read_all();  // the stage's last boxes have left
+    __syncwarp();
+    stage_pairs<WN>(pairs, at);
+    fence_proxy_async();  // this lane's writes, visible to the copy engine
+    __syncwarp();
+    if (lane == 0) {
+#pragma unroll
+        for (int box = 0; box < WN / 64; box++) tma_store_3d(tmap_y, stage + box * 2048, col0 + box * 64, row0, b);
+        bulk_commit();
+    }
+}
+// A warp's NI blocks one after another: with NI = 2 the second waits at once for the first's
+// read (a second stage does not fit beside 128 x 256's four slots), which is why the 128 x 256
+// tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel).
+template <int NI, int WN, bool NAN_FREE>
+__device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
+                                               const float (&res)[NI][WN / 2]) {
 #pragma unroll
     for (int i = 0; i < NI; i++) {
-        if (lane == 0) bulk_wait_read_all();  // the stage's last boxes have left
-        __syncwarp();
-        stage_rounded<WN, NAN_FREE>(res[i], at);
-        fence_proxy_async();  // this lane's writes, visible to the copy engine
-        __syncwarp();
-        if (lane == 0) {
-#pragma unroll
-            for (int box = 0; box < WN / 64; box++) tma_store_3d(tmap_y, stage + box * 2048, n0 + i * WN + box * 64, row0, b);
-            bulk_commit();
-        }
+        uint32_t pairs[WN / 4];
+        round_pairs<WN, NAN_FREE>(res[i], pairs);
+        tma_store_block<WN>(tmap_y, stage, pairs, row0, n0 + i * WN, b);
     }
 }
 
@@ -584,7 +608,7 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
 // kernels give the same bits. staged (ws_stages_epilogue): the epilogue goes through
 // epilogue_stage_bytes(WN) a consumer warp, past the slots.
-template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC, bool STREAM>
+template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC, bool STREAM, bool TMA_ONLY>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
 gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles, gemm_handoff ho, bool staged,
                     bool tma_store, const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w,
@@ -715,12 +739,39 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     const int cw_uniform = __shfl_sync(0xffffffffu, cw, 0);
     const uint32_t a_lo = (uint32_t)wgmma_desc_sw128(smem + cw_uniform * 64 * 128);
     const uint32_t b_lo = (uint32_t)wgmma_desc_sw128(smem + A_BYTES);
+    const int row_in_tile = cw * 64 + warp * 16;
+    uint8_t *const stage = ws_can_stage(SPLIT, VEC, WN, TMA_ONLY) && staged
+                               ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(SPLIT, WN)
+                               : nullptr;
+    // The 128 x 256 tiles' TMA-store epilogue, deferred: a unit ends by rounding its sum into
+    // bf16 pairs (64 registers a thread beside the next unit's 128 accumulators), and the next
+    // unit stores them a block a k-tile, each after issuing that k-tile's wgmma, so the tensor
+    // pipe runs through the stores; with both blocks stored at the unit's end it idled through
+    // them, and the second waited for the copy engine to read the first. `pending_next`: the next
+    // block of `pending` to store, NI when none is. Only the CTA's last unit stores at its end.
+    // Only in the TMA_ONLY kernel (the other epilogues compiled beside the pending pairs spilled
+    // 350-730 bytes), which is launched with tma_store and a stage only.
+    static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, VEC, NI, WN) && !STREAM), "a TMA-store kernel: no stream-K");
+    constexpr bool DEFER = TMA_ONLY && NI == 2 && WN == 128;
+    uint32_t pending[DEFER ? NI : 1][WN / 4];
+    int pending_next = NI, pending_row0 = 0, pending_n0 = 0, pending_b = 0;
+    auto store_pending = [&](int i) {  // block i of the pending output (i a constant after unrolling)
+        if constexpr (DEFER) tma_store_block<WN>(&tmap_y, stage, pending[i], pending_row0, pending_n0 + i * WN, pending_b);
+    };
     // One k-tile of a chain into `chain`: wait for the slot, issue its wgmma, retire the
     // previous k-tile's (wgmma_wait<1>) and free that slot (none before the piece's first).
     auto k_tile = [&](float (&chain)[NI][WN / 2], int kt, int kt_begin) {
         mbar_wait(&full[slot], slot_round & 1u);
         const uint32_t slot_lo = (uint32_t)slot * (STAGE_BYTES >> 4);  // in descriptor units
         mma_k_tile<NI, WN>(chain, a_lo + slot_lo, b_lo + slot_lo);
+        if constexpr (DEFER) {
+            if (pending_next < NI) {
+#pragma unroll
+                for (int i = 0; i < NI; i++)
+                    if (pending_next == i) store_pending(i);
+                pending_next++;
+            }
+        }
         wgmma_wait<1>();  // the previous k-tile's wgmma are done
         if (kt > kt_begin) release(prev_slot);
         prev_slot = slot;
@@ -824,26 +875,44 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 continue;
             }
         }
-        char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
-                                            : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
-        const int row0 = work.m0 + cw * 64 + warp * 16;
-        uint8_t *const stage =
-            ws_can_stage(SPLIT, VEC, WN) && staged
-                ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(SPLIT, WN)
-                : nullptr;
-        if constexpr (VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID) {
-            if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
-                const auto &res = *[&] {
-                    if constexpr (TOTAL) return &total;
-                    else return &acc;  // TOTAL_L2: the sum is in acc
-                }();
-                if (gemm_warp_has_nan(res)) store_tile_tma<NI, WN, false>(&tmap_y, stage, row0, work.n0, work.b, res);
-                else store_tile_tma<NI, WN, true>(&tmap_y, stage, row0, work.n0, work.b, res);
-                continue;
+        const int row0 = work.m0 + row_in_tile;
+        if constexpr (DEFER) {  // acc holds the sum (S = 1, or TOTAL_L2 after load_total_l2)
+            const bool nan = gemm_warp_has_nan(acc);
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                if (pending_next <= i) store_pending(i);  // the last unit's, where this one had too few k-tiles
+                if (nan) round_pairs<WN, false>(acc[i], pending[i]);
+                else round_pairs<WN, true>(acc[i], pending[i]);
             }
+            pending_next = 0;
+            pending_row0 = row0;
+            pending_n0 = work.n0;
+            pending_b = work.b;
+        } else if constexpr (TMA_ONLY) {  // the 128 x 192 cta tile: its total, at once
+            if (gemm_warp_has_nan(total)) store_tile_tma<NI, WN, false>(&tmap_y, stage, row0, work.n0, work.b, total);
+            else store_tile_tma<NI, WN, true>(&tmap_y, stage, row0, work.n0, work.b, total);
+        } else {
+            char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
+                                                : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
+            const auto &res = *[&] {
+                if constexpr (TOTAL) return &total;
+                else return &acc;  // TOTAL_L2: the sum is in acc
+            }();
+            if constexpr (VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID) {
+                if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
+                    if (gemm_warp_has_nan(res)) store_tile_tma<NI, WN, false>(&tmap_y, stage, row0, work.n0, work.b, res);
+                    else store_tile_tma<NI, WN, true>(&tmap_y, stage, row0, work.n0, work.b, res);
+                    continue;
+                }
+            }
+            store_tile<NI, VEC, WN, /*F32_STAGE=*/!TOTAL>(p, y, row0, p.M, work.n0, res, stage);
         }
-        if constexpr (TOTAL) store_tile<NI, VEC, WN, /*F32_STAGE=*/false>(p, y, row0, p.M, work.n0, total, stage);
-        else store_tile<NI, VEC, WN>(p, y, row0, p.M, work.n0, acc, stage);  // TOTAL_L2: the sum is in acc
+    }
+    // The pending output of the CTA's last unit (DEFER).
+    if constexpr (DEFER) {
+#pragma unroll
+        for (int i = 0; i < NI; i++)
+            if (pending_next <= i) store_pending(i);
     }
     if (tma_store && lane == 0) bulk_wait_all();  // no TMA store outlives the CTA's shared memory
 #else
@@ -1045,10 +1114,11 @@ template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC>
 static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, bool stream_k,
                              const char *op) {
     constexpr int BM = 64 * CW, BN = WN * NI;
-    const bool staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, (p->K + GEMM_BK - 1) / GEMM_BK);
+    constexpr bool HAS_TMA_KERNEL = ws_has_tma_kernel(SPLIT, VEC, NI, WN);
+    const int k_tiles = (p->K + GEMM_BK - 1) / GEMM_BK;
+    bool staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, k_tiles, HAS_TMA_KERNEL);
     constexpr size_t SLOTS_SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
     constexpr size_t STAGE_SMEM = CW * 4 * epilogue_stage_bytes(SPLIT, WN);
-    const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
     const long units = (long)batch * m_tiles * n_tiles * (SPLIT == SPLIT_GRID ? splits : 1);
     if (units > 0x7fffffffL)
@@ -1080,12 +1150,18 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
         tma_store ? tma_map_bf16_3d(c, p->y, batch, p->M, p->N, p->ldy, p->stride_y, 64, 16, op, "y") : CUtensorMap{};
     // Round robin runs a kernel compiled without the stream-K code: with it in, and unused, the
     // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
-    auto k = ho.state ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, CAN_STREAM>
-                      : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false>;
+    // The TMA-store kernels (ws_has_tma_kernel) wherever the TMA stores are taken, round robin;
+    // elsewhere a tile that stages only there (128 x 192 on the cta path) does not.
+    const bool tma_only = HAS_TMA_KERNEL && tma_store && !ho.state;
+    if (!tma_only) staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, k_tiles, false);
+    auto k = ho.state   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, CAN_STREAM, false>
+             : tma_only ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false, HAS_TMA_KERNEL>
+                        : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false, false>;
     // The attribute allows the most this kernel ever asks for (a launch may ask less): one
     // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same
     // device believes it has already allowed.
-    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, VEC, WN) ? STAGE_SMEM : 0), op);
+    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, VEC, WN, tma_only) ? STAGE_SMEM : 0), op);
+    const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
     k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tma_store, tx, tw, ty);
     CUDA_CHECK_LAUNCH(op);
 }

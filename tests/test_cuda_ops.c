@@ -448,6 +448,41 @@ static void test_gemm_nan_rows(void **state) {
     inv->release(inv, dx); inv->release(inv, dw); inv->release(inv, dy); inv->release(inv, dyf);
 }
 
+// An output whose rows are longer than N (ldy = N + 8, aligned): where the TMA stores write it
+// (the tensor map's rows N columns long at pitch ldy), every row must equal the dense output's and
+// the 8 columns after each row keep their poison. On sm_90a: 128 x 256 tiles whose stores wait for
+// the next unit (288 units for 132 CTAs), the 128 x 192 cta tile's TMA-store kernel (3072 x 2048
+// at M = 1024), 128 x 256 tiles walking two splits with the total in L2 (7168 x 8192).
+static void test_gemm_padded_output(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv;
+    static const int shapes[][3] = {{2304, 512, 4096}, {3072, 2048, 1024}, {7168, 8192, 1024}};  // N, K, M
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int N = shapes[si][0], K = shapes[si][1], M = shapes[si][2];
+        const long ldy = N + 8;
+        uint16_t *hx = rand_bf16((long)M * K, 1.0f, 40 + si), *hw = rand_bf16((long)N * K, 1.0f, 50 + si);
+        void *dx = to_dev(inv, hx, (size_t)M * K * 2), *dw = to_dev(inv, hw, (size_t)N * K * 2);
+        void *dy = inv->alloc(inv, (size_t)M * ldy * 2, "y");
+        poison(inv, dy, (size_t)M * N * 2);
+        run_gemm(inv, dy, dx, dw, M, N, K, 0, 0, false);
+        uint16_t *dense = from_dev(inv, dy, (size_t)M * N * 2);
+        assert_written16(dense, (long)M * N);
+        poison(inv, dy, (size_t)M * ldy * 2);
+        run_gemm(inv, dy, dx, dw, M, N, K, 0, ldy, false);
+        uint16_t *padded = from_dev(inv, dy, (size_t)M * ldy * 2);
+        for (int m = 0; m < M; m++) {
+            if (memcmp(padded + m * ldy, dense + (long)m * N, (size_t)N * 2) != 0)
+                fail_msg("gemm %dx%d M=%d: row %d at ldy=%ld differs from the dense row", N, K, M, m, ldy);
+            for (long g = N; g < ldy; g++)
+                if (padded[m * ldy + g] != POISON16) fail_msg("gemm %dx%d M=%d: row %d wrote its gap", N, K, M, m);
+        }
+        printf("gemm %5d x %-5d M=%-5d ldy %ld: rows equal the dense output's, gaps untouched\n", N, K, M, ldy);
+        free(padded); free(dense); free(hx); free(hw);
+        inv->release(inv, dx); inv->release(inv, dw); inv->release(inv, dy);
+    }
+}
+
 // A batch of products laid out as the absorbed MLA lays out its heads: head h's x is columns
 // h*K .. of each token's row (stride_x = K < ldx), its output columns h*N .. of y's rows. Each
 // head's rows equal the single product of that head's x and w (a dense copy), at several M:
@@ -1049,6 +1084,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_tile_paths),
         cmocka_unit_test(test_gemm_split_k_rows),
         cmocka_unit_test(test_gemm_nan_rows),
+        cmocka_unit_test(test_gemm_padded_output),
         cmocka_unit_test(test_gemm_batched_heads),
         cmocka_unit_test(test_mla_attention_block_layouts),
         cmocka_unit_test(test_mla_attention_many_heads),

@@ -172,7 +172,7 @@ static inline long gemm_waves(long units, int num_sms) { return (units + num_sms
 
 // The persistent kernel's cta path stages its bf16 epilogue through shared memory where a tile
 // walks at most this many k-tiles (kernels/cuda/gemm_sm90.cu, ws_stages_epilogue; 128 x 128 and
-// 64 x 128 tiles only).
+// 64 x 128 tiles, and since e7a1290 128 x 192 in its TMA-store kernel).
 #define GEMM_CTA_STAGED_MAX_KTILES 64
 
 // The two-warpgroup tile of the cta path (the persistent kernel, TMA): 128 x 96, 128 x 128,
@@ -180,8 +180,10 @@ static inline long gemm_waves(long units, int num_sms) { return (units + num_sms
 // times, with the CTAs of a wave all busy (H200, 2026-12-01, a wave walking 112 k-tiles, medians
 // of three runs): 128 x 96 37.2 us (1536 x 7168 at M = 1024, 128 units), 128 x 128 45.5 (96
 // units), 128 x 192 66.9 (576 x 7168 at M = 4096, 96 units); the 128 x 128 tile about 0.9x
-// where it stages its epilogue (at most GEMM_CTA_STAGED_MAX_KTILES; the others cannot:
-// registers, layout). A wider tile reads fewer bytes a FLOP and gives each consumer warp more
+// where it stages its epilogue (at most GEMM_CTA_STAGED_MAX_KTILES; the 96- and 144-column tiles
+// cannot: layout; 128 x 192 does since e7a1290, through its TMA stores, its cost here still the
+// unstaged one measured before, so the rule leans against it on short walks: 3072 x 2048 at
+// M = 1024 took it anyway, 27.7 -> 24.1 us with the stores staged). A wider tile reads fewer bytes a FLOP and gives each consumer warp more
 // tensor work for the same loop, fold and barrier instructions; a narrower one fills more SMs
 // and splits into finer waves. Waves count as a fraction where the stream-K order would share
 // them evenly (128-column tiles, activations in L2: 576 x 7168 at M = 4096 with 58.7 MB of them

@@ -54,7 +54,8 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
     return vec && (split == SPLIT_NONE || split == SPLIT_GRID);
 }
 
-// The persistent kernel's cta path (SPLIT_IN_CTA, 64 x 128 and 128 x 128 tiles) stages it too
+// The persistent kernel's cta path (SPLIT_IN_CTA: 64 x 128 and 128 x 128 tiles, and 128 x 192 in
+// its TMA-store kernel) stages it too
 // where its tiles are short, at most GEMM_CTA_STAGED_MAX_KTILES k-tiles (a threshold of its own:
 // that it equals GEMM_SPLIT_CTA_MAX_KTILES is measurement, not rule). There the unstaged
 // epilogue's 1500 instructions a warp were a quarter of a tile's (ncu, 3072 x 2048 at M = 4096)
@@ -222,10 +223,12 @@ __device__ __forceinline__ void tma_store_block(const CUtensorMap *tmap_y, uint8
         for (int box = 0; box < WN / 64; box++) tma_store_3d(tmap_y, stage + box * 2048, col0 + box * 64, row0, b);
         bulk_commit();
     }
+    __syncwarp();  // converged again before the caller's next warp-wide instruction (wgmma_wait)
 }
 // A warp's NI blocks one after another: with NI = 2 the second waits at once for the first's
 // read (a second stage does not fit beside 128 x 256's four slots), which is why the 128 x 256
-// tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel).
+// tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel), except in
+// stream-K order.
 template <int NI, int WN, bool NAN_FREE>
 __device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
                                                const float (&res)[NI][WN / 2]) {
@@ -748,7 +751,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     // unit stores them a block a k-tile, each after issuing that k-tile's wgmma, so the tensor
     // pipe runs through the stores; with both blocks stored at the unit's end it idled through
     // them, and the second waited for the copy engine to read the first. `pending_next`: the next
-    // block of `pending` to store, NI when none is. Only the CTA's last unit stores at its end.
+    // block of `pending` to store, NI when none is. Blocks a unit had too few k-tiles to store go
+    // out at its end, the CTA's last unit's after the loop.
     // Only in the TMA_ONLY kernel (the other epilogues compiled beside the pending pairs spilled
     // 350-730 bytes), which is launched with tma_store and a stage only.
     static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, VEC, NI, WN) && !STREAM), "a TMA-store kernel: no stream-K");
@@ -898,7 +902,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 if constexpr (TOTAL) return &total;
                 else return &acc;  // TOTAL_L2: the sum is in acc
             }();
-            if constexpr (VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID) {
+            // (round robin, the tiles with a TMA-store kernel never get tma_store here)
+            if constexpr (VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID && (STREAM || !ws_has_tma_kernel(SPLIT, VEC, NI, WN))) {
                 if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
                     if (gemm_warp_has_nan(res)) store_tile_tma<NI, WN, false>(&tmap_y, stage, row0, work.n0, work.b, res);
                     else store_tile_tma<NI, WN, true>(&tmap_y, stage, row0, work.n0, work.b, res);
@@ -1154,6 +1159,8 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     // elsewhere a tile that stages only there (128 x 192 on the cta path) does not.
     const bool tma_only = HAS_TMA_KERNEL && tma_store && !ho.state;
     if (!tma_only) staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, k_tiles, false);
+    if (tma_only && !staged)  // the TMA-store kernel writes its output through the stage alone
+        invar_die(INVAR_EXIT_SYSTEM, "%s: gemm TMA-store kernel launched without its stage", op);
     auto k = ho.state   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, CAN_STREAM, false>
              : tma_only ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false, HAS_TMA_KERNEL>
                         : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false, false>;

@@ -6,7 +6,7 @@
 # their own default report directories and a run never renders another command's CSV; `report
 # diff` refuses unreadable reports and counts vanished configs unless --partial; top_k = 0 runs;
 # bench --profile writes one per-op table per batch and its CSV; bench --shape takes only the
-# rows asked for, and refuses malformed ones.
+# rows asked for, and refuses malformed ones and (with a GPU) ones the device cannot hold.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
 # and its usage errors in one style, "invar COMMAND: FLAG: what is wrong" and a hint.
 # About 10 s on 2 cores.
@@ -133,6 +133,11 @@ else
     [ "$rows" = "4096:512:1 4096:512:64 " ] || fail "bench --shape: rows '$rows', not 4096:512:1 and 4096:512:64"
     grep -q '(the --shape rows)' "$work/out.log" || fail "bench --shape: the summary does not say the rows were chosen"
     echo "ok: bench --shape: the two rows asked for, in order"
+    # a row the device cannot hold (2.2 TB of weights) is an impossible setting: exit 2 before
+    # any output directory, naming the row, what it needs and what is free
+    expect 2 "^invar bench: --shape: '1048576:1048576:1' needs [0-9.]+ GB of device memory, [0-9.]+ GB are free" \
+        bench --quick --only gemm --shape 4096:512:1 --shape 1048576:1048576:1 --out "$work/big"
+    [ -e "$work/big" ] && fail "bench --shape: a refused run created its output directory"
 fi
 
 # bench --profile (CPU, tiny model): the per-op table for each batch and its CSV, every row an

@@ -230,14 +230,21 @@ __device__ __forceinline__ void tma_store_block(const CUtensorMap *tmap_y, uint8
 // tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel), except in
 // stream-K order.
 template <int NI, int WN, bool NAN_FREE>
-__device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
-                                               const float (&res)[NI][WN / 2]) {
+__device__ __forceinline__ void store_tile_tma_rounded(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
+                                                       const float (&res)[NI][WN / 2]) {
 #pragma unroll
     for (int i = 0; i < NI; i++) {
         uint32_t pairs[WN / 4];
         round_pairs<WN, NAN_FREE>(res[i], pairs);
         tma_store_block<WN>(tmap_y, stage, pairs, row0, n0 + i * WN, b);
     }
+}
+// The same, the rounding chosen by whether the warp holds a NaN (gemm_warp_has_nan).
+template <int NI, int WN>
+__device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
+                                               const float (&res)[NI][WN / 2]) {
+    if (gemm_warp_has_nan(res)) store_tile_tma_rounded<NI, WN, false>(tmap_y, stage, row0, n0, b, res);
+    else store_tile_tma_rounded<NI, WN, true>(tmap_y, stage, row0, n0, b, res);
 }
 
 // fp32 output through the same stage, 16 rows x 64 columns (4 KB) at a time: each lane writes
@@ -880,33 +887,31 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             }
         }
         const int row0 = work.m0 + row_in_tile;
-        if constexpr (DEFER) {  // acc holds the sum (S = 1, or TOTAL_L2 after load_total_l2)
-            const bool nan = gemm_warp_has_nan(acc);
+        const auto &res = *[&] {  // the unit's sum
+            if constexpr (TOTAL) return &total;
+            else return &acc;  // S = 1, or TOTAL_L2 after load_total_l2
+        }();
+        if constexpr (DEFER) {
+            const bool nan = gemm_warp_has_nan(res);
 #pragma unroll
             for (int i = 0; i < NI; i++) {
                 if (pending_next <= i) store_pending(i);  // the last unit's, where this one had too few k-tiles
-                if (nan) round_pairs<WN, false>(acc[i], pending[i]);
-                else round_pairs<WN, true>(acc[i], pending[i]);
+                if (nan) round_pairs<WN, false>(res[i], pending[i]);
+                else round_pairs<WN, true>(res[i], pending[i]);
             }
             pending_next = 0;
             pending_row0 = row0;
             pending_n0 = work.n0;
             pending_b = work.b;
         } else if constexpr (TMA_ONLY) {  // the 128 x 192 cta tile: its total, at once
-            if (gemm_warp_has_nan(total)) store_tile_tma<NI, WN, false>(&tmap_y, stage, row0, work.n0, work.b, total);
-            else store_tile_tma<NI, WN, true>(&tmap_y, stage, row0, work.n0, work.b, total);
+            store_tile_tma<NI, WN>(&tmap_y, stage, row0, work.n0, work.b, res);
         } else {
             char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                                 : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
-            const auto &res = *[&] {
-                if constexpr (TOTAL) return &total;
-                else return &acc;  // TOTAL_L2: the sum is in acc
-            }();
             // (round robin, the tiles with a TMA-store kernel never get tma_store here)
             if constexpr (VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID && (STREAM || !ws_has_tma_kernel(SPLIT, VEC, NI, WN))) {
                 if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
-                    if (gemm_warp_has_nan(res)) store_tile_tma<NI, WN, false>(&tmap_y, stage, row0, work.n0, work.b, res);
-                    else store_tile_tma<NI, WN, true>(&tmap_y, stage, row0, work.n0, work.b, res);
+                    store_tile_tma<NI, WN>(&tmap_y, stage, row0, work.n0, work.b, res);
                     continue;
                 }
             }

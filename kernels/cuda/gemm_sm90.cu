@@ -400,6 +400,13 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&a
 // (gemm_plan.cuh, GEMM_SPLIT_L2_TOTAL_MIN_KTILES). The last sum goes out and back rather than
 // staying in acc: adding loaded values into the live accumulators before the epilogue made ptxas
 // spill them (12 to 900 bytes, however the loads were grouped), loading into zeroed ones does not.
+// A later split's fold loads TOTAL_L2_LOADS_IN_FLIGHT pieces of the total before it stores any:
+// __ldcg is a volatile asm and __stcg clobbers memory, so written piece by piece (load, add,
+// store) no load issued before the previous piece's store: one L2 round trip a piece, 32 a fold (H200,
+// 7168 x 16384 at M = 1024 / 4096: 362 / 1348 us piece by piece, 349 / 1306 four at a time,
+// 345 / 1290 with the loads left out). Eight at a time spill (108 bytes beside the 128
+// accumulators and the deferred stores' 64 pairs).
+#define TOTAL_L2_LOADS_IN_FLIGHT 4
 template <int NI, int WN>
 __device__ __forceinline__ float4 *total_l2_of(float4 *totals, int threads) {
     return totals + ((long)blockIdx.x * (NI * WN / 8) * threads + threadIdx.x);
@@ -410,18 +417,23 @@ __device__ __forceinline__ void fold_split_l2(float4 *totals, int threads, float
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
     float4 *const mine = total_l2_of<NI, WN>(totals, threads);
+    constexpr int PER_ROW = WN / 8, PIECES = NI * PER_ROW;
+    static_assert(PIECES % TOTAL_L2_LOADS_IN_FLIGHT == 0, "whole batches");
 #pragma unroll
-    for (int i = 0; i < NI; i++)
+    for (int c0 = 0; c0 < PIECES; c0 += TOTAL_L2_LOADS_IN_FLIGHT) {
+        float4 u[TOTAL_L2_LOADS_IN_FLIGHT];
+        if (!first) {
 #pragma unroll
-        for (int e = 0; e < WN / 2; e += 4) {
-            float4 *const at = mine + (long)((i * WN / 2 + e) / 4) * threads;
-            float4 t = make_float4(acc[i][e], acc[i][e + 1], acc[i][e + 2], acc[i][e + 3]);
-            if (!first) {
-                const float4 u = __ldcg(at);
-                t = make_float4(u.x + t.x, u.y + t.y, u.z + t.z, u.w + t.w);
-            }
-            __stcg(at, t);
+            for (int b = 0; b < TOTAL_L2_LOADS_IN_FLIGHT; b++) u[b] = __ldcg(mine + (long)(c0 + b) * threads);
         }
+#pragma unroll
+        for (int b = 0; b < TOTAL_L2_LOADS_IN_FLIGHT; b++) {
+            const int i = (c0 + b) / PER_ROW, e = (c0 + b) % PER_ROW * 4;
+            float4 t = make_float4(acc[i][e], acc[i][e + 1], acc[i][e + 2], acc[i][e + 3]);
+            if (!first) t = make_float4(u[b].x + t.x, u[b].y + t.y, u[b].z + t.z, u[b].w + t.w);
+            __stcg(mine + (long)(c0 + b) * threads, t);
+        }
+    }
 #pragma unroll
     for (int i = 0; i < NI; i++)
 #pragma unroll
@@ -453,20 +465,35 @@ __device__ __forceinline__ void load_total_l2(float4 *totals, int threads, float
 // N % 4 == 0), summed in split order and stored to y as bf16 (or fp32). Shared by the last CTA
 // of a tile (gemm_sm90_kernel) and gemm_split_reduce_kernel: one order on both. __ldcg: other
 // CTAs wrote the partials, so read them from L2, never from a stale L1 line.
+// The partials are loaded SPLIT_SUM_LOADS_IN_FLIGHT splits at a time, then added in split order.
+// Loaded and added one split after another, each add waited for its load before the next load
+// issued (__ldcg is a volatile asm): one L2 round trip a split, in series (H200, medians of three,
+// M = 1 / 16 / 64: 576 x 7168, S = 18, 12.1 / 13.0 / 15.4 -> 9.7 / 10.6 / 13.2 us; 1536 x 7168,
+// S = 11, 14.3 / 15.3 / 18.1 -> 12.7 / 13.7 / 16.5; 8 or 32 at a time within the runs' spread).
+#define SPLIT_SUM_LOADS_IN_FLIGHT 16
 template <int W>
 __device__ __forceinline__ void split_sum_store(const float *partials, long per_split, int splits, long i, int N,
                                                 void *y, long ldy, bool y_f32) {
     float t[W];
-    if constexpr (W == 4) {
-        const float4 p0 = __ldcg((const float4 *)(partials + i));
-        t[0] = p0.x; t[1] = p0.y; t[2] = p0.z; t[3] = p0.w;
-        for (int s = 1; s < splits; s++) {
-            const float4 ps = __ldcg((const float4 *)(partials + (long)s * per_split + i));
-            t[0] = t[0] + ps.x; t[1] = t[1] + ps.y; t[2] = t[2] + ps.z; t[3] = t[3] + ps.w;
+    for (int s0 = 0; s0 < splits; s0 += SPLIT_SUM_LOADS_IN_FLIGHT) {
+        float ps[SPLIT_SUM_LOADS_IN_FLIGHT][W];
+#pragma unroll
+        for (int b = 0; b < SPLIT_SUM_LOADS_IN_FLIGHT; b++) {
+            if (s0 + b >= splits) break;
+            const float *const at = partials + (long)(s0 + b) * per_split + i;
+            if constexpr (W == 4) {
+                const float4 v = __ldcg((const float4 *)at);
+                ps[b][0] = v.x; ps[b][1] = v.y; ps[b][2] = v.z; ps[b][3] = v.w;
+            } else {
+                ps[b][0] = __ldcg(at);
+            }
         }
-    } else {
-        t[0] = __ldcg(partials + i);
-        for (int s = 1; s < splits; s++) t[0] = t[0] + __ldcg(partials + (long)s * per_split + i);
+#pragma unroll
+        for (int b = 0; b < SPLIT_SUM_LOADS_IN_FLIGHT; b++) {
+            if (s0 + b >= splits) break;
+#pragma unroll
+            for (int e = 0; e < W; e++) t[e] = s0 + b == 0 ? ps[b][e] : t[e] + ps[b][e];
+        }
     }
     const long m = i / N, n = i % N;
 #pragma unroll

@@ -117,7 +117,8 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // kernel costs a launch (about 4 us of host time a call on the H200 host), more than one CTA's
 // sum of a few rows. Its S x rows x 512 bytes go through one SM, so at more rows the reduce
 // kernel's whole-GPU sum wins (H200: M = 1 last CTA 0-2.6 us faster, M = 16 1-3 us and M = 64
-// 10-35 us slower than the reduce kernel; kernels/cuda/NOTES.md).
+// 10-35 us slower than the reduce kernel; again with the sum's loads in flight, 2026-12-02: M = 8
+// 0.1-1.2 us, M = 16 1.7-3.3 us slower; kernels/cuda/NOTES.md).
 #define GEMM_SPLIT_LAST_CTA_MAX_M 4
 
 // 128 x 256 tiles walking every split at large M once each split is at least this many k-tiles,

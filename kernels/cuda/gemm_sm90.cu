@@ -401,11 +401,11 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&a
 // staying in acc: adding loaded values into the live accumulators before the epilogue made ptxas
 // spill them (12 to 900 bytes, however the loads were grouped), loading into zeroed ones does not.
 // A later split's fold loads TOTAL_L2_LOADS_IN_FLIGHT pieces of the total before it stores any:
-// __ldcg is a volatile asm and __stcg clobbers memory, so written piece by piece (load, add,
-// store) no load issued before the previous piece's store: one L2 round trip a piece, 32 a fold (H200,
-// 7168 x 16384 at M = 1024 / 4096: 362 / 1348 us piece by piece, 349 / 1306 four at a time,
-// 345 / 1290 with the loads left out). Eight at a time spill (108 bytes beside the 128
-// accumulators and the deferred stores' 64 pairs).
+// __stcg clobbers memory, so written piece by piece (load, add, store), no load issued before
+// the previous piece's store: one L2 round trip a piece, 32 a fold (H200, one run, 7168 x 16384
+// at M = 1024 / 4096: 362 / 1348 us piece by piece, 349 / 1306 four at a time, 345 / 1290 with
+// the loads left out). Eight at a time spill (108 bytes beside the 128 accumulators and the
+// deferred stores' 64 pairs).
 #define TOTAL_L2_LOADS_IN_FLIGHT 4
 template <int NI, int WN>
 __device__ __forceinline__ float4 *total_l2_of(float4 *totals, int threads) {
@@ -466,10 +466,12 @@ __device__ __forceinline__ void load_total_l2(float4 *totals, int threads, float
 // of a tile (gemm_sm90_kernel) and gemm_split_reduce_kernel: one order on both. __ldcg: other
 // CTAs wrote the partials, so read them from L2, never from a stale L1 line.
 // The partials are loaded SPLIT_SUM_LOADS_IN_FLIGHT splits at a time, then added in split order.
-// Loaded and added one split after another, each add waited for its load before the next load
-// issued (__ldcg is a volatile asm): one L2 round trip a split, in series (H200, medians of three,
-// M = 1 / 16 / 64: 576 x 7168, S = 18, 12.1 / 13.0 / 15.4 -> 9.7 / 10.6 / 13.2 us; 1536 x 7168,
-// S = 11, 14.3 / 15.3 / 18.1 -> 12.7 / 13.7 / 16.5; 8 or 32 at a time within the runs' spread).
+// Loaded and added one split after another, the loads sat between the dependent adds in program
+// order (__ldcg is a volatile asm, kept in order) and were not hoisted: about one L2 round trip a
+// split, in series (H200, medians of three, M = 1 / 16 / 64 / 256: 576 x 7168, S = 18, 12.1 / 13.0
+// / 15.4 / 17.8 -> 9.7 / 10.6 / 13.2 / 15.9 us; 1536 x 7168, S = 11, 14.3 / 15.3 / 18.1 / 23.8 ->
+// 12.7 / 13.7 / 16.5 / 23.0; 8 or 32 at a time within the runs' spread). The reduce kernel's
+// four-column version takes 86 registers for it (32 before): fewer threads, more loads each.
 #define SPLIT_SUM_LOADS_IN_FLIGHT 16
 template <int W>
 __device__ __forceinline__ void split_sum_store(const float *partials, long per_split, int splits, long i, int N,
@@ -492,7 +494,7 @@ __device__ __forceinline__ void split_sum_store(const float *partials, long per_
         for (int b = 0; b < SPLIT_SUM_LOADS_IN_FLIGHT; b++) {
             if (s0 + b >= splits) break;
 #pragma unroll
-            for (int e = 0; e < W; e++) t[e] = s0 + b == 0 ? ps[b][e] : t[e] + ps[b][e];
+            for (int e = 0; e < W; e++) t[e] = (s0 + b == 0) ? ps[b][e] : t[e] + ps[b][e];
         }
     }
     const long m = i / N, n = i % N;

@@ -446,16 +446,16 @@ __device__ __forceinline__ void load_total_l2(float4 *totals, int threads, float
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
     const float4 *const mine = total_l2_of<NI, WN>(totals, threads);
+    constexpr int PER_ROW = WN / 8, PIECES = NI * PER_ROW;  // fold_split_l2's pieces, in its order
 #pragma unroll
-    for (int i = 0; i < NI; i++)
-#pragma unroll
-        for (int e = 0; e < WN / 2; e += 4) {
-            const float4 u = __ldcg(mine + (long)((i * WN / 2 + e) / 4) * threads);
-            acc[i][e] = u.x;
-            acc[i][e + 1] = u.y;
-            acc[i][e + 2] = u.z;
-            acc[i][e + 3] = u.w;
-        }
+    for (int c = 0; c < PIECES; c++) {
+        const int i = c / PER_ROW, e = c % PER_ROW * 4;
+        const float4 u = __ldcg(mine + (long)c * threads);
+        acc[i][e] = u.x;
+        acc[i][e + 1] = u.y;
+        acc[i][e + 2] = u.z;
+        acc[i][e + 3] = u.w;
+    }
 }
 #endif
 
@@ -632,10 +632,11 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // quadrant: the producer gives its registers back (setmaxnreg 24; 40 with one consumer) so each
 // consumer thread may hold 240 (248 with one): the cta path of 128-column tiles carries two
 // chains and a running total (64 + 64 + 64 a thread; 72 + 72 + 72 at 144 columns), the 128 x 192
-// one 96 + 96, the 128 x 256 one 128 accumulators (its total in L2). A 12-warp CTA (CW = 2) launches at 168 registers a thread at most (384 x 168 of
-// the SM's 64 K), so there the budgets fill that pool exactly, 128 x 24 + 256 x 240 = 384 x 168,
-// the 168 ptxas gives every thread at launch (1 CTA per SM); an 8-warp CTA (CW = 1) launches at
-// 248 (256 x 248 registers hold 128 x 40 + 128 x 248). tests/gpu_gemm_check.sh fails if ptxas
+// one 96 + 96, the 128 x 256 one 128 accumulators (its total in L2). A 12-warp CTA (CW = 2)
+// launches at 168 registers a thread at most (384 x 168 of the SM's 64 K), so there the budgets
+// fill that pool exactly, 128 x 24 + 256 x 240 = 384 x 168, the 168 ptxas gives every thread at
+// launch (1 CTA per SM); an 8-warp CTA (CW = 1) launches at 248 (256 x 248 registers hold
+// 128 x 40 + 128 x 248). tests/gpu_gemm_check.sh fails if ptxas
 // reports other counts: a smaller one would leave setmaxnreg.inc waiting forever.
 // STAGES slots, each with a `full` barrier (completed by the copy engine) and an `empty` barrier
 // (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to

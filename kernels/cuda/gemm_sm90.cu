@@ -79,10 +79,11 @@ __host__ __device__ constexpr bool ws_total_in_l2(int split, int ni, int wn) {
 }
 // The tiles with a kernel of their own for the TMA-store epilogue (gemm_sm90_ws_kernel's
 // TMA_ONLY, which compiles no other epilogue; the launcher takes it wherever the TMA stores are
-// taken, round robin): 128 x 256, which defers its stores into the next unit, and the 128 x 192
-// tile of the cta path, which can stage only there.
+// taken, round robin): those that defer their stores into the next unit, 128 x 256 and the cta
+// path's 64 x 128 and 128 x 128, and the 128 x 192 tile of the cta path, which can stage only there.
 __host__ __device__ constexpr bool ws_has_tma_kernel(int split, bool vec, int ni, int wn) {
-    return vec && split != SPLIT_GRID && ((ni == 2 && wn == 128) || (wn == 192 && split == SPLIT_IN_CTA));
+    return vec && split != SPLIT_GRID &&
+           ((ni == 2 && wn == 128) || (split == SPLIT_IN_CTA && ((ni == 1 && wn == 128) || wn == 192)));
 }
 // The 128 x 256 tile stages as it does with S = 1, whose epilogue it is once the total is in.
 static bool ws_stages_epilogue(int split, bool vec, int ni, int wn, int k_tiles, bool tma_only) {
@@ -783,17 +784,18 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     uint8_t *const stage = ws_can_stage(SPLIT, VEC, WN, TMA_ONLY) && staged
                                ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(SPLIT, WN)
                                : nullptr;
-    // The 128 x 256 tiles' TMA-store epilogue, deferred: a unit ends by rounding its sum into
-    // bf16 pairs (64 registers a thread beside the next unit's 128 accumulators), and the next
-    // unit stores them a block a k-tile, each after issuing that k-tile's wgmma, so the tensor
-    // pipe runs through the stores; with both blocks stored at the unit's end it idled through
-    // them, and the second waited for the copy engine to read the first. `pending_next`: the next
-    // block of `pending` to store, NI when none is. Blocks a unit had too few k-tiles to store go
-    // out at its end, the CTA's last unit's after the loop.
-    // Only in the TMA_ONLY kernel (the other epilogues compiled beside the pending pairs spilled
-    // 350-730 bytes), which is launched with tma_store and a stage only.
+    // The 128-column instructions' TMA-store epilogue, deferred: a unit ends by rounding its sum
+    // into bf16 pairs (WN / 4 registers a block a thread: 64 beside the next unit's 128
+    // accumulators at 128 x 256), and the next unit stores them a block a k-tile, each after
+    // issuing that k-tile's wgmma, so the tensor pipe runs through the stores; with the blocks
+    // stored at the unit's end it idled through them, and 128 x 256's second waited for the copy
+    // engine to read the first. `pending_next`: the next block of `pending` to store, NI when none
+    // is. Blocks a unit had too few k-tiles to store go out at its end, the CTA's last unit's
+    // after the loop. Only in the TMA_ONLY kernel (the other epilogues compiled beside the
+    // pending pairs spilled 350-730 bytes), which is launched with tma_store and a stage only; the
+    // cta path's 128-column tiles store in their first split's k-tiles only (TWO_CHAINS below).
     static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, VEC, NI, WN) && !STREAM), "a TMA-store kernel: no stream-K");
-    constexpr bool DEFER = TMA_ONLY && NI == 2 && WN == 128;
+    constexpr bool DEFER = TMA_ONLY && WN == 128;
     uint32_t pending[DEFER ? NI : 1][WN / 4];
     int pending_next = NI, pending_row0 = 0, pending_n0 = 0, pending_b = 0;
     auto store_pending = [&](int i) {  // block i of the pending output (i a constant after unrolling)
@@ -801,12 +803,13 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     };
     // One k-tile of a chain into `chain`: wait for the slot, issue its wgmma, retire the
     // previous k-tile's (wgmma_wait<1>) and free that slot (none before the piece's first).
-    auto k_tile = [&](float (&chain)[NI][WN / 2], int kt, int kt_begin) {
+    // may_store = false (a constant where it is called) keeps the pending pairs out of that loop.
+    auto k_tile = [&](float (&chain)[NI][WN / 2], int kt, int kt_begin, bool may_store = true) {
         mbar_wait(&full[slot], slot_round & 1u);
         const uint32_t slot_lo = (uint32_t)slot * (STAGE_BYTES >> 4);  // in descriptor units
         mma_k_tile<NI, WN>(chain, a_lo + slot_lo, b_lo + slot_lo);
         if constexpr (DEFER) {
-            if (pending_next < NI) {
+            if (may_store && pending_next < NI) {
 #pragma unroll
                 for (int i = 0; i < NI; i++)
                     if (pending_next == i) store_pending(i);
@@ -831,38 +834,60 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 #pragma unroll
                 for (int e = 0; e < WN / 2; e++) {
                     acc[i][e] = 0.0f;
-                    if constexpr (TOTAL) total[i][e] = GEMM_TOTAL_START;
+                    if constexpr (TOTAL && !(TWO_CHAINS && DEFER)) total[i][e] = GEMM_TOTAL_START;
                 }
         }
         if constexpr (TWO_CHAINS) {
             // A whole unit (round robin): split s into acc (s even) or acc2 (s odd); split s - 1
             // goes into the total once split s's first k-tile has retired its wgmma, which
             // leaves its chain zeroed for split s + 1.
+            int kt = 0;
+            if constexpr (DEFER) {
+                // Split 0 on its own, the last unit's pending pairs stored in its first k-tile,
+                // then drained: only there are they live, beside acc alone (stored anywhere in
+                // the pair loop below they stayed live through it, beside acc, acc2 and the
+                // total: 4 bytes of spills at 128 x 128, 12 at 64 x 128). Drains per unit:
+                // 1 + floor((S - 1) / 2) against ceil(S / 2), the same at the odd S of these
+                // short walks (5 on 2048 and 3072 x 2048).
+#pragma unroll 1
+                for (const int end = gemm_split_begin(1, splits, KT); kt < end; kt++) k_tile(acc, kt, 0);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < NI; i++)
+#pragma unroll
+                    for (int e = 0; e < WN / 2; e++) total[i][e] = GEMM_TOTAL_START;
+            }
 #pragma unroll
             for (int i = 0; i < NI; i++)
 #pragma unroll
                 for (int e = 0; e < WN / 2; e++) acc2[i][e] = 0.0f;
-            int kt = 0;
             auto run_split = [&](float (&chain)[NI][WN / 2], float (&done)[NI][WN / 2], int s) {
                 const int end = gemm_split_begin(s + 1, splits, KT);
-                k_tile(chain, kt, 0);
+                k_tile(chain, kt, 0, false);
                 if (s > 0) fold_split<NI, WN>(total, done);
 #pragma unroll 1
-                for (kt++; kt < end; kt++) k_tile(chain, kt, 0);
+                for (kt++; kt < end; kt++) k_tile(chain, kt, 0, false);
             };
             // Splits in pairs, each pair drained at the loop's back edge and the odd last split
             // before the paths merge: where ptxas cannot tell on every path which chain a
             // pending wgmma group writes, it serializes every wgmma of the kernel (C7514,
-            // C7515). One drain per two splits.
-            int s = 0;
+            // C7515). One drain per two splits. With DEFER the pairs start at split 1 (in acc2,
+            // split 0 waiting in acc for its fold): the same chain for every split.
+            int s = DEFER ? 1 : 0;
 #pragma unroll 1
             for (; s + 2 <= splits; s += 2) {
-                run_split(acc, acc2, s);
-                run_split(acc2, acc, s + 1);
+                if constexpr (DEFER) {
+                    run_split(acc2, acc, s);
+                    run_split(acc, acc2, s + 1);
+                } else {
+                    run_split(acc, acc2, s);
+                    run_split(acc2, acc, s + 1);
+                }
                 wgmma_wait<0>();
             }
             if (s < splits) {
-                run_split(acc, acc2, s);
+                if constexpr (DEFER) run_split(acc2, acc, s);
+                else run_split(acc, acc2, s);
                 wgmma_wait<0>();
             }
             release(prev_slot);

@@ -173,7 +173,7 @@ static inline long gemm_waves(long units, int num_sms) { return (units + num_sms
 
 // The persistent kernel's cta path stages its bf16 epilogue through shared memory where a tile
 // walks at most this many k-tiles (kernels/cuda/gemm_sm90.cu, ws_stages_epilogue; 128 x 128 and
-// 64 x 128 tiles, and since e7a1290 128 x 192 in its TMA-store kernel).
+// 64 x 128 tiles; the 128 x 192 tile in its TMA-store kernel at every K since 2026-12-02).
 #define GEMM_CTA_STAGED_MAX_KTILES 64
 
 // The two-warpgroup tile of the cta path (the persistent kernel, TMA): 128 x 96, 128 x 128,

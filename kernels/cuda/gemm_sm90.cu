@@ -66,8 +66,10 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
 // 192 floats of accumulators and running total leave too few registers for the lanes' staged
 // stores (ptxas: 148 bytes of spills at 240 a thread; 108 with the branch-free fold), and the
 // TMA stores compiled beside its other epilogues cost its long walks 2% (1536 x 7168 at M = 4096,
-// which never stages, 126.6 -> 129.1 us). The 72-, 96- and 144-column tiles never stage: the
-// stages' layouts take 64-column pieces.
+// 126.6 -> 129.1 us). In that kernel it stages at every K: its TMA stores beat the vector stores
+// on the long walks too (H200, medians of three: 1536 x 7168 M = 4096 / 8192 128.6 / 255.7 ->
+// 122.7 / 245.9 us, 576 x 7168 M = 16384 203.0 -> 194.1). The 72-, 96- and 144-column tiles never
+// stage: the stages' layouts take 64-column pieces.
 // GEMM_CTA_STAGED_MAX_KTILES: gemm_plan.cuh (the tile rule weighs it).
 __host__ __device__ constexpr bool ws_can_stage(int split, bool vec, int wn, bool tma_only) {
     return vec && (wn == 128 || split != SPLIT_IN_CTA || (wn == 192 && tma_only));
@@ -89,7 +91,7 @@ __host__ __device__ constexpr bool ws_has_tma_kernel(int split, bool vec, int ni
 static bool ws_stages_epilogue(int split, bool vec, int ni, int wn, int k_tiles, bool tma_only) {
     return ws_can_stage(split, vec, wn, tma_only) &&
            (stages_epilogue(split, vec) || ws_total_in_l2(split, ni, wn) ||
-            (split == SPLIT_IN_CTA && k_tiles <= GEMM_CTA_STAGED_MAX_KTILES));
+            (split == SPLIT_IN_CTA && (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES || (wn == 192 && tma_only))));
 }
 
 #if INVAR_WGMMA
@@ -406,14 +408,27 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&a
 // the previous piece's store: one L2 round trip a piece, 32 a fold (H200, one run, 7168 x 16384
 // at M = 1024 / 4096: 362 / 1348 us piece by piece, 349 / 1306 four at a time, 345 / 1290 with
 // the loads left out). Eight at a time spill (108 bytes beside the 128 accumulators and the
-// deferred stores' 64 pairs).
+// deferred stores' 64 pairs). The first batch (`head`, total_l2_head) is loaded before the
+// split's last wgmma are drained, so its round trip runs under the drain: 0.6-0.8% at 7168 x
+// 16384 / 18432, M = 1024 and 4096 (H200, medians of three: 344.8 -> 342.3 us, 1427.0 -> 1416.7).
 #define TOTAL_L2_LOADS_IN_FLIGHT 4
 template <int NI, int WN>
 __device__ __forceinline__ float4 *total_l2_of(float4 *totals, int threads) {
     return totals + ((long)blockIdx.x * (NI * WN / 8) * threads + threadIdx.x);
 }
+// fold_split_l2's first batch of loads (pieces 0 .. TOTAL_L2_LOADS_IN_FLIGHT - 1), unused when
+// `first` (nothing stored yet: zeros, no load).
 template <int NI, int WN>
-__device__ __forceinline__ void fold_split_l2(float4 *totals, int threads, float (&acc)[NI][WN / 2], bool first) {
+__device__ __forceinline__ void total_l2_head(float4 *totals, int threads, bool first,
+                                              float4 (&head)[TOTAL_L2_LOADS_IN_FLIGHT]) {
+    const float4 *const mine = total_l2_of<NI, WN>(totals, threads);
+#pragma unroll
+    for (int b = 0; b < TOTAL_L2_LOADS_IN_FLIGHT; b++)
+        head[b] = first ? make_float4(0.f, 0.f, 0.f, 0.f) : __ldcg(mine + (long)b * threads);
+}
+template <int NI, int WN>
+__device__ __forceinline__ void fold_split_l2(float4 *totals, int threads, float (&acc)[NI][WN / 2], bool first,
+                                              const float4 (&head)[TOTAL_L2_LOADS_IN_FLIGHT]) {
     static_assert(WN % 8 == 0, "whole float4 pieces");
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
@@ -425,7 +440,8 @@ __device__ __forceinline__ void fold_split_l2(float4 *totals, int threads, float
         float4 u[TOTAL_L2_LOADS_IN_FLIGHT];
         if (!first) {
 #pragma unroll
-            for (int b = 0; b < TOTAL_L2_LOADS_IN_FLIGHT; b++) u[b] = __ldcg(mine + (long)(c0 + b) * threads);
+            for (int b = 0; b < TOTAL_L2_LOADS_IN_FLIGHT; b++)
+                u[b] = c0 == 0 ? head[b] : __ldcg(mine + (long)(c0 + b) * threads);
         }
 #pragma unroll
         for (int b = 0; b < TOTAL_L2_LOADS_IN_FLIGHT; b++) {
@@ -907,8 +923,10 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 const int end = gemm_split_begin(s + 1, splits, KT);
 #pragma unroll 1
                 for (; kt < end; kt++) k_tile(acc, kt, 0);
+                float4 head[TOTAL_L2_LOADS_IN_FLIGHT];  // issued ahead of the drain
+                total_l2_head<NI, WN>(ho.totals, CW * 128, s == 0, head);
                 wgmma_wait<0>();
-                fold_split_l2<NI, WN>(ho.totals, CW * 128, acc, s == 0);
+                fold_split_l2<NI, WN>(ho.totals, CW * 128, acc, s == 0, head);
             }
             release(prev_slot);
             load_total_l2<NI, WN>(ho.totals, CW * 128, acc);

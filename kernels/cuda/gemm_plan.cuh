@@ -182,9 +182,11 @@ static inline long gemm_waves(long units, int num_sms) { return (units + num_sms
 // of three runs): 128 x 96 37.2 us (1536 x 7168 at M = 1024, 128 units), 128 x 128 45.5 (96
 // units), 128 x 192 66.9 (576 x 7168 at M = 4096, 96 units); the 128 x 128 tile about 0.9x
 // where it stages its epilogue (at most GEMM_CTA_STAGED_MAX_KTILES; the 96- and 144-column tiles
-// cannot: layout; 128 x 192 does since e7a1290, through its TMA stores, its cost here still the
-// unstaged one measured before, so the rule leans against it on short walks: 3072 x 2048 at
-// M = 1024 took it anyway, 27.7 -> 24.1 us with the stores staged). A wider tile reads fewer bytes a FLOP and gives each consumer warp more
+// cannot: layout; 128 x 192 does since e7a1290 on short walks and since 2026-12-02 on every walk,
+// through its TMA stores, its cost here still the unstaged one measured before, so the rule leans
+// against it: 3072 x 2048 at M = 1024 took it anyway, 27.7 -> 24.1 us with the stores staged, and
+// 1536 x 7168 at M = 4096 128.6 -> 122.7; the 128 x 128 tile's staged cost is from before its
+// stores were deferred, 4-5% less since, kernels/cuda/NOTES.md). A wider tile reads fewer bytes a FLOP and gives each consumer warp more
 // tensor work for the same loop, fold and barrier instructions; a narrower one fills more SMs
 // and splits into finer waves. Waves count as a fraction where the stream-K order would share
 // them evenly (128-column tiles, activations in L2: 576 x 7168 at M = 4096 with 58.7 MB of them

@@ -54,12 +54,12 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
     return vec && (split == SPLIT_NONE || split == SPLIT_GRID);
 }
 
-// The persistent kernel's cta path (SPLIT_IN_CTA: 64 x 128 and 128 x 128 tiles, and 128 x 192 in
-// its TMA-store kernel) stages it too
-// where its tiles are short, at most GEMM_CTA_STAGED_MAX_KTILES k-tiles (a threshold of its own:
-// that it equals GEMM_SPLIT_CTA_MAX_KTILES is measurement, not rule). There the unstaged
-// epilogue's 1500 instructions a warp were a quarter of a tile's (ncu, 3072 x 2048 at M = 4096)
-// and staging took 8-9% off (H200: 99.4 -> 90.9 us; 2048 x 2048 M = 8192 130.2 -> 120.3).
+// The persistent kernel's cta path (SPLIT_IN_CTA: 64 x 128 and 128 x 128 tiles; 128 x 192 below)
+// stages it too where its tiles are short, at most GEMM_CTA_STAGED_MAX_KTILES k-tiles (a
+// threshold of its own: that it equals GEMM_SPLIT_CTA_MAX_KTILES is measurement, not rule).
+// There the unstaged epilogue's 1500 instructions a warp were a quarter of a tile's (ncu, 3072 x
+// 2048 at M = 4096) and staging took 8-9% off (H200: 99.4 -> 90.9 us; 2048 x 2048 M = 8192 130.2
+// -> 120.3).
 // Longer tiles ran 1.5-3% slower with the 32 KB reserved (1536 x 7168 M = 4096 138.9 -> 143.2,
 // 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md). fp32 outputs reserve it unused.
 // The 128 x 192 tile stages on the cta path only in its TMA-store kernel (ws_has_tma_kernel): its
@@ -231,7 +231,8 @@ __device__ __forceinline__ void tma_store_block(const CUtensorMap *tmap_y, uint8
 // A warp's NI blocks one after another: with NI = 2 the second waits at once for the first's
 // read (a second stage does not fit beside 128 x 256's four slots), which is why the 128 x 256
 // tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel), except in
-// stream-K order.
+// stream-K order; the cta path's 128-column tiles defer theirs too, so the tensor pipe runs
+// through them.
 template <int NI, int WN, bool NAN_FREE>
 __device__ __forceinline__ void store_tile_tma_rounded(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
                                                        const float (&res)[NI][WN / 2]) {
@@ -863,8 +864,9 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 // then drained: only there are they live, beside acc alone (stored anywhere in
                 // the pair loop below they stayed live through it, beside acc, acc2 and the
                 // total: 4 bytes of spills at 128 x 128, 12 at 64 x 128). Drains per unit:
-                // 1 + floor((S - 1) / 2) against ceil(S / 2), the same at the odd S of these
-                // short walks (5 on 2048 and 3072 x 2048).
+                // 1 + ceil((S - 1) / 2) against ceil(S / 2), the same at odd S (5 on 2048 and
+                // 3072 x 2048, where it was measured), one more at even S (2 on 7168 x 2048, 4 on
+                // 4096 x 2048: not measured).
 #pragma unroll 1
                 for (const int end = gemm_split_begin(1, splits, KT); kt < end; kt++) k_tile(acc, kt, 0);
                 wgmma_wait<0>();

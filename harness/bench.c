@@ -8,7 +8,10 @@
 // measuring the device-to-device copy bandwidth that the MLA numbers are compared with (or only
 // the --shape rows of one section: a kernel developer's loop on one shape). Every
 // timing: warm-up, then the median of many runs, each run on the next of several input copies
-// whose total exceeds twice the 60 MB L2. Writes DIR/bench_gemm.csv and DIR/bench_mla.csv;
+// whose total exceeds twice the 60 MB L2. Beside each GEMM (N, K) and MLA row, the floor under
+// its memory-bound cases: a plain read of its weights or cache, timed the same way (read us;
+// no kernel that reads those bytes can be faster, the start of a launch included). Writes
+// DIR/bench_gemm.csv and DIR/bench_mla.csv;
 // with two GPUs also the tensor-parallel rows (harness/bench_tp.h).
 //
 // Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
@@ -29,7 +32,7 @@
 #include "commands.h"            // cmd_bench
 #include "host.h"                // host_make_dirs
 #ifdef INVAR_CUDA
-#include "../kernels/cuda/cuda_timing.h"  // cuda_time_median_ms, cuda_copy_bandwidth_gbs
+#include "../kernels/cuda/cuda_timing.h"  // cuda_time_median_ms, cuda_copy_bandwidth_gbs, cuda_read_median_ms
 #include "../kernels/cuda/inv_cuda.h"     // inv_cuda_gemm_plan_describe
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 #endif
@@ -220,8 +223,8 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
                          csv_report *csv) {
     double log_sum = 0.0;
     int count = 0;
-    printf("%-14s %5s %10s %10s %8s %8s %8s %8s %6s %6s  %s\n", "N x K", "M", "inv us", "cuBLAS us", "inv TF/s",
-           "ref TF/s", "inv GB/s", "ref GB/s", "ratio", "splits", "plan");
+    printf("%-14s %5s %10s %10s %8s %8s %8s %8s %6s %6s %8s  %s\n", "N x K", "M", "inv us", "cuBLAS us", "inv TF/s",
+           "ref TF/s", "inv GB/s", "ref GB/s", "ratio", "splits", "read us", "plan");
     for (int r0 = 0, r1, run = 0; r0 < shapes->n; r0 = r1, run++) {
         const int N = shapes->v[r0][0], K = shapes->v[r0][1];
         int max_m = 0;
@@ -235,6 +238,9 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
         uint16_t *y = inv->alloc(inv, (size_t)max_m * N * 2, "bench gemm output");
         fill_random(inv, w, w_elems * copies, 0x1234u + (uint64_t)run);
         fill_random(inv, x, x_elems * copies, 0x9876u + (uint64_t)run);
+        // The floor under the small-M rows: a plain read of the weights, timed the same way.
+        const double t_read = cuda_read_median_ms(inv, w, (size_t)w_elems * 2, (size_t)w_elems * 2, copies,
+                                                  o->warmup, o->reps);
         for (int r = r0; r < r1; r++) {
             const int M = shapes->v[r][2];
             gemm_job j = {inv, {0}, x, w, x_elems, w_elems, copies};
@@ -255,12 +261,12 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
             j.base.x = x;
             j.base.w = w;
             int splits = inv_cuda_gemm_plan_describe(inv, &j.base, plan, (int)sizeof plan);
-            bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.1f,%.1f,%.0f,%.0f,%.3f,%d,%s", N, K, M, t_inv * 1e3, t_ref * 1e3,
+            bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.1f,%.1f,%.0f,%.0f,%.3f,%d,%s,%.2f", N, K, M, t_inv * 1e3, t_ref * 1e3,
                       flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio,
-                      splits, plan);
-            printf("%6d x %-6d %5d %10.1f %10.1f %8.1f %8.1f %8.0f %8.0f %6.3f %6d  %s\n", N, K, M, t_inv * 1e3,
+                      splits, plan, t_read * 1e3);
+            printf("%6d x %-6d %5d %10.1f %10.1f %8.1f %8.1f %8.0f %8.0f %6.3f %6d %8.1f  %s\n", N, K, M, t_inv * 1e3,
                    t_ref * 1e3, flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6,
-                   ratio, splits, plan);
+                   ratio, splits, t_read * 1e3, plan);
             fflush(stdout);
         }
         inv->release(inv, w);
@@ -304,8 +310,8 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
                         csv_report *csv) {
     double worst_pct = -1.0;
     const int L = MLA_LATENT, R = MLA_ROPE, BS = MLA_BLOCK;
-    printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s\n", "batch", "context", "heads", "inv us", "ref us",
-           "inv GB/s", "ref GB/s", "inv %cp", "ref %cp", "inv TF/s", "ref TF/s");
+    printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s %8s %7s\n", "batch", "context", "heads", "inv us", "ref us",
+           "inv GB/s", "ref GB/s", "inv %cp", "ref %cp", "inv TF/s", "ref TF/s", "read us", "read %cp");
     for (int r = 0; r < shapes->n; r++) {
         const int B = shapes->v[r][0], ctx = shapes->v[r][1], H = shapes->v[r][2];
         const long kv_bytes = (long)B * ctx * (L + R) * 2;
@@ -357,15 +363,18 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
         double t_inv = cuda_time_median_ms(inv, mla_once, &j, o->warmup, o->reps);
         j.ops = ref;
         double t_ref = cuda_time_median_ms(ref, mla_once, &j, o->warmup, o->reps);
+        // The floor: a plain read of the cache this row reads (copy c is the c-th run of
+        // B x ctx slots: the tables of copy c point there), timed the same way.
+        double t_read = cuda_read_median_ms(inv, kv, (size_t)kv_bytes, (size_t)kv_bytes, copies, o->warmup, o->reps);
         double bytes = (double)kv_bytes + 2.0 * B * H * (L + R) + 2.0 * B * H * L;
         double flop = 2.0 * B * (double)H * ctx * (L + R + L);
-        double gi = bytes / t_inv / 1e6, gr = bytes / t_ref / 1e6;
-        bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.1f,%.1f", B, ctx, H, t_inv * 1e3,
+        double gi = bytes / t_inv / 1e6, gr = bytes / t_ref / 1e6, read_pct = 100.0 * kv_bytes / t_read / 1e6 / copy_gbs;
+        bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.1f,%.1f,%.2f,%.1f", B, ctx, H, t_inv * 1e3,
                   t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
-                  flop / t_ref / 1e9);
-        printf("%5d %7d %5d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %8.1f %8.1f\n", B, ctx, H, t_inv * 1e3,
-               t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
-               flop / t_ref / 1e9);
+                  flop / t_ref / 1e9, t_read * 1e3, read_pct);
+        printf("%5d %7d %5d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %8.1f %8.1f %8.1f %6.1f%%\n", B, ctx, H,
+               t_inv * 1e3, t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
+               flop / t_ref / 1e9, t_read * 1e3, read_pct);
         fflush(stdout);
         if (H == 16 && kv_bytes > 2.0 * L2_BYTES && (worst_pct < 0.0 || 100.0 * gi / copy_gbs < worst_pct))
             worst_pct = 100.0 * gi / copy_gbs;
@@ -399,8 +408,9 @@ static int run_bench(const char *out_dir, bool quick, const char *only, bool pro
     char summary[256] = "";
     if (!only || strcmp(only, "gemm") == 0) {
         static const char *const header[] = {"N", "K", "M", "inv_us", "ref_us", "inv_tflops", "ref_tflops",
-                                             "inv_gbs", "ref_gbs", "ratio_inv_over_ref", "splits", "plan"};
-        csv_report *g = bench_csv_open(out_dir, "bench_gemm.csv", header, 12);
+                                             "inv_gbs", "ref_gbs", "ratio_inv_over_ref", "splits", "plan",
+                                             "weights_read_us"};
+        csv_report *g = bench_csv_open(out_dir, "bench_gemm.csv", header, 13);
         const bench_shapes grid = gemm_grid();
         double geo = bench_gemm(inv, ref, &o, shapes->n ? shapes : &grid, g);
         bench_csv_close(g);
@@ -411,8 +421,8 @@ static int run_bench(const char *out_dir, bool quick, const char *only, bool pro
     if (!only || strcmp(only, "mla") == 0) {
         static const char *const header[] = {"batch", "context", "heads", "inv_us", "ref_us", "inv_gbs",
                                              "ref_gbs", "inv_pct_copy", "ref_pct_copy", "inv_tflops",
-                                             "ref_tflops"};
-        csv_report *m = bench_csv_open(out_dir, "bench_mla.csv", header, 11);
+                                             "ref_tflops", "kv_read_us", "kv_read_pct_copy"};
+        csv_report *m = bench_csv_open(out_dir, "bench_mla.csv", header, 13);
         const bench_shapes grid = mla_grid();
         double worst = bench_mla(inv, ref, &o, shapes->n ? shapes : &grid, copy_gbs, m);
         bench_csv_close(m);

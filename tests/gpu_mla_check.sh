@@ -10,7 +10,7 @@
 #   3. invar bench --device cuda --only mla --quick, BENCH_RUNS times (default 3), for medians
 # Each step's output goes to OUT_DIR/<step>.log (CSVs under OUT_DIR/bench-<i>/); a summary is
 # printed last: per shape the median over runs of the invariant kernel's time, share of copy
-# bandwidth and TFLOP/s, then issue 17's targets: >= 80% of copy on every memory-bound 16-head
+# bandwidth and TFLOP/s (and the share a plain read of the same cache reaches), then issue 17's targets: >= 80% of copy on every memory-bound 16-head
 # shape (a cache over twice L2, as `invar bench` counts them), B=1 L=16k <= 30 us, 128 heads
 # >= 300 TFLOP/s (at B >= 32). Steps share a time budget (MLA_CHECK_BUDGET_S, default 400 s).
 # Exit 0 when every step ran and did what it should (a target missed is reported, not failed).
@@ -33,7 +33,8 @@ for i in $(seq 1 "$runs"); do
 done
 
 # bench_mla.csv rows: batch, context, heads, inv_us, ref_us, inv_gbs, ref_gbs, inv_pct_copy,
-# ref_pct_copy, inv_tflops, ref_tflops
+# ref_pct_copy, inv_tflops, ref_tflops, kv_read_us, kv_read_pct_copy (a plain read of the cache,
+# timed the same way: the floor; absent from tables written before it)
 summarize() {
     local files=()
     for i in $(seq 1 "$runs"); do
@@ -47,14 +48,16 @@ summarize() {
             key = $1 " " $2 " " $3
             if (!(key in us)) order[++n] = key
             us[key] = us[key] " " $4; pct[key] = pct[key] " " $8; tf[key] = tf[key] " " $10
+            if (NF >= 13) rpct[key] = rpct[key] " " $13
         }
         END {
-            printf "%5s %7s %5s %9s %8s %9s   (medians of %d runs)\n", "batch", "context", "heads", "inv us", "% copy", "TFLOP/s", ARGC - 1
+            printf "%5s %7s %5s %9s %8s %9s %10s   (medians of %d runs)\n", "batch", "context", "heads", "inv us", "% copy", "TFLOP/s", "read %copy", ARGC - 1
             lo = 1e9; tlo = 1e9
             for (k = 1; k <= n; k++) {
                 split(order[k], f, " ")
                 u = median(us[order[k]]); p = median(pct[order[k]]); t = median(tf[order[k]])
-                printf "%5d %7d %5d %9.1f %7.1f%% %9.1f\n", f[1], f[2], f[3], u, p, t
+                rp = order[k] in rpct ? sprintf("%9.1f%%", median(rpct[order[k]])) : ""
+                printf "%5d %7d %5d %9.1f %7.1f%% %9.1f %10s\n", f[1], f[2], f[3], u, p, t, rp
                 if (f[3] == 16 && f[1] * f[2] * 1152 > 2 * 60 * 1048576 && p < lo) { lo = p; lo_key = "B=" f[1] " L=" f[2] }
                 if (f[3] == 16 && f[1] == 1 && f[2] == 16384) b1 = u
                 if (f[3] == 128 && f[1] >= 32 && t < tlo) { tlo = t; tlo_key = "B=" f[1] " L=" f[2] }

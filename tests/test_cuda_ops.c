@@ -5,7 +5,8 @@
 // accurate, and the cuBLAS GEMM caught varying. What the checker cannot express stays here,
 // against the same float64 oracles: the GEMM's tile and load paths at many M, strides and
 // batched products; MLA attention over 16- and 64-position cache blocks and at 128 heads
-// (sm_90a's wgmma kernel); padding slots of kv_cache_write; ties in logprobs. Without a CUDA
+// (sm_90a's wgmma kernel); padding slots of kv_cache_write; ties in logprobs; the bench's plain
+// read (its floor under memory-bound rows) reading every byte. Without a CUDA
 // device every test is skipped with a visible "SKIP:" line.
 #include <stdarg.h>                      // cmocka
 #include <stddef.h>                      // cmocka
@@ -29,6 +30,7 @@
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe, inv_cuda_sm_count, inv_cuda_l2_bytes
+#include "../kernels/cuda/cuda_timing.h" // cuda_read_xor
 #endif
 
 #define POISON16 0xFFFFu                 // a NaN bf16: no op may leave it behind
@@ -1075,6 +1077,32 @@ static void test_logprobs_ties(void **state) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) inv->release(inv, dev[i]);
 }
 
+// The bench's plain read (its floor under memory-bound rows) reads every byte: the XOR of the
+// words of fresh random bytes, at starts off every 16-byte boundary and lengths with and
+// without a tail, equals the host's.
+static void test_plain_read_every_byte(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+#ifdef INVAR_CUDA
+    const size_t cap = (size_t)3 << 20;
+    unsigned char *h = invar_malloc(cap + 64, "random bytes");
+    for (size_t i = 0; i < cap + 64; i++) h[i] = (unsigned char)(invar_mix64(0x5eadu + i) >> 24);
+    unsigned char *d = to_dev(s->inv, h, cap + 64);
+    static const size_t lengths[] = {1, 15, 16, 17, 4096, 100003, (size_t)3 << 20};
+    static const size_t starts[] = {0, 1, 3, 8, 13};
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+        for (size_t si = 0; si < sizeof starts / sizeof starts[0]; si++) {
+            const size_t at = starts[si], n = lengths[li];
+            unsigned want = 0;
+            for (size_t b = 0; b < n; b++) want ^= (unsigned)h[at + b] << (8 * (b & 3));
+            unsigned got = cuda_read_xor(s->inv, d + at, n);
+            if (got != want) fail_msg("plain read of %zu bytes at +%zu: XOR %08x, the host's %08x", n, at, got, want);
+        }
+    s->inv->release(s->inv, d);
+    free(h);
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_op_invariant_set),
@@ -1092,6 +1120,7 @@ int main(void) {
         cmocka_unit_test(test_mla_attention_16_heads_streamed),
         cmocka_unit_test(test_kv_cache_write_padding),
         cmocka_unit_test(test_logprobs_ties),
+        cmocka_unit_test(test_plain_read_every_byte),
     };
     char why[256];
     if (!cuda_device_available(why, (int)sizeof why)) {

@@ -20,6 +20,16 @@ double cuda_time_median_ms(ops_set *ops, void (*fn)(void *arg, int rep), void *a
 // Device-to-device copy of `bytes` (median of several): GB/s counting bytes read + written.
 double cuda_copy_bandwidth_gbs(ops_set *ops, size_t bytes);
 
+// A plain read of `bytes` at base + (rep % copies) * stride for each repetition, timed as
+// cuda_time_median_ms times (median, milliseconds): the floor under a memory-bound kernel that
+// reads those bytes once (invar bench's weights_read_us and kv_read_us columns).
+double cuda_read_median_ms(ops_set *ops, const void *base, size_t bytes, size_t stride, int copies, int warmup,
+                           int reps);
+
+// The same read's result: the XOR of the 32-bit little-endian words of p[0, bytes) (a short last
+// word zero-padded), for a test that every byte was read. p need not be aligned.
+unsigned cuda_read_xor(ops_set *ops, const void *p, size_t bytes);
+
 // Events recorded on a set's stream between its calls, read once the stream is synced: the
 // per-op profile of `invar bench --profile` (harness/op_profile.c). Events are reused after
 // cuda_event_log_clear; the log grows as needed.

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>   // cudaEvent_t, cudaMemcpyAsync
 #include <stdio.h>          // fprintf
+#include <stdint.h>         // uint32_t, uintptr_t
 #include <stdlib.h>         // qsort, free
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_malloc
@@ -89,6 +90,98 @@ double cuda_copy_bandwidth_gbs(ops_set *ops, size_t bytes) {
     ops->release(ops, j.src);
     ops->release(ops, j.dst);
     return 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
+}
+
+// --- a plain read: the floor under a memory-bound kernel --------------------------------------
+
+// How fast this device reads `bytes` once, timed like the kernels (held stream, events, the
+// inputs rotated): what a GEMM at M <= 64 or an MLA decode could reach if it did nothing but
+// read its weights or cache. Grid-stride 16-byte loads, READ_UNROLL in flight a thread, all
+// blocks in one window of the buffer: on an H200 this beat TMA bulk copies into shared memory
+// (each CTA its own range, or interleaved) by 3-25% from 22 MB to 420 MB (dev/readfloor.cu,
+// kernels/cuda/NOTES.md "What a read of the weights takes"). The loads feed a XOR of every
+// 32-bit word (the bytes before the first 16-byte boundary and after the last as zero-padded
+// words at their offset), so none can be dropped and a test can check that all were read.
+#define READ_UNROLL 4
+#define READ_THREADS 256
+#define READ_BLOCKS_PER_SM 8
+
+__device__ __forceinline__ uint32_t read_rotl(uint32_t w, int bytes) {
+    return bytes ? (w << (8 * bytes)) | (w >> (32 - 8 * bytes)) : w;
+}
+
+// The XOR of the 32-bit little-endian words of p[0, bytes), word j holding bytes 4j .. 4j + 3,
+// a short last word zero-padded, into *xor_out (atomicXor: one per block).
+__global__ void read_xor_kernel(const unsigned char *p, size_t bytes, unsigned *xor_out) {
+    const size_t head = ((16 - ((uintptr_t)p & 15)) & 15) < bytes ? (16 - ((uintptr_t)p & 15)) & 15 : bytes;
+    const size_t body = (bytes - head) / 16, tail_at = head + body * 16;
+    const int rot = (int)(head & 3);  // the body's words start `rot` bytes into a word
+    const int4 *v = (const int4 *)(p + head);
+    uint32_t acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x * READ_UNROLL;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x * READ_UNROLL + threadIdx.x; i < body; i += stride) {
+        int4 x[READ_UNROLL];
+#pragma unroll
+        for (int u = 0; u < READ_UNROLL; u++) {
+            const size_t j = i + (size_t)u * blockDim.x;
+            x[u] = j < body ? __ldcs(v + j) : make_int4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < READ_UNROLL; u++)
+            acc ^= (uint32_t)x[u].x ^ (uint32_t)x[u].y ^ (uint32_t)x[u].z ^ (uint32_t)x[u].w;
+    }
+    acc = read_rotl(acc, rot);
+    if (blockIdx.x == 0 && threadIdx.x < 32) {  // the unaligned ends, a byte a lane
+        for (size_t b = threadIdx.x; b < head; b += 32) acc ^= (uint32_t)p[b] << (8 * (b & 3));
+        for (size_t b = tail_at + threadIdx.x; b < bytes; b += 32) acc ^= (uint32_t)p[b] << (8 * (b & 3));
+    }
+    for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    __shared__ uint32_t warp_xor[READ_THREADS / 32];
+    if ((threadIdx.x & 31) == 0) warp_xor[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x / 32); w++) acc ^= warp_xor[w];
+        atomicXor(xor_out, acc);
+    }
+}
+
+typedef struct {
+    cuda_ctx *c;
+    const unsigned char *base;
+    size_t bytes, stride;
+    int copies;
+    unsigned *xor_out;
+} read_job;
+
+static void read_launch(cuda_ctx *c, const void *p, size_t bytes, unsigned *xor_out) {
+    read_xor_kernel<<<c->num_sms * READ_BLOCKS_PER_SM, READ_THREADS, 0, c->stream>>>((const unsigned char *)p, bytes,
+                                                                                     xor_out);
+    CUDA_CHECK_LAUNCH("bench: plain read");
+}
+
+static void read_once(void *arg, int rep) {
+    read_job *j = (read_job *)arg;
+    read_launch(j->c, j->base + (size_t)(rep % j->copies) * j->stride, j->bytes, j->xor_out);
+}
+
+double cuda_read_median_ms(ops_set *ops, const void *base, size_t bytes, size_t stride, int copies, int warmup,
+                           int reps) {
+    read_job j = {cuda_ctx_of(ops), (const unsigned char *)base, bytes, stride, copies < 1 ? 1 : copies, NULL};
+    j.xor_out = (unsigned *)ops->alloc(ops, sizeof(unsigned), "bench plain read's XOR");
+    double ms = cuda_time_median_ms(ops, read_once, &j, warmup, reps);
+    ops->release(ops, j.xor_out);
+    return ms;
+}
+
+unsigned cuda_read_xor(ops_set *ops, const void *p, size_t bytes) {
+    cuda_ctx *c = cuda_ctx_of(ops);
+    unsigned *d = (unsigned *)ops->alloc(ops, sizeof(unsigned), "plain read's XOR");
+    CUDA_CHECK("plain read", cudaMemsetAsync(d, 0, sizeof(unsigned), c->stream));
+    read_launch(c, p, bytes, d);
+    unsigned x = 0;
+    ops->download(ops, &x, d, sizeof x);
+    ops->release(ops, d);
+    return x;
 }
 
 // --- the per-op profile's events ---------------------------------------------------------------

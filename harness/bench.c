@@ -169,11 +169,32 @@ static int l2_copies(double set_bytes) {
     return copies < 1 ? 1 : copies;
 }
 
-// Device memory a GEMM run of rows with one (N, K) takes (bench_gemm), and an MLA row
-// (bench_mla), each with room for the sets' scratch (split-K partials: at most 256 MB).
-static double gemm_run_bytes(int N, int K, int max_m) {
+// A GEMM run is the consecutive rows from r0 with row r0's (N, K): they share the operands.
+// Returns the row past the run; *min_m and *max_m are its smallest and largest M.
+static int gemm_run_rows(const bench_shapes *shapes, int r0, int *min_m, int *max_m) {
+    const int N = shapes->v[r0][0], K = shapes->v[r0][1];
+    int r1 = r0;
+    *min_m = *max_m = shapes->v[r0][2];
+    for (; r1 < shapes->n && shapes->v[r1][0] == N && shapes->v[r1][1] == K; r1++) {
+        if (shapes->v[r1][2] < *min_m) *min_m = shapes->v[r1][2];
+        if (shapes->v[r1][2] > *max_m) *max_m = shapes->v[r1][2];
+    }
+    return r1;
+}
+
+// Copies of a run's operands: enough that each row's own bytes (the weights and its M rows of
+// activations) exceed twice L2 over the copies, its smallest M deciding. (Counted at the run's
+// largest M instead, 1536 x 7168 had one copy, and its M <= 64 rows read their 22 MB of weights
+// from L2 at every repetition.)
+static int gemm_run_copies(int N, int K, int min_m) {
+    return l2_copies((double)N * K * 2 + (double)min_m * K * 2);
+}
+
+// Device memory a GEMM run takes (bench_gemm), and an MLA row (bench_mla), each with room for
+// the sets' scratch (split-K partials: at most 256 MB).
+static double gemm_run_bytes(int N, int K, int min_m, int max_m) {
     const double w = (double)N * K * 2, x = (double)max_m * K * 2;
-    return l2_copies(w + x) * (w + x) + (double)max_m * N * 2 + (256.0 * 1024 * 1024);
+    return gemm_run_copies(N, K, min_m) * (w + x) + (double)max_m * N * 2 + (256.0 * 1024 * 1024);
 }
 static double mla_row_bytes(int B, int ctx, int H) {
     const double row = (MLA_LATENT + MLA_ROPE) * 2.0, kv = (double)B * ctx * row;
@@ -188,7 +209,9 @@ static bool shapes_fit(ops_set *inv, const bench_shapes *shapes, bool gemm, char
     const double free_bytes = (double)inv_cuda_free_bytes(inv), spare = 512.0 * 1024 * 1024;
     for (int r = 0; r < shapes->n; r++) {
         const int *v = shapes->v[r];
-        const double need = gemm ? gemm_run_bytes(v[0], v[1], v[2]) : mla_row_bytes(v[0], v[1], v[2]);
+        int min_m = v[2], max_m = v[2];
+        if (gemm) gemm_run_rows(shapes, r, &min_m, &max_m);  // this row and the rest of its run
+        const double need = gemm ? gemm_run_bytes(v[0], v[1], min_m, max_m) : mla_row_bytes(v[0], v[1], v[2]);
         if (need + spare > free_bytes) {
             snprintf(err, err_len, "--shape: '%d:%d:%d' needs %.1f GB of device memory, %.1f GB are free", v[0], v[1],
                      v[2], need / 1e9, free_bytes / 1e9);
@@ -218,7 +241,7 @@ static void gemm_once(void *arg, int rep) {
 }
 
 // Each run of rows with one (N, K) shares its operands: copies of the weights and of the
-// activations for the run's largest M, together over twice L2.
+// activations for the run's largest M, each row's own bytes over twice L2 (gemm_run_copies).
 static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const bench_shapes *shapes,
                          csv_report *csv) {
     double log_sum = 0.0;
@@ -227,12 +250,10 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
            "ref TF/s", "inv GB/s", "ref GB/s", "ratio", "splits", "read us", "plan");
     for (int r0 = 0, r1, run = 0; r0 < shapes->n; r0 = r1, run++) {
         const int N = shapes->v[r0][0], K = shapes->v[r0][1];
-        int max_m = 0;
-        for (r1 = r0; r1 < shapes->n && shapes->v[r1][0] == N && shapes->v[r1][1] == K; r1++)
-            max_m = shapes->v[r1][2] > max_m ? shapes->v[r1][2] : max_m;
+        int min_m, max_m;
+        r1 = gemm_run_rows(shapes, r0, &min_m, &max_m);
         const long w_elems = (long)N * K, x_elems = (long)max_m * K;
-        const double set_bytes = 2.0 * (double)(w_elems + x_elems);
-        const int copies = l2_copies(set_bytes);
+        const int copies = gemm_run_copies(N, K, min_m);
         uint16_t *w = inv->alloc(inv, (size_t)w_elems * copies * 2, "bench gemm weights");
         uint16_t *x = inv->alloc(inv, (size_t)x_elems * copies * 2, "bench gemm activations");
         uint16_t *y = inv->alloc(inv, (size_t)max_m * N * 2, "bench gemm output");

@@ -97,9 +97,9 @@ double cuda_copy_bandwidth_gbs(ops_set *ops, size_t bytes) {
 // How fast this device reads `bytes` once, timed like the kernels (held stream, events, the
 // inputs rotated): what a GEMM at M <= 64 or an MLA decode could reach if it did nothing but
 // read its weights or cache. Grid-stride 16-byte loads, READ_UNROLL in flight a thread, all
-// blocks in one window of the buffer: on an H200 this beat TMA bulk copies into shared memory
-// (each CTA its own range, or interleaved) by 3-25% from 22 MB to 420 MB (dev/readfloor.cu,
-// kernels/cuda/NOTES.md "What a read of the weights takes"). The loads feed a XOR of every
+// blocks in one window of the buffer: on an H200 this beat bulk copies into shared memory by
+// 1.5-4.5 points of copy up to 151 MB and came within 2 above (interleaved chunks; kernels/cuda/
+// NOTES.md, "What a read of the weights takes"). The loads feed a XOR of every
 // 32-bit word (the bytes before the first 16-byte boundary and after the last as zero-padded
 // words at their offset), so none can be dropped and a test can check that all were read.
 #define READ_UNROLL 4

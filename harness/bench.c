@@ -8,10 +8,10 @@
 // measuring the device-to-device copy bandwidth that the MLA numbers are compared with (or only
 // the --shape rows of one section: a kernel developer's loop on one shape). Every
 // timing: warm-up, then the median of many runs, each run on the next of several input copies
-// whose total exceeds twice the 60 MB L2. Beside each GEMM (N, K) and MLA row, the floor under
-// its memory-bound cases: a plain read of its weights or cache, timed the same way (read us;
-// no kernel that reads those bytes can be faster, the start of a launch included). Writes
-// DIR/bench_gemm.csv and DIR/bench_mla.csv;
+// whose total exceeds twice the 60 MB L2. Beside each GEMM (N, K) and MLA row, the floor its
+// memory-bound cases are read against: a plain read of its weights or cache, timed the same way
+// (read us, the CSVs' floor_read_* columns: a reference read, the start of a launch included,
+// not a proven bound). Writes DIR/bench_gemm.csv and DIR/bench_mla.csv;
 // with two GPUs also the tensor-parallel rows (harness/bench_tp.h).
 //
 // Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
@@ -190,11 +190,12 @@ static int gemm_run_copies(int N, int K, int min_m) {
     return l2_copies((double)N * K * 2 + (double)min_m * K * 2);
 }
 
-// Device memory a GEMM run takes (bench_gemm), and an MLA row (bench_mla), each with room for
-// the sets' scratch (split-K partials: at most 256 MB).
+// Device memory a GEMM run takes (bench_gemm: copies of the activations, and of the weights
+// enough for their plain read alone to exceed twice L2, at least as many), and an MLA row
+// (bench_mla), each with room for the sets' scratch (split-K partials: at most 256 MB).
 static double gemm_run_bytes(int N, int K, int min_m, int max_m) {
     const double w = (double)N * K * 2, x = (double)max_m * K * 2;
-    return gemm_run_copies(N, K, min_m) * (w + x) + (double)max_m * N * 2 + (256.0 * 1024 * 1024);
+    return l2_copies(w) * w + gemm_run_copies(N, K, min_m) * x + (double)max_m * N * 2 + (256.0 * 1024 * 1024);
 }
 static double mla_row_bytes(int B, int ctx, int H) {
     const double row = (MLA_LATENT + MLA_ROPE) * 2.0, kv = (double)B * ctx * row;
@@ -213,8 +214,10 @@ static bool shapes_fit(ops_set *inv, const bench_shapes *shapes, bool gemm, char
         if (gemm) gemm_run_rows(shapes, r, &min_m, &max_m);  // this row and the rest of its run
         const double need = gemm ? gemm_run_bytes(v[0], v[1], min_m, max_m) : mla_row_bytes(v[0], v[1], v[2]);
         if (need + spare > free_bytes) {
-            snprintf(err, err_len, "--shape: '%d:%d:%d' needs %.1f GB of device memory, %.1f GB are free", v[0], v[1],
-                     v[2], need / 1e9, free_bytes / 1e9);
+            snprintf(err, err_len,
+                     "--shape: '%d:%d:%d' needs %.1f GB of device memory%s, %.1f GB are free", v[0], v[1], v[2],
+                     need / 1e9, gemm ? " (with the rows of its N x K that follow it, which share its operands)" : "",
+                     free_bytes / 1e9);
             return false;
         }
     }
@@ -253,14 +256,16 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
         int min_m, max_m;
         r1 = gemm_run_rows(shapes, r0, &min_m, &max_m);
         const long w_elems = (long)N * K, x_elems = (long)max_m * K;
-        const int copies = gemm_run_copies(N, K, min_m);
-        uint16_t *w = inv->alloc(inv, (size_t)w_elems * copies * 2, "bench gemm weights");
+        // The GEMM rotates through `copies` of both operands; the plain read of the weights
+        // through w_copies >= copies, so that it too reads from DRAM when min_m is large.
+        const int copies = gemm_run_copies(N, K, min_m), w_copies = l2_copies(2.0 * (double)w_elems);
+        uint16_t *w = inv->alloc(inv, (size_t)w_elems * w_copies * 2, "bench gemm weights");
         uint16_t *x = inv->alloc(inv, (size_t)x_elems * copies * 2, "bench gemm activations");
         uint16_t *y = inv->alloc(inv, (size_t)max_m * N * 2, "bench gemm output");
-        fill_random(inv, w, w_elems * copies, 0x1234u + (uint64_t)run);
+        fill_random(inv, w, w_elems * w_copies, 0x1234u + (uint64_t)run);
         fill_random(inv, x, x_elems * copies, 0x9876u + (uint64_t)run);
-        // The floor under the small-M rows: a plain read of the weights, timed the same way.
-        const double t_read = cuda_read_median_ms(inv, w, (size_t)w_elems * 2, (size_t)w_elems * 2, copies,
+        // The floor the small-M rows are read against: a plain read of the weights, timed the same way.
+        const double t_read = cuda_read_median_ms(inv, w, (size_t)w_elems * 2, (size_t)w_elems * 2, w_copies,
                                                   o->warmup, o->reps);
         for (int r = r0; r < r1; r++) {
             const int M = shapes->v[r][2];
@@ -331,7 +336,7 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
                         csv_report *csv) {
     double worst_pct = -1.0;
     const int L = MLA_LATENT, R = MLA_ROPE, BS = MLA_BLOCK;
-    printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s %8s %7s\n", "batch", "context", "heads", "inv us", "ref us",
+    printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s %8s %8s\n", "batch", "context", "heads", "inv us", "ref us",
            "inv GB/s", "ref GB/s", "inv %cp", "ref %cp", "inv TF/s", "ref TF/s", "read us", "read %cp");
     for (int r = 0; r < shapes->n; r++) {
         const int B = shapes->v[r][0], ctx = shapes->v[r][1], H = shapes->v[r][2];
@@ -393,7 +398,7 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
         bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.1f,%.1f,%.2f,%.1f", B, ctx, H, t_inv * 1e3,
                   t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
                   flop / t_ref / 1e9, t_read * 1e3, read_pct);
-        printf("%5d %7d %5d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %8.1f %8.1f %8.1f %6.1f%%\n", B, ctx, H,
+        printf("%5d %7d %5d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %8.1f %8.1f %8.1f %7.1f%%\n", B, ctx, H,
                t_inv * 1e3, t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
                flop / t_ref / 1e9, t_read * 1e3, read_pct);
         fflush(stdout);
@@ -430,7 +435,7 @@ static int run_bench(const char *out_dir, bool quick, const char *only, bool pro
     if (!only || strcmp(only, "gemm") == 0) {
         static const char *const header[] = {"N", "K", "M", "inv_us", "ref_us", "inv_tflops", "ref_tflops",
                                              "inv_gbs", "ref_gbs", "ratio_inv_over_ref", "splits", "plan",
-                                             "weights_read_us"};
+                                             "floor_read_us"};
         csv_report *g = bench_csv_open(out_dir, "bench_gemm.csv", header, 13);
         const bench_shapes grid = gemm_grid();
         double geo = bench_gemm(inv, ref, &o, shapes->n ? shapes : &grid, g);
@@ -442,7 +447,7 @@ static int run_bench(const char *out_dir, bool quick, const char *only, bool pro
     if (!only || strcmp(only, "mla") == 0) {
         static const char *const header[] = {"batch", "context", "heads", "inv_us", "ref_us", "inv_gbs",
                                              "ref_gbs", "inv_pct_copy", "ref_pct_copy", "inv_tflops",
-                                             "ref_tflops", "kv_read_us", "kv_read_pct_copy"};
+                                             "ref_tflops", "floor_read_us", "floor_read_pct_copy"};
         csv_report *m = bench_csv_open(out_dir, "bench_mla.csv", header, 13);
         const bench_shapes grid = mla_grid();
         double worst = bench_mla(inv, ref, &o, shapes->n ? shapes : &grid, copy_gbs, m);

@@ -220,6 +220,10 @@ static const char *const measurement_words[] = {
 };
 static const char *const non_key_names[] = {"seed", "date", "host", "commit", "note", "notes",
                                             NULL};
+// A column with one of these words describes the device, not the code under test (invar bench's
+// floor_read_*: a plain read of the same bytes): neither a key nor compared, so a noisy floor
+// repeated down a run's rows never counts as slower rows.
+static const char *const device_words[] = {"floor", NULL};
 
 // True when one of the words of `name` (split at '_', '-', '/', ' ' and '.'; compared without
 // case) is in the NULL-terminated list `words`. Words of 64 characters or more match nothing.
@@ -291,7 +295,7 @@ static void diff_bench(FILE *md_f, FILE *console, const char *file, const csv_ta
     for (int c = 0; c < now->ncols; c++) has_median |= strcasestr(now->header[c], "median") != 0;
     for (int c = 0; c < now->ncols; c++) {
         int cb = csv_col(base, now->header[c]);
-        if (cb < 0) continue;
+        if (cb < 0 || has_word(now->header[c], device_words)) continue;
         if (is_timing(now->header[c], has_median) && m.nmed < MAX_BENCH_COLS) {
             m.med_new[m.nmed] = c;
             m.med_base[m.nmed++] = cb;

@@ -38,7 +38,8 @@ int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pc
 
 // Whether a benchmark column is a key (true) or a measurement (false): a column is a
 // measurement when a word of its name (split at '_') is a unit or statistic (median, ms,
-// tflops, ...), or it is one of seed, date, host, commit, note.
+// tflops, ...), or it is one of seed, date, host, commit, note. (Columns with the word "floor",
+// the bench's reference read, are neither: the diff skips them.)
 bool baseline_diff_is_key_column(const char *name);
 
 #endif

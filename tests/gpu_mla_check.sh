@@ -33,7 +33,7 @@ for i in $(seq 1 "$runs"); do
 done
 
 # bench_mla.csv rows: batch, context, heads, inv_us, ref_us, inv_gbs, ref_gbs, inv_pct_copy,
-# ref_pct_copy, inv_tflops, ref_tflops, kv_read_us, kv_read_pct_copy (a plain read of the cache,
+# ref_pct_copy, inv_tflops, ref_tflops, floor_read_us, floor_read_pct_copy (a plain read of the cache,
 # timed the same way: the floor; absent from tables written before it)
 summarize() {
     local files=()

@@ -1088,8 +1088,8 @@ static void test_plain_read_every_byte(void **state) {
     unsigned char *h = invar_malloc(cap + 64, "random bytes");
     for (size_t i = 0; i < cap + 64; i++) h[i] = (unsigned char)(invar_mix64(0x5eadu + i) >> 24);
     unsigned char *d = to_dev(s->inv, h, cap + 64);
-    static const size_t lengths[] = {1, 15, 16, 17, 4096, 100003, (size_t)3 << 20};
-    static const size_t starts[] = {0, 1, 3, 8, 13};
+    static const size_t lengths[] = {0, 1, 15, 16, 17, 4096, 100003, (size_t)3 << 20};
+    static const size_t starts[] = {0, 1, 2, 3, 6, 8, 13};  // every rotation of a word, and aligned
     for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
         for (size_t si = 0; si < sizeof starts / sizeof starts[0]; si++) {
             const size_t at = starts[si], n = lengths[li];

@@ -22,7 +22,7 @@ double cuda_copy_bandwidth_gbs(ops_set *ops, size_t bytes);
 
 // A plain read of `bytes` at base + (rep % copies) * stride for each repetition, timed as
 // cuda_time_median_ms times (median, milliseconds): the floor under a memory-bound kernel that
-// reads those bytes once (invar bench's weights_read_us and kv_read_us columns).
+// reads those bytes once is read against (invar bench's floor_read_us columns).
 double cuda_read_median_ms(ops_set *ops, const void *base, size_t bytes, size_t stride, int copies, int warmup,
                            int reps);
 

@@ -27,6 +27,7 @@
 #include "../common/check.h"    // invar_die, invar_malloc
 #include "../sets/registry.h" // kernel_set_create, cuda_device_available
 #include "bench_decode.h"        // bench_decode
+#include "bench_inputs.h"        // bench_gemm_run_at, bench_l2_copies, BENCH_L2_BYTES
 #include "bench_tp.h"            // bench_tp
 #include "cli_args.h"            // cli_parse
 #include "commands.h"            // cmd_bench
@@ -39,7 +40,6 @@
 
 #ifdef INVAR_CUDA
 
-#define L2_BYTES (60.0 * 1024 * 1024)
 #define FILL_CHUNK (16L << 20)  // bf16 values generated on the host, then tiled on the device
 
 typedef struct {
@@ -163,45 +163,12 @@ static void fill_random(ops_set *ops, uint16_t *dst, long n, uint64_t seed) {
     free(h);
 }
 
-// Input copies whose total, at set_bytes each, exceeds twice L2: each timed run takes the next.
-static int l2_copies(double set_bytes) {
-    int copies = (int)ceil(2.0 * L2_BYTES / set_bytes);
-    return copies < 1 ? 1 : copies;
-}
-
-// A GEMM run is the consecutive rows from r0 with row r0's (N, K): they share the operands.
-// Returns the row past the run; *min_m and *max_m are its smallest and largest M.
-static int gemm_run_rows(const bench_shapes *shapes, int r0, int *min_m, int *max_m) {
-    const int N = shapes->v[r0][0], K = shapes->v[r0][1];
-    int r1 = r0;
-    *min_m = *max_m = shapes->v[r0][2];
-    for (; r1 < shapes->n && shapes->v[r1][0] == N && shapes->v[r1][1] == K; r1++) {
-        if (shapes->v[r1][2] < *min_m) *min_m = shapes->v[r1][2];
-        if (shapes->v[r1][2] > *max_m) *max_m = shapes->v[r1][2];
-    }
-    return r1;
-}
-
-// Copies of a run's operands: enough that each row's own bytes (the weights and its M rows of
-// activations) exceed twice L2 over the copies, its smallest M deciding. (Counted at the run's
-// largest M instead, 1536 x 7168 had one copy, and its M <= 64 rows read their 22 MB of weights
-// from L2 at every repetition.)
-static int gemm_run_copies(int N, int K, int min_m) {
-    return l2_copies((double)N * K * 2 + (double)min_m * K * 2);
-}
-
-// Device memory a GEMM run takes (bench_gemm: copies of the activations, and of the weights
-// enough for their plain read alone to exceed twice L2, at least as many), and an MLA row
-// (bench_mla), each with room for the sets' scratch (split-K partials: at most 256 MB).
-static double gemm_run_bytes(int N, int K, int min_m, int max_m) {
-    const double w = (double)N * K * 2, x = (double)max_m * K * 2;
-    return l2_copies(w) * w + gemm_run_copies(N, K, min_m) * x + (double)max_m * N * 2 + (256.0 * 1024 * 1024);
-}
+// Device memory an MLA row takes (bench_mla), with room for the partials.
 static double mla_row_bytes(int B, int ctx, int H) {
     const double row = (MLA_LATENT + MLA_ROPE) * 2.0, kv = (double)B * ctx * row;
     const double q_out = (double)B * H * (row + MLA_LATENT * 2.0);
     const double partials = (double)B * H * ceil(ctx / (double)MLA_SPLIT) * (MLA_LATENT * 4.0 + 8.0);
-    return l2_copies(kv) * (kv + (double)B * (ctx / MLA_BLOCK) * 4) + q_out + partials;
+    return bench_l2_copies(kv) * (kv + (double)B * (ctx / MLA_BLOCK) * 4) + q_out + partials;
 }
 
 // Every --shape row fits the device's free memory (with 512 MB to spare), or exit 2 naming the
@@ -210,9 +177,8 @@ static bool shapes_fit(ops_set *inv, const bench_shapes *shapes, bool gemm, char
     const double free_bytes = (double)inv_cuda_free_bytes(inv), spare = 512.0 * 1024 * 1024;
     for (int r = 0; r < shapes->n; r++) {
         const int *v = shapes->v[r];
-        int min_m = v[2], max_m = v[2];
-        if (gemm) gemm_run_rows(shapes, r, &min_m, &max_m);  // this row and the rest of its run
-        const double need = gemm ? gemm_run_bytes(v[0], v[1], min_m, max_m) : mla_row_bytes(v[0], v[1], v[2]);
+        // a GEMM row with the rest of its run
+        const double need = gemm ? bench_gemm_run_at(shapes->v, shapes->n, r).device_bytes : mla_row_bytes(v[0], v[1], v[2]);
         if (need + spare > free_bytes) {
             snprintf(err, err_len,
                      "--shape: '%d:%d:%d' needs %.1f GB of device memory%s, %.1f GB are free", v[0], v[1], v[2],
@@ -244,7 +210,7 @@ static void gemm_once(void *arg, int rep) {
 }
 
 // Each run of rows with one (N, K) shares its operands: copies of the weights and of the
-// activations for the run's largest M, each row's own bytes over twice L2 (gemm_run_copies).
+// activations for the run's largest M, each row's own bytes over twice L2 (bench_inputs.h).
 static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const bench_shapes *shapes,
                          csv_report *csv) {
     double log_sum = 0.0;
@@ -253,12 +219,12 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
            "ref TF/s", "inv GB/s", "ref GB/s", "ratio", "splits", "read us", "plan");
     for (int r0 = 0, r1, run = 0; r0 < shapes->n; r0 = r1, run++) {
         const int N = shapes->v[r0][0], K = shapes->v[r0][1];
-        int min_m, max_m;
-        r1 = gemm_run_rows(shapes, r0, &min_m, &max_m);
-        const long w_elems = (long)N * K, x_elems = (long)max_m * K;
         // The GEMM rotates through `copies` of both operands; the plain read of the weights
-        // through w_copies >= copies, so that it too reads from DRAM when min_m is large.
-        const int copies = gemm_run_copies(N, K, min_m), w_copies = l2_copies(2.0 * (double)w_elems);
+        // through w_copies >= copies, so that it too reads from DRAM when the smallest M is large.
+        const bench_gemm_run run_rows = bench_gemm_run_at(shapes->v, shapes->n, r0);
+        r1 = run_rows.end;
+        const long w_elems = (long)N * K, x_elems = (long)run_rows.max_m * K;
+        const int max_m = run_rows.max_m, copies = run_rows.copies, w_copies = run_rows.weight_copies;
         uint16_t *w = inv->alloc(inv, (size_t)w_elems * w_copies * 2, "bench gemm weights");
         uint16_t *x = inv->alloc(inv, (size_t)x_elems * copies * 2, "bench gemm activations");
         uint16_t *y = inv->alloc(inv, (size_t)max_m * N * 2, "bench gemm output");
@@ -341,7 +307,7 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
     for (int r = 0; r < shapes->n; r++) {
         const int B = shapes->v[r][0], ctx = shapes->v[r][1], H = shapes->v[r][2];
         const long kv_bytes = (long)B * ctx * (L + R) * 2;
-        const int copies = l2_copies((double)kv_bytes);
+        const int copies = bench_l2_copies((double)kv_bytes);
         const int bps = ctx / BS;
         const long slots = (long)copies * B * ctx;
         uint16_t *kv = inv->alloc(inv, (size_t)slots * (L + R) * 2, "bench mla kv cache");
@@ -402,7 +368,7 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
                t_inv * 1e3, t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
                flop / t_ref / 1e9, t_read * 1e3, read_pct);
         fflush(stdout);
-        if (H == 16 && kv_bytes > 2.0 * L2_BYTES && (worst_pct < 0.0 || 100.0 * gi / copy_gbs < worst_pct))
+        if (H == 16 && kv_bytes > 2.0 * BENCH_L2_BYTES && (worst_pct < 0.0 || 100.0 * gi / copy_gbs < worst_pct))
             worst_pct = 100.0 * gi / copy_gbs;
         inv->release(inv, kv);
         inv->release(inv, q);

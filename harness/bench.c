@@ -222,9 +222,9 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
         // The GEMM rotates through `copies` of both operands; the plain read of the weights
         // through w_copies >= copies, so that it too reads from DRAM when the smallest M is large.
         const bench_gemm_run run_rows = bench_gemm_run_at(shapes->v, shapes->n, r0);
-        r1 = run_rows.end;
-        const long w_elems = (long)N * K, x_elems = (long)run_rows.max_m * K;
         const int max_m = run_rows.max_m, copies = run_rows.copies, w_copies = run_rows.weight_copies;
+        const long w_elems = (long)N * K, x_elems = (long)max_m * K;
+        r1 = run_rows.end;
         uint16_t *w = inv->alloc(inv, (size_t)w_elems * w_copies * 2, "bench gemm weights");
         uint16_t *x = inv->alloc(inv, (size_t)x_elems * copies * 2, "bench gemm activations");
         uint16_t *y = inv->alloc(inv, (size_t)max_m * N * 2, "bench gemm output");

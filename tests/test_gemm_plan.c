@@ -145,6 +145,35 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
     assert_false(gemm_plan_choose(1, 36864, 7168, 1, true, false, 132).stream_k);
 }
 
+// The 128 x 256 S = 1 tiles: round robin, then the last 1-1.33 rounds in stream-K order, where
+// the tail's weights stay in L2, a unit has >= 32 k-tiles and the last round idles >= a tenth of
+// the whole (GEMM_STREAM_K_TAIL_*; H200, 132 SMs, the cases measured on 2026-12-02).
+static void stream_k_tail_after_round_robin(void **state) {
+    (void)state;
+    static const struct { int M, N, K, rounds; } cases[] = {
+        {1024, 21888, 2048, 4},   // 688 units: 28 in round 6
+        {1024, 8576, 2048, 1},    // 272 units: 8 in round 3 (the checker's shape)
+        {2048, 8576, 2048, 3},    // 544 units: 16 in round 5
+        {1024, 18048, 512, -1},   // 8 k-tiles a unit: the hand-overs cost more than the round
+        {4096, 18048, 512, -1},
+        {4096, 24576, 1536, -1},  // 3072 units: a 3% tail
+        {1024, 102400, 2048, -1}, // 3200 units: a 3% tail
+        {4096, 21888, 2048, -1},  // 2752 units: 112 in round 21 (a full last round)
+    };
+    for (int i = 0; i < COUNT(cases); i++) {
+        const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);
+        const bool tail = cases[i].rounds >= 0;
+        if (p.tile != TILE_128x256 || p.mode != SPLIT_NONE || p.stream_k != tail ||
+            (tail && p.stream_k_rounds != cases[i].rounds))
+            fail_msg("M=%d N=%d K=%d: plan %s, stream-K %d after %d rounds; expected %s", cases[i].M, cases[i].N,
+                     cases[i].K, gemm_plan_name(&p), p.stream_k, p.stream_k_rounds,
+                     tail ? "the stream-K tail" : "round robin throughout");
+        // the stream-K share is more than a round of units, so each CTA has a whole unit's worth
+        if (tail) assert_string_equal(gemm_plan_name(&p), "128x256/sk-tail");
+        if (tail) assert_true(gemm_tile_count(cases[i].M, cases[i].N, 1, 128, 256) - (long)p.stream_k_rounds * 132 > 132);
+    }
+}
+
 // The cta path's tile by its waves and the time a k-tile of it takes (gemm_cta_wide_tile: 128 x
 // 96, 128 x 128, 128 x 144 or 128 x 192; gemm_cta_narrow_wins: 64 x 96 for 64 x 128, 64 x 72 where
 // N allows; H200, 132 SMs, the grid's cells measured on 2026-12-01), the 128 x 192 split CTAs
@@ -201,6 +230,7 @@ int main(void) {
         cmocka_unit_test(wide_cta_tile_where_it_saves_waves),
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
         cmocka_unit_test(stream_k_where_the_last_round_is_thin),
+        cmocka_unit_test(stream_k_tail_after_round_robin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,6 +94,7 @@ typedef struct {
     bool sum_last_cta;  // GRID: each tile's last CTA adds the partials (no second kernel)
     bool stream_k;      // NONE, IN_CTA on the persistent kernel: the CTAs share the units'
                         // k-tiles evenly, a unit cut between two CTAs handing its chain over
+    int stream_k_rounds;  // with stream_k: whole rounds of round robin first, the rest shared
 } gemm_plan;
 
 // The order CTAs take tiles in: down GEMM_TILE_GROUP_M row tiles, then across, so one wave
@@ -157,6 +158,15 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // M = 256, 288 units of 128 x 256, 241 -> 279 us in stream-K order; at M <= 64 153 -> 139 us;
 // 576 x 7168 at M = 4096, 160 units of 128 x 128, 119 -> 89 us).
 #define GEMM_STREAM_K_MAX_W_BYTES (16L << 20)
+// The 128 x 256 S = 1 tiles' thin last round (gemm_plan_tiles, below): round robin, then the last
+// 1-1.33 rounds in stream-K order, where the tail's weights stay in L2, each unit has enough
+// k-tiles to pay for its hand-overs, and the idle share of the last round is at least a tenth of
+// the whole. H200, 2026-12-02, against round robin throughout (us): 21888 x 2048 M = 1024 137.2
+// -> 129.9; taken without the last two conditions it lost: 18048 x 512 M = 1024 / 4096 (8 k-tiles
+// a unit) 41.2 / 128.8 -> 47.2 / 143.2, 24576 x 1536 M = 4096 (a 3% tail) 413.9 -> 423.2,
+// 102400 x 2048 M = 1024 559.0 -> 565.3.
+#define GEMM_STREAM_K_TAIL_MAX_W_BYTES (32L << 20)
+#define GEMM_STREAM_K_TAIL_MIN_KTILES 32
 static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
     const long last_round = units % num_sms;
     const bool weights_once = M <= 64 || 2L * N * K <= GEMM_STREAM_K_MAX_W_BYTES;
@@ -262,6 +272,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     pl.mode = pl.splits > 1 ? SPLIT_IN_CTA : SPLIT_NONE;
     pl.tile = TILE_64x128;
     pl.sum_last_cta = false;
+    pl.stream_k_rounds = 0;
     const long small_tiles = gemm_tile_count(M, N, batch, 64, 128), wide_tiles = gemm_tile_count(M, N, batch, 128, 256);
     // Separate split CTAs while the 64 x 128 tiles alone leave SMs idle and the partials
     // (M * N * S fp32, written and read once, mostly in L2) stay under the weights' bytes, or
@@ -342,6 +353,21 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // Nor the 128 x 256 cta path: its running total is not a register chain to hand over.
         pl.stream_k = gemm_tile_cols(pl.tile) % 128 == 0 && !(pl.tile == TILE_128x256 && pl.mode == SPLIT_IN_CTA) &&
                       gemm_stream_k(units, num_sms, M, N, K);
+        // The 128 x 256 tiles' thin last round where the weights are too many for stream-K
+        // throughout: all rounds but the last two round robin (the waves share each weight
+        // tile), the last 1-1.33 rounds' units in stream-K order (their weights, at most a third
+        // more than one round's, re-read from L2 at staggered k). GEMM_STREAM_K_TAIL_* above.
+        const long last_round = units % num_sms, m_tiles = (M + 127) / 128, rounds = units / num_sms + 1;
+        const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
+        // the tail's units run down GEMM_TILE_GROUP_M row tiles a column tile (gemm_tile_of)
+        const long tail_w_bytes = (num_sms + last_round + GEMM_TILE_GROUP_M - 1) / GEMM_TILE_GROUP_M * 256L * K * 2;
+        if (!pl.stream_k && pl.tile == TILE_128x256 && pl.mode == SPLIT_NONE && batch == 1 && units >= 2L * num_sms &&
+            last_round != 0 && 3 * last_round <= num_sms && m_tiles >= GEMM_TILE_GROUP_M &&
+            tail_w_bytes <= GEMM_STREAM_K_TAIL_MAX_W_BYTES && k_tiles >= GEMM_STREAM_K_TAIL_MIN_KTILES &&
+            10 * (num_sms - last_round) >= rounds * num_sms) {
+            pl.stream_k = true;
+            pl.stream_k_rounds = (int)(units / num_sms) - 1;
+        }
     }
     return pl;
 }
@@ -369,7 +395,9 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
             {"64x72/sk", "64x72/cta+sk", "-"},
         },
     };
-    return pl->sum_last_cta ? "64x128/grid+last" : names[pl->stream_k][pl->tile][pl->mode];
+    if (pl->sum_last_cta) return "64x128/grid+last";
+    if (pl->stream_k && pl->stream_k_rounds > 0) return "128x256/sk-tail";  // the only tile that takes it
+    return names[pl->stream_k][pl->tile][pl->mode];
 }
 
 #endif

@@ -579,6 +579,7 @@ struct gemm_handoff {
     float *state;
     unsigned *ready;
     float4 *totals;  // ws_total_in_l2: each CTA's running total, gridDim.x x (CW 128 threads) x NI WN / 2 floats
+    int rr_units;    // stream-K order: the units walked round robin first (whole rounds of gridDim.x)
 };
 
 #if INVAR_WGMMA
@@ -704,25 +705,30 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         return work;
     };
     // This CTA's pieces, in the order it computes them. Round robin: units blockIdx.x,
-    // + gridDim.x, ... Stream-K (ho.state, never SPLIT_GRID; the launcher guarantees units >
-    // gridDim.x): the k-tiles [lo, hi) of the units laid end to end, the head of the unit it
-    // ends inside first, then its whole units, then the tail of the unit it starts inside.
+    // + gridDim.x, ... Stream-K (ho.state, never SPLIT_GRID): first ho.rr_units / gridDim.x
+    // rounds of round robin, then (the launcher guarantees more units left than CTAs) the k-tiles
+    // [lo, hi) of the remaining units laid end to end, the head of the unit it ends inside first,
+    // then its whole units, then the tail of the unit it starts inside.
     constexpr bool stream = STREAM;
     static_assert(!STREAM || SPLIT != SPLIT_GRID, "stream-K order walks whole chains, never GRID splits");
-    const long all_kt = (long)units * KT;
-    const long lo = stream ? all_kt * blockIdx.x / gridDim.x : 0, hi = stream ? all_kt * (blockIdx.x + 1) / gridDim.x : 0;
+    const int rr_pieces = stream ? ho.rr_units / (int)gridDim.x : 0;
+    const long rr_kt = stream ? (long)ho.rr_units * KT : 0, sk_kt = (long)units * KT - rr_kt;
+    const long lo = stream ? rr_kt + sk_kt * blockIdx.x / gridDim.x : 0,
+               hi = stream ? rr_kt + sk_kt * (blockIdx.x + 1) / gridDim.x : 0;
     const bool head = stream && hi % KT != 0, tail = stream && lo % KT != 0;
     const int first_whole = (int)((lo + KT - 1) / KT);
-    const int pieces = stream ? (int)head + (int)(hi / KT - first_whole) + (int)tail
+    const int sk_pieces = (int)head + (int)(hi / KT - first_whole) + (int)tail;
+    const int pieces = stream ? rr_pieces + sk_pieces
                               : ((int)blockIdx.x < units ? (units - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0);
     auto piece_at = [&](int j) {
-        if (!stream) return unit_at((int)blockIdx.x + j * (int)gridDim.x);
+        if (!stream || j < rr_pieces) return unit_at((int)blockIdx.x + j * (int)gridDim.x);
+        j -= rr_pieces;
         unit work;
         if (head && j == 0) {
             work = unit_at((int)(hi / KT));
             work.kt_end = (int)(hi % KT);
             work.hand_out = true;
-        } else if (tail && j == pieces - 1) {
+        } else if (tail && j == sk_pieces - 1) {
             work = unit_at((int)(lo / KT));
             work.kt_begin = (int)(lo % KT);
             work.take_over = true;
@@ -811,7 +817,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     // after the loop. Only in the TMA_ONLY kernel (the other epilogues compiled beside the
     // pending pairs spilled 350-730 bytes), which is launched with tma_store and a stage only; the
     // cta path's 128-column tiles store in their first split's k-tiles only (TWO_CHAINS below).
-    static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, VEC, NI, WN) && !STREAM), "a TMA-store kernel: no stream-K");
+    static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, VEC, NI, WN) && (!STREAM || (SPLIT == SPLIT_NONE && NI == 2))), "a TMA-store kernel: no stream-K");
     constexpr bool DEFER = TMA_ONLY && WN == 128;
     uint32_t pending[DEFER ? NI : 1][WN / 4];
     int pending_next = NI, pending_row0 = 0, pending_n0 = 0, pending_b = 0;
@@ -1197,7 +1203,7 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
 // units than CTAs) in stream-K order.
 template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC>
 static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, bool stream_k,
-                             const char *op) {
+                             int stream_k_rounds, const char *op) {
     constexpr int BM = 64 * CW, BN = WN * NI;
     constexpr bool HAS_TMA_KERNEL = ws_has_tma_kernel(SPLIT, VEC, NI, WN);
     const int k_tiles = (p->K + GEMM_BK - 1) / GEMM_BK;
@@ -1216,7 +1222,11 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     if (ws_total_in_l2(SPLIT, NI, WN))
         ho.totals = (float4 *)cuda_scratch(c, SCRATCH_GEMM_TOTALS, (size_t)grid * CW * 128 * NI * WN / 2 * sizeof(float),
                                            "gemm split-K running totals");
-    if (CAN_STREAM && stream_k && units > grid) {
+    // rounds of round robin first (gemm_plan.stream_k_rounds), so many that more units than CTAs
+    // are left for the stream-K order
+    const long rr_units = (long)stream_k_rounds * grid;
+    if (CAN_STREAM && stream_k && units - rr_units > grid) {
+        ho.rr_units = (int)rr_units;
         constexpr int STATE = NI * WN / 2 * (SPLIT == SPLIT_IN_CTA ? 2 : 1);  // floats a consumer thread
         ho.state = (float *)cuda_scratch(c, SCRATCH_GEMM_HANDOFF, (size_t)grid * CW * 128 * STATE * sizeof(float),
                                          "gemm stream-K chain states");
@@ -1241,7 +1251,9 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     if (!tma_only) staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, k_tiles, false);
     if (tma_only && !staged)  // the TMA-store kernel writes its output through the stage alone
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm TMA-store kernel launched without its stage", op);
-    auto k = ho.state   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, CAN_STREAM, false>
+    constexpr bool SK_TMA = HAS_TMA_KERNEL && CAN_STREAM && SPLIT == SPLIT_NONE && NI == 2;
+    auto k = ho.state && tma_store && SK_TMA ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, SK_TMA, SK_TMA>
+             : ho.state   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, CAN_STREAM, false>
              : tma_only ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false, HAS_TMA_KERNEL>
                         : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false, false>;
     // The attribute allows the most this kernel ever asks for (a launch may ask less): one
@@ -1259,14 +1271,14 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
 // alignment at run time either way).
 template <int CW, int NI, int STAGES, int SPLIT, int WN = 128>
 static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
-                      bool stream_k = false) {
+                      bool stream_k = false, int stream_k_rounds = 0) {
     if constexpr (CW == 1 && WN == 128) {
         if (p->M <= 64) {
-            launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, false>(c, p, batch, splits, stream_k, op);
+            launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, false>(c, p, batch, splits, stream_k, stream_k_rounds, op);
             return;
         }
     }
-    launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, true>(c, p, batch, splits, stream_k, op);
+    launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, true>(c, p, batch, splits, stream_k, stream_k_rounds, op);
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
@@ -1339,15 +1351,15 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, false, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID)) launch_split_grid<2, 1, 4, true, 192>(c, p, S, false, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x96, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 96>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x72, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 72>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x96, SPLIT_IN_CTA)) launch_ws<2, 1, 7, SPLIT_IN_CTA, 96>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x144, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA, 144>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_IN_CTA)) launch_ws<2, 1, 4, SPLIT_IN_CTA, 192>(c, p, batch, S, op, pl.stream_k);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_IN_CTA)) launch_ws<2, 1, 4, SPLIT_IN_CTA, 192>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

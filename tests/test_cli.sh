@@ -135,7 +135,7 @@ else
     echo "ok: bench --shape: the two rows asked for, in order"
     # a row the device cannot hold (2.2 TB of weights) is an impossible setting: exit 2 before
     # any output directory, naming the row, what it needs and what is free
-    expect 2 "^invar bench: --shape: '1048576:1048576:1' needs [0-9.]+ GB of device memory, [0-9.]+ GB are free" \
+    expect 2 "^invar bench: --shape: '1048576:1048576:1' needs [0-9.]+ GB of device memory \(with the rows of its N x K that follow it, which share its operands\), [0-9.]+ GB are free" \
         bench --quick --only gemm --shape 4096:512:1 --shape 1048576:1048576:1 --out "$work/big"
     [ -e "$work/big" ] && fail "bench --shape: a refused run created its output directory"
 fi

@@ -95,7 +95,7 @@ summarize() {
 }
 {
     echo
-    echo "=== gpu_gemm_check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    echo "=== gpu_gemm_check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(tree_commit))"
     head -n 1 "$out/gpu.txt"
     printf '%s\n' "${status[@]}"
     echo "--- ptxas (gemm_sm90.cu): registers / spills per kernel"

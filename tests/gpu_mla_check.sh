@@ -69,7 +69,7 @@ summarize() {
 }
 {
     echo
-    echo "=== gpu_mla_check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    echo "=== gpu_mla_check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(tree_commit))"
     head -n 1 "$out/gpu.txt"
     printf '%s\n' "${status[@]}"
     echo "--- ptxas: $(tail -n 2 "$out/ptxas.log" 2>/dev/null | tr '\n' ' ')"

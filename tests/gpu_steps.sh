@@ -6,7 +6,8 @@
 #             less than 20 s left is skipped and says so
 # build_or_exit runs the build as the first step.
 # Sets: status (one summary line per step), overall (1 once a step failed, timed out or was
-# skipped), awk_median (an awk function the summaries prepend to their programs).
+# skipped), awk_median (an awk function the summaries prepend to their programs); tree_commit
+# names the tree a summary was measured on.
 status=()
 overall=0
 # An awk function for the summaries: median(LIST), LIST numbers separated by spaces.
@@ -24,6 +25,13 @@ open_out() {  # open_out DIR: creates it; sets out (its absolute path) and deps 
     mkdir -p "$1" || exit 2
     out=$(cd "$1" && pwd)
     deps=${DEPS_PREFIX:-/tmp/deps}
+}
+
+tree_commit() {  # tree_commit: HEAD's short hash, "-dirty" when tracked files differ from it (as run_meta.c says it)
+    local head
+    head=$(git rev-parse --short HEAD 2>/dev/null) || { echo unknown; return; }
+    [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null | head -1)" ] && head="$head-dirty"
+    echo "$head"
 }
 
 gpu_info() {  # gpu_info: the GPU, its driver and clocks into $out/gpu.txt (its first line heads a summary)

@@ -36,7 +36,7 @@ step bench_tp 360 build/invar bench --device cuda --only tp "${bench_flags[@]}" 
 # --- summary -----------------------------------------------------------------------------------
 {
     echo
-    echo "=== gpu_tp_check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    echo "=== gpu_tp_check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(tree_commit))"
     grep -m1 -E '^GPU 1' "$out/gpus.txt" >/dev/null || echo "fewer than two GPUs listed by nvidia-smi: the TP checks SKIP"
     printf '%s\n' "${status[@]}"
     echo "--- test_cuda_tp:       $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|^SKIP' "$out/test_cuda_tp.log" | tr '\n' ' ')"

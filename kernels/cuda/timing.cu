@@ -113,7 +113,8 @@ __device__ __forceinline__ uint32_t read_rotl(uint32_t w, int bytes) {
 // The XOR of the 32-bit little-endian words of p[0, bytes), word j holding bytes 4j .. 4j + 3,
 // a short last word zero-padded, into *xor_out (atomicXor: one per block).
 __global__ void read_xor_kernel(const unsigned char *p, size_t bytes, unsigned *xor_out) {
-    const size_t head = ((16 - ((uintptr_t)p & 15)) & 15) < bytes ? (16 - ((uintptr_t)p & 15)) & 15 : bytes;
+    const size_t to_boundary = (16 - ((uintptr_t)p & 15)) & 15;  // bytes before the first 16-byte boundary
+    const size_t head = to_boundary < bytes ? to_boundary : bytes;
     const size_t body = (bytes - head) / 16, tail_at = head + body * 16;
     const int rot = (int)(head & 3);  // the body's words start `rot` bytes into a word
     const int4 *v = (const int4 *)(p + head);

@@ -38,6 +38,14 @@
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
 
+// The rows of x a TMA k-tile asks for: the tile's BM, or M where M is smaller (one m-tile). The
+// copy engine's time goes by a box's rows, read or not: at M = 1 a 64-row box (63 rows past M,
+// zero-filled) cost the M <= 64 kernels 5-18% (H200, the x box left out altogether: 102400 x 2048
+// 127.2 -> 104.6 us, 36864 x 7168 143.9 -> 130.0, 21888 x 2048 34.2 -> 28.9). The slot's rows past
+// M then keep whatever they held; they feed only output rows past M (row m of a product reads
+// row m of x alone), which no epilogue stores, so no bit of a stored row depends on them.
+__host__ __device__ constexpr int gemm_x_box_rows(int M, int bm) { return M >= 1 && M < bm ? M : bm; }
+
 // Shared memory per consumer warp for the staged epilogue: 16 rows x WN columns (one wgmma
 // instruction's) of bf16 (store_tile_staged), which also holds the 16 x 64 fp32 pieces of
 // store_tile_staged_f32; the split CTAs (SPLIT_GRID) write fp32 partials only and take those 4 KB.
@@ -675,6 +683,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 #if INVAR_WGMMA
     constexpr int BM = 64 * CW, BN = WN * NI;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
+    const uint32_t stage_tx = (uint32_t)(gemm_x_box_rows(p.M, BM) + BN) * GEMM_BK * 2;  // what a k-tile's copies write
     constexpr int PRODUCER_REGS = CW == 2 ? 24 : 40, CONSUMER_REGS = CW == 2 ? 240 : 248;
     static_assert(CW == 1 || 128 * PRODUCER_REGS + CW * 128 * CONSUMER_REGS == (CW + 1) * 128 * 168,
                   "the budgets fill the launch's 168 registers a thread exactly");
@@ -761,7 +770,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 // the slot's previous use read by every consumer warp
                 if (slot_round > 0) mbar_wait(&empty[slot], (slot_round & 1u) ^ 1u);
                 uint8_t *s = smem + slot * STAGE_BYTES;
-                mbar_expect_tx(&full[slot], STAGE_BYTES);
+                mbar_expect_tx(&full[slot], stage_tx);
                 tma_load_3d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0, work.b);
                 tma_load_3d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b);
                 if (++slot == STAGES) {
@@ -1032,6 +1041,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
 #if INVAR_WGMMA
     constexpr int BM = 64 * WGS, BN = 128 * NI, THREADS = WGS * 128;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
+    const uint32_t stage_tx = (uint32_t)(gemm_x_box_rows(p.M, BM) + BN) * GEMM_BK * 2;  // what a k-tile's copies write
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     __shared__ __align__(8) uint64_t full[STAGES];  // TMA: slot s holds its k-tile
@@ -1080,7 +1090,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
         auto issue = [&](int j) {  // the CTA's j-th k-tile into slot j % STAGES
             uint8_t *s = smem + (j % STAGES) * STAGE_BYTES;
             uint64_t *bar = &full[j % STAGES];
-            mbar_expect_tx(bar, STAGE_BYTES);
+            mbar_expect_tx(bar, stage_tx);
             tma_load_2d(s, &tmap_x, bar, (kt_begin + j) * GEMM_BK, m0);
             tma_load_2d(s + A_BYTES, &tmap_w, bar, (kt_begin + j) * GEMM_BK, n0);
         };
@@ -1189,7 +1199,7 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d batch=%d exceed the CUDA grid", op, p->M, batch);
     CUtensorMap tx = {}, tw = {};
     if (LOAD == LOAD_TMA) {
-        tx = tma_map_bf16_2d(c, p->x, p->M, p->K, p->ldx, GEMM_BK, BM, op, "x");
+        tx = tma_map_bf16_2d(c, p->x, p->M, p->K, p->ldx, GEMM_BK, gemm_x_box_rows(p->M, BM), op, "x");
         tw = tma_map_bf16_2d(c, p->w, p->N, p->K, p->ldw, GEMM_BK, BN, op, "w");
     }
     auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD, SPLIT>;
@@ -1235,7 +1245,8 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     }
     // 3-D maps: a batched product's matrices are the third coordinate (strides multiples of 8:
     // tma_possible).
-    const CUtensorMap tx = tma_map_bf16_3d(c, p->x, batch, p->M, p->K, p->ldx, p->stride_x, GEMM_BK, BM, op, "x");
+    const CUtensorMap tx =
+        tma_map_bf16_3d(c, p->x, batch, p->M, p->K, p->ldx, p->stride_x, GEMM_BK, gemm_x_box_rows(p->M, BM), op, "x");
     const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
     // The staged bf16 epilogue by TMA stores (store_tile_tma): rows the map can address (16-byte
     // aligned, strides multiples of 8 elements) and not scattered through y_rows.

@@ -39,11 +39,13 @@
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
 
 // The rows of x a TMA k-tile asks for: the tile's BM, or M where M is smaller (one m-tile). The
-// copy engine's time goes by a box's rows, read or not: at M = 1 a 64-row box (63 rows past M,
-// zero-filled) cost the M <= 64 kernels 5-18% (H200, the x box left out altogether: 102400 x 2048
-// 127.2 -> 104.6 us, 36864 x 7168 143.9 -> 130.0, 21888 x 2048 34.2 -> 28.9). The slot's rows past
-// M then keep whatever they held; they feed only output rows past M (row m of a product reads
-// row m of x alone), which no epilogue stores, so no bit of a stored row depends on them.
+// copy engine's time goes by a box's rows, read or not: at M = 1 a 64-row box's 63 zero-filled
+// rows slowed the memory-bound M <= 64 kernels by 5-22% (H200, 64 -> M rows, medians of three
+// runs, us: 102400 x 2048 M = 1 129.4 -> 106.3, M = 16 125.6 -> 110.2; 129280 x 7168 M = 1 471.7
+// -> 428.4; 36864 x 7168 M = 1 145.4 -> 132.2; 21888 x 2048 M = 1 34.0 -> 30.0; at M = 64 none).
+// The slot's rows past M keep whatever they held; they feed only output rows past M (row m of a
+// product reads row m of x alone), which no epilogue stores, so no bit of a stored row depends
+// on them.
 __host__ __device__ constexpr int gemm_x_box_rows(int M, int bm) { return M >= 1 && M < bm ? M : bm; }
 
 // Shared memory per consumer warp for the staged epilogue: 16 rows x WN columns (one wgmma

@@ -40,7 +40,7 @@
 
 // The rows of x a TMA k-tile asks for: the tile's BM, or M where M is smaller (one m-tile). The
 // copy engine's time goes by a box's rows, read or not: at M = 1 a 64-row box's 63 zero-filled
-// rows slowed the memory-bound M <= 64 kernels by 5-22% (H200, 64 -> M rows, medians of three
+// rows took 7-18% of the memory-bound M <= 64 kernels' time (H200, 64 -> M rows, medians of three
 // runs, us: 102400 x 2048 M = 1 129.4 -> 106.3, M = 16 125.6 -> 110.2; 129280 x 7168 M = 1 471.7
 // -> 428.4; 36864 x 7168 M = 1 145.4 -> 132.2; 21888 x 2048 M = 1 34.0 -> 30.0; at M = 64 none).
 // The slot's rows past M keep whatever they held; they feed only output rows past M (row m of a

@@ -154,11 +154,13 @@ static void stream_k_tail_after_round_robin(void **state) {
         {1024, 21888, 2048, 4},   // 688 units: 28 in round 6
         {1024, 8576, 2048, 1},    // 272 units: 8 in round 3 (the checker's shape)
         {2048, 8576, 2048, 3},    // 544 units: 16 in round 5
+        {1024, 12800, 2048, 2},   // 400 units: 4 in round 4 (the checker's second shape)
+        {1281, 21888, 2048, -1},  // 11 row tiles: the tail's 154 units walk 52 column tiles, 52 MB
         {1024, 18048, 512, -1},   // 8 k-tiles a unit: the hand-overs cost more than the round
         {4096, 18048, 512, -1},
         {4096, 24576, 1536, -1},  // 3072 units: a 3% tail
         {1024, 102400, 2048, -1}, // 3200 units: a 3% tail
-        {4096, 21888, 2048, -1},  // 2752 units: 112 in round 21 (a full last round)
+        {4096, 21888, 2048, -1},  // 2752 units: 112 of 132 in round 21 (more than a third)
     };
     for (int i = 0; i < COUNT(cases); i++) {
         const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);

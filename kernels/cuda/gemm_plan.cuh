@@ -146,7 +146,8 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // chain cannot be cut into pieces that run at once without changing its bits, but it can be
 // handed over: a CTA computes its head first and stores the accumulators (and IN_CTA's running
 // total) to scratch, fp32, exact; then its whole units; then its tail, continuing from the
-// state CTA c - 1 stored first thing. The reloaded registers continue the same chain, so the
+// state CTA c - 1 stored first thing (with the 128 x 256 tail below, first after whole rounds of
+// round robin, which wait on no one). The reloaded registers continue the same chain, so the
 // bits are the round-robin walk's. A CTA waits only on a lower one, and only for what that one
 // does first: with one CTA per SM and G <= the SMs all run at once, and were fewer resident, the
 // lowest unfinished CTA never waits (the GPU starts CTAs in index order).
@@ -158,15 +159,31 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // M = 256, 288 units of 128 x 256, 241 -> 279 us in stream-K order; at M <= 64 153 -> 139 us;
 // 576 x 7168 at M = 4096, 160 units of 128 x 128, 119 -> 89 us).
 #define GEMM_STREAM_K_MAX_W_BYTES (16L << 20)
-// The 128 x 256 S = 1 tiles' thin last round (gemm_plan_tiles, below): round robin, then the last
+// The 128 x 256 S = 1 tiles' thin last round (gemm_plan_choose, below): round robin, then the last
 // 1-1.33 rounds in stream-K order, where the tail's weights stay in L2, each unit has enough
 // k-tiles to pay for its hand-overs, and the idle share of the last round is at least a tenth of
-// the whole. H200, 2026-12-02, against round robin throughout (us): 21888 x 2048 M = 1024 137.2
-// -> 129.9; taken without the last two conditions it lost: 18048 x 512 M = 1024 / 4096 (8 k-tiles
-// a unit) 41.2 / 128.8 -> 47.2 / 143.2, 24576 x 1536 M = 4096 (a 3% tail) 413.9 -> 423.2,
-// 102400 x 2048 M = 1024 559.0 -> 565.3.
+// the whole. H200, 2026-12-02, against round robin throughout (us): 21888 x 2048 M = 1024 134.3
+// -> 128.4, 8576 x 2048 M = 1024 / 2048 69.6 / 113.3 -> 58.5 / 103.5 (the kept kernel, ce204ea);
+// a first version without the last two conditions (against 435ac31: 137.2 -> 129.9 on 21888 x
+// 2048) lost: 18048 x 512 M = 1024 / 4096 (8 k-tiles a unit) 41.2 / 128.8 -> 47.2 / 143.2, 24576 x
+// 1536 M = 4096 (a 3% tail) 413.9 -> 423.2, 102400 x 2048 M = 1024 559.0 -> 565.3.
 #define GEMM_STREAM_K_TAIL_MAX_W_BYTES (32L << 20)
 #define GEMM_STREAM_K_TAIL_MIN_KTILES 32
+// The weight tiles units [first, units) walk through in gemm_tile_of's order (a new one at every
+// change of column tile; a column tile met again in another row group counts again, its reuse
+// minutes apart in L2 terms): the tail's weights, whatever M % GEMM_TILE_GROUP_M leaves in the
+// last group.
+static inline long gemm_tail_weight_tiles(long first, long units, int m_tiles, int n_tiles) {
+    long tiles = 0;
+    int prev = -1;
+    for (long u = first; u < units; u++) {
+        int m_tile, n_tile;
+        gemm_tile_of((int)u, m_tiles, n_tiles, &m_tile, &n_tile);
+        if (u == first || n_tile != prev) tiles++;
+        prev = n_tile;
+    }
+    return tiles;
+}
 static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
     const long last_round = units % num_sms;
     const bool weights_once = M <= 64 || 2L * N * K <= GEMM_STREAM_K_MAX_W_BYTES;
@@ -359,12 +376,11 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // more than one round's, re-read from L2 at staggered k). GEMM_STREAM_K_TAIL_* above.
         const long last_round = units % num_sms, m_tiles = (M + 127) / 128, rounds = units / num_sms + 1;
         const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
-        // the tail's units run down GEMM_TILE_GROUP_M row tiles a column tile (gemm_tile_of)
-        const long tail_w_bytes = (num_sms + last_round + GEMM_TILE_GROUP_M - 1) / GEMM_TILE_GROUP_M * 256L * K * 2;
         if (!pl.stream_k && pl.tile == TILE_128x256 && pl.mode == SPLIT_NONE && batch == 1 && units >= 2L * num_sms &&
             last_round != 0 && 3 * last_round <= num_sms && m_tiles >= GEMM_TILE_GROUP_M &&
-            tail_w_bytes <= GEMM_STREAM_K_TAIL_MAX_W_BYTES && k_tiles >= GEMM_STREAM_K_TAIL_MIN_KTILES &&
-            10 * (num_sms - last_round) >= rounds * num_sms) {
+            k_tiles >= GEMM_STREAM_K_TAIL_MIN_KTILES && 10 * (num_sms - last_round) >= rounds * num_sms &&
+            gemm_tail_weight_tiles(units - num_sms - last_round, units, (int)m_tiles, (N + 255) / 256) * 256L * K * 2 <=
+                GEMM_STREAM_K_TAIL_MAX_W_BYTES) {
             pl.stream_k = true;
             pl.stream_k_rounds = (int)(units / num_sms) - 1;
         }

@@ -48,9 +48,12 @@ const op_shape gemm_cuda_shapes[] = {
     // 141 column tiles: at M <= 64 the persistent CTAs walk them in stream-K order (132 SMs: a
     // round-robin second round of 9), handing cut chains from CTA to CTA; round robin past it
     {.label = "18048x512", .gemm = {.N = 18048, .K = 512}, .quick = true},
-    // S = 1 on 67 column tiles: at M = 1024 272 units of 128 x 256 on 132 SMs, one round robin
-    // round, then the last 140 units in stream-K order (gemm_plan.cuh, GEMM_STREAM_K_TAIL_*)
+    // S = 1 on 34 column tiles of 256: at M = 1024 272 units of 128 x 256 on 132 SMs, one round
+    // robin round, then the last 140 units in stream-K order (gemm_plan.cuh, GEMM_STREAM_K_TAIL_*);
+    // 12800 x 2048 at M = 1024: 400 units, two rounds first, then 136 (pieces of round robin
+    // before a CTA's stream-K share, the deferred stores carried across them)
     {.label = "8576x2048", .gemm = {.N = 8576, .K = 2048}, .quick = true},
+    {.label = "12800x2048", .gemm = {.N = 12800, .K = 2048}, .quick = true},
     // V2-Lite's absorbed MLA products: q_nope · W_UK and attn · W_UVᵀ over 16 heads (sm_90a:
     // 3-D tensor maps, the head a coordinate)
     {.label = "512x128 x16 heads", .gemm = {.N = 512, .K = 128, .heads = 16}, .quick = true},

@@ -40,7 +40,7 @@
 
 // The rows of x a TMA k-tile asks for: the tile's BM, or M where M is smaller (one m-tile). The
 // copy engine's time goes by a box's rows, read or not: at M = 1 a 64-row box's 63 zero-filled
-// rows took 7-18% of the memory-bound M <= 64 kernels' time (H200, 64 -> M rows, medians of three
+// rows took 7-18% of the wide shapes' time, at M = 16 0.4-12% (H200, 64 -> M rows, medians of three
 // runs, us: 102400 x 2048 M = 1 129.4 -> 106.3, M = 16 125.6 -> 110.2; 129280 x 7168 M = 1 471.7
 // -> 428.4; 36864 x 7168 M = 1 145.4 -> 132.2; 21888 x 2048 M = 1 34.0 -> 30.0; at M = 64 none).
 // The slot's rows past M keep whatever they held; they feed only output rows past M (row m of a
@@ -91,8 +91,9 @@ __host__ __device__ constexpr bool ws_total_in_l2(int split, int ni, int wn) {
 }
 // The tiles with a kernel of their own for the TMA-store epilogue (gemm_sm90_ws_kernel's
 // TMA_ONLY, which compiles no other epilogue; the launcher takes it wherever the TMA stores are
-// taken, round robin): those that defer their stores into the next unit, 128 x 256 and the cta
-// path's 64 x 128 and 128 x 128, and the 128 x 192 tile of the cta path, which can stage only there.
+// taken, round robin, and for 128 x 256 at S = 1 in stream-K order too): those that defer their
+// stores into the next unit, 128 x 256 and the cta path's 64 x 128 and 128 x 128, and the 128 x 192
+// tile of the cta path, which can stage only there.
 __host__ __device__ constexpr bool ws_has_tma_kernel(int split, bool vec, int ni, int wn) {
     return vec && split != SPLIT_GRID &&
            ((ni == 2 && wn == 128) || (split == SPLIT_IN_CTA && ((ni == 1 && wn == 128) || wn == 192)));
@@ -240,8 +241,8 @@ __device__ __forceinline__ void tma_store_block(const CUtensorMap *tmap_y, uint8
 }
 // A warp's NI blocks one after another: with NI = 2 the second waits at once for the first's
 // read (a second stage does not fit beside 128 x 256's four slots), which is why the 128 x 256
-// tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel), except in
-// stream-K order; the cta path's 128-column tiles defer theirs too, so the tensor pipe runs
+// tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel), in
+// stream-K order too; the cta path's 128-column tiles defer theirs too, so the tensor pipe runs
 // through them.
 template <int NI, int WN, bool NAN_FREE>
 __device__ __forceinline__ void store_tile_tma_rounded(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
@@ -828,7 +829,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     // after the loop. Only in the TMA_ONLY kernel (the other epilogues compiled beside the
     // pending pairs spilled 350-730 bytes), which is launched with tma_store and a stage only; the
     // cta path's 128-column tiles store in their first split's k-tiles only (TWO_CHAINS below).
-    static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, VEC, NI, WN) && (!STREAM || (SPLIT == SPLIT_NONE && NI == 2))), "a TMA-store kernel: no stream-K");
+    static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, VEC, NI, WN) && (!STREAM || (SPLIT == SPLIT_NONE && NI == 2))), "a TMA-store kernel: stream-K order only for 128 x 256 at S = 1");
     constexpr bool DEFER = TMA_ONLY && WN == 128;
     uint32_t pending[DEFER ? NI : 1][WN / 4];
     int pending_next = NI, pending_row0 = 0, pending_n0 = 0, pending_b = 0;
@@ -1258,8 +1259,9 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
         tma_store ? tma_map_bf16_3d(c, p->y, batch, p->M, p->N, p->ldy, p->stride_y, 64, 16, op, "y") : CUtensorMap{};
     // Round robin runs a kernel compiled without the stream-K code: with it in, and unused, the
     // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
-    // The TMA-store kernels (ws_has_tma_kernel) wherever the TMA stores are taken, round robin;
-    // elsewhere a tile that stages only there (128 x 192 on the cta path) does not.
+    // The TMA-store kernels (ws_has_tma_kernel) wherever the TMA stores are taken, round robin, and
+    // in stream-K order for 128 x 256 at S = 1 (SK_TMA: its deferred stores carried over the
+    // hand-overs); elsewhere a tile that stages only there (128 x 192 on the cta path) does not.
     const bool tma_only = HAS_TMA_KERNEL && tma_store && !ho.state;
     if (!tma_only) staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, k_tiles, false);
     if (tma_only && !staged)  // the TMA-store kernel writes its output through the stage alone

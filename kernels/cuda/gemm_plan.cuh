@@ -169,10 +169,9 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // 1536 M = 4096 (a 3% tail) 413.9 -> 423.2, 102400 x 2048 M = 1024 559.0 -> 565.3.
 #define GEMM_STREAM_K_TAIL_MAX_W_BYTES (32L << 20)
 #define GEMM_STREAM_K_TAIL_MIN_KTILES 32
-// The weight tiles units [first, units) walk through in gemm_tile_of's order (a new one at every
-// change of column tile; a column tile met again in another row group counts again, its reuse
-// minutes apart in L2 terms): the tail's weights, whatever M % GEMM_TILE_GROUP_M leaves in the
-// last group.
+// The weight tiles units [first, units) walk through in gemm_tile_of's order, a new one at every
+// change of column tile (one met again in the next row group counts again: L2 may have dropped it
+// by then): the tail's weights, however many row tiles M leaves in the last group.
 static inline long gemm_tail_weight_tiles(long first, long units, int m_tiles, int n_tiles) {
     long tiles = 0;
     int prev = -1;

@@ -374,14 +374,15 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // tile), the last 1-1.33 rounds' units in stream-K order (their weights, at most a third
         // more than one round's, re-read from L2 at staggered k). GEMM_STREAM_K_TAIL_* above.
         const long last_round = units % num_sms, m_tiles = (M + 127) / 128, rounds = units / num_sms + 1;
+        const long rr_units = (rounds - 2) * num_sms;  // the whole rounds walked round robin first
         const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
         if (!pl.stream_k && pl.tile == TILE_128x256 && pl.mode == SPLIT_NONE && batch == 1 && units >= 2L * num_sms &&
             last_round != 0 && 3 * last_round <= num_sms && m_tiles >= GEMM_TILE_GROUP_M &&
             k_tiles >= GEMM_STREAM_K_TAIL_MIN_KTILES && 10 * (num_sms - last_round) >= rounds * num_sms &&
-            gemm_tail_weight_tiles(units - num_sms - last_round, units, (int)m_tiles, (N + 255) / 256) * 256L * K * 2 <=
+            gemm_tail_weight_tiles(rr_units, units, (int)m_tiles, (N + 255) / 256) * 256L * K * 2 <=
                 GEMM_STREAM_K_TAIL_MAX_W_BYTES) {
             pl.stream_k = true;
-            pl.stream_k_rounds = (int)(units / num_sms) - 1;
+            pl.stream_k_rounds = (int)(rr_units / num_sms);
         }
     }
     return pl;

@@ -47,6 +47,11 @@
 // product reads row m of x alone), which no epilogue stores, so no bit of a stored row depends
 // on them.
 __host__ __device__ constexpr int gemm_x_box_rows(int M, int bm) { return M >= 1 && M < bm ? M : bm; }
+// What a k-tile's two copies write into its slot (the slot's full barrier expects it): the x box
+// and bn rows of W, GEMM_BK elements each.
+__host__ __device__ constexpr uint32_t gemm_k_tile_tx_bytes(int M, int bm, int bn) {
+    return (uint32_t)(gemm_x_box_rows(M, bm) + bn) * GEMM_BK * 2;
+}
 
 // Shared memory per consumer warp for the staged epilogue: 16 rows x WN columns (one wgmma
 // instruction's) of bf16 (store_tile_staged), which also holds the 16 x 64 fp32 pieces of
@@ -686,7 +691,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 #if INVAR_WGMMA
     constexpr int BM = 64 * CW, BN = WN * NI;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
-    const uint32_t stage_tx = (uint32_t)(gemm_x_box_rows(p.M, BM) + BN) * GEMM_BK * 2;  // what a k-tile's copies write
+    const uint32_t stage_tx = gemm_k_tile_tx_bytes(p.M, BM, BN);
     constexpr int PRODUCER_REGS = CW == 2 ? 24 : 40, CONSUMER_REGS = CW == 2 ? 240 : 248;
     static_assert(CW == 1 || 128 * PRODUCER_REGS + CW * 128 * CONSUMER_REGS == (CW + 1) * 128 * 168,
                   "the budgets fill the launch's 168 registers a thread exactly");
@@ -1044,7 +1049,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
 #if INVAR_WGMMA
     constexpr int BM = 64 * WGS, BN = 128 * NI, THREADS = WGS * 128;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
-    const uint32_t stage_tx = (uint32_t)(gemm_x_box_rows(p.M, BM) + BN) * GEMM_BK * 2;  // what a k-tile's copies write
+    const uint32_t stage_tx = gemm_k_tile_tx_bytes(p.M, BM, BN);
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     __shared__ __align__(8) uint64_t full[STAGES];  // TMA: slot s holds its k-tile

@@ -86,8 +86,8 @@ __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
 // 122.7 / 245.9 us, 576 x 7168 M = 16384 203.0 -> 194.1). The 72-, 96- and 144-column tiles never
 // stage: the stages' layouts take 64-column pieces.
 // GEMM_CTA_STAGED_MAX_KTILES: gemm_plan.cuh (the tile rule weighs it).
-__host__ __device__ constexpr bool ws_can_stage(int split, bool vec, int wn, bool tma_only) {
-    return vec && (wn == 128 || split != SPLIT_IN_CTA || (wn == 192 && tma_only));
+__host__ __device__ constexpr bool ws_can_stage(int split, int wn, bool tma_only) {
+    return wn == 128 || split != SPLIT_IN_CTA || (wn == 192 && tma_only);
 }
 // The 128 x 256 tile on the cta path: its 128 accumulators a thread leave no registers for a
 // running total, which waits in L2 scratch instead (gemm_sm90_ws_kernel, fold_split_l2).
@@ -96,17 +96,16 @@ __host__ __device__ constexpr bool ws_total_in_l2(int split, int ni, int wn) {
 }
 // The tiles with a kernel of their own for the TMA-store epilogue (gemm_sm90_ws_kernel's
 // TMA_ONLY, which compiles no other epilogue; the launcher takes it wherever the TMA stores are
-// taken, round robin, and for 128 x 256 at S = 1 in stream-K order too): those that defer their
-// stores into the next unit, 128 x 256 and the cta path's 64 x 128 and 128 x 128, and the 128 x 192
-// tile of the cta path, which can stage only there.
-__host__ __device__ constexpr bool ws_has_tma_kernel(int split, bool vec, int ni, int wn) {
-    return vec && split != SPLIT_GRID &&
-           ((ni == 2 && wn == 128) || (split == SPLIT_IN_CTA && ((ni == 1 && wn == 128) || wn == 192)));
+// taken, round robin, and at S = 1 in stream-K order too): those that defer their stores into the
+// next unit, every 128-column instruction's (64 x 128 and 128 x 256, the cta path's 128 x 128),
+// and the 128 x 192 tile of the cta path, which can stage only there.
+__host__ __device__ constexpr bool ws_has_tma_kernel(int split, int wn) {
+    return split != SPLIT_GRID && (wn == 128 || (split == SPLIT_IN_CTA && wn == 192));
 }
 // The 128 x 256 tile stages as it does with S = 1, whose epilogue it is once the total is in.
-static bool ws_stages_epilogue(int split, bool vec, int ni, int wn, int k_tiles, bool tma_only) {
-    return ws_can_stage(split, vec, wn, tma_only) &&
-           (stages_epilogue(split, vec) || ws_total_in_l2(split, ni, wn) ||
+static bool ws_stages_epilogue(int split, int ni, int wn, int k_tiles, bool tma_only) {
+    return ws_can_stage(split, wn, tma_only) &&
+           (stages_epilogue(split, true) || ws_total_in_l2(split, ni, wn) ||
             (split == SPLIT_IN_CTA && (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES || (wn == 192 && tma_only))));
 }
 
@@ -157,8 +156,9 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // and writes them in one 16-byte store (two for fp32), not 8 separate ones (at large M the
 // pair stores cost about as much as the main loop). Tiles that end past N and unaligned outputs
 // store pair by pair (except on the persistent kernel's TMA stores, store_tile_tma, which the
-// copy engine clips at N). VEC = false compiles the pair stores alone, for small M, where a CTA
-// writes one tile and the longer vector code costs more than it saves (kernels/cuda/NOTES.md).
+// copy engine clips at N). VEC = false compiles the pair stores alone: gemm_sm90_kernel's 64-row
+// tiles (the small-M split CTAs), where a CTA writes one tile and the longer vector code costs
+// more than it saves (kernels/cuda/NOTES.md); the persistent kernel compiles VEC everywhere.
 //
 // With `stage` (this warp's epilogue_stage_bytes(split, WN) of shared memory, where
 // stages_epilogue or, on the persistent kernel, ws_stages_epilogue) the output goes through
@@ -683,7 +683,7 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 // unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
 // kernels give the same bits. staged (ws_stages_epilogue): the epilogue goes through
 // epilogue_stage_bytes(WN) a consumer warp, past the slots.
-template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC, bool STREAM, bool TMA_ONLY>
+template <int CW, int NI, int WN, int STAGES, int SPLIT, bool STREAM, bool TMA_ONLY>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
 gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles, gemm_handoff ho, bool staged,
                     bool tma_store, const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_w,
@@ -821,7 +821,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     const uint32_t a_lo = (uint32_t)wgmma_desc_sw128(smem + cw_uniform * 64 * 128);
     const uint32_t b_lo = (uint32_t)wgmma_desc_sw128(smem + A_BYTES);
     const int row_in_tile = cw * 64 + warp * 16;
-    uint8_t *const stage = ws_can_stage(SPLIT, VEC, WN, TMA_ONLY) && staged
+    uint8_t *const stage = ws_can_stage(SPLIT, WN, TMA_ONLY) && staged
                                ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(SPLIT, WN)
                                : nullptr;
     // The 128-column instructions' TMA-store epilogue, deferred: a unit ends by rounding its sum
@@ -834,7 +834,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     // after the loop. Only in the TMA_ONLY kernel (the other epilogues compiled beside the
     // pending pairs spilled 350-730 bytes), which is launched with tma_store and a stage only; the
     // cta path's 128-column tiles store in their first split's k-tiles only (TWO_CHAINS below).
-    static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, VEC, NI, WN) && (!STREAM || (SPLIT == SPLIT_NONE && NI == 2))), "a TMA-store kernel: stream-K order only for 128 x 256 at S = 1");
+    static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, WN) && (!STREAM || SPLIT == SPLIT_NONE)), "a TMA-store kernel: stream-K order only at S = 1");
     constexpr bool DEFER = TMA_ONLY && WN == 128;
     uint32_t pending[DEFER ? NI : 1][WN / 4];
     int pending_next = NI, pending_row0 = 0, pending_n0 = 0, pending_b = 0;
@@ -1007,13 +1007,13 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                                 : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
             // (round robin, the tiles with a TMA-store kernel never get tma_store here)
-            if constexpr (VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID && (STREAM || !ws_has_tma_kernel(SPLIT, VEC, NI, WN))) {
+            if constexpr (WN % 64 == 0 && SPLIT != SPLIT_GRID && (STREAM || !ws_has_tma_kernel(SPLIT, WN))) {
                 if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
                     store_tile_tma<NI, WN>(&tmap_y, stage, row0, work.n0, work.b, res);
                     continue;
                 }
             }
-            store_tile<NI, VEC, WN, /*F32_STAGE=*/!TOTAL>(p, y, row0, p.M, work.n0, res, stage);
+            store_tile<NI, /*VEC=*/true, WN, /*F32_STAGE=*/!TOTAL>(p, y, row0, p.M, work.n0, res, stage);
         }
     }
     // The pending output of the CTA's last unit (DEFER).
@@ -1219,13 +1219,21 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
 // The warp-specialized kernel over dense products (TMA; one, or a batch): at most one CTA per
 // SM, each walking its share of the work units, round robin or (stream_k, where there are more
 // units than CTAs) in stream-K order.
-template <int CW, int NI, int WN, int STAGES, int SPLIT, bool VEC>
-static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int splits, bool stream_k,
-                             int stream_k_rounds, const char *op) {
+//
+// Every tile compiles the vector and staged epilogues (store_tile's VEC; each checks the
+// output's alignment at run time). Until 2026-12-02 the 64 x 128 tile at M <= 64 ran a kernel with
+// the pair stores alone, which cost more than the wider kernel's code, not less: at M = 64 its
+// pair stores went out at each unit's end while the next unit's copies waited, and the 64 x 128
+// deferred TMA stores took that off (H200, dev build, medians of three, us: 24576 x 1536 M = 64
+// 31.6 -> 25.6, 21888 x 2048 36.3 -> 30.3, 102400 x 2048 120.2 -> 110.6, 36864 x 7168 139.8 -> 134.4;
+// M = 16 0-5% faster, M = 1 within 0.3 us).
+template <int CW, int NI, int STAGES, int SPLIT, int WN = 128>
+static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
+                      bool stream_k = false, int stream_k_rounds = 0) {
     constexpr int BM = 64 * CW, BN = WN * NI;
-    constexpr bool HAS_TMA_KERNEL = ws_has_tma_kernel(SPLIT, VEC, NI, WN);
+    constexpr bool HAS_TMA_KERNEL = ws_has_tma_kernel(SPLIT, WN);
     const int k_tiles = (p->K + GEMM_BK - 1) / GEMM_BK;
-    bool staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, k_tiles, HAS_TMA_KERNEL);
+    bool staged = ws_stages_epilogue(SPLIT, NI, WN, k_tiles, HAS_TMA_KERNEL);
     constexpr size_t SLOTS_SMEM = (size_t)STAGES * (BM + BN) * GEMM_BK * 2 + 1024;  // + alignment slack
     constexpr size_t STAGE_SMEM = CW * 4 * epilogue_stage_bytes(SPLIT, WN);
     const int m_tiles = (p->M + BM - 1) / BM, n_tiles = (p->N + BN - 1) / BN;
@@ -1258,47 +1266,31 @@ static void launch_ws_kernel(cuda_ctx *c, const gemm_problem *p, int batch, int 
     const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
     // The staged bf16 epilogue by TMA stores (store_tile_tma): rows the map can address (16-byte
     // aligned, strides multiples of 8 elements) and not scattered through y_rows.
-    const bool tma_store = VEC && WN % 64 == 0 && SPLIT != SPLIT_GRID && staged && !p->y_f32 && !p->y_rows &&
+    const bool tma_store = WN % 64 == 0 && SPLIT != SPLIT_GRID && staged && !p->y_f32 && !p->y_rows &&
                            ((uintptr_t)p->y & 15u) == 0 && p->ldy % 8 == 0 && (batch == 1 || p->stride_y % 8 == 0);
     const CUtensorMap ty =
         tma_store ? tma_map_bf16_3d(c, p->y, batch, p->M, p->N, p->ldy, p->stride_y, 64, 16, op, "y") : CUtensorMap{};
     // Round robin runs a kernel compiled without the stream-K code: with it in, and unused, the
     // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
     // The TMA-store kernels (ws_has_tma_kernel) wherever the TMA stores are taken, round robin, and
-    // in stream-K order for 128 x 256 at S = 1 (SK_TMA: its deferred stores carried over the
+    // in stream-K order at S = 1 (SK_TMA: its deferred stores carried over the
     // hand-overs); elsewhere a tile that stages only there (128 x 192 on the cta path) does not.
     const bool tma_only = HAS_TMA_KERNEL && tma_store && !ho.state;
-    if (!tma_only) staged = ws_stages_epilogue(SPLIT, VEC, NI, WN, k_tiles, false);
+    if (!tma_only) staged = ws_stages_epilogue(SPLIT, NI, WN, k_tiles, false);
     if (tma_only && !staged)  // the TMA-store kernel writes its output through the stage alone
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm TMA-store kernel launched without its stage", op);
-    constexpr bool SK_TMA = HAS_TMA_KERNEL && CAN_STREAM && SPLIT == SPLIT_NONE && NI == 2;
-    auto k = ho.state && tma_store && SK_TMA ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, SK_TMA, SK_TMA>
-             : ho.state   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, CAN_STREAM, false>
-             : tma_only ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false, HAS_TMA_KERNEL>
-                        : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, VEC, false, false>;
+    constexpr bool SK_TMA = HAS_TMA_KERNEL && CAN_STREAM && SPLIT == SPLIT_NONE;
+    auto k = ho.state && tma_store && SK_TMA ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, SK_TMA, SK_TMA>
+             : ho.state   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, CAN_STREAM, false>
+             : tma_only ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, false, HAS_TMA_KERNEL>
+                        : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, false, false>;
     // The attribute allows the most this kernel ever asks for (a launch may ask less): one
     // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same
     // device believes it has already allowed.
-    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, VEC, WN, tma_only) ? STAGE_SMEM : 0), op);
+    cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, WN, tma_only) ? STAGE_SMEM : 0), op);
     const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
     k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tma_store, tx, tw, ty);
     CUDA_CHECK_LAUNCH(op);
-}
-
-// Vector epilogue for the two-warpgroup tiles (large M) and for 64-row tiles past M = 64. The
-// 64 x 72 and 64 x 96 tiles never run at M <= 64 (gemm_plan_tiles; test_gemm_plan asserts it), so
-// only the 64 x 128 tile compiles the scalar epilogue's kernel too (the vector one checks its
-// alignment at run time either way).
-template <int CW, int NI, int STAGES, int SPLIT, int WN = 128>
-static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
-                      bool stream_k = false, int stream_k_rounds = 0) {
-    if constexpr (CW == 1 && WN == 128) {
-        if (p->M <= 64) {
-            launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, false>(c, p, batch, splits, stream_k, stream_k_rounds, op);
-            return;
-        }
-    }
-    launch_ws_kernel<CW, NI, WN, STAGES, SPLIT, true>(c, p, batch, splits, stream_k, stream_k_rounds, op);
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then

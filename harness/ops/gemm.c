@@ -57,6 +57,10 @@ const op_shape gemm_cuda_shapes[] = {
     // V2-Lite's absorbed MLA products: q_nope · W_UK and attn · W_UVᵀ over 16 heads (sm_90a:
     // 3-D tensor maps, the head a coordinate)
     {.label = "512x128 x16 heads", .gemm = {.N = 512, .K = 128, .heads = 16}, .quick = true},
+    // a batch on the cta path at every M: 64 x 128 tiles over 5 splits of 32 k-tiles, staged and
+    // stored by deferred TMA stores through the 3-D y map, which alone keeps the slot's stale rows
+    // past M (the x box of M rows) out of y at M < 64; the last column tile ragged (576 = 4.5 x 128)
+    {.label = "576x2048 x2 heads", .gemm = {.N = 576, .K = 2048, .heads = 2}, .quick = true},
     {.label = "128x512 x16 heads", .gemm = {.N = 128, .K = 512, .heads = 16}},
     {.label = NULL},
 };

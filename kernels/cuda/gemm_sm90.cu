@@ -61,7 +61,8 @@ __host__ __device__ constexpr int epilogue_stage_bytes(int split, int wn) {
     return split == SPLIT_GRID ? GEMM_STAGE_F32_BYTES : 16 * wn * 2;
 }
 
-// Whether a kernel stages its epilogue (VEC: its vector epilogue is compiled): with S = 1, where
+// Whether a kernel stages its epilogue (VEC: its vector epilogue is compiled, always on the
+// persistent kernel, on gemm_sm90_kernel's two-warpgroup tiles only): with S = 1, where
 // the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a one-k-tile
 // product, 199 -> 99 us), and for the fp32 partials of split CTAs past M = 64, which write one
 // tile each after a walk of a few k-tiles.
@@ -156,9 +157,10 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
 // and writes them in one 16-byte store (two for fp32), not 8 separate ones (at large M the
 // pair stores cost about as much as the main loop). Tiles that end past N and unaligned outputs
 // store pair by pair (except on the persistent kernel's TMA stores, store_tile_tma, which the
-// copy engine clips at N). VEC = false compiles the pair stores alone: gemm_sm90_kernel's 64-row
-// tiles (the small-M split CTAs), where a CTA writes one tile and the longer vector code costs
-// more than it saves (kernels/cuda/NOTES.md); the persistent kernel compiles VEC everywhere.
+// copy engine clips at N). VEC = false compiles the pair stores alone: gemm_sm90_kernel's
+// one-warpgroup (64-row) instantiations, the small-M split CTAs and the cp.async and scalar
+// loads at any M, where a CTA writes one tile and the longer vector code cost more than it saved
+// (kernels/cuda/NOTES.md); the persistent kernel compiles VEC everywhere.
 //
 // With `stage` (this warp's epilogue_stage_bytes(split, WN) of shared memory, where
 // stages_epilogue or, on the persistent kernel, ws_stages_epilogue) the output goes through
@@ -247,8 +249,9 @@ __device__ __forceinline__ void tma_store_block(const CUtensorMap *tmap_y, uint8
 // A warp's NI blocks one after another: with NI = 2 the second waits at once for the first's
 // read (a second stage does not fit beside 128 x 256's four slots), which is why the 128 x 256
 // tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel), in
-// stream-K order too; the cta path's 128-column tiles defer theirs too, so the tensor pipe runs
-// through them.
+// stream-K order too; every other 128-column tile defers its too (64 x 128 at S = 1 since
+// 02d3bd7, in stream-K order as well; the cta path's 64 x 128 and 128 x 128), so the tensor pipe
+// and the next unit's copies run through them.
 template <int NI, int WN, bool NAN_FREE>
 __device__ __forceinline__ void store_tile_tma_rounded(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
                                                        const float (&res)[NI][WN / 2]) {
@@ -1006,8 +1009,10 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         } else {
             char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                                 : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
-            // (round robin, the tiles with a TMA-store kernel never get tma_store here)
-            if constexpr (WN % 64 == 0 && SPLIT != SPLIT_GRID && (STREAM || !ws_has_tma_kernel(SPLIT, WN))) {
+            // (the TMA-store kernels take every launch with tma_store but the cta path's in
+            // stream-K order)
+            if constexpr (WN % 64 == 0 && SPLIT != SPLIT_GRID &&
+                          ((STREAM && SPLIT != SPLIT_NONE) || !ws_has_tma_kernel(SPLIT, WN))) {
                 if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
                     store_tile_tma<NI, WN>(&tmap_y, stage, row0, work.n0, work.b, res);
                     continue;
@@ -1277,10 +1282,11 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits,
     // hand-overs); elsewhere a tile that stages only there (128 x 192 on the cta path) does not.
     const bool tma_only = HAS_TMA_KERNEL && tma_store && !ho.state;
     if (!tma_only) staged = ws_stages_epilogue(SPLIT, NI, WN, k_tiles, false);
-    if (tma_only && !staged)  // the TMA-store kernel writes its output through the stage alone
-        invar_die(INVAR_EXIT_SYSTEM, "%s: gemm TMA-store kernel launched without its stage", op);
     constexpr bool SK_TMA = HAS_TMA_KERNEL && CAN_STREAM && SPLIT == SPLIT_NONE;
-    auto k = ho.state && tma_store && SK_TMA ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, SK_TMA, SK_TMA>
+    const bool sk_tma = ho.state && tma_store && SK_TMA;
+    if ((tma_only || sk_tma) && !staged)  // a TMA-store kernel writes its output through the stage alone
+        invar_die(INVAR_EXIT_SYSTEM, "%s: gemm TMA-store kernel launched without its stage", op);
+    auto k = sk_tma   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, SK_TMA, SK_TMA>
              : ho.state   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, CAN_STREAM, false>
              : tma_only ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, false, HAS_TMA_KERNEL>
                         : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, false, false>;

@@ -183,10 +183,15 @@ static inline long gemm_tail_weight_tiles(long first, long units, int m_tiles, i
     }
     return tiles;
 }
-static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
+// Round robin's last round thin: some CTAs but at most a third of them work in it (both the
+// stream-K order throughout and the 128 x 256 tail take it only there).
+static inline bool gemm_last_round_thin(long units, int num_sms) {
     const long last_round = units % num_sms;
+    return last_round != 0 && 3 * last_round <= num_sms;
+}
+static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
     const bool weights_once = M <= 64 || 2L * N * K <= GEMM_STREAM_K_MAX_W_BYTES;
-    return units > num_sms && last_round != 0 && 3 * last_round <= num_sms && weights_once;
+    return units > num_sms && gemm_last_round_thin(units, num_sms) && weights_once;
 }
 
 // Tiles of bm x bn over a batch of M x N products: the work units of a plan, whose waves decide.
@@ -373,13 +378,14 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // throughout: all rounds but the last two round robin (the waves share each weight
         // tile), the last 1-1.33 rounds' units in stream-K order (their weights, at most a third
         // more than one round's, re-read from L2 at staggered k). GEMM_STREAM_K_TAIL_* above.
-        const long last_round = units % num_sms, m_tiles = (M + 127) / 128, rounds = units / num_sms + 1;
+        const int rows = gemm_tile_rows(pl.tile), cols = gemm_tile_cols(pl.tile);
+        const long last_round = units % num_sms, m_tiles = (M + rows - 1) / rows, rounds = units / num_sms + 1;
         const long rr_units = (rounds - 2) * num_sms;  // the whole rounds walked round robin first
         const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
         if (!pl.stream_k && pl.tile == TILE_128x256 && pl.mode == SPLIT_NONE && batch == 1 && units >= 2L * num_sms &&
-            last_round != 0 && 3 * last_round <= num_sms && m_tiles >= GEMM_TILE_GROUP_M &&
+            gemm_last_round_thin(units, num_sms) && m_tiles >= GEMM_TILE_GROUP_M &&
             k_tiles >= GEMM_STREAM_K_TAIL_MIN_KTILES && 10 * (num_sms - last_round) >= rounds * num_sms &&
-            gemm_tail_weight_tiles(rr_units, units, (int)m_tiles, (N + 255) / 256) * 256L * K * 2 <=
+            gemm_tail_weight_tiles(rr_units, units, (int)m_tiles, (N + cols - 1) / cols) * cols * K * 2L <=
                 GEMM_STREAM_K_TAIL_MAX_W_BYTES) {
             pl.stream_k = true;
             pl.stream_k_rounds = (int)(rr_units / num_sms);

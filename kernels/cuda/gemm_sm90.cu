@@ -1232,10 +1232,12 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
 // deferred TMA stores took that off (H200, dev build, medians of three, us: 24576 x 1536 M = 64
 // 31.6 -> 25.6, 21888 x 2048 36.3 -> 30.3, 102400 x 2048 120.2 -> 110.6, 36864 x 7168 139.8 -> 134.4;
 // M = 16 0-5% faster, M = 1 within 0.3 us).
+// pl: the plan (gemm_plan_choose) whose tile and split mode the template arguments are: its
+// split count and stream-K order.
 template <int CW, int NI, int STAGES, int SPLIT, int WN = 128>
-static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op,
-                      bool stream_k = false, int stream_k_rounds = 0) {
+static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_plan &pl, const char *op) {
     constexpr int BM = 64 * CW, BN = WN * NI;
+    const int splits = pl.splits;
     constexpr bool HAS_TMA_KERNEL = ws_has_tma_kernel(SPLIT, WN);
     const int k_tiles = (p->K + GEMM_BK - 1) / GEMM_BK;
     bool staged = ws_stages_epilogue(SPLIT, NI, WN, k_tiles, HAS_TMA_KERNEL);
@@ -1255,8 +1257,8 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits,
                                            "gemm split-K running totals");
     // rounds of round robin first (gemm_plan.stream_k_rounds), so many that more units than CTAs
     // are left for the stream-K order
-    const long rr_units = (long)stream_k_rounds * grid;
-    if (CAN_STREAM && stream_k && units - rr_units > grid) {
+    const long rr_units = (long)pl.stream_k_rounds * grid;
+    if (CAN_STREAM && pl.stream_k && units - rr_units > grid) {
         ho.rr_units = (int)rr_units;
         constexpr int STATE = NI * WN / 2 * (SPLIT == SPLIT_IN_CTA ? 2 : 1);  // floats a consumer thread
         ho.state = (float *)cuda_scratch(c, SCRATCH_GEMM_HANDOFF, (size_t)grid * CW * 128 * STATE * sizeof(float),
@@ -1304,11 +1306,12 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, int splits,
 // GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
 #define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
 // WS: the split CTAs are the warp-specialized kernel's work units, else one gemm_sm90_kernel
-// CTA each (small M). last_cta (gemm_sm90_kernel only: gemm_plan.sum_last_cta): each tile's
-// last CTA sums, else gemm_split_reduce_kernel does, launched as a programmatic dependent.
+// CTA each (small M). pl.sum_last_cta (gemm_sm90_kernel only): each tile's last CTA sums, else
+// gemm_split_reduce_kernel does, launched as a programmatic dependent.
 template <int WGS, int NI, int STAGES, bool WS, int WN = 128>
-static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bool last_cta, const char *op) {
+static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, const gemm_plan &pl, const char *op) {
     constexpr int BM = 64 * WGS, BN = WN * NI;
+    const int splits = pl.splits;
     const long row_bytes = (long)splits * p->N * (long)sizeof(float);
     long block_rows = GEMM_SPLIT_SCRATCH_BYTES / row_bytes / BM * BM;
     if (block_rows < BM) block_rows = BM;
@@ -1328,13 +1331,13 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, int splits, bo
         part.y_rows = nullptr;
         void *y = (char *)p->y + r0 * p->ldy * (p->y_f32 ? 4 : 2);
         gemm_split_out sum_in_kernel = {};  // arrivals NULL: the reduce kernel below sums
-        if (!WS && last_cta) {
+        if (!WS && pl.sum_last_cta) {
             const long tiles = (long)((rows + BM - 1) / BM) * ((p->N + BN - 1) / BN);
             unsigned *arrivals = (unsigned *)cuda_scratch_zeroed(c, SCRATCH_GEMM_ARRIVALS, (size_t)tiles * sizeof(unsigned),
                                                                  "gemm split-K arrival counts");
             sum_in_kernel = gemm_split_out{y, p->ldy, p->y_f32, arrivals};
         }
-        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID, WN>(c, &part, 1, splits, op);
+        if constexpr (WS) launch_ws<WGS, NI, STAGES, SPLIT_GRID, WN>(c, &part, 1, pl, op);
         else launch_sm90<WGS, NI, STAGES, LOAD_TMA, SPLIT_GRID>(c, &part, 1, splits, op, sum_in_kernel);
         if (sum_in_kernel.arrivals) continue;
         const long groups = (per_split + 3) / 4;
@@ -1366,19 +1369,19 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     // running total in L2), 128 x 128 and the 72-, 96- and 144-column tiles only IN_CTA, 128 x 192
     // IN_CTA or GRID on the persistent kernel.
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
-    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, S, pl.sum_last_cta, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, S, false, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID)) launch_split_grid<2, 1, 4, true, 192>(c, p, S, false, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x96, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 96>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x72, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 72>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x96, SPLIT_IN_CTA)) launch_ws<2, 1, 7, SPLIT_IN_CTA, 96>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x144, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA, 144>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_IN_CTA)) launch_ws<2, 1, 4, SPLIT_IN_CTA, 192>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, S, op, pl.stream_k, pl.stream_k_rounds);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, S, op);
+    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID)) launch_split_grid<2, 1, 4, true, 192>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x96, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 96>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x72, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 72>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x96, SPLIT_IN_CTA)) launch_ws<2, 1, 7, SPLIT_IN_CTA, 96>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x144, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA, 144>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x128, SPLIT_IN_CTA)) launch_ws<2, 1, 6, SPLIT_IN_CTA>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_IN_CTA)) launch_ws<2, 1, 4, SPLIT_IN_CTA, 192>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -18,7 +18,7 @@
 #include <stdbool.h>                     // bool
 #include <stdio.h>                       // printf
 #include <stdlib.h>                      // free, getenv
-#include <string.h>                      // memcpy, memcmp, memset, strstr
+#include <string.h>                      // memcpy, memcmp, memset, strstr, strncmp
 
 #include "../harness/kernel_check.h"     // kernel_check_op, check_opts, check_result
 #include "../harness/op_table.h"         // op_table, op_table_find, op_shape
@@ -274,8 +274,8 @@ static void test_gemm_tile_paths(void **state) {
 // The split count depends on (N, K) alone, so every M must give a row the same bits whether
 // the splits ran on separate CTAs (fp32 partials summed in split order by each tile's last CTA
 // up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above) or one CTA walked them (large
-// M, running total in registers, or in L2 on 128 x 256 tiles), on 64 x 128, 64 x 96, 64 x 72, 128 x 96, 128 x 128, 128 x 144, 128 x 192 or
-// 128 x 256 tiles, and whichever
+// M, running total in registers, or in L2 on 128 x 256 tiles), on 64 x 128, 64 x 96, 64 x 72, 64 x 192,
+// 128 x 96, 128 x 128, 128 x 144, 128 x 192 or 128 x 256 tiles, and whichever
 // epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
 // arrival counters at zero for the next launch. Split and non-split shapes; fp32 output
 // rounding to the bf16 output on both paths; sampled rows against the float64 oracle.
@@ -289,7 +289,9 @@ static void test_gemm_split_k_rows(void **state) {
         {4096, 512},  {24576, 1536},                            // one split (K, N too large)
         {8832, 512},   // 128 x 256 tiles, S = 1, the last half wide (N % 256 = 128): clipped by the TMA stores
         {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
-        {18048, 512},  // 141 column tiles: stream-K order at M <= 64 (132 SMs: 9 left for round 2)
+        {18048, 512},  // 141 column tiles of 128 (9 for round 2 on 132 SMs): 94 of 64 x 192 at M <= 64
+        {20000, 512},  // 105 of 64 x 192 at M <= 64, the last 32 columns wide (clipped by the TMA stores)
+        {34944, 512},  // 273 of 128 (182 of 192): stream-K order at M <= 64, 9 units left for round 3
         {576, 1536},   // 160 units of 128 x 128 at M = 4096, walking 4 splits in stream-K order
         {320, 1536},   // 128 x 192 cta tiles at M = 8192 whose second tile is a third empty; 64 x 96 at 513, 1024
         {2048, 2048},  // S = 5, odd: the two-chain 128 x 128 walk ends in its first chain
@@ -301,6 +303,7 @@ static void test_gemm_split_k_rows(void **state) {
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
     bool seen_last_cta = false, seen_reduce = false;  // who sums the small-M grid splits
     bool seen_stream_k = false, seen_stream_k_cta = false;  // chains handed between CTAs
+    bool seen_stream_k_64 = false, seen_one_wave_192 = false;  // M <= 64, S = 1: 64 x 128 in stream-K order, 64 x 192
     bool seen_wide_cta = false, seen_wide_grid_192 = false;  // 128 x 192: wgmma n = 192 against n = 128
     bool seen_narrow_cta = false, seen_narrow_cta_128 = false;  // 64 / 128 x 96: wgmma n = 96 against n = 128
     bool seen_cta_144 = false, seen_cta_72 = false;  // 576 columns: 128 x 144 at M = 4096, 8192, 64 x 72 at 513, 1024
@@ -343,6 +346,8 @@ static void test_gemm_split_k_rows(void **state) {
             seen_reduce |= splits > 1 && strcmp(plan, "64x128/grid tma") == 0;
             seen_stream_k |= splits == 1 && strstr(plan, "/sk") != NULL;
             seen_stream_k_cta |= splits > 1 && strstr(plan, "/cta+sk") != NULL;
+            seen_stream_k_64 |= splits == 1 && strstr(plan, "64x128/sk") != NULL;
+            seen_one_wave_192 |= splits == 1 && strncmp(plan, "64x192 ", 7) == 0;
             seen_wide_cta |= splits > 1 && strstr(plan, "128x192/cta") != NULL;
             seen_wide_grid_192 |= splits > 1 && strstr(plan, "128x192/grid") != NULL;
             seen_narrow_cta |= splits > 1 && strstr(plan, "64x96/cta") != NULL;
@@ -379,21 +384,21 @@ static void test_gemm_split_k_rows(void **state) {
     char plan[64];
     gemm_args probe = {.M = 1, .N = 1536, .K = 7168};
     inv_cuda_gemm_plan_describe(inv, &probe, plan, (int)sizeof plan);
-    // The stream-K plans take the H200's 132 SMs (141 and 160 units leave 9 and 28 for a last
-    // round), and so do the 128 x 192 and 64 x 96 tiles (their waves against the 128-column
-    // tiles').
+    // The stream-K plans take the H200's 132 SMs (273 and 160 units leave 9 and 28 for a last
+    // round), and so do the 128 x 192, 64 x 96 and 64 x 192 tiles (their waves against the
+    // 128-column tiles').
     const bool sms_132 = inv_cuda_sm_count(inv) == 132;
     if (strcmp(plan, "mma.sync") != 0 &&
         !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce && seen_total_l2 &&
           (!sms_132 || (seen_stream_k && seen_stream_k_cta && seen_wide_cta && seen_wide_grid_192 && seen_narrow_cta &&
-                        seen_narrow_cta_128 && seen_cta_144 && seen_cta_72))))
+                        seen_narrow_cta_128 && seen_cta_144 && seen_cta_72 && seen_stream_k_64 && seen_one_wave_192))))
         fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
                  "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d, 128x192 in-CTA %d, "
                  "128x192 grid %d, 64x96 in-CTA %d, 128x96 in-CTA %d, 128x144 in-CTA %d, 64x72 in-CTA %d, "
-                 "128x256 in-CTA with the total in L2 %d)",
+                 "128x256 in-CTA with the total in L2 %d, 64x128 stream-K %d, 64x192 %d)",
                  seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce, seen_stream_k,
                  seen_stream_k_cta, seen_wide_cta, seen_wide_grid_192, seen_narrow_cta, seen_narrow_cta_128,
-                 seen_cta_144, seen_cta_72, seen_total_l2);
+                 seen_cta_144, seen_cta_72, seen_total_l2, seen_stream_k_64, seen_one_wave_192);
 #endif
 }
 

@@ -55,7 +55,7 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_128x128, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x192, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x192, SPLIT_GRID},       {LOAD_TMA, TILE_64x96, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x96, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x144, SPLIT_IN_CTA},
-        {LOAD_TMA, TILE_64x72, SPLIT_IN_CTA},
+        {LOAD_TMA, TILE_64x72, SPLIT_IN_CTA},        {LOAD_TMA, TILE_64x192, SPLIT_NONE},
         {LOAD_TMA, TILE_128x256, SPLIT_NONE},        {LOAD_TMA, TILE_128x256, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
@@ -102,7 +102,7 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                             if (p.stream_k)  // the persistent kernel only, on 128-column instructions
                                 assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192 &&
                                             p.tile != TILE_64x96 && p.tile != TILE_128x96 && p.tile != TILE_128x144 &&
-                                            p.tile != TILE_64x72);
+                                            p.tile != TILE_64x72 && p.tile != TILE_64x192);
                             if (p.tile == TILE_128x256 && p.mode == SPLIT_IN_CTA)  // the total in L2: long splits
                                 assert_true(p.load == LOAD_TMA && batch == 1 && !p.stream_k && M > 64 &&
                                             gemm_tile_count(M, N, 1, 128, 256) >= plan_sms[si] &&
@@ -112,6 +112,10 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                             if (p.tile == TILE_64x72)  // the same, whole tiles of 72 columns
                                 assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 72) <= plan_sms[si] &&
                                             N % 72 == 0);
+                            if (p.tile == TILE_64x192)  // S = 1, M <= 64: one wave of them, not of 64 x 128
+                                assert_true(p.load == LOAD_TMA && batch == 1 && M <= 64 && p.splits == 1 &&
+                                            gemm_tile_count(M, N, 1, 64, 192) <= plan_sms[si] &&
+                                            gemm_tile_count(M, N, 1, 64, 128) > plan_sms[si]);
                             if (p.tile == TILE_128x96)  // one dense product, long walks
                                 assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES);
                             if (p.tile == TILE_128x144)  // the same, whole tiles of 144 columns
@@ -126,9 +130,11 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
 static void stream_k_where_the_last_round_is_thin(void **state) {
     (void)state;
     static const struct { int M, N, K; bool stream_k; const char *name; } cases[] = {
-        {1, 36864, 7168, true, "64x128/sk"},          // 288 units: 24 in round 3
-        {64, 18048, 512, true, "64x128/sk"},          // 141 units: 9 in round 2
-        {1, 24576, 1536, false, "64x128"},            // 192 units: 60 in round 2 draw the bandwidth
+        {1, 36864, 7168, true, "64x128/sk"},          // 288 units: 24 in round 3 (192 of 64 x 192)
+        {64, 34944, 512, true, "64x128/sk"},          // 273 units: 9 in round 3 (182 of 64 x 192)
+        {64, 18048, 512, false, "64x192"},            // 141 units: 9 in round 2, or 94 of 64 x 192
+        {1, 25600, 1536, false, "64x128"},            // 200 units: 68 in round 2 draw the bandwidth
+                                                      // (134 of 64 x 192: two rounds too)
         {1, 129280, 7168, false, "64x128"},           // 1010 units: 86 in round 8
         {256, 36864, 7168, false, "128x256"},         // two row tiles share each weight tile
         {4096, 576, 2048, true, "128x128/cta+sk"},    // 160 units, weights 2.4 MB (in L2)
@@ -174,6 +180,31 @@ static void stream_k_tail_after_round_robin(void **state) {
         if (tail) assert_string_equal(gemm_plan_name(&p), "128x256/sk-tail");
         if (tail) assert_true(gemm_tile_count(cases[i].M, cases[i].N, 1, 128, 256) - (long)p.stream_k_rounds * 132 > 132);
     }
+}
+
+// M <= 64 at S = 1: 64 x 192 tiles where they fit one wave and 64 x 128 ones do not
+// (gemm_one_wave_192), on 132 SMs and on 114.
+static void one_wave_of_64x192_at_small_m(void **state) {
+    (void)state;
+    static const struct { int M, N, K, sms; const char *name; } cases[] = {
+        {1, 24576, 1536, 132, "64x192"},      // 128 units, against 192 of 64 x 128 in two rounds
+        {64, 21888, 2048, 132, "64x192"},     // 114, against 171 in stream-K order
+        {16, 17280, 4096, 132, "64x192"},     // 90, against 135
+        {1, 16896, 2048, 132, "64x128"},      // 132 units of 64 x 128: one wave already
+        {1, 25472, 2048, 132, "64x128"},      // 133 of 64 x 192: two waves either way
+        {65, 24576, 1536, 132, "128x256"},    // two row tiles of 64: not this rule
+        {1, 21888, 2048, 114, "64x192"},      // H100 SXM: 114 units of 64 x 192 in its one wave
+        {1, 24576, 1536, 114, "64x128"},      // 128 > 114
+    };
+    for (int i = 0; i < COUNT(cases); i++) {
+        const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, cases[i].sms);
+        if (strcmp(gemm_plan_name(&p), cases[i].name) != 0)
+            fail_msg("M=%d N=%d K=%d sms=%d: plan %s, expected %s", cases[i].M, cases[i].N, cases[i].K, cases[i].sms,
+                     gemm_plan_name(&p), cases[i].name);
+    }
+    // a batch keeps 64 x 128 (the rule measured one product), and so do cp.async loads
+    assert_int_equal(gemm_plan_choose(1, 24576, 1536, 2, true, true, 132).tile, TILE_64x128);
+    assert_int_equal(gemm_plan_choose(1, 24576, 1536, 1, true, false, 132).tile, TILE_64x128);
 }
 
 // The cta path's tile by its waves and the time a k-tile of it takes (gemm_cta_wide_tile: 128 x
@@ -230,6 +261,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_rule_cuts_k_the_same_way),
         cmocka_unit_test(wide_cta_tile_where_it_saves_waves),
+        cmocka_unit_test(one_wave_of_64x192_at_small_m),
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
         cmocka_unit_test(stream_k_where_the_last_round_is_thin),
         cmocka_unit_test(stream_k_tail_after_round_robin),

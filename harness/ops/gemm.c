@@ -45,9 +45,12 @@ const op_shape gemm_cuda_shapes[] = {
     // 2 long splits: 64 x 128 grid CTAs at small M, 128 x 256 grid CTAs from M = 513 (cuBLAS
     // differs at M >= 16 on the H200)
     {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
-    // 141 column tiles: at M <= 64 the persistent CTAs walk them in stream-K order (132 SMs: a
-    // round-robin second round of 9), handing cut chains from CTA to CTA; round robin past it
+    // 141 column tiles of 128, 94 of 192: at M <= 64 one wave of 64 x 192 tiles (wgmma n = 192,
+    // its TMA stores at the unit's end), 128 x 256 past it
     {.label = "18048x512", .gemm = {.N = 18048, .K = 512}, .quick = true},
+    // 273 column tiles of 128, 182 of 192: at M <= 64 the persistent CTAs walk them in stream-K
+    // order (132 SMs: a round-robin third round of 9), handing cut chains from CTA to CTA
+    {.label = "34944x512", .gemm = {.N = 34944, .K = 512}, .max_M = 256, .quick = true},
     // S = 1 on 34 column tiles of 256: at M = 1024 272 units of 128 x 256 on 132 SMs, one round
     // robin round, then the last 140 units in stream-K order (gemm_plan.cuh, GEMM_STREAM_K_TAIL_*);
     // 12800 x 2048 at M = 1024: 400 units, two rounds first, then 136 (pieces of round robin

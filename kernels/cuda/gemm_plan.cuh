@@ -84,7 +84,10 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //   64 x 72    one warpgroup, one wgmma of 72 columns: in place of 64 x 96 where N is a multiple
 //              of 72 and its tiles still fit one wave (576 columns: eight tiles, 128 units at
 //              M = 1024 against 96; gemm_plan_tiles, after gemm_cta_narrow_wins)
-enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96, TILE_128x144, TILE_64x72 };
+//   64 x 192   one warpgroup, one wgmma of 192 columns: in place of 64 x 128 at S = 1 and M <= 64
+//              where its tiles fit one wave and the 64 x 128 ones do not (gemm_one_wave_192)
+enum gemm_tile { TILE_64x128, TILE_128x128, TILE_128x192, TILE_128x256, TILE_64x96, TILE_128x96, TILE_128x144, TILE_64x72,
+                 TILE_64x192 };
 
 typedef struct {
     int splits;
@@ -284,6 +287,20 @@ static inline bool gemm_cta_narrow_wins(int M, int N, int batch, int num_sms) {
     return units < num_sms && narrow_units > units && narrow_units <= num_sms && (N + 95) / 96 * 96 <= (N + 127) / 128 * 128;
 }
 
+// At M <= 64 and S = 1 (one row tile, N of more than 132 column tiles of 128) the product reads
+// its weights once and is bound by that: 64 x 192 tiles where they fit one wave and the 64 x 128
+// ones do not, so every CTA reads one tile's weights and none waits on a second round or a
+// handed-over chain. H200, 2026-12-02, dev builds, medians of three, us (64 x 128 -> 64 x 192):
+// 24576 x 1536 (192 units in two rounds -> 128 in one) M = 1 / 16 / 64 25.3 / 24.7 / 25.7 -> 23.8 /
+// 24.4 / 25.5; 21888 x 2048 (171 in stream-K order -> 114) 29.4 / 29.6 / 30.3 -> 27.1 / 27.7 /
+// 28.7; 18048 x 512 (141 -> 94) M = 1 / 64 11.1 / 11.6 -> 8.2 / 8.7; 17280 x 4096 (135 -> 90) M = 1
+// 42.9 -> 39.2; bits equal on every cell. Where the 64 x 192 tiles need more than one wave too
+// (36864 x 7168: 288 units in stream-K order, 192 in 1.45 rounds) not measured.
+static inline bool gemm_one_wave_192(int M, int N, int batch, int splits, int num_sms) {
+    return M <= 64 && batch == 1 && splits == 1 && gemm_tile_count(M, N, 1, 64, 128) > num_sms &&
+           gemm_tile_count(M, N, 1, 64, 192) <= num_sms;
+}
+
 // Tile, split mode and load path (gemm_plan_choose adds the stream-K order).
 static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     gemm_plan pl;
@@ -316,6 +333,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
             pl.tile = (N + 191) / 192 * 192 < (N + 255) / 256 * 256 ? TILE_128x192 : TILE_128x256;
         return pl;
     }
+    if (pl.load == LOAD_TMA && gemm_one_wave_192(M, N, batch, pl.splits, num_sms)) pl.tile = TILE_64x192;
     if (pl.load == LOAD_SCALAR || M <= 64) return pl;
     // Two-warpgroup tiles once they alone fill the SMs (fewer L2 bytes per FLOP).
     if (pl.load == LOAD_TMA && batch == 1 && pl.splits > 1 && wide_tiles >= num_sms &&
@@ -348,15 +366,15 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
 }
 
 static inline int gemm_tile_cols(enum gemm_tile t) {
-    return t == TILE_128x256   ? 256
-           : t == TILE_128x192 ? 192
+    return t == TILE_128x256                         ? 256
+           : t == TILE_128x192 || t == TILE_64x192 ? 192
            : t == TILE_128x144 ? 144
            : t == TILE_64x72   ? 72
            : t == TILE_64x96 || t == TILE_128x96 ? 96
                                                  : 128;
 }
 static inline int gemm_tile_rows(enum gemm_tile t) {
-    return t == TILE_64x128 || t == TILE_64x96 || t == TILE_64x72 ? 64 : 128;
+    return t == TILE_64x128 || t == TILE_64x96 || t == TILE_64x72 || t == TILE_64x192 ? 64 : 128;
 }
 
 // tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
@@ -370,7 +388,8 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // 128-column instructions only. Not the 128 x 192 tiles: gemm_cta_wide_tile takes them
         // where they need fewer waves, never measured in stream-K order (which at 576 x 7168 and
         // M = 7000 would read 100 MB of activations at staggered k, the case that ran 1.4x slow
-        // for 128 x 128). Nor the 72-, 96- and 144-column ones (never measured in that order).
+        // for 128 x 128). Nor the 72-, 96- and 144-column ones (never measured in that order),
+        // nor 64 x 192 (taken where its units fit one wave: no last round to share).
         // Nor the 128 x 256 cta path: its running total is not a register chain to hand over.
         pl.stream_k = gemm_tile_cols(pl.tile) % 128 == 0 && !(pl.tile == TILE_128x256 && pl.mode == SPLIT_IN_CTA) &&
                       gemm_stream_k(units, num_sms, M, N, K);
@@ -395,7 +414,7 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
 }
 
 static inline const char *gemm_plan_name(const gemm_plan *pl) {
-    static const char *const names[2][8][3] = {
+    static const char *const names[2][9][3] = {
         {
             {"64x128", "64x128/cta", "64x128/grid"},
             {"128x128", "128x128/cta", "128x128/grid"},
@@ -405,6 +424,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
             {"128x96", "128x96/cta", "128x96/grid"},
             {"128x144", "128x144/cta", "128x144/grid"},
             {"64x72", "64x72/cta", "64x72/grid"},
+            {"64x192", "64x192/cta", "64x192/grid"},
         },
         {  // stream-K order (never GRID)
             {"64x128/sk", "64x128/cta+sk", "-"},
@@ -415,6 +435,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
             {"128x96/sk", "128x96/cta+sk", "-"},
             {"128x144/sk", "128x144/cta+sk", "-"},
             {"64x72/sk", "64x72/cta+sk", "-"},
+            {"64x192/sk", "64x192/cta+sk", "-"},
         },
     };
     if (pl->sum_last_cta) return "64x128/grid+last";

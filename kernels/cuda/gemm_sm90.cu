@@ -1010,7 +1010,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                                 : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
             // (the TMA-store kernels take every launch with tma_store but the cta path's in
-            // stream-K order)
+            // stream-K order and the 64 x 192 tile's, which has no TMA-store kernel)
             if constexpr (WN % 64 == 0 && SPLIT != SPLIT_GRID &&
                           ((STREAM && SPLIT != SPLIT_NONE) || !ws_has_tma_kernel(SPLIT, WN))) {
                 if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
@@ -1249,7 +1249,7 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d batch=%d: too many tiles", op, p->M, p->N, batch);
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
     // Stream-K order walks whole chains (never GRID splits), on 128-column instructions only
-    // (gemm_plan_choose never asks it of the 128 x 192 tiles).
+    // (gemm_plan_choose never asks it of the 192-column tiles).
     constexpr bool CAN_STREAM = SPLIT != SPLIT_GRID && WN == 128 && !ws_total_in_l2(SPLIT, NI, WN);
     gemm_handoff ho = {};
     if (ws_total_in_l2(SPLIT, NI, WN))
@@ -1367,12 +1367,14 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 IN_CTA on TMA only (its
     // running total in L2), 128 x 128 and the 72-, 96- and 144-column tiles only IN_CTA, 128 x 192
-    // IN_CTA or GRID on the persistent kernel.
+    // IN_CTA or GRID on the persistent kernel, 64 x 192 only there at S = 1 (one unit a CTA: its
+    // TMA stores at the unit's end, no next unit to defer them into; 6 slots of 32 KB).
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID)) launch_split_grid<2, 1, 4, true, 192>(c, p, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x192, SPLIT_NONE)) launch_ws<1, 1, 6, SPLIT_NONE, 192>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x96, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 96>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x72, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA, 72>(c, p, batch, pl, op);

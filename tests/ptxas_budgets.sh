@@ -8,7 +8,7 @@
 # spills, and none has its wgmma serialized by ptxas (C7514/C7515: an "info" line, not a
 # warning, and a 1.3-1.6x slower kernel).
 #   kernels/cuda/gemm_sm90.cu             the persistent kernels at 168 registers (producer 24 +
-#                                         two consumers at 240) or 248 (40 + one at 248)
+#                                         two consumers at 240) or 248 (56 + one at 248)
 #   kernels/cuda/mla_attention_wgmma16.cu  both split kernels at 168 (producer 88 + two computing
 #                                         warpgroups at 208)
 # ptxas's output goes to OUT_DIR/ptxas-<file>.log (default: a temporary directory). Exit 0 when

@@ -36,7 +36,7 @@
 #include "gemm_plan.cuh"    // gemm_plan, gemm_split_begin, GEMM_BK, the split rule
 #include "mma.cuh"          // cp_async_commit, cp_async_wait
 #include "tma_map.cuh"      // tma_map_bf16_2d
-#include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d, sw128_offset, fence_proxy_async
+#include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d/3d(_hint), l2_policy_evict_first, sw128_offset, fence_proxy_async
 
 // The rows of x a TMA k-tile asks for: the tile's BM, or M where M is smaller (one m-tile). The
 // copy engine's time goes by a box's rows, read or not: at M = 1 a 64-row box's 63 zero-filled
@@ -695,7 +695,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     constexpr int BM = 64 * CW, BN = WN * NI;
     constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
     const uint32_t stage_tx = gemm_k_tile_tx_bytes(p.M, BM, BN);
-    constexpr int PRODUCER_REGS = CW == 2 ? 24 : 40, CONSUMER_REGS = CW == 2 ? 240 : 248;
+    constexpr int PRODUCER_REGS = CW == 2 ? 24 : 56, CONSUMER_REGS = CW == 2 ? 240 : 248;
     static_assert(CW == 1 || 128 * PRODUCER_REGS + CW * 128 * CONSUMER_REGS == (CW + 1) * 128 * 168,
                   "the budgets fill the launch's 168 registers a thread exactly");
     extern __shared__ uint8_t smem_raw[];
@@ -775,6 +775,11 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         // k-tile index divided by STAGES: at STAGES = 6 a division in the loop).
         int slot = 0;
         uint32_t slot_round = 0;
+        // One row tile (M <= BM): every weight byte is read once, so its lines are the first L2
+        // gives up, and x's stay. Past it the row tiles a wave computes share each weight tile
+        // through L2, and the copies carry no hint. H200, dev builds, medians of three, us: M = 64
+        // 24576 x 1536 25.6 -> 25.0, 21888 x 2048 28.7 -> 28.2, 102400 x 2048 111.0 -> 109.8,
+        // 36864 x 7168 134.7 -> 132.5; M = 1 0-0.9 us; x copies kept in L2 (evict_last) gained nothing.
         for (int j = 0; j < pieces; j++) {
             const unit work = piece_at(j);
             for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
@@ -783,7 +788,10 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 uint8_t *s = smem + slot * STAGE_BYTES;
                 mbar_expect_tx(&full[slot], stage_tx);
                 tma_load_3d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0, work.b);
-                tma_load_3d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b);
+                if (m_tiles == 1)  // (the policy made at each copy: one held across the loop spilled)
+                    tma_load_3d_hint(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b,
+                                     l2_policy_evict_first());
+                else tma_load_3d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b);
                 if (++slot == STAGES) {
                     slot = 0;
                     slot_round++;

@@ -237,6 +237,16 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const void *tmap, uint64_
         ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(batch), "r"(smem_addr(bar)) : "memory");
 }
 
+// The same with an L2 cache policy (l2_policy_evict_first).
+__device__ __forceinline__ void tma_load_3d_hint(void *dst, const void *tmap, uint64_t *bar, int inner, int outer,
+                                                 int batch, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3, %4}], [%5], %6;\n"
+        ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(batch), "r"(smem_addr(bar)), "l"(policy)
+        : "memory");
+}
+
 // --- TMA stores (cp.async.bulk.tensor, shared to global, in bulk async-groups) -----------------
 
 // The box at (inner, outer) of matrix `batch` of a 3-D tensor map from shared memory (in the

@@ -191,6 +191,8 @@ static void one_wave_of_64x192_at_small_m(void **state) {
         {64, 21888, 2048, 132, "64x192"},     // 114, against 171 in stream-K order
         {16, 17280, 4096, 132, "64x192"},     // 90, against 135
         {1, 16896, 2048, 132, "64x128"},      // 132 units of 64 x 128: one wave already
+        {1, 16897, 2048, 132, "64x192"},      // 133 of them: 89 of 64 x 192, the rule's first N
+        {1, 25344, 2048, 132, "64x192"},      // 132 of 64 x 192 exactly: its last
         {1, 25472, 2048, 132, "64x128"},      // 133 of 64 x 192: two waves either way
         {65, 24576, 1536, 132, "128x256"},    // two row tiles of 64: not this rule
         {1, 21888, 2048, 114, "64x192"},      // H100 SXM: 114 units of 64 x 192 in its one wave

@@ -667,15 +667,16 @@ __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, f
 //
 // Warpgroups 0..CW-1 are the consumers, 64 rows each; warpgroup CW is the producer: one of its
 // threads issues every TMA copy. A whole warpgroup, because registers are shared per SM
-// quadrant: the producer gives its registers back (setmaxnreg 24; 40 with one consumer) so each
+// quadrant: the producer gives its registers back (setmaxnreg 24; 56 with one consumer) so each
 // consumer thread may hold 240 (248 with one): the cta path of 128-column tiles carries two
 // chains and a running total (64 + 64 + 64 a thread; 72 + 72 + 72 at 144 columns), the 128 x 192
 // one 96 + 96, the 128 x 256 one 128 accumulators (its total in L2). A 12-warp CTA (CW = 2)
 // launches at 168 registers a thread at most (384 x 168 of the SM's 64 K), so there the budgets
 // fill that pool exactly, 128 x 24 + 256 x 240 = 384 x 168, the 168 ptxas gives every thread at
 // launch (1 CTA per SM); an 8-warp CTA (CW = 1) launches at 248 (256 x 248 registers hold
-// 128 x 40 + 128 x 248). tests/gpu_gemm_check.sh fails if ptxas
-// reports other counts: a smaller one would leave setmaxnreg.inc waiting forever.
+// 128 x 56 + 128 x 248: the producer keeps 56 since its weight copies' cache hint, at 40 the
+// stream-K kernels spilled). tests/gpu_gemm_check.sh fails if ptxas reports other counts: a
+// smaller one would leave setmaxnreg.inc waiting forever.
 // STAGES slots, each with a `full` barrier (completed by the copy engine) and an `empty` barrier
 // (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to
 // STAGES k-tiles ahead of the consumers with no block-wide barrier, and across work units: while
@@ -698,6 +699,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     constexpr int PRODUCER_REGS = CW == 2 ? 24 : 56, CONSUMER_REGS = CW == 2 ? 240 : 248;
     static_assert(CW == 1 || 128 * PRODUCER_REGS + CW * 128 * CONSUMER_REGS == (CW + 1) * 128 * 168,
                   "the budgets fill the launch's 168 registers a thread exactly");
+    static_assert(CW == 2 || (PRODUCER_REGS % 8 == 0 && 128 * (PRODUCER_REGS + CONSUMER_REGS) <= 256 * 248),
+                  "the one-consumer budgets fit the launch's 248 registers a thread");
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];

@@ -929,20 +929,22 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             // C7515). One drain per two splits. With DEFER the pairs start at split 1 (in acc2,
             // split 0 waiting in acc for its fold): the same chain for every split.
             int s = DEFER ? 1 : 0;
+            auto &pair_first = *[&] {  // the chain of a pair's first split, and of its second
+                if constexpr (DEFER) return &acc2;
+                else return &acc;
+            }();
+            auto &pair_second = *[&] {
+                if constexpr (DEFER) return &acc;
+                else return &acc2;
+            }();
 #pragma unroll 1
             for (; s + 2 <= splits; s += 2) {
-                if constexpr (DEFER) {
-                    run_split(acc2, acc, s);
-                    run_split(acc, acc2, s + 1);
-                } else {
-                    run_split(acc, acc2, s);
-                    run_split(acc2, acc, s + 1);
-                }
+                run_split(pair_first, pair_second, s);
+                run_split(pair_second, pair_first, s + 1);
                 wgmma_wait<0>();
             }
             if (s < splits) {
-                if constexpr (DEFER) run_split(acc2, acc, s);
-                else run_split(acc, acc2, s);
+                run_split(pair_first, pair_second, s);
                 wgmma_wait<0>();
             }
             release(prev_slot);

@@ -367,11 +367,11 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
 
 static inline int gemm_tile_cols(enum gemm_tile t) {
     return t == TILE_128x256                         ? 256
-           : t == TILE_128x192 || t == TILE_64x192 ? 192
-           : t == TILE_128x144 ? 144
-           : t == TILE_64x72   ? 72
-           : t == TILE_64x96 || t == TILE_128x96 ? 96
-                                                 : 128;
+           : t == TILE_128x192 || t == TILE_64x192   ? 192
+           : t == TILE_128x144                       ? 144
+           : t == TILE_64x72                         ? 72
+           : t == TILE_64x96 || t == TILE_128x96     ? 96
+                                                     : 128;
 }
 static inline int gemm_tile_rows(enum gemm_tile t) {
     return t == TILE_64x128 || t == TILE_64x96 || t == TILE_64x72 || t == TILE_64x192 ? 64 : 128;

@@ -125,6 +125,14 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
     printf("gemm plans checked: %ld\n", plans);
 }
 
+// The plan one dense TMA product of M x N x K gets on `sms` SMs, failing unless its name is `name`.
+static gemm_plan expect_plan(int M, int N, int K, int sms, const char *name) {
+    const gemm_plan p = gemm_plan_choose(M, N, K, 1, true, true, sms);
+    if (strcmp(gemm_plan_name(&p), name) != 0)
+        fail_msg("M=%d N=%d K=%d sms=%d: plan %s, expected %s", M, N, K, sms, gemm_plan_name(&p), name);
+    return p;
+}
+
 // Stream-K order where round robin's last round would be thin and the weights are read once
 // either way (H200, 132 SMs; the cases of gemm_plan.cuh's comment), round robin elsewhere.
 static void stream_k_where_the_last_round_is_thin(void **state) {
@@ -142,10 +150,10 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
         {1, 4096, 512, false, "64x128"},              // 32 units: one round
     };
     for (int i = 0; i < COUNT(cases); i++) {
-        const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);
-        if (p.stream_k != cases[i].stream_k || strcmp(gemm_plan_name(&p), cases[i].name) != 0)
-            fail_msg("M=%d N=%d K=%d: plan %s, expected %s", cases[i].M, cases[i].N, cases[i].K, gemm_plan_name(&p),
-                     cases[i].name);
+        const gemm_plan p = expect_plan(cases[i].M, cases[i].N, cases[i].K, 132, cases[i].name);
+        if (p.stream_k != cases[i].stream_k)
+            fail_msg("M=%d N=%d K=%d: plan %s, stream-K %d", cases[i].M, cases[i].N, cases[i].K, gemm_plan_name(&p),
+                     p.stream_k);
     }
     // never for the cp.async and scalar kernels, which walk their tiles one a CTA
     assert_false(gemm_plan_choose(1, 36864, 7168, 1, true, false, 132).stream_k);
@@ -198,12 +206,7 @@ static void one_wave_of_64x192_at_small_m(void **state) {
         {1, 21888, 2048, 114, "64x192"},      // H100 SXM: 114 units of 64 x 192 in its one wave
         {1, 24576, 1536, 114, "64x128"},      // 128 > 114
     };
-    for (int i = 0; i < COUNT(cases); i++) {
-        const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, cases[i].sms);
-        if (strcmp(gemm_plan_name(&p), cases[i].name) != 0)
-            fail_msg("M=%d N=%d K=%d sms=%d: plan %s, expected %s", cases[i].M, cases[i].N, cases[i].K, cases[i].sms,
-                     gemm_plan_name(&p), cases[i].name);
-    }
+    for (int i = 0; i < COUNT(cases); i++) expect_plan(cases[i].M, cases[i].N, cases[i].K, cases[i].sms, cases[i].name);
     // a batch keeps 64 x 128 (the rule measured one product), and so do cp.async loads
     assert_int_equal(gemm_plan_choose(1, 24576, 1536, 2, true, true, 132).tile, TILE_64x128);
     assert_int_equal(gemm_plan_choose(1, 24576, 1536, 1, true, false, 132).tile, TILE_64x128);
@@ -249,12 +252,7 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {1024, 640, 7168, "64x128/cta"},      // 640 columns: 7 tiles of 96 would leave 32 empty
         {2048, 576, 7168, "128x96/cta"},      // 96 units of 128 x 96 against 80 of 128 x 128
     };
-    for (int i = 0; i < COUNT(cases); i++) {
-        const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);
-        if (strcmp(gemm_plan_name(&p), cases[i].name) != 0)
-            fail_msg("M=%d N=%d K=%d: plan %s, expected %s", cases[i].M, cases[i].N, cases[i].K, gemm_plan_name(&p),
-                     cases[i].name);
-    }
+    for (int i = 0; i < COUNT(cases); i++) expect_plan(cases[i].M, cases[i].N, cases[i].K, 132, cases[i].name);
     // the persistent kernel only: the cp.async kernels have no 128 x 192 tile
     assert_int_equal(gemm_plan_choose(4096, 1536, 7168, 1, true, false, 132).tile, TILE_128x128);
 }

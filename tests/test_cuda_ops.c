@@ -273,7 +273,8 @@ static void test_gemm_tile_paths(void **state) {
 
 // The split count depends on (N, K) alone, so every M must give a row the same bits whether
 // the splits ran on separate CTAs (fp32 partials summed in split order by each tile's last CTA
-// up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above) or one CTA walked them (large
+// up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above; from M = 48 the 64 x 128 ones
+// as units of the persistent kernel) or one CTA walked them (large
 // M, running total in registers, or in L2 on 128 x 256 tiles), on 64 x 128, 64 x 96, 64 x 72, 64 x 192,
 // 128 x 96, 128 x 128, 128 x 144, 128 x 192 or 128 x 256 tiles, and whichever
 // epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
@@ -302,6 +303,7 @@ static void test_gemm_split_k_rows(void **state) {
 #ifdef INVAR_CUDA
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run
     bool seen_last_cta = false, seen_reduce = false;  // who sums the small-M grid splits
+    bool seen_grid_persistent = false;  // 64 x 128 split CTAs as units of the persistent kernel (M >= 48)
     bool seen_stream_k = false, seen_stream_k_cta = false;  // chains handed between CTAs
     bool seen_stream_k_64 = false, seen_one_wave_192 = false;  // M <= 64, S = 1: 64 x 128 in stream-K order, 64 x 192
     bool seen_wide_cta = false, seen_wide_grid_192 = false;  // 128 x 192: wgmma n = 192 against n = 128
@@ -344,6 +346,7 @@ static void test_gemm_split_k_rows(void **state) {
             seen_wide_grid |= splits > 1 && strstr(plan, "128x256/grid") != NULL;
             seen_last_cta |= splits > 1 && strstr(plan, "grid+last") != NULL;
             seen_reduce |= splits > 1 && strcmp(plan, "64x128/grid tma") == 0;
+            seen_grid_persistent |= splits > 1 && strstr(plan, "64x128/grid+persistent") != NULL;
             seen_stream_k |= splits == 1 && strstr(plan, "/sk") != NULL;
             seen_stream_k_cta |= splits > 1 && strstr(plan, "/cta+sk") != NULL;
             seen_stream_k_64 |= splits == 1 && strstr(plan, "64x128/sk") != NULL;
@@ -390,15 +393,17 @@ static void test_gemm_split_k_rows(void **state) {
     const bool sms_132 = inv_cuda_sm_count(inv) == 132;
     if (strcmp(plan, "mma.sync") != 0 &&
         !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce && seen_total_l2 &&
+          seen_grid_persistent &&
           (!sms_132 || (seen_stream_k && seen_stream_k_cta && seen_wide_cta && seen_wide_grid_192 && seen_narrow_cta &&
                         seen_narrow_cta_128 && seen_cta_144 && seen_cta_72 && seen_stream_k_64 && seen_one_wave_192))))
         fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
                  "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d, 128x192 in-CTA %d, "
                  "128x192 grid %d, 64x96 in-CTA %d, 128x96 in-CTA %d, 128x144 in-CTA %d, 64x72 in-CTA %d, "
-                 "128x256 in-CTA with the total in L2 %d, 64x128 stream-K %d, 64x192 %d)",
+                 "128x256 in-CTA with the total in L2 %d, 64x128 stream-K %d, 64x192 %d, 64x128 split CTAs on "
+                 "the persistent kernel %d)",
                  seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce, seen_stream_k,
                  seen_stream_k_cta, seen_wide_cta, seen_wide_grid_192, seen_narrow_cta, seen_narrow_cta_128,
-                 seen_cta_144, seen_cta_72, seen_total_l2, seen_stream_k_64, seen_one_wave_192);
+                 seen_cta_144, seen_cta_72, seen_total_l2, seen_stream_k_64, seen_one_wave_192, seen_grid_persistent);
 #endif
 }
 

@@ -19,7 +19,7 @@
 // N past the 67 column tiles no split reaches).
 static const int plan_ns[] = {40, 128, 576, 1536, 2048, 2816, 3072, 4096, 7168, 8576, 8832, 21888, 24576, 129280};
 static const int plan_ks[] = {40, 64, 512, 520, 1408, 1536, 2048, 7168, 8192, 16384, 18432};
-static const int plan_ms[] = {1, 2, 4, 5, 16, 63, 64, 65, 128, 200, 256, 513, 1024, 4096, 8192};
+static const int plan_ms[] = {1, 2, 4, 5, 16, 47, 48, 63, 64, 65, 128, 200, 256, 513, 1024, 4096, 8192};
 static const int plan_sms[] = {132, 114, 78, 16};  // H200 / H100 SXM, H100 PCIe, smaller parts
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -99,6 +99,12 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                             if (p.sum_last_cta)
                                 assert_true(p.mode == SPLIT_GRID && p.tile == TILE_64x128 &&
                                             M <= GEMM_SPLIT_LAST_CTA_MAX_M);
+                            // split CTAs on the persistent kernel: the 128-row tiles always, 64 x 128
+                            // from GEMM_SPLIT_GRID_PERSISTENT_MIN_M (gemm_sm90_launch has no other)
+                            assert_true(p.grid_persistent ==
+                                        (p.mode == SPLIT_GRID &&
+                                         (p.tile != TILE_64x128 || M >= GEMM_SPLIT_GRID_PERSISTENT_MIN_M)));
+                            assert_false(p.grid_persistent && p.sum_last_cta);
                             if (p.stream_k)  // the persistent kernel only, on 128-column instructions
                                 assert_true(p.load == LOAD_TMA && p.mode != SPLIT_GRID && p.tile != TILE_128x192 &&
                                             p.tile != TILE_64x96 && p.tile != TILE_128x96 && p.tile != TILE_128x144 &&
@@ -212,6 +218,27 @@ static void one_wave_of_64x192_at_small_m(void **state) {
     assert_int_equal(gemm_plan_choose(1, 24576, 1536, 1, true, false, 132).tile, TILE_64x128);
 }
 
+// The 64 x 128 split CTAs: the last CTA sums up to M = 4, plain CTAs below M = 48, units of the
+// persistent kernel from there, before and past M = 64 (H200, the rule's measurements in
+// gemm_plan.cuh).
+static void split_ctas_on_the_persistent_kernel_from_m_48(void **state) {
+    (void)state;
+    static const struct { int M, N, K; const char *name; } cases[] = {
+        {4, 1536, 7168, "64x128/grid+last"},
+        {5, 1536, 7168, "64x128/grid"},
+        {47, 3072, 2048, "64x128/grid"},
+        {48, 3072, 2048, "64x128/grid+persistent"},
+        {64, 1536, 7168, "64x128/grid+persistent"},
+        {65, 1536, 7168, "128x256/grid"},            // wide split CTAs: always persistent
+        {128, 576, 7168, "64x128/grid+persistent"},  // 3 tiles of 128 x 192 would fill a third of the SMs
+        {200, 576, 2048, "64x128/grid+persistent"},
+    };
+    for (int i = 0; i < COUNT(cases); i++) {
+        const gemm_plan p = expect_plan(cases[i].M, cases[i].N, cases[i].K, 132, cases[i].name);
+        assert_int_equal(p.splits, gemm_split_count(cases[i].N, cases[i].K));  // the same chains on each kernel
+    }
+}
+
 // The cta path's tile by its waves and the time a k-tile of it takes (gemm_cta_wide_tile: 128 x
 // 96, 128 x 128, 128 x 144 or 128 x 192; gemm_cta_narrow_wins: 64 x 96 for 64 x 128, 64 x 72 where
 // N allows; H200, 132 SMs, the grid's cells measured on 2026-12-01), the 128 x 192 split CTAs
@@ -262,6 +289,7 @@ int main(void) {
         cmocka_unit_test(split_rule_cuts_k_the_same_way),
         cmocka_unit_test(wide_cta_tile_where_it_saves_waves),
         cmocka_unit_test(one_wave_of_64x192_at_small_m),
+        cmocka_unit_test(split_ctas_on_the_persistent_kernel_from_m_48),
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
         cmocka_unit_test(stream_k_where_the_last_round_is_thin),
         cmocka_unit_test(stream_k_tail_after_round_robin),

@@ -34,14 +34,16 @@ const op_shape gemm_cpu_shapes[] = {
 const op_shape gemm_cuda_shapes[] = {
     {.label = "576x2048", .gemm = {.N = 576, .K = 2048}, .quick = true},
     {.label = "2048x512", .gemm = {.N = 2048, .K = 512}, .quick = true},
-    // split-K on sm_90a (kernels/cuda/gemm_plan.cuh: 5 splits; 576x2048 above has 5 too):
-    // M <= 204 runs the splits on separate CTAs and reduces their partials, M = 256 has one
-    // 64 x 128 CTA walk them, M >= 1024 one 128 x 128 CTA: the quick M list crosses both switches
+    // split-K on sm_90a (kernels/cuda/gemm_plan.cuh: 5 splits; 576x2048 above has 5 too, on split
+    // CTAs up to M = 256): M <= 64 runs the splits on separate CTAs (M = 2 the tile's last CTA adds
+    // the partials, M = 7 a reduce kernel, M = 64 the CTAs units of the persistent kernel), M = 256
+    // has one 64 x 96 CTA walk them, M = 1024 one 128 x 192 CTA: the quick M list crosses every switch
     {.label = "3072x2048", .gemm = {.N = 3072, .K = 2048}, .quick = true},
     {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
     // 18 splits: M = 4096 has one 128 x 144 CTA walk them (wgmma n = 144, four whole tiles), M = 1024
-    // a 64 x 72 one (n = 72, eight), M <= 256 split CTAs (cuBLAS differs at M >= 256 on the H200)
-    {.label = "576x7168", .gemm = {.N = 576, .K = 7168}},
+    // a 64 x 72 one (n = 72, eight), M <= 256 split CTAs (cuBLAS differs at M >= 256 on the H200:
+    // quick, so that --quick's negative control has a shape where the reference set varies)
+    {.label = "576x7168", .gemm = {.N = 576, .K = 7168}, .quick = true},
     // 2 long splits: 64 x 128 grid CTAs at small M, 128 x 256 grid CTAs from M = 513 (cuBLAS
     // differs at M >= 16 on the H200)
     {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},

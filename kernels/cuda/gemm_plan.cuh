@@ -57,13 +57,15 @@ enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
 
 // NONE: S = 1, the accumulator is the result. IN_CTA: one CTA walks every split, each into a
 // fresh accumulator added to a running total in registers (128 x 256 tiles: in L2 scratch). GRID: split s on CTAs of
-// blockIdx.z = s, fp32 partials to scratch, then each tile's last CTA (small M: no second
-// launch) or gemm_split_reduce_kernel adds them in split order.
+// blockIdx.z = s (or as units of the persistent kernel: gemm_plan.grid_persistent), fp32
+// partials to scratch, then each tile's last CTA (small M: no second launch) or
+// gemm_split_reduce_kernel adds them in split order.
 enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 
 // Tiles (rows x columns per CTA; a warpgroup owns 64 rows, 72, 96, 128, 144 or 192 columns per
 // wgmma):
-//   64 x 128   one warpgroup: small M, and GRID splits up to M = 64
+//   64 x 128   one warpgroup: small M, and GRID splits up to M = 64 (past it where the wide
+//              tiles would leave half the SMs idle); from M = 48 on the persistent kernel
 //   128 x 128  two warpgroups, one wgmma each: large M when S > 1 in one CTA (two chains of 64
 //              accumulators + 64 of running total per thread; 128 x 256 would need 128 + 128
 //              for one chain and spill, so it keeps its total in L2, for long splits only)
@@ -95,6 +97,8 @@ typedef struct {
     enum gemm_split_mode mode;
     enum gemm_load load;
     bool sum_last_cta;  // GRID: each tile's last CTA adds the partials (no second kernel)
+    bool grid_persistent;  // GRID: the split CTAs are units of the persistent kernel (the
+                           // 128-row tiles always; 64 x 128 from GEMM_SPLIT_GRID_PERSISTENT_MIN_M)
     bool stream_k;      // NONE, IN_CTA on the persistent kernel: the CTAs share the units'
                         // k-tiles evenly, a unit cut between two CTAs handing its chain over
     int stream_k_rounds;  // with stream_k: whole rounds of round robin first, the rest shared
@@ -124,6 +128,20 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // 10-35 us slower than the reduce kernel; again with the sum's loads in flight, 2026-12-02: M = 8
 // 0.1-1.2 us, M = 16 1.7-3.3 us slower; kernels/cuda/NOTES.md).
 #define GEMM_SPLIT_LAST_CTA_MAX_M 4
+
+// From this M the 64 x 128 split CTAs run as units of the persistent kernel (8 slots, the
+// producer a warp of its own) rather than as one CTA each of gemm_sm90_kernel (6 slots, every
+// warp both loading and computing): the same splits, the same partials and the same reduce
+// kernel, so the same bits. Up to M = 40 the plain CTAs win by 0.3-1.5 us (a cost of the
+// persistent kernel not yet located: it shows at 80 units on 132 SMs as at 216); the plain
+// kernel's time grows with M, the persistent one's hardly, and they cross at M = 48. H200, dev builds,
+// medians of three, 2026-12-02, us (plain -> persistent): M = 40 1536 x 7168 11.3 -> 12.1,
+// 2048 x 2048 8.6 -> 9.6; M = 48 1536 x 7168 12.3 -> 12.4, 3072 x 2048 10.9 -> 10.5, 576 x 2048
+// 9.4 -> 9.2, 2048 x 2048 9.1 -> 9.6; M = 64 1536 x 7168 14.2 -> 12.7, 576 x 7168 11.8 -> 10.7,
+// 3072 x 2048 12.4 -> 10.5, 2048 x 2048 11.1 -> 9.8, 7168 x 16384 67.9 -> 65.7; past M = 64
+// (576 columns) 576 x 7168 M = 128 16.6 -> 14.5, 576 x 2048 M = 200 11.0 -> 10.1. Bits equal on
+// every cell.
+#define GEMM_SPLIT_GRID_PERSISTENT_MIN_M 48
 
 // 128 x 256 tiles walking every split at large M once each split is at least this many k-tiles,
 // the running total kept in L2 scratch (128 accumulators a thread leave no registers for it):
@@ -310,6 +328,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     pl.mode = pl.splits > 1 ? SPLIT_IN_CTA : SPLIT_NONE;
     pl.tile = TILE_64x128;
     pl.sum_last_cta = false;
+    pl.grid_persistent = false;
     pl.stream_k_rounds = 0;
     const long small_tiles = gemm_tile_count(M, N, batch, 64, 128), wide_tiles = gemm_tile_count(M, N, batch, 128, 256);
     // Separate split CTAs while the 64 x 128 tiles alone leave SMs idle and the partials
@@ -331,6 +350,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
         // 18.5 -> 16.7 us; 1536 x 7168, no empty columns either way: 24.4 against 29.2).
         if (M > 64 && wide_tiles * pl.splits * 2 >= num_sms)
             pl.tile = (N + 191) / 192 * 192 < (N + 255) / 256 * 256 ? TILE_128x192 : TILE_128x256;
+        pl.grid_persistent = pl.tile != TILE_64x128 || M >= GEMM_SPLIT_GRID_PERSISTENT_MIN_M;
         return pl;
     }
     if (pl.load == LOAD_TMA && gemm_one_wave_192(M, N, batch, pl.splits, num_sms)) pl.tile = TILE_64x192;
@@ -439,6 +459,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
         },
     };
     if (pl->sum_last_cta) return "64x128/grid+last";
+    if (pl->mode == SPLIT_GRID && pl->tile == TILE_64x128 && pl->grid_persistent) return "64x128/grid+persistent";
     if (pl->stream_k && pl->stream_k_rounds > 0) return "128x256/sk-tail";  // the only tile that takes it
     return names[pl->stream_k][pl->tile][pl->mode];
 }

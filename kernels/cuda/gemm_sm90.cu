@@ -19,8 +19,8 @@
 //                        (3-D tensor maps, the product the third coordinate): warp-specialized
 //                        and persistent, a producer warpgroup issuing tensor copies on full/empty
 //                        mbarriers, consumer warpgroups walking work units (every dense plan
-//                        except the 64 x 128 split CTAs at small M, which run one unit each and
-//                        measured faster as gemm_sm90_kernel CTAs).
+//                        except the 64 x 128 split CTAs below M = 48, which run one unit each
+//                        and measured faster as gemm_sm90_kernel CTAs).
 //   gemm_sm90_kernel     one tile per CTA; TMA issued by one thread STAGES-1 k-tiles ahead
 //                        (the small-M split CTAs), or cp.async for everything else (MoE experts
 //                        gather their rows through x_rows; unaligned strides): every thread
@@ -1190,8 +1190,8 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
 #endif
 }
 
-// SPLIT_GRID's second pass after the warp-specialized split CTAs (past M = 64, where one more
-// launch is cheap against the product): y[m][n] = ((p_0 + p_1) + p_2) + ... over the partials
+// SPLIT_GRID's second pass after the split CTAs (past GEMM_SPLIT_LAST_CTA_MAX_M rows, where one
+// more launch is cheap against the product): y[m][n] = ((p_0 + p_1) + p_2) + ... over the partials
 // [splits][M][N], split order, one rounding to bf16 (or none for fp32 output). 4 consecutive
 // columns per thread; the partials' rows are N floats, so VEC4 needs N % 4 == 0.
 template <bool VEC4>
@@ -1318,9 +1318,10 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_
 // their sum in split order into y; in blocks of rows so the scratch stays under
 // GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
 #define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
-// WS: the split CTAs are the warp-specialized kernel's work units, else one gemm_sm90_kernel
-// CTA each (small M). pl.sum_last_cta (gemm_sm90_kernel only): each tile's last CTA sums, else
-// gemm_split_reduce_kernel does, launched as a programmatic dependent.
+// WS (pl.grid_persistent): the split CTAs are the warp-specialized kernel's work units, else one
+// gemm_sm90_kernel CTA each (64 x 128 below GEMM_SPLIT_GRID_PERSISTENT_MIN_M). pl.sum_last_cta
+// (gemm_sm90_kernel only): each tile's last CTA sums, else gemm_split_reduce_kernel does,
+// launched as a programmatic dependent.
 template <int WGS, int NI, int STAGES, bool WS, int WN = 128>
 static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, const gemm_plan &pl, const char *op) {
     constexpr int BM = 64 * WGS, BN = WN * NI;
@@ -1380,12 +1381,14 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 IN_CTA on TMA only (its
     // running total in L2), 128 x 128 and the 72-, 96- and 144-column tiles only IN_CTA, 128 x 192
-    // IN_CTA or GRID on the persistent kernel, 64 x 192 only there at S = 1 (one unit a CTA: its
+    // IN_CTA or GRID on the persistent kernel, 64 x 128 GRID on either kernel, 64 x 192 only there at S = 1 (one unit a CTA: its
     // TMA stores at the unit's end, no next unit to defer them into; 6 slots of 32 KB).
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
-    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID)) launch_split_grid<2, 2, 4, true>(c, p, pl, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID)) launch_split_grid<2, 1, 4, true, 192>(c, p, pl, op);
+    const bool grid_ws = pl.grid_persistent;
+    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && !grid_ws) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && grid_ws) launch_split_grid<1, 1, 8, true>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID) && grid_ws) launch_split_grid<2, 2, 4, true>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID) && grid_ws) launch_split_grid<2, 1, 4, true, 192>(c, p, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x192, SPLIT_NONE)) launch_ws<1, 1, 6, SPLIT_NONE, 192>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, pl, op);

@@ -239,6 +239,32 @@ static void split_ctas_on_the_persistent_kernel_from_m_48(void **state) {
     }
 }
 
+// gemm_tile_of, the order CTAs take tiles in: every tile once, in groups of GEMM_TILE_GROUP_M row
+// tiles (the last group shorter), one row tile by the shortcut that skips its divisions.
+static void tile_order_covers_every_tile_once(void **state) {
+    (void)state;
+    static const int m_counts[] = {1, 2, 7, 8, 9, 17, 64}, n_counts[] = {1, 3, 12, 141};
+    for (int mi = 0; mi < COUNT(m_counts); mi++)
+        for (int ni = 0; ni < COUNT(n_counts); ni++) {
+            const int m_tiles = m_counts[mi], n_tiles = n_counts[ni], tiles = m_tiles * n_tiles;
+            static unsigned char seen[64 * 141];
+            memset(seen, 0, sizeof seen);
+            for (int linear = 0; linear < tiles; linear++) {
+                int m, n;
+                gemm_tile_of(linear, m_tiles, n_tiles, &m, &n);
+                if (m < 0 || m >= m_tiles || n < 0 || n >= n_tiles || seen[m * n_tiles + n]++)
+                    fail_msg("%d x %d tiles: unit %d -> tile (%d, %d), out of range or twice", m_tiles,
+                             n_tiles, linear, m, n);
+                const int group = linear / (GEMM_TILE_GROUP_M * n_tiles);  // the grouped order
+                const int rows = m_tiles - group * GEMM_TILE_GROUP_M < GEMM_TILE_GROUP_M
+                                     ? m_tiles - group * GEMM_TILE_GROUP_M : GEMM_TILE_GROUP_M;
+                const int in_group = linear - group * GEMM_TILE_GROUP_M * n_tiles;
+                assert_int_equal(m, group * GEMM_TILE_GROUP_M + in_group % rows);
+                assert_int_equal(n, in_group / rows);
+            }
+        }
+}
+
 // The cta path's tile by its waves and the time a k-tile of it takes (gemm_cta_wide_tile: 128 x
 // 96, 128 x 128, 128 x 144 or 128 x 192; gemm_cta_narrow_wins: 64 x 96 for 64 x 128, 64 x 72 where
 // N allows; H200, 132 SMs, the grid's cells measured on 2026-12-01), the 128 x 192 split CTAs
@@ -290,6 +316,7 @@ int main(void) {
         cmocka_unit_test(wide_cta_tile_where_it_saves_waves),
         cmocka_unit_test(one_wave_of_64x192_at_small_m),
         cmocka_unit_test(split_ctas_on_the_persistent_kernel_from_m_48),
+        cmocka_unit_test(tile_order_covers_every_tile_once),
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
         cmocka_unit_test(stream_k_where_the_last_round_is_thin),
         cmocka_unit_test(stream_k_tail_after_round_robin),

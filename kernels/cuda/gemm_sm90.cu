@@ -716,7 +716,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     auto unit_at = [&](int u) {
         unit work;
         int m_tile, n_tile;
-        work.b = u / per_product;
+        work.b = batch == 1 ? 0 : u / per_product;  // (a division less before the first copy)
         u -= work.b * per_product;
         work.split = SPLIT == SPLIT_GRID ? u / tiles : 0;
         gemm_tile_of(u - work.split * tiles, m_tiles, n_tiles, &m_tile, &n_tile);

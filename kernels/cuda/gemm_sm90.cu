@@ -1381,8 +1381,9 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 IN_CTA on TMA only (its
     // running total in L2), 128 x 128 and the 72-, 96- and 144-column tiles only IN_CTA, 128 x 192
-    // IN_CTA or GRID on the persistent kernel, 64 x 128 GRID on either kernel, 64 x 192 only there at S = 1 (one unit a CTA: its
-    // TMA stores at the unit's end, no next unit to defer them into; 6 slots of 32 KB).
+    // IN_CTA or GRID on the persistent kernel, 64 x 128 GRID on either kernel, 64 x 192 only on
+    // the persistent one at S = 1 (one unit a CTA: its TMA stores at the unit's end, no next unit
+    // to defer them into; 6 slots of 32 KB).
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
     const bool grid_ws = pl.grid_persistent;
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && !grid_ws) launch_split_grid<1, 1, 6, false>(c, p, pl, op);

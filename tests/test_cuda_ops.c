@@ -274,10 +274,9 @@ static void test_gemm_tile_paths(void **state) {
 // The split count depends on (N, K) alone, so every M must give a row the same bits whether
 // the splits ran on separate CTAs (fp32 partials summed in split order by each tile's last CTA
 // up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above; from M = 48 the 64 x 128 ones
-// as units of the persistent kernel) or one CTA walked them (large
-// M, running total in registers, or in L2 on 128 x 256 tiles), on 64 x 128, 64 x 96, 64 x 72, 64 x 192,
-// 128 x 96, 128 x 128, 128 x 144, 128 x 192 or 128 x 256 tiles, and whichever
-// epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
+// as units of the persistent kernel) or one CTA walked them (large M, running total in
+// registers, or in L2 on 128 x 256 tiles), on 64 x 128, 64 x 96, 64 x 72, 64 x 192, 128 x 96,
+// 128 x 128, 128 x 144, 128 x 192 or 128 x 256 tiles, and whichever epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
 // arrival counters at zero for the next launch. Split and non-split shapes; fp32 output
 // rounding to the bf16 output on both paths; sampled rows against the float64 oracle.
 static void test_gemm_split_k_rows(void **state) {
@@ -298,7 +297,7 @@ static void test_gemm_split_k_rows(void **state) {
         {2048, 2048},  // S = 5, odd: the two-chain 128 x 128 walk ends in its first chain
         {576, 2048},   // S = 5 on 64 x 72 tiles at M = 513 and 1024
     };
-    static const int ms[] = {1, 2, 3, 7, 16, 17, 64, 65, 200, 513, 1024, 4096};
+    static const int ms[] = {1, 2, 3, 7, 16, 17, 48, 63, 64, 65, 200, 513, 1024, 4096};  // 48: the persistent split CTAs
     const int MMAX = 8192, f32_ms[] = {17, 1024, 4096};  // 1024, 4096: the 72-, 96- and 144-column tiles' fp32 stores
 #ifdef INVAR_CUDA
     bool seen_split = false, seen_grid = false, seen_cta = false, seen_wide_grid = false;  // paths run

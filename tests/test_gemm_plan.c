@@ -11,7 +11,7 @@
 
 #include <stdbool.h>  // bool
 #include <stdio.h>    // printf
-#include <string.h>   // strcmp
+#include <string.h>   // strcmp, memset
 
 #include "../kernels/cuda/gemm_plan.cuh"  // gemm_split_count, gemm_split_begin, gemm_plan_choose
 
@@ -46,9 +46,12 @@ static void split_rule_cuts_k_the_same_way(void **state) {
         }
 }
 
-// The (load, tile, mode) triples gemm_sm90_launch (kernels/cuda/gemm_sm90.cu) has a kernel for;
-// anything else dies there at run time, on a GPU only.
+// The (load, tile, mode) triples gemm_sm90_launch (kernels/cuda/gemm_sm90.cu) has a kernel for,
+// and its split CTAs' kernel (grid_persistent: 64 x 128 on either, the 128-row tiles on the
+// persistent one only); anything else dies there at run time, on a GPU only.
 static bool launchable(const gemm_plan *p) {
+    if (p->grid_persistent && p->mode != SPLIT_GRID) return false;
+    if (p->mode == SPLIT_GRID && p->tile != TILE_64x128 && !p->grid_persistent) return false;
     static const struct { enum gemm_load load; enum gemm_tile tile; enum gemm_split_mode mode; } kernels[] = {
         {LOAD_TMA, TILE_64x128, SPLIT_GRID},         {LOAD_TMA, TILE_128x256, SPLIT_GRID},
         {LOAD_TMA, TILE_64x128, SPLIT_NONE},         {LOAD_TMA, TILE_64x128, SPLIT_IN_CTA},
@@ -230,7 +233,7 @@ static void split_ctas_on_the_persistent_kernel_from_m_48(void **state) {
         {48, 3072, 2048, "64x128/grid+persistent"},
         {64, 1536, 7168, "64x128/grid+persistent"},
         {65, 1536, 7168, "128x256/grid"},            // wide split CTAs: always persistent
-        {128, 576, 7168, "64x128/grid+persistent"},  // 3 tiles of 128 x 192 would fill a third of the SMs
+        {128, 576, 7168, "64x128/grid+persistent"},  // 3 x 18 units of 128 x 256 would fill 41% of the SMs
         {200, 576, 2048, "64x128/grid+persistent"},
     };
     for (int i = 0; i < COUNT(cases); i++) {

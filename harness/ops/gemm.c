@@ -44,7 +44,8 @@ const op_shape gemm_cuda_shapes[] = {
     // a 64 x 72 one (n = 72, eight), M <= 256 split CTAs (cuBLAS differs at M >= 256 on the H200:
     // quick, so that --quick's negative control has a shape where the reference set varies)
     {.label = "576x7168", .gemm = {.N = 576, .K = 7168}, .quick = true},
-    // 2 long splits: 64 x 128 grid CTAs at small M, 128 x 256 grid CTAs from M = 513 (cuBLAS
+    // 2 long splits: 64 x 128 split CTAs up to M = 128 (on the persistent kernel from 48), one
+    // 128 x 128 CTA walking both at 129-512, one 128 x 256 from M = 513, its total in L2 (cuBLAS
     // differs at M >= 16 on the H200)
     {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
     // 141 column tiles of 128, 94 of 192: at M <= 64 one wave of 64 x 192 tiles (wgmma n = 192,

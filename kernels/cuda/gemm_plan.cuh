@@ -137,15 +137,16 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // From this M the 64 x 128 split CTAs run as units of the persistent kernel (8 slots, the
 // producer a warp of its own) rather than as one CTA each of gemm_sm90_kernel (6 slots, every
 // warp both loading and computing): the same splits, the same partials and the same reduce
-// kernel, so the same bits. Up to M = 40 the plain CTAs win by 0.3-1.5 us (a cost of the
-// persistent kernel not yet located: it shows at 80 units on 132 SMs as at 216); the plain
-// kernel's time grows with M, the persistent one's hardly, and they cross at M = 48. H200, dev builds,
-// medians of three, 2026-12-02, us (plain -> persistent): M = 40 1536 x 7168 11.3 -> 12.1,
-// 2048 x 2048 8.6 -> 9.6; M = 48 1536 x 7168 12.3 -> 12.4, 3072 x 2048 10.9 -> 10.5, 576 x 2048
-// 9.4 -> 9.2, 2048 x 2048 9.1 -> 9.6; M = 64 1536 x 7168 14.2 -> 12.7, 576 x 7168 11.8 -> 10.7,
-// 3072 x 2048 12.4 -> 10.5, 2048 x 2048 11.1 -> 9.8, 7168 x 16384 67.9 -> 65.7; past M = 64
-// (576 columns) 576 x 7168 M = 128 16.6 -> 14.5, 576 x 2048 M = 200 11.0 -> 10.1. Bits equal on
-// every cell.
+// kernel, so the same bits. At small M the plain CTAs win (1.2-2.3 us at M = 5: the persistent
+// CTA's unit set-up, divisions paid before its first copy; NOTES.md); the plain kernel's time
+// grows with M, the persistent one's hardly, and from M = 48 the persistent kernel wins on most
+// shapes. H200, dev builds, medians of three, 2026-12-02, us (plain -> persistent; NOTES.md,
+// "Split CTAs on the persistent kernel"): M = 40 1536 x 7168 11.3 -> 12.1, 2048 x 2048 8.6 ->
+// 9.6; M = 48 1536 x 7168 12.4 -> 12.3, 576 x 7168 10.3 -> 10.3, 3072 x 2048 10.8 -> 10.4, 2048 x
+// 2048 8.9 -> 9.7 (that shape crosses past M = 56); M = 64 1536 x 7168 14.2 -> 12.7, 576 x 7168
+// 11.7 -> 10.7, 3072 x 2048 12.4 -> 10.6, 2048 x 2048 10.6 -> 9.8, 7168 x 16384 67.9 -> 65.7; past
+// M = 64 (576 columns) 576 x 7168 M = 128 16.6 -> 14.5, 576 x 2048 M = 200 11.0 -> 10.1. Bits
+// equal on every cell.
 #define GEMM_SPLIT_GRID_PERSISTENT_MIN_M 48
 
 // 128 x 256 tiles walking every split at large M once each split is at least this many k-tiles,

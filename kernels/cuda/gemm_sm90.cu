@@ -64,8 +64,8 @@ __host__ __device__ constexpr int epilogue_stage_bytes(int split, int wn) {
 // Whether a kernel stages its epilogue (VEC: its vector epilogue is compiled, always on the
 // persistent kernel, on gemm_sm90_kernel's two-warpgroup tiles only): with S = 1, where
 // the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a one-k-tile
-// product, 199 -> 99 us), and for the fp32 partials of split CTAs past M = 64, which write one
-// tile each after a walk of a few k-tiles.
+// product, 199 -> 99 us), and for the fp32 partials of split CTAs on the persistent kernel (from
+// M = 48), which write one tile each after a walk of a few k-tiles.
 __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
     return vec && (split == SPLIT_NONE || split == SPLIT_GRID);
 }
@@ -1385,11 +1385,11 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     // the persistent one at S = 1 (one unit a CTA: its TMA stores at the unit's end, no next unit
     // to defer them into; 6 slots of 32 KB).
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
-    const bool grid_ws = pl.grid_persistent;
-    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && !grid_ws) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && grid_ws) launch_split_grid<1, 1, 8, true>(c, p, pl, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID) && grid_ws) launch_split_grid<2, 2, 4, true>(c, p, pl, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID) && grid_ws) launch_split_grid<2, 1, 4, true, 192>(c, p, pl, op);
+    const bool ws = pl.grid_persistent;
+    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && !ws) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && ws) launch_split_grid<1, 1, 8, true>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID) && ws) launch_split_grid<2, 2, 4, true>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID) && ws) launch_split_grid<2, 1, 4, true, 192>(c, p, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x192, SPLIT_NONE)) launch_ws<1, 1, 6, SPLIT_NONE, 192>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, pl, op);

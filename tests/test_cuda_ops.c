@@ -20,6 +20,7 @@
 #include <stdlib.h>                      // free, getenv
 #include <string.h>                      // memcpy, memcmp, memset, strstr, strncmp
 
+#include "../harness/host.h"             // host_seconds
 #include "../harness/kernel_check.h"     // kernel_check_op, check_opts, check_result
 #include "../harness/op_table.h"         // op_table, op_table_find, op_shape
 #include "../kernels/bf16.h"             // float_to_bf16, bf16_to_float
@@ -38,6 +39,7 @@
 
 typedef struct {
     ops_set *inv, *ref;                  // NULL without a device: every test skips
+    double started;                      // the running test's start (host_seconds)
 } sets;
 
 #define SETS(state) ((sets *)*(state))
@@ -94,6 +96,18 @@ static int teardown_sets(void **state) {
     free(s);
     return 0;
 }
+
+// Each test's wall time on a GPU, so a kernel developer (and the suite's split in make check)
+// sees where the suite's minutes go.
+static int start_clock(void **state) {
+    SETS(state)->started = host_seconds();
+    return 0;
+}
+static int print_elapsed(void **state) {
+    if (SETS(state)->inv) printf("    (%.1f s)\n", host_seconds() - SETS(state)->started);
+    return 0;
+}
+#define TIMED_TEST(t) cmocka_unit_test_setup_teardown(t, start_clock, print_elapsed)
 
 static void print_result(const ops_set *ops, const op_entry *op, int shapes,
                          const check_result *r) {
@@ -1114,22 +1128,22 @@ static void test_plain_read_every_byte(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_op_invariant_set),
-        cmocka_unit_test(test_every_op_reference_set),
-        cmocka_unit_test(test_gemm_reference_varies),
-        cmocka_unit_test(test_moe_route_every_method),
-        cmocka_unit_test(test_gemm_tile_paths),
-        cmocka_unit_test(test_gemm_split_k_rows),
-        cmocka_unit_test(test_gemm_nan_rows),
-        cmocka_unit_test(test_gemm_padded_output),
-        cmocka_unit_test(test_gemm_batched_heads),
-        cmocka_unit_test(test_mla_attention_block_layouts),
-        cmocka_unit_test(test_mla_attention_many_heads),
-        cmocka_unit_test(test_mla_attention_16_heads),
-        cmocka_unit_test(test_mla_attention_16_heads_streamed),
-        cmocka_unit_test(test_kv_cache_write_padding),
-        cmocka_unit_test(test_logprobs_ties),
-        cmocka_unit_test(test_plain_read_every_byte),
+        TIMED_TEST(test_every_op_invariant_set),
+        TIMED_TEST(test_every_op_reference_set),
+        TIMED_TEST(test_gemm_reference_varies),
+        TIMED_TEST(test_moe_route_every_method),
+        TIMED_TEST(test_gemm_tile_paths),
+        TIMED_TEST(test_gemm_split_k_rows),
+        TIMED_TEST(test_gemm_nan_rows),
+        TIMED_TEST(test_gemm_padded_output),
+        TIMED_TEST(test_gemm_batched_heads),
+        TIMED_TEST(test_mla_attention_block_layouts),
+        TIMED_TEST(test_mla_attention_many_heads),
+        TIMED_TEST(test_mla_attention_16_heads),
+        TIMED_TEST(test_mla_attention_16_heads_streamed),
+        TIMED_TEST(test_kv_cache_write_padding),
+        TIMED_TEST(test_logprobs_ties),
+        TIMED_TEST(test_plain_read_every_byte),
     };
     char why[256];
     if (!cuda_device_available(why, (int)sizeof why)) {

@@ -8,15 +8,44 @@
 set -u
 BUILD=${1:-build}
 REPORT="$BUILD/report"  # each report kind in its own directory: run/CASE, kernels/DEVICE
-# cases/gpu.ini's shards on a GPU (below), checked before any suite starts.
+# cases/gpu.ini's shards and test_cuda_ops' on a GPU (below), checked before any suite starts.
 gpu_shards=${GPU_SHARDS:-3}
-case $gpu_shards in
-    '' | *[!0-9]* | 0*) echo "run_all.sh: GPU_SHARDS=$gpu_shards is not a positive whole number" >&2; exit 2 ;;
-esac
+cuda_ops_shards=${CUDA_OPS_SHARDS:-3}
+for n in "GPU_SHARDS=$gpu_shards" "CUDA_OPS_SHARDS=$cuda_ops_shards"; do
+    case ${n#*=} in
+        '' | *[!0-9]* | 0*) echo "run_all.sh: $n is not a positive whole number" >&2; exit 2 ;;
+    esac
+done
 # shellcheck source=tests/suites.sh
 . "$(dirname "$0")/suites.sh"
 
-unit_and_replay_suites "$BUILD"
+# A GPU that nvidia-smi lists but CUDA cannot use (a driver older than the runtime, a build
+# without CUDA) counts as none: its suites are skipped with the reason, not passed on the SKIPs
+# printed inside them.
+gpu=0 no_gpu="no CUDA device (nvidia-smi lists no GPU)"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    why=$("$BUILD/invar" kernels --device cuda --set invariant --op residual_add --quick \
+              --out "$REPORT/kernels/cuda-probe" 2>&1 |
+          sed -n 's/^SKIP: cuda kernel checks: \(.*\) ([0-9]* checks skipped)$/\1/p')
+    if [ -n "$why" ]; then
+        no_gpu="nvidia-smi lists a GPU, but CUDA cannot use it: $why"
+        echo "run_all.sh: $no_gpu; the GPU suites are skipped"
+    else
+        gpu=1
+    fi
+fi
+
+if [ "$gpu" = 1 ]; then
+    # test_cuda_ops, the longest unit suite on a GPU (141 s inside a parallel check on the H200),
+    # as shards side by side: test i of the binary's list in shard i mod N + 1 (INVAR_TEST_SHARD).
+    unit_and_replay_suites "$BUILD" test_cuda_ops
+    for i in $(seq 1 "$cuda_ops_shards"); do
+        suite "test_cuda_ops shard $i/$cuda_ops_shards" env INVAR_TEST_SHARD="$i/$cuda_ops_shards" \
+            "$BUILD/tests/test_cuda_ops"
+    done
+else
+    unit_and_replay_suites "$BUILD"
+fi
 suite "mutation patches still apply (tests/mutants/check_apply.sh)" bash tests/mutants/check_apply.sh
 # The warp-specialized kernels' register counts at launch (a wrong one hangs their setmaxnreg):
 # ptxas alone, so wherever nvcc is, GPU or not.
@@ -24,11 +53,6 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     suite "ptxas register budgets (tests/ptxas_budgets.sh)" bash tests/ptxas_budgets.sh "$BUILD/ptxas"
 else
     skip_suite "ptxas register budgets: no nvcc (PATH or /usr/local/cuda/bin)"
-fi
-
-gpu=0
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    gpu=1
 fi
 
 suite "invar kernels --device cpu" "$BUILD/invar" kernels --device cpu --out "$REPORT/kernels/cpu"
@@ -48,7 +72,7 @@ if [ "$gpu" = 1 ]; then
         esac
     done
 else
-    skip_suite "invar kernels --device cuda: no CUDA device (nvidia-smi lists no GPU)"
+    skip_suite "invar kernels --device cuda: $no_gpu"
 fi
 
 # small-model: the adversarial set is the negative control where the reference set can be
@@ -71,7 +95,7 @@ suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh
 # gpu_shards shards side by side (GPU_SHARDS, checked at the top), merged into one report below.
 for c in gpu gpu-tp; do  # gpu-tp: T = 2 needs two GPUs, SKIP (visibly, per config) with one
     if [ "$gpu" != 1 ]; then
-        skip_suite "invar run --case cases/$c.ini: no CUDA device (nvidia-smi lists no GPU)"
+        skip_suite "invar run --case cases/$c.ini: $no_gpu"
     elif [ "$c" = gpu ]; then
         for i in $(seq 1 $gpu_shards); do
             suite "invar run --case cases/gpu.ini --shard $i/$gpu_shards" "$BUILD/invar" run --case cases/gpu.ini \

@@ -77,11 +77,12 @@ suite_wait() {  # suite_wait: waits for the suites started, prints them in order
     done
 }
 
-unit_and_replay_suites() {  # unit_and_replay_suites BUILD
+unit_and_replay_suites() {  # unit_and_replay_suites BUILD [TEST]: TEST left to the caller
     local t r name
     for t in "$1"/tests/test_*; do
         case "$t" in *.o | *.d) continue ;; esac
         [ -x "$t" ] || continue
+        [ "$(basename "$t")" = "${2:-}" ] && continue
         suite "$(basename "$t")" "$t"
     done
     for r in "$1"/fuzz/replay_*; do

@@ -1145,14 +1145,34 @@ int main(void) {
         TIMED_TEST(test_logprobs_ties),
         TIMED_TEST(test_plain_read_every_byte),
     };
-    char why[256];
-    if (!cuda_device_available(why, (int)sizeof why)) {
-        printf("SKIP: %d CUDA tests: %s\n", (int)(sizeof tests / sizeof tests[0]), why);
-        fflush(stdout);  // before cmocka's own report, so the reason is never lost in a pipe
-    }
     // INVAR_TEST_FILTER=test_mla_* runs only the matching tests (cmocka's * and ? patterns): one
     // kernel's tests on a GPU host without the minutes the others take.
     const char *filter = getenv("INVAR_TEST_FILTER");
     if (filter && *filter) cmocka_set_test_filter(filter);
-    return cmocka_run_group_tests(tests, setup_sets, teardown_sets);
+    // INVAR_TEST_SHARD=I/N runs tests I-1, I-1 + N, ... of the list (make check runs the N shards
+    // side by side on a GPU): every test in exactly one shard, whatever the tests are called.
+    const int count = (int)(sizeof tests / sizeof tests[0]);
+    const char *shard = getenv("INVAR_TEST_SHARD");
+    int index = 1, shards = 1;
+    char tail;
+    if (shard && *shard &&
+        (sscanf(shard, "%d/%d%c", &index, &shards, &tail) != 2 || shards < 1 || index < 1 || index > shards)) {
+        fprintf(stderr, "test_cuda_ops: INVAR_TEST_SHARD=%s: expected I/N with 1 <= I <= N\n", shard);
+        return 2;
+    }
+    struct CMUnitTest mine[sizeof tests / sizeof tests[0]];
+    int n = 0;
+    for (int i = index - 1; i < count; i += shards) mine[n++] = tests[i];
+    if (n == 0) {
+        fprintf(stderr, "test_cuda_ops: shard %d/%d holds none of the %d tests\n", index, shards, count);
+        return 2;
+    }
+    if (shards > 1) printf("test_cuda_ops shard %d/%d: %d of %d tests\n", index, shards, n, count);
+    char why[256];
+    if (!cuda_device_available(why, (int)sizeof why)) {
+        printf("SKIP: %d CUDA tests: %s\n", n, why);
+        fflush(stdout);  // before cmocka's own report, so the reason is never lost in a pipe
+    }
+    // cmocka_run_group_tests' own call, with the shard's count (the macro takes an array's size)
+    return _cmocka_run_group_tests("test_cuda_ops", mine, (size_t)n, setup_sets, teardown_sets);
 }

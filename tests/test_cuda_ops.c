@@ -290,8 +290,9 @@ static void test_gemm_tile_paths(void **state) {
 // up to M = GEMM_SPLIT_LAST_CTA_MAX_M, by a reduce kernel above; from M = 48 the 64 x 128 ones
 // as units of the persistent kernel) or one CTA walked them (large M, running total in
 // registers, or in L2 on 128 x 256 tiles), on 64 x 128, 64 x 96, 64 x 72, 64 x 192, 128 x 96,
-// 128 x 128, 128 x 144, 128 x 192 or 128 x 256 tiles, and whichever epilogue stored them. The many M in a row also check that the last-CTA sum leaves its
-// arrival counters at zero for the next launch. Split and non-split shapes; fp32 output
+// 128 x 128, 128 x 144, 128 x 192 or 128 x 256 tiles, and whichever epilogue stored them. The
+// many M in a row also check that the last-CTA sum leaves its arrival counters at zero for the
+// next launch. Split and non-split shapes; fp32 output
 // rounding to the bf16 output on both paths; sampled rows against the float64 oracle.
 static void test_gemm_split_k_rows(void **state) {
     sets *s = SETS(state);

@@ -1385,11 +1385,10 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     // the persistent one at S = 1 (one unit a CTA: its TMA stores at the unit's end, no next unit
     // to defer them into; 6 slots of 32 KB).
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
-    const bool ws = pl.grid_persistent;
-    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && !ws) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && ws) launch_split_grid<1, 1, 8, true>(c, p, pl, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID) && ws) launch_split_grid<2, 2, 4, true>(c, p, pl, op);
-    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID) && ws) launch_split_grid<2, 1, 4, true, 192>(c, p, pl, op);
+    if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && !pl.grid_persistent) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 8, true>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_GRID) && pl.grid_persistent) launch_split_grid<2, 2, 4, true>(c, p, pl, op);
+    else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_GRID) && pl.grid_persistent) launch_split_grid<2, 1, 4, true, 192>(c, p, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_NONE)) launch_ws<1, 1, 8, SPLIT_NONE>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x192, SPLIT_NONE)) launch_ws<1, 1, 6, SPLIT_NONE, 192>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_IN_CTA)) launch_ws<1, 1, 8, SPLIT_IN_CTA>(c, p, batch, pl, op);

@@ -304,7 +304,8 @@ static void test_gemm_split_k_rows(void **state) {
         {4096, 512},  {24576, 1536},                            // one split (K, N too large)
         {8832, 512},   // 128 x 256 tiles, S = 1, the last half wide (N % 256 = 128): clipped by the TMA stores
         {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
-        {18048, 512},  // 141 column tiles of 128 (9 for round 2 on 132 SMs): 94 of 64 x 192 at M <= 64
+        {18048, 512},  // 141 column tiles of 128 (9 for round 2 on 132 SMs): 94 of 64 x 192 at M <= 64,
+                       // 128 x 192 at S = 1 from M = 200 (188 units against 142 of 128 x 256, both two rounds)
         {20000, 512},  // 105 of 64 x 192 at M <= 64, the last 32 columns wide (clipped by the TMA stores)
         {34944, 512},  // 273 of 128 (182 of 192): stream-K order at M <= 64, 9 units left for round 3
         {576, 1536},   // 160 units of 128 x 128 at M = 4096, walking 4 splits in stream-K order
@@ -324,6 +325,7 @@ static void test_gemm_split_k_rows(void **state) {
     bool seen_narrow_cta = false, seen_narrow_cta_128 = false;  // 64 / 128 x 96: wgmma n = 96 against n = 128
     bool seen_cta_144 = false, seen_cta_72 = false;  // 576 columns: 128 x 144 at M = 4096, 8192, 64 x 72 at 513, 1024
     bool seen_total_l2 = false;  // 128 x 256 walking long splits, the running total in L2
+    bool seen_dense_192 = false;  // S = 1 past M = 128: 128 x 192 in place of 128 x 256
 #endif
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
@@ -372,6 +374,7 @@ static void test_gemm_split_k_rows(void **state) {
             seen_cta_144 |= splits > 1 && strstr(plan, "128x144/cta") != NULL;
             seen_cta_72 |= splits > 1 && strstr(plan, "64x72/cta") != NULL;
             seen_total_l2 |= splits > 1 && strstr(plan, "128x256/cta") != NULL;
+            seen_dense_192 |= splits == 1 && strncmp(plan, "128x192 ", 8) == 0;
 #endif
             printf("    M=%-5d splits %2d  %s\n", M, splits, plan);
             poison(inv, dy, (size_t)M * N * 2);
@@ -409,15 +412,17 @@ static void test_gemm_split_k_rows(void **state) {
         !(seen_split && seen_grid && seen_cta && seen_wide_grid && seen_last_cta && seen_reduce && seen_total_l2 &&
           seen_grid_persistent &&
           (!sms_132 || (seen_stream_k && seen_stream_k_cta && seen_wide_cta && seen_wide_grid_192 && seen_narrow_cta &&
-                        seen_narrow_cta_128 && seen_cta_144 && seen_cta_72 && seen_stream_k_64 && seen_one_wave_192))))
+                        seen_narrow_cta_128 && seen_cta_144 && seen_cta_72 && seen_stream_k_64 && seen_one_wave_192 &&
+                        seen_dense_192))))
         fail_msg("gemm split-K: sm_90a did not run every split path (split %d, grid %d, in-CTA %d, 128x256 grid %d, "
                  "last-CTA sum %d, reduce kernel %d, stream-K %d, stream-K in-CTA %d, 128x192 in-CTA %d, "
                  "128x192 grid %d, 64x96 in-CTA %d, 128x96 in-CTA %d, 128x144 in-CTA %d, 64x72 in-CTA %d, "
                  "128x256 in-CTA with the total in L2 %d, 64x128 stream-K %d, 64x192 %d, 64x128 split CTAs on "
-                 "the persistent kernel %d)",
+                 "the persistent kernel %d, 128x192 at S = 1 %d)",
                  seen_split, seen_grid, seen_cta, seen_wide_grid, seen_last_cta, seen_reduce, seen_stream_k,
                  seen_stream_k_cta, seen_wide_cta, seen_wide_grid_192, seen_narrow_cta, seen_narrow_cta_128,
-                 seen_cta_144, seen_cta_72, seen_total_l2, seen_stream_k_64, seen_one_wave_192, seen_grid_persistent);
+                 seen_cta_144, seen_cta_72, seen_total_l2, seen_stream_k_64, seen_one_wave_192, seen_grid_persistent,
+                 seen_dense_192);
 #endif
 }
 

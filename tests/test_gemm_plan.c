@@ -59,6 +59,7 @@ static bool launchable(const gemm_plan *p) {
         {LOAD_TMA, TILE_128x192, SPLIT_GRID},       {LOAD_TMA, TILE_64x96, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_128x96, SPLIT_IN_CTA},      {LOAD_TMA, TILE_128x144, SPLIT_IN_CTA},
         {LOAD_TMA, TILE_64x72, SPLIT_IN_CTA},        {LOAD_TMA, TILE_64x192, SPLIT_NONE},
+        {LOAD_TMA, TILE_128x192, SPLIT_NONE},
         {LOAD_TMA, TILE_128x256, SPLIT_NONE},        {LOAD_TMA, TILE_128x256, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE},    {LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA},
         {LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA}, {LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE},
@@ -125,6 +126,10 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                 assert_true(p.load == LOAD_TMA && batch == 1 && M <= 64 && p.splits == 1 &&
                                             gemm_tile_count(M, N, 1, 64, 192) <= plan_sms[si] &&
                                             gemm_tile_count(M, N, 1, 64, 128) > plan_sms[si]);
+                            if (p.tile == TILE_128x192 && p.mode == SPLIT_NONE)  // S = 1 past M = 128, round robin
+                                assert_true(p.load == LOAD_TMA && batch == 1 && M > 128 && !p.stream_k &&
+                                            gemm_dense_192_cheaper(M, N, gemm_stream_k_tail_rounds(M, N, K, plan_sms[si]) >= 0,
+                                                                   plan_sms[si]));
                             if (p.tile == TILE_128x96)  // one dense product, long walks
                                 assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES);
                             if (p.tile == TILE_128x144)  // the same, whole tiles of 144 columns
@@ -153,7 +158,7 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
         {1, 25600, 1536, false, "64x128"},            // 200 units: 68 in round 2 draw the bandwidth
                                                       // (134 of 64 x 192: two rounds too)
         {1, 129280, 7168, false, "64x128"},           // 1010 units: 86 in round 8
-        {256, 36864, 7168, false, "128x256"},         // two row tiles share each weight tile
+        {256, 36864, 7168, false, "128x192"},         // two row tiles share each weight tile
         {4096, 576, 2048, true, "128x128/cta+sk"},    // 160 units, weights 2.4 MB (in L2)
         {8192, 576, 2048, false, "128x128/cta"},      // 320 units: 56 in round 3
         {1, 4096, 512, false, "64x128"},              // 32 units: one round
@@ -170,33 +175,63 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
 
 // The 128 x 256 S = 1 tiles: round robin, then the last 1-1.33 rounds in stream-K order, where
 // the tail's weights stay in L2, a unit has >= 32 k-tiles and the last round idles >= a tenth of
-// the whole (GEMM_STREAM_K_TAIL_*; H200, 132 SMs, the cases measured on 2026-12-02).
+// the whole (GEMM_STREAM_K_TAIL_*; H200, 132 SMs, the cases measured on 2026-12-02). The plan
+// takes the tail where the 128 x 192 tiles would not cost less (dense_192_where_its_waves_cost_less).
 static void stream_k_tail_after_round_robin(void **state) {
     (void)state;
-    static const struct { int M, N, K, rounds; } cases[] = {
-        {1024, 21888, 2048, 4},   // 688 units: 28 in round 6
-        {1024, 8576, 2048, 1},    // 272 units: 8 in round 3 (the checker's shape)
-        {2048, 8576, 2048, 3},    // 544 units: 16 in round 5
-        {1024, 12800, 2048, 2},   // 400 units: 4 in round 4 (the checker's second shape)
-        {1281, 21888, 2048, -1},  // 11 row tiles: the tail's 154 units walk 52 column tiles, 52 MB
-        {1024, 18048, 512, -1},   // 8 k-tiles a unit: the hand-overs cost more than the round
-        {4096, 18048, 512, -1},
-        {4096, 24576, 1536, -1},  // 3072 units: a 3% tail
-        {1024, 102400, 2048, -1}, // 3200 units: a 3% tail
-        {4096, 21888, 2048, -1},  // 2752 units: 112 of 132 in round 21 (more than a third)
+    static const struct { int M, N, K, rounds; const char *plan; } cases[] = {
+        {1024, 21888, 2048, 4, "128x192"},  // 688 units: 28 in round 6 (912 of 128 x 192 in 7)
+        {1024, 8576, 2048, 1, "128x192"},   // 272 units: 8 in round 3 (360 of 128 x 192 in 3)
+        {2048, 8576, 2048, 3, "128x192"},   // 544 units: 16 in round 5
+        {1024, 9472, 2048, 1, "128x256/sk-tail"},   // 296 units: 32 in round 3 (the checker's shape)
+        {1024, 12800, 2048, 2, "128x256/sk-tail"},  // 400 units: 4 in round 4 (the checker's second)
+        {1281, 21888, 2048, -1, NULL},  // 11 row tiles: the tail's 154 units walk 52 column tiles, 52 MB
+        {1024, 18048, 512, -1, NULL},   // 8 k-tiles a unit: the hand-overs cost more than the round
+        {4096, 18048, 512, -1, NULL},
+        {4096, 24576, 1536, -1, "128x256"},  // 3072 units: a 3% tail
+        {1024, 102400, 2048, -1, "128x256"}, // 3200 units: a 3% tail
+        {4096, 21888, 2048, -1, "128x256"},  // 2752 units: 112 of 132 in round 21 (more than a third)
     };
     for (int i = 0; i < COUNT(cases); i++) {
+        const int rounds = gemm_stream_k_tail_rounds(cases[i].M, cases[i].N, cases[i].K, 132);
+        if (rounds != cases[i].rounds)
+            fail_msg("M=%d N=%d K=%d: stream-K tail after %d rounds, expected %d (-1: round robin throughout)",
+                     cases[i].M, cases[i].N, cases[i].K, rounds, cases[i].rounds);
+        if (cases[i].plan) expect_plan(cases[i].M, cases[i].N, cases[i].K, 132, cases[i].plan);
         const gemm_plan p = gemm_plan_choose(cases[i].M, cases[i].N, cases[i].K, 1, true, true, 132);
-        const bool tail = cases[i].rounds >= 0;
-        if (p.tile != TILE_128x256 || p.mode != SPLIT_NONE || p.stream_k != tail ||
-            (tail && p.stream_k_rounds != cases[i].rounds))
-            fail_msg("M=%d N=%d K=%d: plan %s, stream-K %d after %d rounds; expected %s", cases[i].M, cases[i].N,
-                     cases[i].K, gemm_plan_name(&p), p.stream_k, p.stream_k_rounds,
-                     tail ? "the stream-K tail" : "round robin throughout");
-        // the stream-K share is more than a round of units, so each CTA has a whole unit's worth
-        if (tail) assert_string_equal(gemm_plan_name(&p), "128x256/sk-tail");
-        if (tail) assert_true(gemm_tile_count(cases[i].M, cases[i].N, 1, 128, 256) - (long)p.stream_k_rounds * 132 > 132);
+        assert_int_equal(p.stream_k && p.stream_k_rounds > 0, strcmp(gemm_plan_name(&p), "128x256/sk-tail") == 0);
+        if (p.stream_k && p.stream_k_rounds > 0) {
+            assert_int_equal(p.stream_k_rounds, rounds);
+            // the stream-K share is more than a round of units, so each CTA has a whole unit's worth
+            assert_true(gemm_tile_count(cases[i].M, cases[i].N, 1, 128, 256) - (long)p.stream_k_rounds * 132 > 132);
+        }
     }
+}
+
+// S = 1 past M = 128: 128 x 192 tiles in place of 128 x 256 where their whole waves, each column
+// 4% dearer, cost less than the 128 x 256 plan's (its stream-K tail counted as its fractional
+// waves, 15% dearer): the cells measured on the H200 (gemm_plan.cuh, gemm_dense_192_cheaper).
+static void dense_192_where_its_waves_cost_less(void **state) {
+    (void)state;
+    static const struct { int M, N, K; const char *name; } cases[] = {
+        {256, 24576, 1536, "128x192"},    // 192 units in 2 rounds, the second 60 of 132; 256 in 2
+        {256, 21888, 2048, "128x192"},
+        {256, 36864, 7168, "128x192"},
+        {512, 36864, 7168, "128x192"},
+        {512, 4096, 512, "128x192"},      // one wave either way: 88 CTAs against 64
+        {1024, 18048, 512, "128x192"},
+        {2048, 21888, 2048, "128x192"},   // 14 rounds against 11: 4.5% fewer column-waves
+        {256, 102400, 2048, "128x256"},   // 9 rounds against 7: 3.6% fewer, less than the 4%
+        {1024, 102400, 2048, "128x256"},
+        {1024, 129280, 7168, "128x256"},
+        {512, 24576, 1536, "128x256"},    // 4 rounds against 3
+        {128, 24576, 1536, "128x256"},    // one row tile: the weights' bytes bound it (not this rule)
+        {1024, 12800, 2048, "128x256/sk-tail"},  // 534 units in 5 rounds, the last 6 of 132
+    };
+    for (int i = 0; i < COUNT(cases); i++) expect_plan(cases[i].M, cases[i].N, cases[i].K, 132, cases[i].name);
+    // one dense product only: not a batch, not the cp.async kernels
+    assert_int_equal(gemm_plan_choose(256, 21888, 2048, 2, true, true, 132).tile, TILE_128x256);
+    assert_int_equal(gemm_plan_choose(256, 21888, 2048, 1, true, false, 132).tile, TILE_128x256);
 }
 
 // M <= 64 at S = 1: 64 x 192 tiles where they fit one wave and 64 x 128 ones do not
@@ -323,6 +358,7 @@ int main(void) {
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
         cmocka_unit_test(stream_k_where_the_last_round_is_thin),
         cmocka_unit_test(stream_k_tail_after_round_robin),
+        cmocka_unit_test(dense_192_where_its_waves_cost_less),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,8 +74,9 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //              long (GEMM_SPLIT_L2_TOTAL_MIN_KTILES; the running total in L2, not registers)
 //   128 x 192  two warpgroups, one wgmma of 192 columns: in place of 128 x 128 where it needs
 //              enough fewer waves (gemm_cta_wide_tile; 96 + 96 registers a thread, which the
-//              persistent kernel's consumers hold at 240), and of 128 x 256 for GRID splits
-//              where it leaves fewer columns empty
+//              persistent kernel's consumers hold at 240), of 128 x 256 for GRID splits
+//              where it leaves fewer columns empty, and of 128 x 256 at S = 1 past M = 128
+//              where its waves cost less (gemm_dense_192_cheaper)
 //   64 x 96    one warpgroup, one wgmma of 96 columns: in place of 64 x 128 on the cta path
 //              where its tiles still fit one wave and leave no more columns empty
 //              (gemm_cta_narrow_wins)
@@ -325,6 +326,46 @@ static inline bool gemm_one_wave_192(int M, int N, int batch, int splits, int nu
            gemm_tile_count(M, N, 1, 64, 192) <= num_sms;
 }
 
+// The 128 x 256 S = 1 stream-K tail (gemm_plan_choose): the whole rounds of round robin before
+// it, or -1 where round robin throughout is kept. A tail needs two rounds or more, a thin last
+// round that idles at least a tenth of the whole, a full row group, units of at least
+// GEMM_STREAM_K_TAIL_MIN_KTILES k-tiles, and the tail's weights in L2 (GEMM_STREAM_K_TAIL_*).
+static inline int gemm_stream_k_tail_rounds(int M, int N, int K, int num_sms) {
+    const long units = gemm_tile_count(M, N, 1, 128, 256);
+    const long last_round = units % num_sms, m_tiles = (M + 127) / 128, rounds = units / num_sms + 1;
+    const long rr_units = (rounds - 2) * num_sms;  // the whole rounds walked round robin first
+    const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
+    if (units >= 2L * num_sms && gemm_last_round_thin(units, num_sms) && m_tiles >= GEMM_TILE_GROUP_M &&
+        k_tiles >= GEMM_STREAM_K_TAIL_MIN_KTILES && 10 * (num_sms - last_round) >= rounds * num_sms &&
+        gemm_tail_weight_tiles(rr_units, units, (int)m_tiles, (N + 255) / 256) * 256 * K * 2L <=
+            GEMM_STREAM_K_TAIL_MAX_W_BYTES)
+        return (int)(rr_units / num_sms);
+    return -1;
+}
+
+// 128 x 192 tiles at S = 1 past M = 128 (one dense product) where their whole waves cost less
+// than the 128 x 256 plan's: a 192-column tile's columns cost 4% more a wave (more bytes read a
+// FLOP), and the 256-column plan's stream-K tail 15% more than its fractional waves (the
+// hand-overs, the tail's weights re-read from L2); in hundredths of a 256-column tile's wave
+// time per column. With two row tiles, the 128 x 256 ones leave a second wave nearly empty
+// where the 192-column ones do not. H200, 2026-12-02, dev builds against 3a7bc9b, medians of
+// three, us (128 x 256 -> 128 x 192), bits equal on every cell: taken 24576 x 1536 M = 256 40.7
+// -> 34.6, 21888 x 2048 M = 256 49.9 -> 41.0, 36864 x 7168 M = 256 / 512 238.5 / 378.5 -> 197.6 /
+// 358.3, 4096 x 512 M = 512 11.7 -> 10.5, 18048 x 512 M = 1024 40.6 -> 38.2, 21888 x 2048 M =
+// 2048 240.4 -> 235.6; over the tail 21888 x 2048 M = 1024 128.1 -> 119.6, 8576 x 2048 M = 1024
+// 57.0 -> 53.6, M = 2048 103.8 -> 104.5 (even); kept 102400 x 2048 M = 256 / 1024 170.1 / 538.0
+// (171.0 / 551.6 on 128 x 192: 4% and 1% fewer column-waves), 129280 x 7168 M = 1024 2592 (2600),
+// and the tail at 12800 x 2048 M = 1024 78.0 (87.8: 534 units in 5 rounds, the last of 6).
+#define GEMM_DENSE_192_COST 104
+#define GEMM_STREAM_K_TAIL_COST 115
+static inline bool gemm_dense_192_cheaper(int M, int N, bool tail, int num_sms) {
+    const long units_256 = gemm_tile_count(M, N, 1, 128, 256), units_192 = gemm_tile_count(M, N, 1, 128, 192);
+    const long cost_192 = gemm_waves(units_192, num_sms) * 192 * GEMM_DENSE_192_COST;
+    const long cost_256 = tail ? units_256 * 256 * GEMM_STREAM_K_TAIL_COST / num_sms
+                               : gemm_waves(units_256, num_sms) * 256 * 100;
+    return cost_192 < cost_256;
+}
+
 // Tile, split mode and load path (gemm_plan_choose adds the stream-K order).
 static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     gemm_plan pl;
@@ -423,17 +464,21 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         // throughout: all rounds but the last two round robin (the waves share each weight
         // tile), the last 1-1.33 rounds' units in stream-K order (their weights, at most a third
         // more than one round's, re-read from L2 at staggered k). GEMM_STREAM_K_TAIL_* above.
-        const int rows = gemm_tile_rows(pl.tile), cols = gemm_tile_cols(pl.tile);
-        const long last_round = units % num_sms, m_tiles = (M + rows - 1) / rows, rounds = units / num_sms + 1;
-        const long rr_units = (rounds - 2) * num_sms;  // the whole rounds walked round robin first
-        const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
-        if (!pl.stream_k && pl.tile == TILE_128x256 && pl.mode == SPLIT_NONE && batch == 1 && units >= 2L * num_sms &&
-            gemm_last_round_thin(units, num_sms) && m_tiles >= GEMM_TILE_GROUP_M &&
-            k_tiles >= GEMM_STREAM_K_TAIL_MIN_KTILES && 10 * (num_sms - last_round) >= rounds * num_sms &&
-            gemm_tail_weight_tiles(rr_units, units, (int)m_tiles, (N + cols - 1) / cols) * cols * K * 2L <=
-                GEMM_STREAM_K_TAIL_MAX_W_BYTES) {
+        const int tail_rounds = !pl.stream_k && pl.tile == TILE_128x256 && pl.mode == SPLIT_NONE && batch == 1
+                                    ? gemm_stream_k_tail_rounds(M, N, K, num_sms)
+                                    : -1;
+        if (tail_rounds >= 0) {
             pl.stream_k = true;
-            pl.stream_k_rounds = (int)(rr_units / num_sms);
+            pl.stream_k_rounds = tail_rounds;
+        }
+        // 128 x 192 in place of the 128 x 256 tiles at S = 1 (round robin or the tail, never
+        // stream-K throughout: not measured), gemm_dense_192_cheaper above.
+        if (pl.tile == TILE_128x256 && pl.mode == SPLIT_NONE && batch == 1 && M > 128 &&
+            !(pl.stream_k && pl.stream_k_rounds == 0) &&
+            gemm_dense_192_cheaper(M, N, pl.stream_k, num_sms)) {
+            pl.tile = TILE_128x192;
+            pl.stream_k = false;
+            pl.stream_k_rounds = 0;
         }
     }
     return pl;

@@ -305,7 +305,8 @@ static void test_gemm_split_k_rows(void **state) {
         {8832, 512},   // 128 x 256 tiles, S = 1, the last half wide (N % 256 = 128): clipped by the TMA stores
         {2048, 40},    // one k-tile: a persistent CTA's units each flip the barriers' parity
         {18048, 512},  // 141 column tiles of 128 (9 for round 2 on 132 SMs): 94 of 64 x 192 at M <= 64,
-                       // 128 x 192 at S = 1 from M = 200 (188 units against 142 of 128 x 256, both two rounds)
+                       // 128 x 192 at S = 1 at M = 200, 1024 and 4096 (at 200 188 units against 142 of
+                       // 128 x 256, both two rounds)
         {20000, 512},  // 105 of 64 x 192 at M <= 64, the last 32 columns wide (clipped by the TMA stores)
         {34944, 512},  // 273 of 128 (182 of 192): stream-K order at M <= 64, 9 units left for round 3
         {576, 1536},   // 160 units of 128 x 128 at M = 4096, walking 4 splits in stream-K order

@@ -49,8 +49,9 @@ const op_shape gemm_cuda_shapes[] = {
     // differs at M >= 16 on the H200)
     {.label = "7168x16384", .gemm = {.N = 7168, .K = 16384}, .max_M = 1024},
     // 141 column tiles of 128, 94 of 192: at M <= 64 one wave of 64 x 192 tiles (wgmma n = 192,
-    // its TMA stores at the unit's end), 128 x 192 at M = 255-4096 (gemm_dense_192_cheaper:
-    // 188 units in two rounds against 142 of 128 x 256 in two), 128 x 256 at M = 128
+    // its TMA stores at the unit's end), 128 x 192 at M = 255, 256, 1024 and 4096 of the default
+    // list (gemm_dense_192_cheaper: at M = 256 188 units in two rounds against 142 of 128 x 256
+    // in two), 128 x 256 at M = 128
     {.label = "18048x512", .gemm = {.N = 18048, .K = 512}, .quick = true},
     // 273 column tiles of 128, 182 of 192: at M <= 64 the persistent CTAs walk them in stream-K
     // order (132 SMs: a round-robin third round of 9), handing cut chains from CTA to CTA
@@ -59,7 +60,7 @@ const op_shape gemm_cuda_shapes[] = {
     // robin round, then the last 164 units in stream-K order (gemm_plan.cuh, GEMM_STREAM_K_TAIL_*);
     // 12800 x 2048 at M = 1024: 400 units, two rounds first, then 136 (pieces of round robin
     // before a CTA's stream-K share, the deferred stores carried across them). 9472 x 2048 takes
-    // 128 x 192 tiles at M = 255 and 256
+    // 128 x 192 tiles at M = 255 and 256 of the default and quick lists
     {.label = "9472x2048", .gemm = {.N = 9472, .K = 2048}, .quick = true},
     {.label = "12800x2048", .gemm = {.N = 12800, .K = 2048}, .quick = true},
     // V2-Lite's absorbed MLA products: q_nope · W_UK and attn · W_UVᵀ over 16 heads (sm_90a:

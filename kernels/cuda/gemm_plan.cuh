@@ -347,15 +347,16 @@ static inline int gemm_stream_k_tail_rounds(int M, int N, int K, int num_sms) {
 // than the 128 x 256 plan's: a 192-column tile's columns cost 4% more a wave (more bytes read a
 // FLOP), and the 256-column plan's stream-K tail 15% more than its fractional waves (the
 // hand-overs, the tail's weights re-read from L2); in hundredths of a 256-column tile's wave
-// time per column. With two row tiles, the 128 x 256 ones leave a second wave nearly empty
-// where the 192-column ones do not. H200, 2026-12-02, dev builds against 3a7bc9b, medians of
+// time per column. With two row tiles the 128 x 256 units leave much of a second round idle
+// (24576 x 1536 at M = 256: 60 of 132 CTAs busy in it) where the 192-column ones fill more of
+// theirs (124). H200, 2026-12-02, dev builds against 3a7bc9b, medians of
 // three, us (128 x 256 -> 128 x 192), bits equal on every cell: taken 24576 x 1536 M = 256 40.7
 // -> 34.6, 21888 x 2048 M = 256 49.9 -> 41.0, 36864 x 7168 M = 256 / 512 238.5 / 378.5 -> 197.6 /
 // 358.3, 4096 x 512 M = 512 11.7 -> 10.5, 18048 x 512 M = 1024 40.6 -> 38.2, 21888 x 2048 M =
 // 2048 240.4 -> 235.6; over the tail 21888 x 2048 M = 1024 128.1 -> 119.6, 8576 x 2048 M = 1024
 // 57.0 -> 53.6, M = 2048 103.8 -> 104.5 (even); kept 102400 x 2048 M = 256 / 1024 170.1 / 538.0
 // (171.0 / 551.6 on 128 x 192: 4% and 1% fewer column-waves), 129280 x 7168 M = 1024 2592 (2600),
-// and the tail at 12800 x 2048 M = 1024 78.0 (87.8: 534 units in 5 rounds, the last of 6).
+// and the tail at 12800 x 2048 M = 1024 78.0 (87.8: 536 units in 5 rounds, the last of 8).
 #define GEMM_DENSE_192_COST 104
 #define GEMM_STREAM_K_TAIL_COST 115
 static inline bool gemm_dense_192_cheaper(int M, int N, bool tail, int num_sms) {

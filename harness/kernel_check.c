@@ -261,6 +261,13 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
 
 static bool is_cuda(const ops_set *ops) { return strcmp(ops->device, "cuda") == 0; }
 
+// Whether a shape of an op's list is checked: the one named by --shape, else those --quick and
+// --exhaustive select.
+static bool shape_selected(const op_shape *s, const check_opts *o) {
+    if (o->shape_label) return strcmp(s->label, o->shape_label) == 0;
+    return (!o->quick || s->quick) && (o->exhaustive || !s->exhaustive);
+}
+
 int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
                     check_result *summary) {
     const op_shape *shapes = o->shapes ? o->shapes : is_cuda(ops) ? op->cuda_shapes
@@ -268,8 +275,7 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
     *summary = (check_result){.invariant = true, .written = true, .pass = true, .tol = op->tol};
     int checked = 0;
     for (int i = 0; shapes[i].label; i++) {
-        if (o->quick && !shapes[i].quick) continue;
-        if (shapes[i].exhaustive && !o->exhaustive) continue;
+        if (!shape_selected(&shapes[i], o)) continue;
         if (shapes[i].invariant_sets_only && !ops->batch_invariant) continue;
         int gpus = is_cuda(ops) && shapes[i].devices > 1 ? cuda_device_count() : 0;
         if (is_cuda(ops) && shapes[i].devices > gpus && shapes[i].devices > 1) {
@@ -394,15 +400,32 @@ static bool matches(const char *filter, const char *value) {
     return strcmp(filter, "all") == 0 || strcmp(filter, value) == 0;
 }
 
-static int count_shapes(const op_shape *s, bool quick, bool exhaustive) {
+static int count_shapes(const op_shape *s, const check_opts *o) {
     int n = 0;
-    for (; s->label; s++) n += (!quick || s->quick) && (exhaustive || !s->exhaustive);
+    for (; s->label; s++) n += shape_selected(s, o);
     return n;
+}
+
+// --shape's label in the op's lists of the devices asked for; else exit 2 naming the labels.
+static int check_shape_label(const cli_command *cmd, const op_entry *op, const char *device, const char *label) {
+    const struct { const char *device; const op_shape *shapes; } lists[] = {
+        {"cpu", op->cpu_shapes}, {"cuda", op->cuda_shapes}};
+    for (int l = 0; l < 2; l++)
+        for (const op_shape *s = lists[l].shapes; matches(device, lists[l].device) && s->label; s++)
+            if (strcmp(s->label, label) == 0) return CLI_GO_ON;
+    int code = cli_usage_error(cmd, "--shape: %s has no shape '%s' on --device %s", op->name, label, device);
+    for (int l = 0; l < 2; l++) {
+        if (!matches(device, lists[l].device)) continue;
+        fprintf(stderr, "%s shapes on %s:", op->name, lists[l].device);
+        for (const op_shape *s = lists[l].shapes; s->label; s++) fprintf(stderr, " '%s'", s->label);
+        fprintf(stderr, "\n");
+    }
+    return code;
 }
 
 int cmd_kernels(int argc, char **argv) {
     // NULL: not given; defaults after parsing.
-    const char *device = NULL, *set = NULL, *op_name = NULL, *out = NULL;
+    const char *device = NULL, *set = NULL, *op_name = NULL, *out = NULL, *shape_label = NULL;
     check_opts o = {.seed = 20240611};
     int threads = 0;
     const cli_flag flags[] = {
@@ -410,6 +433,9 @@ int cmd_kernels(int argc, char **argv) {
          .help = "the kernel sets of this device (default all)"},
         {.name = "--op", .metavar = "NAME", .to.string = &op_name,
          .help = "this op only (default every op; the list is below)"},
+        {.name = "--shape", .metavar = "LABEL", .to.string = &shape_label,
+         .help = "this shape of --op only, by its label in the report (e.g. 18048x512):\n"
+                 "one kernel path under a debugger or compute-sanitizer"},
         {.name = "--set", .metavar = "invariant|reference|adversarial|all", .to.string = &set,
          .help = "the kernel sets of this name (default all)"},
         {.name = "--out", .metavar = "DIR", .to.string = &out,
@@ -452,6 +478,9 @@ int cmd_kernels(int argc, char **argv) {
         list_ops(stderr);
         return code;
     }
+    if (shape_label && !only) return cli_usage_error(&cmd, "--shape: needs --op (a label names a shape of one op)");
+    if (shape_label && (rc = check_shape_label(&cmd, only, device, shape_label)) != CLI_GO_ON) return rc;
+    o.shape_label = shape_label;
 
     host_make_dirs(out);
     char csv_path[4200];
@@ -471,7 +500,7 @@ int cmd_kernels(int argc, char **argv) {
     const int *Ms;
     default_batch_sizes(&o, &Ms, &n_M);
     for (int i = 0; i < n_M; i++) printf(" %d", Ms[i]);
-    printf(" (capped per shape)\n");
+    printf(" (capped per shape)%s%s\n", shape_label ? ", shape " : "", shape_label ? shape_label : "");
 
     char why[256] = "";
     bool want_cuda = matches(device, "cuda");
@@ -483,7 +512,7 @@ int cmd_kernels(int argc, char **argv) {
         for (int s = 0; s < 2; s++) {
             if (!matches(set, names[s])) continue;
             for (const op_entry *op = op_table(); op->name; op++)
-                if (!only || only == op) skipped += count_shapes(op->cuda_shapes, o.quick, o.exhaustive);
+                if (!only || only == op) skipped += count_shapes(op->cuda_shapes, &o);
         }
         printf("SKIP: cuda kernel checks: %s (%d checks skipped)\n", why, skipped);
         rep.skipped += skipped;
@@ -500,7 +529,13 @@ int cmd_kernels(int argc, char **argv) {
             check_result summary;
             rep.shape_start = host_seconds();
             int n = kernel_check_op(ops, op, &o, &summary);
-            if (n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) &&
+            if (n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) && summary.invariant &&
+                shape_label) {
+                // one shape cannot judge a control meant over the whole list (must_vary shapes
+                // still are, in kernel_check_shape)
+                printf("NOTE   %-9s %-4s %-14s %-22s never varied at this shape; the negative control over "
+                       "every shape is judged without --shape\n", ops->name, ops->device, op->name, shape_label);
+            } else if (n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) &&
                 summary.invariant) {
                 // The negative control: a reference reduction nobody caught varying.
                 printf("FAIL   %-9s %-4s %-14s %-22s never varied at any shape: the checker "

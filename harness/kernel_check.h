@@ -48,6 +48,8 @@ typedef struct check_opts {
     int n_batch_sizes;
     bool quick;                // the quick M list, and only the shapes marked quick
     bool exhaustive;           // the exhaustive M list, and the shapes marked exhaustive too
+    const char *shape_label;   // non-NULL: only the shape of this label (quick or exhaustive
+                               // marks aside; the M list is still --quick's or --exhaustive's)
     uint64_t seed;             // every input derives from it
     const op_shape *shapes;    // NULL: the op's list for ops->device
     check_shape_fn on_shape;   // called after each shape (may be NULL)

@@ -6,7 +6,8 @@
 # their own default report directories and a run never renders another command's CSV; `report
 # diff` refuses unreadable reports and counts vanished configs unless --partial; top_k = 0 runs;
 # bench --profile writes one per-op table per batch and its CSV; bench --shape takes only the
-# rows asked for, and refuses malformed ones and (with a GPU) ones the device cannot hold.
+# rows asked for, and refuses malformed ones and (with a GPU) ones the device cannot hold;
+# kernels --shape checks one shape of one op and refuses a label the op's list lacks.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
 # and its usage errors in one style, "invar COMMAND: FLAG: what is wrong" and a hint.
 # About 10 s on 2 cores.
@@ -98,6 +99,15 @@ expect 2 "^invar kernels: --seed: '-1' is not an unsigned integer" kernels --see
 expect 2 "^invar kernels: --device: 'gpu' is not one of cpu\|cuda\|all" kernels --device gpu
 expect 2 "^invar kernels: --set: unknown kernel set 'nope'" kernels --set nope
 expect 2 "^invar kernels: --op: unknown op 'nope'" kernels --op nope
+# --shape: one shape of one op (a kernel path under compute-sanitizer), by its report label
+expect 2 "^invar kernels: --shape: needs --op" kernels --shape 37x203
+expect 2 "^invar kernels: --shape: gemm has no shape '18048x512' on --device cpu" kernels --op gemm --shape 18048x512 --device cpu
+expect 2 "^gemm shapes on cpu: '128x256' '576x2048'" kernels --op gemm --shape 18048x512 --device cpu
+expect 0 "^3 passed, 0 failed, 0 skipped" kernels --device cpu --op gemm --shape 37x203 --out "$work/k-shape" --threads 2
+[ "$(grep -c '"37x203"' "$work/k-shape/kernels.csv")" = 3 ] && [ "$(grep -vc '"37x203"' "$work/k-shape/kernels.csv")" = 1 ] ||
+    fail "kernels --shape 37x203: kernels.csv is not the header and the shape's three rows"
+grep -q "^NOTE   reference cpu  gemm .*never varied at this shape" "$work/out.log" ||
+    fail "kernels --shape: the reference set's all-shapes negative control not set aside"
 expect 2 "^invar bench: --only: 'nope' is not one of gemm\|mla\|decode" bench --only nope
 expect 2 "^invar bench: --shape: needs --only gemm \(N:K:M\) or --only mla \(batch:context:heads\)" bench --shape 1536:7168:1
 expect 2 "^invar bench: --shape: needs --only gemm" bench --only decode --shape 1536:7168:1

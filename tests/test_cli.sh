@@ -108,6 +108,10 @@ expect 0 "^3 passed, 0 failed, 0 skipped" kernels --device cpu --op gemm --shape
     fail "kernels --shape 37x203: kernels.csv is not the header and the shape's three rows"
 grep -q "^NOTE   reference cpu  gemm .*never varied at this shape" "$work/out.log" ||
     fail "kernels --shape: the reference set's all-shapes negative control not set aside"
+# with --quick too (37x203 is no quick shape: the label, not the quick marks, picks it)
+expect 0 "^3 passed, 0 failed, 0 skipped" kernels --device cpu --op gemm --shape 37x203 --quick --out "$work/k-shape-quick" --threads 2
+[ "$(cut -d, -f4 "$work/k-shape-quick/kernels.csv" | sort -u | tr '\n' ' ')" = '"37x203" "shape" ' ] ||
+    fail "kernels --shape 37x203 --quick: other shapes than 37x203 in kernels.csv"
 expect 2 "^invar bench: --only: 'nope' is not one of gemm\|mla\|decode" bench --only nope
 expect 2 "^invar bench: --shape: needs --only gemm \(N:K:M\) or --only mla \(batch:context:heads\)" bench --shape 1536:7168:1
 expect 2 "^invar bench: --shape: needs --only gemm" bench --only decode --shape 1536:7168:1

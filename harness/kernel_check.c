@@ -529,14 +529,13 @@ int cmd_kernels(int argc, char **argv) {
             check_result summary;
             rep.shape_start = host_seconds();
             int n = kernel_check_op(ops, op, &o, &summary);
-            if (n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) && summary.invariant &&
-                shape_label) {
+            const bool never_varied = n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) && summary.invariant;
+            if (never_varied && shape_label) {
                 // one shape cannot judge a control meant over the whole list (must_vary shapes
                 // still are, in kernel_check_shape)
                 printf("NOTE   %-9s %-4s %-14s %-22s never varied at this shape; the negative control over "
                        "every shape is judged without --shape\n", ops->name, ops->device, op->name, shape_label);
-            } else if (n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) &&
-                summary.invariant) {
+            } else if (never_varied) {
                 // The negative control: a reference reduction nobody caught varying.
                 printf("FAIL   %-9s %-4s %-14s %-22s never varied at any shape: the checker "
                        "would miss a non-invariant kernel\n", ops->name, ops->device, op->name,

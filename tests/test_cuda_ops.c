@@ -310,9 +310,9 @@ static void test_gemm_split_k_rows(void **state) {
         {20000, 512},  // 105 of 64 x 192 at M <= 64, the last 32 columns wide (clipped by the TMA stores)
         {34944, 512},  // 273 of 128 (182 of 192): stream-K order at M <= 64, 9 units left for round 3
         {576, 1536},   // 160 units of 128 x 128 at M = 4096, walking 4 splits in stream-K order
-        {320, 1536},   // 128 x 192 cta tiles at M = 8192 whose second tile is a third empty; 64 x 96 at 513, 1024
+        {320, 7168},   // 128 x 192 cta tiles at M = 8192 whose second tile is a third empty; 64 x 96 at 513, 1024
         {2048, 2048},  // S = 5, odd: the two-chain 128 x 128 walk ends in its first chain
-        {576, 2048},   // S = 5 on 64 x 72 tiles at M = 513 and 1024
+        {576, 2048},   // S = 5 on 64 x 128 cta tiles at M = 513 and 1024 (32 k-tiles: staged), the last half wide
     };
     static const int ms[] = {1, 2, 3, 7, 16, 17, 48, 63, 64, 65, 200, 513, 1024, 4096};  // 48: the persistent split CTAs
     const int MMAX = 8192, f32_ms[] = {17, 1024, 4096};  // 1024, 4096: the 72-, 96- and 144-column tiles' fp32 stores

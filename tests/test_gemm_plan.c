@@ -117,11 +117,12 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                 assert_true(p.load == LOAD_TMA && batch == 1 && !p.stream_k && M > 64 &&
                                             gemm_tile_count(M, N, 1, 128, 256) >= plan_sms[si] &&
                                             (K + 63) / 64 / p.splits >= GEMM_SPLIT_L2_TOTAL_MIN_KTILES);
-                            if (p.tile == TILE_64x96)  // one dense product whose narrow tiles fit one wave
-                                assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
+                            if (p.tile == TILE_64x96)  // one dense product's long walks, its narrow tiles in one wave
+                                assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES &&
+                                            gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
                             if (p.tile == TILE_64x72)  // the same, whole tiles of 72 columns
-                                assert_true(batch == 1 && M > 64 && gemm_tile_count(M, N, 1, 64, 72) <= plan_sms[si] &&
-                                            N % 72 == 0);
+                                assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES &&
+                                            gemm_tile_count(M, N, 1, 64, 72) <= plan_sms[si] && N % 72 == 0);
                             if (p.tile == TILE_64x192)  // S = 1, M <= 64: one wave of them, not of 64 x 128
                                 assert_true(p.load == LOAD_TMA && batch == 1 && M <= 64 && p.splits == 1 &&
                                             gemm_tile_count(M, N, 1, 64, 192) <= plan_sms[si] &&
@@ -339,6 +340,11 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
         {1056, 576, 7168, "64x96/cta"},       // 17 row tiles: 136 units of 64 x 72 would take two waves,
                                               // 102 of 64 x 96 one
         {1024, 640, 7168, "64x128/cta"},      // 640 columns: 7 tiles of 96 would leave 32 empty
+        {256, 3072, 2048, "64x128/cta"},      // 32 k-tiles: 64 x 128 stages its epilogue, 64 x 96
+                                              // cannot (12.2 against 13.4 us)
+        {1024, 576, 2048, "64x128/cta"},      // the same against 64 x 72
+        {1024, 320, 4096, "64x128/cta"},      // 64 k-tiles, the last staged walk
+        {1024, 320, 4160, "64x96/cta"},       // 65: 36 units of 64 x 96 against 27 of 64 x 128
         {2048, 576, 7168, "128x96/cta"},      // 96 units of 128 x 96 against 80 of 128 x 128
     };
     for (int i = 0; i < COUNT(cases); i++) expect_plan(cases[i].M, cases[i].N, cases[i].K, 132, cases[i].name);

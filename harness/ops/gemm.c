@@ -37,8 +37,11 @@ const op_shape gemm_cuda_shapes[] = {
     // split-K on sm_90a (kernels/cuda/gemm_plan.cuh: 5 splits; 576x2048 above has 5 too, on split
     // CTAs up to M = 256): M <= 64 runs the splits on separate CTAs (M = 2 the tile's last CTA adds
     // the partials, M = 7 a reduce kernel, M = 64 the CTAs units of the persistent kernel), M = 256
-    // has one 64 x 96 CTA walk them, M = 1024 one 128 x 192 CTA: the quick M list crosses every switch
+    // has one 64 x 128 CTA walk them, M = 1024 one 128 x 192 CTA: the quick M list crosses every switch
     {.label = "3072x2048", .gemm = {.N = 3072, .K = 2048}, .quick = true},
+    // 112 k-tiles, a long walk: M = 1024 has one 64 x 96 CTA walk the splits (wgmma n = 96), M = 4096
+    // one 128 x 96 CTA, M = 255 and 256 128 x 192 split CTAs
+    {.label = "320x7168", .gemm = {.N = 320, .K = 7168}, .quick = true},
     {.label = "1536x7168", .gemm = {.N = 1536, .K = 7168}},
     // 18 splits: M = 4096 has one 128 x 144 CTA walk them (wgmma n = 144, four whole tiles), M = 1024
     // a 64 x 72 one (n = 72, eight), M <= 256 split CTAs (cuBLAS differs at M >= 256 on the H200:

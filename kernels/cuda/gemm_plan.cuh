@@ -77,8 +77,8 @@ enum gemm_split_mode { SPLIT_NONE, SPLIT_IN_CTA, SPLIT_GRID };
 //              persistent kernel's consumers hold at 240), of 128 x 256 for GRID splits
 //              where it leaves fewer columns empty, and of 128 x 256 at S = 1 past M = 128
 //              where its waves cost less (gemm_dense_192_cheaper)
-//   64 x 96    one warpgroup, one wgmma of 96 columns: in place of 64 x 128 on the cta path
-//              where its tiles still fit one wave and leave no more columns empty
+//   64 x 96    one warpgroup, one wgmma of 96 columns: in place of 64 x 128 on the cta path's
+//              long walks where its tiles still fit one wave and leave no more columns empty
 //              (gemm_cta_narrow_wins)
 //   128 x 96   two warpgroups, one wgmma of 96 columns each: in place of 128 x 128 where its
 //              waves take less time (gemm_cta_wide_tile)
@@ -301,15 +301,23 @@ static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, 
 // tiles leave SMs idle: more CTAs, each reading 11% more bytes a FLOP, which pays while they all
 // still run at once and the narrower tiles waste no more columns (576 columns: five tiles of 128,
 // the last half empty, or six of 96). H200, medians of three bench runs: 576 x 7168 at M = 1024
-// 35.7 -> 26.6 us (80 CTAs of 64 x 128 walking 112 k-tiles each, or 96 of 64 x 96), 3072 x 2048
-// at M = 256 13.7 -> 13.2. Narrower still, 64 x 72, where N is a multiple of 72 and those tiles
-// fit the wave too: a k-tile takes about as long as 64 x 96's (0.23 against 0.24 us: the SM's
-// intake from L2, about 80 GB/s an SM with every SM reading, paces both), so more CTAs finish
-// sooner (H200, medians of three, 2026-12-01: 576 x 7168 M = 513 26.6 -> 25.1 us, M = 1024 27.0 ->
-// 25.7, 576 x 2048 M = 1024 13.4 -> 12.6).
-static inline bool gemm_cta_narrow_wins(int M, int N, int batch, int num_sms) {
+// 35.7 -> 26.6 us (80 CTAs of 64 x 128 walking 112 k-tiles each, or 96 of 64 x 96). Narrower
+// still, 64 x 72, where N is a multiple of 72 and those tiles fit the wave too: a k-tile takes
+// about as long as 64 x 96's (0.23 against 0.24 us: the SM's intake from L2, about 80 GB/s an SM
+// with every SM reading, paces both), so more CTAs finish sooner (H200, medians of three,
+// 2026-12-01: 576 x 7168 M = 513 26.6 -> 25.1 us, M = 1024 27.0 -> 25.7).
+// Long walks only (more than GEMM_CTA_STAGED_MAX_KTILES k-tiles): up to there the 64 x 128 tile
+// stages its bf16 epilogue through shared memory and the 96- and 72-column ones cannot
+// (ws_can_stage), which costs them more than their CTAs gain. H200, dev builds forcing the tile,
+// medians of three, 2026-12-02, us (64 x 128 against 64 x 96 or 64 x 72): at 32 k-tiles 3072 x
+// 2048 M = 96 / 128 / 192 / 256 12.0 / 11.9 / 12.1 / 12.2 against 13.0 / 12.9 / 13.2 / 13.4,
+// 1536 x 2048 M = 512 12.3 against 13.4, 576 x 2048 M = 512 / 1024 11.9 / 12.3 against 12.2 /
+// 12.4; at 112, 1536 x 7168 M = 384 / 512 33.4 / 33.8 against 25.5 / 25.9 and 576 x 7168 M = 512
+// / 1024 34.7 / 35.0 against 24.8 / 25.4.
+static inline bool gemm_cta_narrow_wins(int M, int N, int K, int batch, int num_sms) {
     const long units = gemm_tile_count(M, N, batch, 64, 128), narrow_units = gemm_tile_count(M, N, batch, 64, 96);
-    return units < num_sms && narrow_units > units && narrow_units <= num_sms && (N + 95) / 96 * 96 <= (N + 127) / 128 * 128;
+    return (K + GEMM_BK - 1) / GEMM_BK > GEMM_CTA_STAGED_MAX_KTILES && units < num_sms && narrow_units > units &&
+           narrow_units <= num_sms && (N + 95) / 96 * 96 <= (N + 127) / 128 * 128;
 }
 
 // At M <= 64 and S = 1 (one row tile, N of more than 132 column tiles of 128) the product reads
@@ -426,7 +434,7 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
         pl.tile = pl.splits > 1 ? TILE_128x128 : TILE_128x256;
     if (pl.tile == TILE_128x128 && pl.load == LOAD_TMA) pl.tile = gemm_cta_wide_tile(M, N, K, batch, num_sms);
     if (pl.tile == TILE_64x128 && pl.mode == SPLIT_IN_CTA && pl.load == LOAD_TMA && batch == 1 &&
-        gemm_cta_narrow_wins(M, N, batch, num_sms)) {
+        gemm_cta_narrow_wins(M, N, K, batch, num_sms)) {
         pl.tile = TILE_64x96;
         if (N % 72 == 0 && gemm_tile_count(M, N, batch, 64, 72) <= num_sms) pl.tile = TILE_64x72;
     }

@@ -118,10 +118,10 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                             gemm_tile_count(M, N, 1, 128, 256) >= plan_sms[si] &&
                                             (K + 63) / 64 / p.splits >= GEMM_SPLIT_L2_TOTAL_MIN_KTILES);
                             if (p.tile == TILE_64x96)  // one dense product's long walks, its narrow tiles in one wave
-                                assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES &&
+                                assert_true(batch == 1 && M > 64 && gemm_cta_long_walk(K) &&
                                             gemm_tile_count(M, N, 1, 64, 96) <= plan_sms[si]);
                             if (p.tile == TILE_64x72)  // the same, whole tiles of 72 columns
-                                assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES &&
+                                assert_true(batch == 1 && M > 64 && gemm_cta_long_walk(K) &&
                                             gemm_tile_count(M, N, 1, 64, 72) <= plan_sms[si] && N % 72 == 0);
                             if (p.tile == TILE_64x192)  // S = 1, M <= 64: one wave of them, not of 64 x 128
                                 assert_true(p.load == LOAD_TMA && batch == 1 && M <= 64 && p.splits == 1 &&
@@ -132,9 +132,9 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                             gemm_dense_192_cheaper(M, N, gemm_stream_k_tail_rounds(M, N, K, plan_sms[si]) >= 0,
                                                                    plan_sms[si]));
                             if (p.tile == TILE_128x96)  // one dense product, long walks
-                                assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES);
+                                assert_true(batch == 1 && M > 64 && gemm_cta_long_walk(K));
                             if (p.tile == TILE_128x144)  // the same, whole tiles of 144 columns
-                                assert_true(batch == 1 && M > 64 && (K + 63) / 64 > GEMM_CTA_STAGED_MAX_KTILES &&
+                                assert_true(batch == 1 && M > 64 && gemm_cta_long_walk(K) &&
                                             N % 144 == 0);
                         }
     printf("gemm plans checked: %ld\n", plans);

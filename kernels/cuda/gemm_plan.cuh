@@ -234,6 +234,9 @@ static inline long gemm_waves(long units, int num_sms) { return (units + num_sms
 // walks at most this many k-tiles (kernels/cuda/gemm_sm90.cu, ws_stages_epilogue; 128 x 128 and
 // 64 x 128 tiles; the 128 x 192 tile in its TMA-store kernel at every K since 2026-12-02).
 #define GEMM_CTA_STAGED_MAX_KTILES 64
+// A cta walk past the staged epilogue's reach: only there do the 96-, 72- and 144-column tiles,
+// which never stage theirs, replace the 128-column ones (gemm_cta_wide_tile, gemm_cta_narrow_wins).
+static inline bool gemm_cta_long_walk(int K) { return (K + GEMM_BK - 1) / GEMM_BK > GEMM_CTA_STAGED_MAX_KTILES; }
 
 // The two-warpgroup tile of the cta path (the persistent kernel, TMA): 128 x 96, 128 x 128,
 // 128 x 144 or 128 x 192, whichever its waves times the time one of its k-tiles takes says is fastest. Those
@@ -272,15 +275,13 @@ static inline long gemm_cta_wave_cost(int M, int N, int batch, int cols, int num
 }
 static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, int num_sms) {
     const long units = gemm_tile_count(M, N, batch, 128, 128);
-    const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
     const bool even_share = gemm_stream_k(units, num_sms, M, N, K) && 2L * M * K * batch <= GEMM_STREAM_K_MAX_W_BYTES;
     const long tenths = even_share ? units * 10 / num_sms : gemm_waves(units, num_sms) * 10;
     enum gemm_tile best = TILE_128x128;
-    long best_cost = tenths * (k_tiles <= GEMM_CTA_STAGED_MAX_KTILES ? GEMM_CTA_KTILE_COST_128_STAGED
-                                                                     : GEMM_CTA_KTILE_COST_128);
+    long best_cost = tenths * (gemm_cta_long_walk(K) ? GEMM_CTA_KTILE_COST_128 : GEMM_CTA_KTILE_COST_128_STAGED);
     // 96 and 144 columns on one dense product's long walks only (where their cost was measured),
     // 144 where N is a multiple of it; each taken where it costs less than the best before it.
-    const bool long_walk = batch == 1 && k_tiles > GEMM_CTA_STAGED_MAX_KTILES;
+    const bool long_walk = batch == 1 && gemm_cta_long_walk(K);
     const struct { enum gemm_tile tile; int cols, ktile_cost; bool allowed; } others[] = {
         {TILE_128x192, 192, GEMM_CTA_KTILE_COST_192, true},
         {TILE_128x96, 96, GEMM_CTA_KTILE_COST_96, long_walk},
@@ -316,8 +317,8 @@ static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, 
 // / 1024 34.7 / 35.0 against 24.8 / 25.4.
 static inline bool gemm_cta_narrow_wins(int M, int N, int K, int batch, int num_sms) {
     const long units = gemm_tile_count(M, N, batch, 64, 128), narrow_units = gemm_tile_count(M, N, batch, 64, 96);
-    return (K + GEMM_BK - 1) / GEMM_BK > GEMM_CTA_STAGED_MAX_KTILES && units < num_sms && narrow_units > units &&
-           narrow_units <= num_sms && (N + 95) / 96 * 96 <= (N + 127) / 128 * 128;
+    return gemm_cta_long_walk(K) && units < num_sms && narrow_units > units && narrow_units <= num_sms &&
+           (N + 95) / 96 * 96 <= (N + 127) / 128 * 128;
 }
 
 // At M <= 64 and S = 1 (one row tile, N of more than 132 column tiles of 128) the product reads

@@ -880,14 +880,17 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
             fail_msg("mla_attention H=%d: sequence 2's tokens differ without the other sequences", H);
     }
     // The batch in reverse order: every token at another unit and CTA.
-    int *idx = invar_malloc((size_t)2 * T * sizeof(int), "token order"), n_short = 0;
+    enum { SHORT_REPS = 8 };  // below: the short sequences' tokens, each this many times
+    int *idx = invar_malloc((size_t)SHORT_REPS * T * sizeof(int), "token order"), n_short = 0;
     for (int t = 0; t < T; t++) idx[t] = T - 1 - t;
     mla_check_gathered(s, &c, out, idx, T, "the batch in reverse order");
 
     // The tokens of sequences 0 and 1 (at most 2 splits each) as their own batch, every one
-    // twice: more split units than SMs, so the 16-head kernel takes whole tokens and merges the
-    // two-split ones itself, which the merge kernel merged in the full batch (4 splits).
-    for (int rep = 0; rep < 2; rep++)
+    // eight times: more split units than SMs, so the 16-head kernel takes whole tokens and merges
+    // the two-split ones itself, and at 128 heads units for over half the SMs, so the 64-head
+    // kernel's CTAs merge them (two in a cluster), which the merge kernel merged in the full
+    // batch (4 splits) and for each token alone.
+    for (int rep = 0; rep < SHORT_REPS; rep++)
         for (int t = 0; t < T; t++)
             if (tseq[t] <= 1) idx[n_short++] = t;
     mla_check_gathered(s, &c, out, idx, n_short, "the short sequences' tokens");

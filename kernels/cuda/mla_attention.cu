@@ -433,11 +433,11 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     p.ml_part = (float2 *)(scratch + parts * (size_t)a->L * 4);
 
     // On sm_90a: 64 heads a CTA for many heads, 16 for the rest (mla_attention_wgmma*.cu), a
-    // shape choice too; the same partials and merge arithmetic (the 16-head kernel merges some
-    // tokens itself).
+    // shape choice too; the same partials and merge arithmetic (both merge some tokens
+    // themselves).
     p.merged_max_n = 0;
     if (mla_wgmma_supported(c, a, split_size))
-        mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
+        p.merged_max_n = mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else if (mla_wgmma16_supported(c, a, split_size))
         p.merged_max_n = mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else

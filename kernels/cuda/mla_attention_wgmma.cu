@@ -9,7 +9,10 @@
 //
 // Work unit (one CTA, 2 warpgroups): 64 heads of one query token x one KV split. The splits are
 // mla_attention.cu's: a fixed size from absolute position 0, partials o_part / ml_part in its
-// format, merged by its mla_merge_kernel. The reduction order of one (token, head) row:
+// format, merged by its mla_merge_kernel; or, where the grid has at most two splits and its
+// units fill half the SMs, merged here by the token's CTAs (a cluster of two at two splits,
+// swapping rows through distributed shared memory) in the merge kernel's operations and order
+// (mla_merge.cuh). The reduction order of one (token, head) row:
 //   for each 64-position tile of the split, ascending (tiles aligned to position 0):
 //     s   = 36 k16 steps ascending of wgmma m64n64k16 over the L + R dims (latent then rope),
 //           one fp32 chain from 0; s = s * scale, positions past the token's own masked to -inf
@@ -49,6 +52,7 @@
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch, mla_kv_cache_map
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait, smem_addr
 #include "pdl.cuh"          // pdl_release_dependent
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128, mbar_*, tma_load_2d
@@ -67,9 +71,21 @@ static_assert(MLAW_L == 512 && MLAW_R == 64 && MLAW_TILE == 64, "the shape mla_w
 #define MLAW_P_OFFSET (3 * MLAW_TILE_BYTES)
 #define MLAW_SMEM_BYTES (MLAW_P_OFFSET + MLAW_HEADS * 128 + 1024)
 
+// A token's two CTAs swap the rows the other one merges through the first 128 KB of the KV
+// stages (the other split's 64 x 512 outputs of those rows, [e / 4][thread] as float4) and the
+// (max, sum) of every row after them.
+#define MLAW_PEER_ML_OFFSET (128 * 1024)
+static_assert(MLAW_PEER_ML_OFFSET + MLAW_HEADS * 8 <= 2 * MLAW_TILE_BYTES, "the swap fits the KV stages");
+// The merged rows staged in Q's buffer as bf16 pairs, a row 260 words apart: the 8 rows a warp
+// writes at once then start 4 banks apart (256 would put them on the same 4 banks).
+#define MLAW_STAGE_ROW_WORDS (MLAW_L / 2 + 4)
+static_assert(MLAW_HEADS * MLAW_STAGE_ROW_WORDS * 4 <= MLAW_TILE_BYTES, "the staged rows fit Q's buffer");
+
 struct mlaw_params {
     mla_attention_args a;
     int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
+    bool merge_here;         // every token merged by its CTAs (a cluster of two at 2 splits): nsplit <= 2,
+                             // units for half the SMs, out in 16-byte pieces (mla_wgmma_split_launch)
     bool q_aligned;          // q rows in 16-byte pieces (cp.async) or value by value
     float *o_part;           // [T][H][nsplit][L] unnormalized outputs
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
@@ -127,6 +143,25 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_mn(float (&d)[128], uint64_t
         "}\n"
         : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32), WGMMA_ACC32(d, 64), WGMMA_ACC32(d, 96)
         : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// The two CTAs of a cluster: every thread of both arrives, then waits for all of them; writes
+// before it (to either CTA's shared memory) are visible after it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The address of this CTA's shared `p` in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ uint32_t cluster_peer_addr(const void *p, int rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void st_cluster_f32x4(uint32_t addr, float x, float y, float z, float w) {
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(x), "f"(y), "f"(z), "f"(w)
+                 : "memory");
+}
+__device__ __forceinline__ void st_cluster_f32x2(uint32_t addr, float x, float y) {
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
 
 // Barrier 1 among warpgroup 0's 128 threads only (0 is __syncthreads).
@@ -219,8 +254,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // Every wgmma group is waited for in the iteration that issued it: one left in flight
     // across the loop's back edge makes ptxas serialize all of them (C7515; FlashMLA notes the
     // same).
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // warpgroup 0's
     if (wg == 0) {
-        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
         for (int i = 0; i < ntiles; i++) {
             const int st = i & 1, p0 = start + i * MLAW_TILE;
             const uint32_t parity = (uint32_t)(i >> 1) & 1u;
@@ -348,12 +383,6 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 0, 4);
             __syncwarp();
         }
-        store_partial(p, o, t, h0, split, 0, warp, lane);
-        if (q == 0) {
-#pragma unroll
-            for (int h2 = 0; h2 < 2; h2++)
-                p.ml_part[((long)t * a.H + h0 + row0 + 8 * h2) * p.nsplit + split] = make_float2(m_run[h2], l_run[h2]);
-        }
     } else {
         for (int i = 0; i < ntiles; i++) {
             const int st = i & 1;
@@ -386,7 +415,94 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 4, MLAW_BOXES);
             __syncwarp();
         }
-        store_partial(p, o, t, h0, split, MLAW_L / 2, warp, lane);
+    }
+    const int col0 = wg * (MLAW_L / 2);  // this warpgroup's output columns
+    if (!p.merge_here) {
+        store_partial(p, o, t, h0, split, col0, warp, lane);
+        if (wg == 0 && q == 0) {
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++)
+                p.ml_part[((long)t * a.H + h0 + row0 + 8 * h2) * p.nsplit + split] = make_float2(m_run[h2], l_run[h2]);
+        }
+        return;
+    }
+
+    // Every token of at most two splits (the grid's nsplit <= 2): merged here with the merge
+    // kernel's operations in its order (mla_merge.cuh), so a token's bits do not depend on which
+    // of the two merged it. One split: this CTA alone. Two: the cluster of the token's two CTAs
+    // (rank = split) swaps rows through distributed shared memory, rank k merging rows 32k ..
+    // 32k + 31 (warps 2k and 2k + 1 of each warpgroup) of both splits. P's buffer, idle now,
+    // holds this CTA's (max, sum) for warpgroup 1's threads.
+    const int n = mla_token_splits(pos, p.split_size, p.nsplit);
+    float2 *const s_ml = (float2 *)sP;
+    const bool two = n == 2, keeps = !two || (warp >> 1) == split;
+    if (two) {
+        cluster_sync();  // both CTAs past their tiles: the stages free to receive, P read
+        if (!keeps) {    // rows the other CTA merges: this split's outputs to it
+            const uint32_t dst = cluster_peer_addr(sKV, split ^ 1) + tid * 16;
+#pragma unroll
+            for (int e4 = 0; e4 < 32; e4++)
+                st_cluster_f32x4(dst + e4 * MLAW_THREADS * 16, o[4 * e4], o[4 * e4 + 1], o[4 * e4 + 2], o[4 * e4 + 3]);
+        }
+        if (wg == 0 && q == 0) {
+            const uint32_t dst = cluster_peer_addr(sKV + MLAW_PEER_ML_OFFSET, split ^ 1);
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++) st_cluster_f32x2(dst + (row0 + 8 * h2) * 8, m_run[h2], l_run[h2]);
+        }
+    } else {
+        __syncthreads();  // warpgroup 1's last P·V has read P
+    }
+    if (wg == 0 && q == 0) {
+        s_ml[row0] = make_float2(m_run[0], l_run[0]);
+        s_ml[row0 + 8] = make_float2(m_run[1], l_run[1]);
+    }
+    if (two)
+        cluster_sync();  // the other split's rows and (max, sum) have landed; s_ml written
+    else
+        __syncthreads();
+
+    // The merged rows, bf16, into Q's buffer (idle now) as [row][512], then to `out` in 16-byte
+    // pieces: the fragments' 4-byte pairs straight to global memory scatter over 8 rows a store
+    // (H200, 128 heads, 1 x 512: 6 us more than the merge kernel; dev timer).
+    uint32_t *const staged = (uint32_t *)sQ;  // [row][MLAW_STAGE_ROW_WORDS] bf16 pairs
+    if (keeps) {
+        const float4 *peer_o = (const float4 *)sKV + tid;                      // [e / 4][thread]
+        const float2 *peer_ml = (const float2 *)(sKV + MLAW_PEER_ML_OFFSET);   // [row]
+        float w[2][2], scale[2];
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            const int row = row0 + 8 * h2;
+            const float2 mine = s_ml[row], theirs = two ? peer_ml[row] : mine;  // a lone split is split 0
+            const float2 ml0 = split == 0 ? mine : theirs, ml1 = split == 0 ? theirs : mine;
+            float m = fmaxf(-INFINITY, ml0.x), d = 0.0f;
+            if (two) m = fmaxf(m, ml1.x);
+            w[h2][0] = mla_merge_weight(ml0.x, ml0.y, m, d);
+            w[h2][1] = two ? mla_merge_weight(ml1.x, ml1.y, m, d) : 0.0f;
+            scale[h2] = mla_merge_scale(d);
+        }
+#pragma unroll
+        for (int e4 = 0; e4 < 32; e4++) {  // columns 8 e4 + 2q, + 1 of rows row0 (values 0, 1) and row0 + 8 (2, 3)
+            const float4 other = two ? peer_o[e4 * MLAW_THREADS] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const float theirs[4] = {other.x, other.y, other.z, other.w};
+            float v[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float mine = o[4 * e4 + c];
+                v[c] = fmaf(split == 0 ? mine : theirs[c], w[c >> 1][0], 0.0f);  // split 0, then split 1
+                if (two) v[c] = fmaf(split == 0 ? theirs[c] : mine, w[c >> 1][1], v[c]);
+            }
+            const int pair = (col0 + 8 * e4 + 2 * q) / 2;
+            staged[row0 * MLAW_STAGE_ROW_WORDS + pair] = mla_merge_out(v[0], v[1], scale[0]);
+            staged[(row0 + 8) * MLAW_STAGE_ROW_WORDS + pair] = mla_merge_out(v[2], v[3], scale[1]);
+        }
+    }
+    __syncthreads();
+    // This CTA's rows: all 64 for a lone split, rows 32 split .. + 31 of two.
+    const int row_first = two ? 32 * split : 0, rows = two ? 32 : MLAW_HEADS;
+    for (int k = tid; k < rows * (MLAW_L / 8); k += MLAW_THREADS) {
+        const int row = row_first + k / (MLAW_L / 8), piece = k % (MLAW_L / 8);
+        *(uint4 *)(a.out + t * a.ld_out + (long)(h0 + row) * MLAW_L + 8 * piece) =
+            *(const uint4 *)(staged + row * MLAW_STAGE_ROW_WORDS + 4 * piece);
     }
 #else
     (void)p;  // not an sm_90a pass: never launched (mla_wgmma_supported checks cuda_ctx.wgmma)
@@ -399,12 +515,21 @@ bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int spl
     return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 512);
 }
 
-void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
-                            float2 *ml_part) {
+int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
+                           float2 *ml_part) {
     mlaw_params p;
     p.a = *a;
     p.split_size = split_size;
     p.nsplit = nsplit;
+    // Tokens of at most two splits merged by their CTAs where those fill at least half the SMs
+    // (no partials written and read back, no merge launch); at fewer units the merge kernel, its
+    // blocks spread over the idle SMs, beats each CTA's own merge at the end of its split. H200,
+    // 128 heads, dev timer, medians of three, us (merge kernel -> CTAs): 32 x 1k (128 units) 38.1
+    // -> 35.0, 128 x 1k 139.0 -> 125.9; 4 x 1k (16 units) 30.4 -> 31.7, 1 x 1k 29.1 -> 31.5. The
+    // bits are the same either way. The merged rows go out in 16-byte pieces: an output that
+    // allows them.
+    const long units = (long)(a->H / MLAW_HEADS) * nsplit * a->T;
+    p.merge_here = nsplit <= 2 && 2 * units >= c->num_sms && ((uintptr_t)a->out & 15u) == 0 && a->ld_out % 8 == 0;
     p.q_aligned = mla_q_aligned(a);
     p.o_part = o_part;
     p.ml_part = ml_part;
@@ -412,7 +537,20 @@ void mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_
     const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAW_TILE);
     cuda_kernel_smem(c, (const void *)mla_wgmma_split_kernel, MLAW_SMEM_BYTES, "mla_attention");
     // Head groups fastest: the CTAs that read the same KV tiles run side by side (L2 reuse).
+    // At two splits a token's CTAs are one cluster, side by side in the split dimension.
     dim3 grid((unsigned)(a->H / MLAW_HEADS), (unsigned)nsplit, (unsigned)a->T);
-    mla_wgmma_split_kernel<<<grid, MLAW_THREADS, MLAW_SMEM_BYTES, c->stream>>>(p, tmap);
-    CUDA_CHECK_LAUNCH("mla_attention (wgmma)");
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 2;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(MLAW_THREADS);
+    cfg.dynamicSmemBytes = MLAW_SMEM_BYTES;
+    cfg.stream = c->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = p.merge_here && nsplit == 2 ? 1 : 0;
+    CUDA_CHECK("mla_attention (wgmma)", cudaLaunchKernelEx(&cfg, mla_wgmma_split_kernel, p, tmap));
+    return p.merge_here ? 2 : 0;
 }

@@ -1,7 +1,8 @@
-// kernels/cuda/mla_merge.cuh — the pieces of the split-KV merge that its two executors share:
-// mla_attention.cu's merge kernel, and the 16-head split kernel for a token whose splits one
-// of its units holds (mla_attention_wgmma16.cu). A token's bits must not depend on which of the
-// two merged it, so the split count and each split's step are written once, here.
+// kernels/cuda/mla_merge.cuh — the pieces of the split-KV merge that its three executors share:
+// mla_attention.cu's merge kernel, the 16-head split kernel for a token whose splits one of its
+// units holds (mla_attention_wgmma16.cu), and the 64-head kernel's CTAs for a batch of at most two
+// splits (mla_attention_wgmma.cu). A token's bits must not depend on which of them merged it, so
+// the split count and each split's step are written once, here.
 #ifndef INVAR_KERNELS_CUDA_MLA_MERGE_CUH
 #define INVAR_KERNELS_CUDA_MLA_MERGE_CUH
 

@@ -893,6 +893,17 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
     for (int rep = 0; rep < SHORT_REPS; rep++)
         for (int t = 0; t < T; t++)
             if (tseq[t] <= 1) idx[n_short++] = t;
+#ifdef INVAR_CUDA
+    if (strcmp(kernel, "wgmma") == 0) {  // the two merges this compares did run
+        mla_case short_batch = mla_gather_case(&c, idx, n_short);
+        mla_attention_args pa = mla_args(&short_batch);
+        if (inv_cuda_mla_wgmma_merges(s->inv, &probe) || !inv_cuda_mla_wgmma_merges(s->inv, &pa))
+            fail_msg("mla_attention H=%d: the full batch must take the merge kernel and the short tokens' batch "
+                     "(%d tokens) the CTAs' own merge",
+                     H, n_short);
+        mla_gathered_free(&short_batch);
+    }
+#endif
     mla_check_gathered(s, &c, out, idx, n_short, "the short sequences' tokens");
 
     // Splits of 192 positions (a backend's kv_split_size): split edges off the 512 grid.

@@ -39,6 +39,10 @@ size_t inv_cuda_free_bytes(ops_set *ops);
 // sm_90a), "wgmma16" (16 heads a work unit, sm_90a), "mma.sync" (16 heads a CTA) or "generic". A function of the shape and the device
 // only, never of the batch; for tests and `invar bench`.
 const char *inv_cuda_mla_attention_kernel(ops_set *ops, const mla_attention_args *a);
+// Whether the 64-head kernel ("wgmma") merges every token of this batch itself (a batch of at most
+// two splits whose CTAs fill half the SMs) rather than the merge kernel: a batch choice that
+// changes no bit; for tests.
+bool inv_cuda_mla_wgmma_merges(ops_set *ops, const mla_attention_args *a);
 
 // --- tensor parallelism: one GPU per rank (collective.cu) -------------------------------------
 // CUDA devices visible to this process (0 without a driver or device).

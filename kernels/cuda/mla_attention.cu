@@ -475,3 +475,10 @@ const char *inv_cuda_mla_attention_kernel(ops_set *ops, const mla_attention_args
     if (mla_wgmma_supported(c, a, mla_split_size(a))) return "wgmma";
     return mla_wgmma16_supported(c, a, mla_split_size(a)) ? "wgmma16" : "mma.sync";
 }
+
+bool inv_cuda_mla_wgmma_merges(ops_set *ops, const mla_attention_args *a) {
+    const cuda_ctx *c = cuda_ctx_of(ops);
+    const int split_size = mla_split_size(a);
+    return !mla_generic_shape(a) && a->max_seq_len > 0 && mla_wgmma_supported(c, a, split_size) &&
+           mla_wgmma_merges_tokens(c, a, (a->max_seq_len + split_size - 1) / split_size);
+}

@@ -515,12 +515,7 @@ bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int spl
     return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 512);
 }
 
-int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
-                           float2 *ml_part) {
-    mlaw_params p;
-    p.a = *a;
-    p.split_size = split_size;
-    p.nsplit = nsplit;
+bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int nsplit) {
     // Tokens of at most two splits merged by their CTAs where those fill at least half the SMs
     // (no partials written and read back, no merge launch); at fewer units the merge kernel, its
     // blocks spread over the idle SMs, beats each CTA's own merge at the end of its split. H200,
@@ -529,7 +524,16 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
     // bits are the same either way. The merged rows go out in 16-byte pieces: an output that
     // allows them.
     const long units = (long)(a->H / MLAW_HEADS) * nsplit * a->T;
-    p.merge_here = nsplit <= 2 && 2 * units >= c->num_sms && ((uintptr_t)a->out & 15u) == 0 && a->ld_out % 8 == 0;
+    return nsplit <= 2 && 2 * units >= c->num_sms && ((uintptr_t)a->out & 15u) == 0 && a->ld_out % 8 == 0;
+}
+
+int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
+                           float2 *ml_part) {
+    mlaw_params p;
+    p.a = *a;
+    p.split_size = split_size;
+    p.nsplit = nsplit;
+    p.merge_here = mla_wgmma_merges_tokens(c, a, nsplit);
     p.q_aligned = mla_q_aligned(a);
     p.o_part = o_part;
     p.ml_part = ml_part;

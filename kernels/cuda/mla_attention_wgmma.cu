@@ -23,9 +23,10 @@
 //     O   = O * alpha, then O += bf16(p) · V over 4 k16 steps ascending (wgmma m64n256k16,
 //           positions 16k .. 16k+15 in step k), one chain per output column
 // None of it depends on T, on other tokens or on max_seq_len: those only size the grid and
-// the scratch. Which warpgroup computes a column (warpgroup 0: columns 0-255 with P in
-// registers; warpgroup 1: columns 256-511 with P from shared memory) is fixed per column, and
-// the hardware reduces an element from its own row of A, column of B and accumulator only.
+// the scratch. Which warpgroup computes a column (warpgroup 0: columns 0-255; warpgroup 1:
+// 256-511) is fixed per column, which one computes a tile's S fixed by the tile's parity, and
+// the hardware reduces an element from its own row of A, column of B and accumulator only
+// (P's bf16 values are the same read from registers or from shared memory).
 //
 // Data movement. The KV tile (64 positions x 576 dims, 72 KB) is 64 consecutive cache rows of
 // one block (block_size and the split size are multiples of 64), loaded by TMA as 9 boxes of
@@ -35,16 +36,18 @@
 // x 576 dims) is copied once per CTA into the same layout. Shared memory: Q 72 KB + 2 KV stages
 // 144 KB + P 8 KB (+ 1 KB alignment slack) = 225 KB, one CTA per SM.
 //
-// Schedule per tile i (stage i % 2); every box of a stage has its own TMA barrier:
-//   warpgroup 0: (the token's last tile: zero the rows past its end, so 0 * garbage cannot
-//     make a NaN in P·V); S = Q·Kᵀ, waiting for each box just before its 4 k16 steps; softmax;
-//     wait until warpgroup 1 has read the previous P (p_empty); P and alpha to shared memory
-//     (p_full); O[:, 0:256] = O * alpha + P·V with P in registers; then boxes 0..3, which only
-//     this warpgroup reads, take tile i + 2.
-//   warpgroup 1: wait p_full; O[:, 256:512] = O * alpha + P·V with P from shared memory;
-//     p_empty; then boxes 4..8 (warpgroup 0's Q·Kᵀ of tile i is done: P exists) take tile i + 2.
-// Warpgroup 1's P·V of tile i overlaps warpgroup 0's Q·Kᵀ of tile i + 1. Each warpgroup waits
-// for its wgmma groups inside the iteration that issued them (see the kernel).
+// Schedule: a seesaw (FlashMLA's idea, our order). Tile i's owner is warpgroup i % 2 (tiles
+// aligned to position 0 and splits to 512 positions, so the parity is the tile's absolute
+// one): it computes S_i = Q·Kᵀ and the softmax, from the (m, l) the other warpgroup left after
+// tile i - 1, and publishes P_i, alpha_i and (m, l)_i in shared memory (p_full). Each
+// warpgroup adds every tile's P·V to its own 256 output columns in tile order: its own tiles
+// with P in registers, the other's with P from shared memory. Per iteration a warpgroup
+// issues P_{i-1}·V (the other's tile), then Q·Kᵀ of its tile i behind it, and does the
+// softmax once S_i lands; so one warpgroup's Q·Kᵀ runs beside the other's P·V and softmax.
+// Stage i % 2, every box on its own TMA barrier; boxes 0..3 are refilled (tile i + 2) by
+// warpgroup 0 after its P·V of tile i, boxes 4..8 by warpgroup 1 after its own; the last tile's
+// owner first zeroes its rows past the token's end, so 0 * garbage cannot make a NaN in P·V.
+// The arithmetic of a row is the list above, step for step, whichever warpgroup does a step.
 #include <cuda.h>           // CUtensorMap
 #include <cuda_runtime.h>   // dim3, float2
 #include <math.h>           // INFINITY
@@ -164,8 +167,13 @@ __device__ __forceinline__ void st_cluster_f32x2(uint32_t addr, float x, float y
     asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
 
-// Barrier 1 among warpgroup 0's 128 threads only (0 is __syncthreads).
-__device__ __forceinline__ void wg0_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Barrier 1 + wg among warpgroup wg's 128 threads only (0 is __syncthreads).
+__device__ __forceinline__ void wg_sync(int wg) {
+    if (wg == 0)
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    else
+        asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
 
 // Two fp32 values as bf16 (round to nearest even), lo in the low half: a wgmma A register.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -208,9 +216,9 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     uint8_t *const sQ = smem, *const sKV = smem + MLAW_TILE_BYTES, *const sP = smem + MLAW_P_OFFSET;
     __shared__ __align__(8) uint64_t full[2][MLAW_BOXES];  // box b of stage s has landed
-    __shared__ __align__(8) uint64_t p_full;               // warpgroup 0 wrote P and alpha
-    __shared__ __align__(8) uint64_t p_empty;              // warpgroup 1 has read them
+    __shared__ __align__(8) uint64_t p_full;               // a tile's owner wrote P, alpha and (m, l)
     __shared__ float s_alpha[MLAW_HEADS];
+    __shared__ float2 s_ml_tile[MLAW_HEADS];                // (m, l) after the owner's tile
 
     // The cache row (slot) of tile i's first position: the tile is the 64 rows from there, all
     // inside one cache block.
@@ -234,7 +242,6 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             mbar_init(&full[1][b], 1);
         }
         mbar_init(&p_full, 128);
-        mbar_init(&p_empty, 128);
         mbar_init_fence();
         issue(0, tile_row(0), 0, MLAW_BOXES);
         if (ntiles > 1) issue(1, tile_row(1), 0, MLAW_BOXES);
@@ -251,170 +258,204 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 #pragma unroll
     for (int e = 0; e < 128; e++) o[e] = 0.0f;
 
+    // The seesaw: warpgroup w computes S and the softmax of the tiles of parity w (tile i's
+    // owner), both warpgroups the P·V of every tile for their own columns, in tile order. Per
+    // iteration, w's tile i and the other's tile j = i - 1 before it:
+    //   wait for P_j; O *= alpha_j; issue P_j·V_j (P from shared memory) ... then Q·Kᵀ of
+    //   tile i behind it; wait for P·V (this warpgroup's boxes of stage j refill with tile
+    //   j + 2); wait for S_i; softmax from (m, l)_j; P_i, alpha_i and (m, l)_i to shared
+    //   memory (p_full); O *= alpha_i; O += P_i·V_i (P in registers); its boxes of stage i
+    //   refill with tile i + 2.
+    // One P buffer is enough: the warpgroup that writes P_i has just read P_j, and the other
+    // reads P_i before it writes P_{i+1}. A stage's boxes 0..3 are read by Q·Kᵀ and warpgroup
+    // 0's P·V, boxes 4..8 by Q·Kᵀ and warpgroup 1's P·V; P·V comes after Q·Kᵀ (P needs S), so
+    // warpgroup 0 refills 0..3 and warpgroup 1 4..8, each after its own P·V of the tile.
     // Every wgmma group is waited for in the iteration that issued it: one left in flight
     // across the loop's back edge makes ptxas serialize all of them (C7515; FlashMLA notes the
     // same).
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // warpgroup 0's
-    if (wg == 0) {
-        for (int i = 0; i < ntiles; i++) {
-            const int st = i & 1, p0 = start + i * MLAW_TILE;
-            const uint32_t parity = (uint32_t)(i >> 1) & 1u;
-            uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
-            // Tile i + 2's block-table entry, read now so that its latency hides behind this
-            // tile's products instead of stalling the warpgroup before the copy is issued.
-            const int next_row = i + 2 < ntiles ? tile_row(i + 2) : 0;
-            if (p0 + MLAW_TILE > end) {
-                // The token's last tile: rows at or past `end` hold other positions (or
-                // garbage); P is 0 there, and zeros keep 0 * garbage from making NaN in P·V.
-                for (int b = 0; b < MLAW_BOXES; b++) mbar_wait(&full[st][b], parity);
-                const int valid = end - p0, chunks = (MLAW_TILE - valid) * 8;  // 16-byte chunks a box
-                for (int k = wtid; k < MLAW_BOXES * chunks; k += 128)
-                    *(uint4 *)(kv + (k / chunks) * MLAW_BOX_BYTES + valid * 128 + (k % chunks) * 16) =
-                        make_uint4(0u, 0u, 0u, 0u);
-                fence_proxy_async();
-                wg0_sync();  // every row zeroed before any wgmma reads the tile
-            }
-
-            // S = Q·Kᵀ: one chain over the 36 k16 steps, ascending; each box waited for just
-            // before its 4 steps, so the later boxes' copies overlap the first boxes' products.
-            float s[32];
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // (m, l) after the last tile seen
+    const int box0 = wg == 0 ? 0 : 4, box1 = wg == 0 ? 4 : MLAW_BOXES;  // the boxes this warpgroup refills
+    const int vbox = 4 * wg;  // its V boxes: latent dims 256 wg .. 256 wg + 255
+    // This warpgroup's boxes of tile t's stage take tile t + 2 (row: its first cache row).
+    auto refill = [&](int t, int row) {
+        if (wtid == 0 && t + 2 < ntiles) issue(t + 2, row, box0, box1);
+        __syncwarp();
+    };
+    // O *= alpha_j, then O += P_j·V_j with P_j from shared memory, once the other warpgroup has
+    // published it; issued and committed, not waited for. Loads (m, l)_j.
+    auto pv_shared_issue = [&](int j) {
+        const uint8_t *kv = sKV + (j & 1) * MLAW_TILE_BYTES;
+        mbar_wait(&p_full, (uint32_t)j & 1u);
+        // Complete already (the owner waited for every box before its P); waited for here so
+        // that the boxes' bytes are visible to this warpgroup too.
+        for (int b = vbox; b < vbox + 4; b++) mbar_wait(&full[j & 1][b], (uint32_t)(j >> 1) & 1u);
+        const float alpha0 = s_alpha[row0], alpha1 = s_alpha[row0 + 8];
+        const float2 ml0 = s_ml_tile[row0], ml1 = s_ml_tile[row0 + 8];
+        m_run[0] = ml0.x, l_run[0] = ml0.y, m_run[1] = ml1.x, l_run[1] = ml1.y;
 #pragma unroll
-            for (int b = 0; b < MLAW_BOXES; b++) {
-                mbar_wait(&full[st][b], parity);
-                wgmma_fence();  // after the wait's loop (a divergent path), or ptxas serializes (C7520)
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    const int off = b * MLAW_BOX_BYTES + kk * 32;
-                    if (b == 0 && kk == 0)
-                        wgmma_m64n64k16_ss<true>(s, wgmma_desc_sw128(sQ), wgmma_desc_sw128(kv));
-                    else
-                        wgmma_m64n64k16_ss<false>(s, wgmma_desc_sw128(sQ + off), wgmma_desc_sw128(kv + off));
-                }
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_hold(s);
-
-            // Softmax of this tile, rows row0 (s[4j], s[4j+1]) and row0 + 8 (s[4j+2], s[4j+3]),
-            // columns 8j + 2q, 8j + 2q + 1.
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const bool ok = p0 + 8 * j + 2 * q + e < end;
-                    s[4 * j + e] = ok ? s[4 * j + e] * a.scale : -INFINITY;
-                    s[4 * j + 2 + e] = ok ? s[4 * j + 2 + e] * a.scale : -INFINITY;
-                    mx[0] = fmaxf(mx[0], s[4 * j + e]);
-                    mx[1] = fmaxf(mx[1], s[4 * j + 2 + e]);
-                }
-            float alpha[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int h2 = 0; h2 < 2; h2++) {
-                mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 1));
-                mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 2));
-                const float m_new = fmaxf(m_run[h2], mx[h2]);  // finite: the tile's first position is the token's
-                alpha[h2] = __expf(m_run[h2] - m_new);         // exp(-inf) = 0 on the first tile
-                m_run[h2] = m_new;
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    s[4 * j + e] = __expf(s[4 * j + e] - m_run[0]);
-                    s[4 * j + 2 + e] = __expf(s[4 * j + 2 + e] - m_run[1]);
-                    sum[0] += s[4 * j + e];
-                    sum[1] += s[4 * j + 2 + e];
-                }
-#pragma unroll
-            for (int h2 = 0; h2 < 2; h2++) {
-                sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 1);
-                sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 2);
-                l_run[h2] = l_run[h2] * alpha[h2] + sum[h2];
-            }
-            // P in bf16: the accumulator layout of columns 16k..16k+15 is the A fragment of
-            // k16 step k (row0 cols 2q.., row0+8 cols 2q.., row0 cols 8+2q.., row0+8 cols 8+2q..).
-            uint32_t pk[8][2], pa[4][4];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                pk[j][0] = pack_bf16x2(s[4 * j], s[4 * j + 1]);
-                pk[j][1] = pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
-            }
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                pa[k][0] = pk[2 * k][0];
-                pa[k][1] = pk[2 * k][1];
-                pa[k][2] = pk[2 * k + 1][0];
-                pa[k][3] = pk[2 * k + 1][1];
-            }
-
-            // P and alpha for warpgroup 1, once it has read the previous tile's.
-            if (i > 0) mbar_wait(&p_empty, (uint32_t)(i - 1) & 1u);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                *(uint32_t *)(sP + sw128_offset(row0, j) + 4 * q) = pk[j][0];
-                *(uint32_t *)(sP + sw128_offset(row0 + 8, j) + 4 * q) = pk[j][1];
-            }
-            if (q == 0) {
-                s_alpha[row0] = alpha[0];
-                s_alpha[row0 + 8] = alpha[1];
-            }
-            fence_proxy_async();  // P becomes visible to warpgroup 1's wgmma
-            mbar_arrive(&p_full);
-
-            // O[:, 0:256] = O * alpha + P·V (latent dims 0..255: boxes 0..3).
-#pragma unroll
-            for (int j = 0; j < 32; j++) {
-                o[4 * j] *= alpha[0];
-                o[4 * j + 1] *= alpha[0];
-                o[4 * j + 2] *= alpha[1];
-                o[4 * j + 3] *= alpha[1];
-            }
-            wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < 4; k++) wgmma_m64n256k16_rs_mn(o, pa[k], wgmma_desc_sw128_mn(kv + k * 16 * 128, MLAW_BOX_BYTES));
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_hold(o);
-#pragma unroll
-            for (int k = 0; k < 4; k++) wgmma_hold(pa[k]);  // P, read by the wgmma until its wait
-            // Boxes 0..3 of this stage are read by nobody else (warpgroup 1 reads 4..7): they
-            // take tile i + 2's now.
-            if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 0, 4);
-            __syncwarp();
+        for (int e = 0; e < 32; e++) {
+            o[4 * e] *= alpha0;
+            o[4 * e + 1] *= alpha0;
+            o[4 * e + 2] *= alpha1;
+            o[4 * e + 3] *= alpha1;
         }
-    } else {
-        for (int i = 0; i < ntiles; i++) {
-            const int st = i & 1;
-            const uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
-            const int next_row = i + 2 < ntiles ? tile_row(i + 2) : 0;  // read ahead, as warpgroup 0 does
-            mbar_wait(&p_full, (uint32_t)i & 1u);
-            // Already complete (warpgroup 0 waited for every box before writing P); waited for
-            // here too so that the boxes' bytes are visible to this warpgroup's own reads.
-            for (int b = 4; b < 8; b++) mbar_wait(&full[st][b], (uint32_t)(i >> 1) & 1u);
-            const float alpha0 = s_alpha[row0], alpha1 = s_alpha[row0 + 8];
+        wgmma_fence();
 #pragma unroll
-            for (int j = 0; j < 32; j++) {
-                o[4 * j] *= alpha0;
-                o[4 * j + 1] *= alpha0;
-                o[4 * j + 2] *= alpha1;
-                o[4 * j + 3] *= alpha1;
-            }
-            // O[:, 256:512] = O * alpha + P·V (latent dims 256..511: boxes 4..7).
-            wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                wgmma_m64n256k16_ss_mn(o, wgmma_desc_sw128(sP + k * 32),
-                                       wgmma_desc_sw128_mn(kv + 4 * MLAW_BOX_BYTES + k * 16 * 128, MLAW_BOX_BYTES));
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_hold(o);
-            mbar_arrive(&p_empty);
-            // Boxes 4..8: warpgroup 0's Q·Kᵀ of this tile finished before P was written, this
-            // warpgroup's P·V just now; they take tile i + 2's.
-            if (wtid == 0 && i + 2 < ntiles) issue(i + 2, next_row, 4, MLAW_BOXES);
-            __syncwarp();
+        for (int k = 0; k < 4; k++)
+            wgmma_m64n256k16_ss_mn(o, wgmma_desc_sw128(sP + k * 32),
+                                   wgmma_desc_sw128_mn(kv + vbox * MLAW_BOX_BYTES + k * 16 * 128, MLAW_BOX_BYTES));
+        wgmma_commit();
+    };
+    // S_i = Q·Kᵀ, issued and committed, not waited for.
+    auto qk_issue = [&](int i, float (&s)[32]) {
+        const int st = i & 1, p0 = start + i * MLAW_TILE;
+        const uint32_t parity = (uint32_t)(i >> 1) & 1u;
+        uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
+        if (p0 + MLAW_TILE > end) {
+            // The token's last tile: rows at or past `end` hold other positions (or garbage);
+            // P is 0 there, and zeros keep 0 * garbage from making NaN in P·V. Both
+            // warpgroups' boxes: the other one reads its V boxes only after P_i.
+            for (int b = 0; b < MLAW_BOXES; b++) mbar_wait(&full[st][b], parity);
+            const int valid = end - p0, chunks = (MLAW_TILE - valid) * 8;  // 16-byte chunks a box
+            for (int k = wtid; k < MLAW_BOXES * chunks; k += 128)
+                *(uint4 *)(kv + (k / chunks) * MLAW_BOX_BYTES + valid * 128 + (k % chunks) * 16) =
+                    make_uint4(0u, 0u, 0u, 0u);
+            fence_proxy_async();
+            wg_sync(wg);  // every row zeroed before any wgmma reads the tile
         }
+        // One chain over the 36 k16 steps, ascending; each box waited for just before its 4
+        // steps, so the later boxes' copies overlap the first boxes' products.
+#pragma unroll
+        for (int b = 0; b < MLAW_BOXES; b++) {
+            mbar_wait(&full[st][b], parity);
+            wgmma_fence();  // after the wait's loop (a divergent path), or ptxas serializes (C7520)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                const int off = b * MLAW_BOX_BYTES + kk * 32;
+                if (b == 0 && kk == 0)
+                    wgmma_m64n64k16_ss<true>(s, wgmma_desc_sw128(sQ), wgmma_desc_sw128(kv));
+                else
+                    wgmma_m64n64k16_ss<false>(s, wgmma_desc_sw128(sQ + off), wgmma_desc_sw128(kv + off));
+            }
+        }
+        wgmma_commit();
+    };
+    // The owner's part of tile i once S_i is in registers (and (m, l) holds the tile before
+    // it): softmax; P_i, alpha_i and (m, l)_i published (p_full); O = O * alpha_i + P_i·V_i
+    // with P in registers, waited for; this warpgroup's boxes of stage i refilled.
+    auto own_tile = [&](int i, float (&s)[32], int row_i2) {
+        // Rows row0 (s[4c], s[4c+1]) and row0 + 8 (s[4c+2], s[4c+3]), columns 8c + 2q, 8c + 2q + 1.
+        const int p0 = start + i * MLAW_TILE;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const bool ok = p0 + 8 * c + 2 * q + e < end;
+                s[4 * c + e] = ok ? s[4 * c + e] * a.scale : -INFINITY;
+                s[4 * c + 2 + e] = ok ? s[4 * c + 2 + e] * a.scale : -INFINITY;
+                mx[0] = fmaxf(mx[0], s[4 * c + e]);
+                mx[1] = fmaxf(mx[1], s[4 * c + 2 + e]);
+            }
+        float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 1));
+            mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 2));
+            const float m_new = fmaxf(m_run[h2], mx[h2]);  // finite: the tile's first position is the token's
+            alpha[h2] = __expf(m_run[h2] - m_new);         // exp(-inf) = 0 on the first tile
+            m_run[h2] = m_new;
+        }
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                s[4 * c + e] = __expf(s[4 * c + e] - m_run[0]);
+                s[4 * c + 2 + e] = __expf(s[4 * c + 2 + e] - m_run[1]);
+                sum[0] += s[4 * c + e];
+                sum[1] += s[4 * c + 2 + e];
+            }
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 1);
+            sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 2);
+            l_run[h2] = l_run[h2] * alpha[h2] + sum[h2];
+        }
+        // P in bf16: the accumulator layout of columns 16k..16k+15 is the A fragment of k16
+        // step k (row0 cols 2q.., row0+8 cols 2q.., row0 cols 8+2q.., row0+8 cols 8+2q..).
+        uint32_t pk[8][2], pa[4][4];
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            pk[c][0] = pack_bf16x2(s[4 * c], s[4 * c + 1]);
+            pk[c][1] = pack_bf16x2(s[4 * c + 2], s[4 * c + 3]);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            pa[k][0] = pk[2 * k][0];
+            pa[k][1] = pk[2 * k][1];
+            pa[k][2] = pk[2 * k + 1][0];
+            pa[k][3] = pk[2 * k + 1][1];
+        }
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            *(uint32_t *)(sP + sw128_offset(row0, c) + 4 * q) = pk[c][0];
+            *(uint32_t *)(sP + sw128_offset(row0 + 8, c) + 4 * q) = pk[c][1];
+        }
+        if (q == 0) {
+            s_alpha[row0] = alpha[0];
+            s_alpha[row0 + 8] = alpha[1];
+            s_ml_tile[row0] = make_float2(m_run[0], l_run[0]);
+            s_ml_tile[row0 + 8] = make_float2(m_run[1], l_run[1]);
+        }
+        fence_proxy_async();  // P becomes visible to the other warpgroup's wgmma
+        mbar_arrive(&p_full);
+#pragma unroll
+        for (int e = 0; e < 32; e++) {
+            o[4 * e] *= alpha[0];
+            o[4 * e + 1] *= alpha[0];
+            o[4 * e + 2] *= alpha[1];
+            o[4 * e + 3] *= alpha[1];
+        }
+        const uint8_t *kv = sKV + (i & 1) * MLAW_TILE_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            wgmma_m64n256k16_rs_mn(o, pa[k], wgmma_desc_sw128_mn(kv + vbox * MLAW_BOX_BYTES + k * 16 * 128, MLAW_BOX_BYTES));
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_hold(o);
+#pragma unroll
+        for (int k = 0; k < 4; k++) wgmma_hold(pa[k]);  // P, read by the wgmma until its wait
+        refill(i, row_i2);
+    };
+
+    if (wg == 0) {  // tile 0: nothing before it
+        const int row2 = ntiles > 2 ? tile_row(2) : 0;
+        float s[32];
+        qk_issue(0, s);
+        wgmma_wait<0>();
+        wgmma_hold(s);
+        own_tile(0, s, row2);
+    }
+    for (int i = wg == 0 ? 2 : 1; i < ntiles; i += 2) {  // the other's tile i - 1, then its own tile i
+        // Block-table entries of the tiles this iteration's refills load, read now so that
+        // their latency hides behind the products.
+        const int row_j2 = i + 1 < ntiles ? tile_row(i + 1) : 0;
+        const int row_i2 = i + 2 < ntiles ? tile_row(i + 2) : 0;
+        pv_shared_issue(i - 1);
+        float s[32];
+        qk_issue(i, s);
+        wgmma_wait<1>();  // P_{i-1}·V done: P's buffer is free, and this warpgroup's boxes of its stage
+        wgmma_hold(o);
+        refill(i - 1, row_j2);
+        wgmma_wait<0>();
+        wgmma_hold(s);
+        own_tile(i, s, row_i2);
+    }
+    if ((ntiles - 1) % 2 != wg) {  // the last tile is the other's
+        pv_shared_issue(ntiles - 1);
+        wgmma_wait<0>();
+        wgmma_hold(o);
     }
     const int col0 = wg * (MLAW_L / 2);  // this warpgroup's output columns
     if (!p.merge_here) {
@@ -450,7 +491,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             for (int h2 = 0; h2 < 2; h2++) st_cluster_f32x2(dst + (row0 + 8 * h2) * 8, m_run[h2], l_run[h2]);
         }
     } else {
-        __syncthreads();  // warpgroup 1's last P·V has read P
+        __syncthreads();  // both warpgroups' last P·V have read P
     }
     if (wg == 0 && q == 0) {
         s_ml[row0] = make_float2(m_run[0], l_run[0]);

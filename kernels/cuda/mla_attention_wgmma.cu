@@ -25,8 +25,9 @@
 // None of it depends on T, on other tokens or on max_seq_len: those only size the grid and
 // the scratch. Which warpgroup computes a column (warpgroup 0: columns 0-255; warpgroup 1:
 // 256-511) is fixed per column, which one computes a tile's S fixed by the tile's parity, and
-// the hardware reduces an element from its own row of A, column of B and accumulator only
-// (P's bf16 values are the same read from registers or from shared memory).
+// the hardware reduces an element from its own row of A, column of B and accumulator only.
+// Whether a column's P·V of a tile reads P from registers or from shared memory (the same bf16
+// values) is fixed by the tile's parity too.
 //
 // Data movement. The KV tile (64 positions x 576 dims, 72 KB) is 64 consecutive cache rows of
 // one block (block_size and the split size are multiples of 64), loaded by TMA as 9 boxes of
@@ -36,14 +37,14 @@
 // x 576 dims) is copied once per CTA into the same layout. Shared memory: Q 72 KB + 2 KV stages
 // 144 KB + P 8 KB (+ 1 KB alignment slack) = 225 KB, one CTA per SM.
 //
-// Schedule: a seesaw (FlashMLA's idea, our order). Tile i's owner is warpgroup i % 2 (tiles
-// aligned to position 0 and splits to 512 positions, so the parity is the tile's absolute
-// one): it computes S_i = Q·Kᵀ and the softmax, from the (m, l) the other warpgroup left after
-// tile i - 1, and publishes P_i, alpha_i and (m, l)_i in shared memory (p_full). Each
+// Schedule: a seesaw (FlashMLA's idea, our order). Tile i of a split is owned by warpgroup
+// i % 2 (counted from the split's start: a function of the position and the split size, never
+// of the batch): it computes S_i = Q·Kᵀ and the softmax, from the (m, l) the other warpgroup
+// left after tile i - 1, and publishes P_i, alpha_i and (m, l)_i in shared memory (p_full). Each
 // warpgroup adds every tile's P·V to its own 256 output columns in tile order: its own tiles
 // with P in registers, the other's with P from shared memory. Per iteration a warpgroup
 // issues P_{i-1}·V (the other's tile), then Q·Kᵀ of its tile i behind it, and does the
-// softmax once S_i lands; so one warpgroup's Q·Kᵀ runs beside the other's P·V and softmax.
+// softmax once S_i lands; so one warpgroup's Q·Kᵀ runs beside the other's P·V of tile i - 1.
 // Stage i % 2, every box on its own TMA barrier; boxes 0..3 are refilled (tile i + 2) by
 // warpgroup 0 after its P·V of tile i, boxes 4..8 by warpgroup 1 after its own; the last tile's
 // owner first zeroes its rows past the token's end, so 0 * garbage cannot make a NaN in P·V.
@@ -122,7 +123,8 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
         asm volatile(MLAW_M64N64K16_SS : WGMMA_ACC32(d, 0) : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// O += P(64x16, registers) · V(16x256, MN-major): warpgroup 0's half of the output columns.
+// O += P(64x16, registers) · V(16x256, MN-major): a warpgroup's half of the output columns,
+// for the tiles it owns.
 // The A fragment is the m16n8k16 one per warp (mma.cuh), warp w holding rows 16w..16w+15.
 __device__ __forceinline__ void wgmma_m64n256k16_rs_mn(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
     asm volatile(
@@ -136,7 +138,8 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_mn(float (&d)[128], const ui
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
-// O += P(64x16, K-major in shared memory) · V(16x256, MN-major): warpgroup 1's half.
+// O += P(64x16, K-major in shared memory) · V(16x256, MN-major): the same, for the other
+// warpgroup's tiles.
 __device__ __forceinline__ void wgmma_m64n256k16_ss_mn(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(
         "{\n"
@@ -552,8 +555,9 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 }
 
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
-    // + 512: the kernel's static shared memory (barriers, alpha) counts against the same limit
-    return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 512);
+    // + 1024: the kernel's static shared memory (barriers, alpha, (m, l): 928 bytes, ptxas -v)
+    // counts against the same limit
+    return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 1024);
 }
 
 bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int nsplit) {

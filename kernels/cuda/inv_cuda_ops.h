@@ -50,10 +50,11 @@ bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_s
 // The latent cache as the wgmma kernels' TMA reads it: [slots][L + R] bf16 in boxes of 64 dims
 // (one 128-byte swizzle row) by box_rows positions.
 CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_rows);
-// Tokens of at most the returned split count it merges and writes itself, in the merge kernel's
-// arithmetic: 2 where mla_wgmma_merges_tokens (the grid has at most 2 splits, its units fill half
-// the SMs, the output takes 16-byte stores); else 0 (every token's partials for the merge kernel).
+// Whether the 64-head kernel's CTAs merge every token of a grid of nsplit splits themselves:
+// at most 2 splits, units for half the SMs, an output that takes 16-byte stores.
 bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int nsplit);
+// Tokens of at most the returned split count it merges and writes itself, in the merge kernel's
+// arithmetic: 2 where mla_wgmma_merges_tokens, else 0 (every token's partials for the merge kernel).
 int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
                            float *o_part, float2 *ml_part);
 // 16 heads a work unit on sm_90a (mla_attention_wgmma16.cu): H % 16 == 0 where the 64-head

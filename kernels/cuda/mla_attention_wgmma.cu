@@ -34,7 +34,11 @@
 // 64 dims x 64 rows in the 128-byte swizzle layout. The same bytes serve as the K-major B
 // operand of Q·Kᵀ (N = positions, K = dims) and the MN-major ("transposed") B operand of P·V
 // (K = positions, N = latent dims): the latent K tile doubles as V, as in FlashMLA. Q (64 heads
-// x 576 dims) is copied once per CTA into the same layout. Shared memory: Q 72 KB + 2 KV stages
+// x 576 dims) is loaded once per CTA into the same layout, by TMA as 9 boxes on their own
+// barriers, box b issued just before tile 0's box b: a warpgroup's first Q·Kᵀ waits for Q's
+// box b where it waits for the tile's, so the first products start once the first boxes land
+// (Q rows not in 16-byte pieces: copied value by value, all of it before the first tile).
+// Shared memory: Q 72 KB + 2 KV stages
 // 144 KB + P 8 KB (+ 1 KB alignment slack) = 225 KB, one CTA per SM.
 //
 // Schedule: a seesaw (FlashMLA's idea, our order). Tile i of a split is owned by warpgroup
@@ -53,12 +57,14 @@
 #include <cuda_runtime.h>   // dim3, float2
 #include <math.h>           // INFINITY
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
+#include <string.h>         // memset
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch, mla_kv_cache_map
 #include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
-#include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait, smem_addr
+#include "mma.cuh"          // smem_addr
 #include "pdl.cuh"          // pdl_release_dependent
+#include "tma_map.cuh"      // tma_map_bf16_3d
 #include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128, mbar_*, tma_load_2d
 
 #define MLAW_HEADS 64                                  // heads per CTA: the wgmma M
@@ -90,7 +96,7 @@ struct mlaw_params {
     int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
     bool merge_here;         // every token merged by its CTAs (a cluster of two at 2 splits): nsplit <= 2,
                              // units for half the SMs, out in 16-byte pieces (mla_wgmma_split_launch)
-    bool q_aligned;          // q rows in 16-byte pieces (cp.async) or value by value
+    bool q_tma;              // Q by TMA (rows in 16-byte pieces, mla_q_aligned) or value by value
     float *o_part;           // [T][H][nsplit][L] unnormalized outputs
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
 };
@@ -201,7 +207,8 @@ __device__ __forceinline__ void store_partial(const mlaw_params &p, const float 
 #endif
 
 __global__ void __launch_bounds__(MLAW_THREADS, 1)
-mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_kv) {
+mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_kv,
+                       const __grid_constant__ CUtensorMap tmap_q_lat, const __grid_constant__ CUtensorMap tmap_q_pe) {
 #if INVAR_WGMMA
     pdl_release_dependent();  // the merge may start up now; it waits for this grid's end
     const mla_attention_args &a = p.a;
@@ -219,6 +226,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     uint8_t *const sQ = smem, *const sKV = smem + MLAW_TILE_BYTES, *const sP = smem + MLAW_P_OFFSET;
     __shared__ __align__(8) uint64_t full[2][MLAW_BOXES];  // box b of stage s has landed
+    __shared__ __align__(8) uint64_t q_full[MLAW_BOXES];   // Q's box b has landed (q_tma)
     __shared__ __align__(8) uint64_t p_full;               // a tile's owner wrote P, alpha and (m, l)
     __shared__ float s_alpha[MLAW_HEADS];
     __shared__ float2 s_ml_tile[MLAW_HEADS];                // (m, l) after the owner's tile
@@ -243,17 +251,29 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         for (int b = 0; b < MLAW_BOXES; b++) {
             mbar_init(&full[0][b], 1);
             mbar_init(&full[1][b], 1);
+            mbar_init(&q_full[b], 1);
         }
         mbar_init(&p_full, 128);
         mbar_init_fence();
-        issue(0, tile_row(0), 0, MLAW_BOXES);
+        const int row0_tile = tile_row(0);
+        for (int b = 0; b < MLAW_BOXES; b++) {
+            // Q's box b (dims 64b .. 64b + 63 of heads h0 .. h0 + 63: latent, then rope), then
+            // tile 0's: the first Q·Kᵀ's steps over box b need both.
+            if (p.q_tma) {
+                mbar_expect_tx(&q_full[b], MLAW_BOX_BYTES);
+                if (b < MLAW_L / 64)
+                    tma_load_3d(sQ + b * MLAW_BOX_BYTES, &tmap_q_lat, &q_full[b], b * 64, h0, t);
+                else
+                    tma_load_3d(sQ + b * MLAW_BOX_BYTES, &tmap_q_pe, &q_full[b], 0, h0, t);
+            }
+            issue(0, row0_tile, b, b + 1);
+        }
         if (ntiles > 1) issue(1, tile_row(1), 0, MLAW_BOXES);
     }
 
-    // Q: 64 heads x (L latent, R rope) into the swizzled layout, box d / 64, while the first
-    // tiles are in flight.
-    mla_load_q_sw128<MLAW_HEADS, MLAW_THREADS>(a, p.q_aligned, t, h0, sQ);
-    if (p.q_aligned) cp_async_wait<0>();
+    // Q not in 16-byte pieces: 64 heads x (L latent, R rope) into the swizzled layout, box
+    // d / 64, value by value while the first tiles are in flight.
+    if (!p.q_tma) mla_load_q_sw128<MLAW_HEADS, MLAW_THREADS>(a, false, t, h0, sQ);
     fence_proxy_async();  // Q (generic-proxy writes) becomes visible to wgmma
     __syncthreads();      // ... and the barriers' initialization to every thread
 
@@ -284,6 +304,16 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         if (wtid == 0 && t + 2 < ntiles) issue(t + 2, row, box0, box1);
         __syncwarp();
     };
+    // O *= alpha, row0's by alpha0 and row0 + 8's by alpha1 (a tile's rescale, before its P·V).
+    auto scale_o = [&](float alpha0, float alpha1) {
+#pragma unroll
+        for (int e = 0; e < 32; e++) {
+            o[4 * e] *= alpha0;
+            o[4 * e + 1] *= alpha0;
+            o[4 * e + 2] *= alpha1;
+            o[4 * e + 3] *= alpha1;
+        }
+    };
     // O *= alpha_j, then O += P_j·V_j with P_j from shared memory, once the other warpgroup has
     // published it; issued and committed, not waited for. Loads (m, l)_j.
     auto pv_shared_issue = [&](int j) {
@@ -295,13 +325,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         const float alpha0 = s_alpha[row0], alpha1 = s_alpha[row0 + 8];
         const float2 ml0 = s_ml_tile[row0], ml1 = s_ml_tile[row0 + 8];
         m_run[0] = ml0.x, l_run[0] = ml0.y, m_run[1] = ml1.x, l_run[1] = ml1.y;
-#pragma unroll
-        for (int e = 0; e < 32; e++) {
-            o[4 * e] *= alpha0;
-            o[4 * e + 1] *= alpha0;
-            o[4 * e + 2] *= alpha1;
-            o[4 * e + 3] *= alpha1;
-        }
+        scale_o(alpha0, alpha1);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < 4; k++)
@@ -327,10 +351,13 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             wg_sync(wg);  // every row zeroed before any wgmma reads the tile
         }
         // One chain over the 36 k16 steps, ascending; each box waited for just before its 4
-        // steps, so the later boxes' copies overlap the first boxes' products.
+        // steps, so the later boxes' copies overlap the first boxes' products. A warpgroup's
+        // first tile (0 or 1) waits for Q's box too.
+        const bool q_first = p.q_tma && i < 2;
 #pragma unroll
         for (int b = 0; b < MLAW_BOXES; b++) {
             mbar_wait(&full[st][b], parity);
+            if (q_first) mbar_wait(&q_full[b], 0u);
             wgmma_fence();  // after the wait's loop (a divergent path), or ptxas serializes (C7520)
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
@@ -412,13 +439,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         }
         fence_proxy_async();  // P becomes visible to the other warpgroup's wgmma
         mbar_arrive(&p_full);
-#pragma unroll
-        for (int e = 0; e < 32; e++) {
-            o[4 * e] *= alpha[0];
-            o[4 * e + 1] *= alpha[0];
-            o[4 * e + 2] *= alpha[1];
-            o[4 * e + 3] *= alpha[1];
-        }
+        scale_o(alpha[0], alpha[1]);
         const uint8_t *kv = sKV + (i & 1) * MLAW_TILE_BYTES;
         wgmma_fence();
 #pragma unroll
@@ -579,11 +600,21 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
     p.split_size = split_size;
     p.nsplit = nsplit;
     p.merge_here = mla_wgmma_merges_tokens(c, a, nsplit);
-    p.q_aligned = mla_q_aligned(a);
+    p.q_tma = mla_q_aligned(a);
     p.o_part = o_part;
     p.ml_part = ml_part;
 
     const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAW_TILE);
+    // Q as [T][H][L] and [T][H][R], boxes of 64 dims x 64 heads (never read without q_tma).
+    CUtensorMap tmap_q_lat, tmap_q_pe;
+    memset(&tmap_q_lat, 0, sizeof tmap_q_lat);
+    memset(&tmap_q_pe, 0, sizeof tmap_q_pe);
+    if (p.q_tma) {
+        tmap_q_lat = tma_map_bf16_3d(c, a->q_lat, a->T, a->H, MLAW_L, MLAW_L, a->ld_q_lat, 64, MLAW_HEADS,
+                                     "mla_attention", "q latent");
+        tmap_q_pe = tma_map_bf16_3d(c, a->q_pe, a->T, a->H, MLAW_R, a->head_stride_q_pe, a->ld_q_pe, 64,
+                                    MLAW_HEADS, "mla_attention", "q rope");
+    }
     cuda_kernel_smem(c, (const void *)mla_wgmma_split_kernel, MLAW_SMEM_BYTES, "mla_attention");
     // Head groups fastest: the CTAs that read the same KV tiles run side by side (L2 reuse).
     // At two splits a token's CTAs are one cluster, side by side in the split dimension.
@@ -600,6 +631,6 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
     cfg.stream = c->stream;
     cfg.attrs = attr;
     cfg.numAttrs = p.merge_here && nsplit == 2 ? 1 : 0;
-    CUDA_CHECK("mla_attention (wgmma)", cudaLaunchKernelEx(&cfg, mla_wgmma_split_kernel, p, tmap));
+    CUDA_CHECK("mla_attention (wgmma)", cudaLaunchKernelEx(&cfg, mla_wgmma_split_kernel, p, tmap, tmap_q_lat, tmap_q_pe));
     return p.merge_here ? 2 : 0;
 }

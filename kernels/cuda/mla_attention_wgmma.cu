@@ -11,7 +11,7 @@
 // mla_attention.cu's: a fixed size from absolute position 0, partials o_part / ml_part in its
 // format, merged by its mla_merge_kernel; or, where the grid has at most two splits and its
 // units fill half the SMs, merged here by the token's CTAs (a cluster of two at two splits,
-// swapping rows through distributed shared memory) in the merge kernel's operations and order
+// swapping halves through distributed shared memory) in the merge kernel's operations and order
 // (mla_merge.cuh). The reduction order of one (token, head) row:
 //   for each 64-position tile of the split, ascending (tiles aligned to position 0):
 //     s   = 36 k16 steps ascending of wgmma m64n64k16 over the L + R dims (latent then rope),
@@ -81,9 +81,9 @@ static_assert(MLAW_L == 512 && MLAW_R == 64 && MLAW_TILE == 64, "the shape mla_w
 #define MLAW_P_OFFSET (3 * MLAW_TILE_BYTES)
 #define MLAW_SMEM_BYTES (MLAW_P_OFFSET + MLAW_HEADS * 128 + 1024)
 
-// A token's two CTAs swap the rows the other one merges through the first 128 KB of the KV
-// stages (the other split's 64 x 512 outputs of those rows, [e / 4][thread] as float4) and the
-// (max, sum) of every row after them.
+// A token's two CTAs swap the halves the other one merges through the KV stages (the other
+// split's 64 rows x 256 columns, [e4 % 16][thread] as float4: 64 KB) and the (max, sum) of
+// every row at 128 KB.
 #define MLAW_PEER_ML_OFFSET (128 * 1024)
 static_assert(MLAW_PEER_ML_OFFSET + MLAW_HEADS * 8 <= 2 * MLAW_TILE_BYTES, "the swap fits the KV stages");
 // The merged rows staged in Q's buffer as bf16 pairs, a row 260 words apart: the 8 rows a warp
@@ -495,19 +495,23 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // Every token of at most two splits (the grid's nsplit <= 2): merged here with the merge
     // kernel's operations in its order (mla_merge.cuh), so a token's bits do not depend on which
     // of the two merged it. One split: this CTA alone. Two: the cluster of the token's two CTAs
-    // (rank = split) swaps rows through distributed shared memory, rank k merging rows 32k ..
-    // 32k + 31 (warps 2k and 2k + 1 of each warpgroup) of both splits. P's buffer, idle now,
-    // holds this CTA's (max, sum) for warpgroup 1's threads.
+    // (rank = split) swaps halves through distributed shared memory, rank k merging of every
+    // row the columns of its threads' float4 16k .. 16k + 15 (columns 128k .. 128k + 127 of each
+    // warpgroup's 256) of both splits: every thread sends 16 float4 and merges 16. P's buffer,
+    // idle now, holds this CTA's (max, sum) for warpgroup 1's threads.
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     float2 *const s_ml = (float2 *)sP;
-    const bool two = n == 2, keeps = !two || (warp >> 1) == split;
+    const bool two = n == 2;
+    auto keeps = [&](int e4) { return !two || (e4 >> 4) == split; };  // float4 e4 merged here
     if (two) {
         cluster_sync();  // both CTAs past their tiles: the stages free to receive, P read
-        if (!keeps) {    // rows the other CTA merges: this split's outputs to it
+        {  // the half the other CTA merges: this split's values of it, [e4 % 16][thread] there
             const uint32_t dst = cluster_peer_addr(sKV, split ^ 1) + tid * 16;
 #pragma unroll
             for (int e4 = 0; e4 < 32; e4++)
-                st_cluster_f32x4(dst + e4 * MLAW_THREADS * 16, o[4 * e4], o[4 * e4 + 1], o[4 * e4 + 2], o[4 * e4 + 3]);
+                if (!keeps(e4))
+                    st_cluster_f32x4(dst + (e4 & 15) * MLAW_THREADS * 16, o[4 * e4], o[4 * e4 + 1], o[4 * e4 + 2],
+                                     o[4 * e4 + 3]);
         }
         if (wg == 0 && q == 0) {
             const uint32_t dst = cluster_peer_addr(sKV + MLAW_PEER_ML_OFFSET, split ^ 1);
@@ -530,8 +534,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // pieces: the fragments' 4-byte pairs straight to global memory scatter over 8 rows a store
     // (H200, 128 heads, 1 x 512: 6 us more than the merge kernel; dev timer).
     uint32_t *const staged = (uint32_t *)sQ;  // [row][MLAW_STAGE_ROW_WORDS] bf16 pairs
-    if (keeps) {
-        const float4 *peer_o = (const float4 *)sKV + tid;                      // [e / 4][thread]
+    {
+        const float4 *peer_o = (const float4 *)sKV + tid;                      // [e4 % 16][thread]
         const float2 *peer_ml = (const float2 *)(sKV + MLAW_PEER_ML_OFFSET);   // [row]
         float w[2][2], scale[2];
 #pragma unroll
@@ -545,15 +549,15 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             w[h2][1] = two ? mla_merge_weight(ml1.x, ml1.y, m, d) : 0.0f;
             scale[h2] = mla_merge_scale(d);
         }
-        // The other split's values 8 float4 at a time, loaded together: one warp a scheduler
-        // merges here, and a load waited for before each next one left it at ~170 cycles a
-        // float4 (H200, dev clock stamps: 5,400 cycles for the 32).
+        // The other split's values 8 float4 at a time, loaded together: a load waited for before
+        // each next one held the merge at ~170 cycles a float4 (H200, dev clock stamps).
 #pragma unroll
         for (int e8 = 0; e8 < 32; e8 += 8) {
+            if (!keeps(e8)) continue;
             float4 other[8];
 #pragma unroll
             for (int k = 0; k < 8; k++)
-                other[k] = two ? peer_o[(e8 + k) * MLAW_THREADS] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                other[k] = two ? peer_o[((e8 + k) & 15) * MLAW_THREADS] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
             for (int k = 0; k < 8; k++) {  // columns 8 e4 + 2q, + 1 of rows row0 (values 0, 1) and row0 + 8 (2, 3)
                 const int e4 = e8 + k;
@@ -572,10 +576,12 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         }
     }
     __syncthreads();
-    // This CTA's rows: all 64 for a lone split, rows 32 split .. + 31 of two.
-    const int row_first = two ? 32 * split : 0, rows = two ? 32 : MLAW_HEADS;
-    for (int k = tid; k < rows * (MLAW_L / 8); k += MLAW_THREADS) {
-        const int row = row_first + k / (MLAW_L / 8), piece = k % (MLAW_L / 8);
+    // This CTA's columns of every row, in 16-byte pieces (8 columns): all 64 pieces of a row for
+    // a lone split; of two, pieces 16 split .. + 15 of each warpgroup's 32.
+    const int pieces = two ? MLAW_L / 16 : MLAW_L / 8;
+    for (int k = tid; k < MLAW_HEADS * pieces; k += MLAW_THREADS) {
+        const int row = k / pieces, pc = k % pieces;
+        const int piece = two ? (pc / 16) * 32 + 16 * split + pc % 16 : pc;
         *(uint4 *)(a.out + t * a.ld_out + (long)(h0 + row) * MLAW_L + 8 * piece) =
             *(const uint4 *)(staged + row * MLAW_STAGE_ROW_WORDS + 4 * piece);
     }

@@ -38,8 +38,8 @@
 // barriers, box b issued just before tile 0's box b: a warpgroup's first Q·Kᵀ waits for Q's
 // box b where it waits for the tile's, so the first products start once the first boxes land
 // (Q rows not in 16-byte pieces: copied value by value, all of it before the first tile).
-// Shared memory: Q 72 KB + 2 KV stages
-// 144 KB + P 8 KB (+ 1 KB alignment slack) = 225 KB, one CTA per SM.
+// Shared memory: Q 72 KB + 2 KV stages 144 KB + P 8 KB (+ 1 KB alignment slack) = 225 KB, one
+// CTA per SM.
 //
 // Schedule: a seesaw (FlashMLA's idea, our order). Tile i of a split is owned by warpgroup
 // i % 2 (counted from the split's start: a function of the position and the split size, never
@@ -65,7 +65,7 @@
 #include "mma.cuh"          // smem_addr
 #include "pdl.cuh"          // pdl_release_dependent
 #include "tma_map.cuh"      // tma_map_bf16_3d
-#include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128, mbar_*, tma_load_2d
+#include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128, mbar_*, tma_load_2d/3d
 
 #define MLAW_HEADS 64                                  // heads per CTA: the wgmma M
 #define MLAW_TILE 64                                   // positions per KV tile
@@ -274,7 +274,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // Q not in 16-byte pieces: 64 heads x (L latent, R rope) into the swizzled layout, box
     // d / 64, value by value while the first tiles are in flight.
     if (!p.q_tma) mla_load_q_sw128<MLAW_HEADS, MLAW_THREADS>(a, false, t, h0, sQ);
-    fence_proxy_async();  // Q (generic-proxy writes) becomes visible to wgmma
+    fence_proxy_async();  // Q copied by threads (generic-proxy writes) becomes visible to wgmma
     __syncthreads();      // ... and the barriers' initialization to every thread
 
     float o[128];
@@ -498,7 +498,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // (rank = split) swaps halves through distributed shared memory, rank k merging of every
     // row the columns of its threads' float4 16k .. 16k + 15 (columns 128k .. 128k + 127 of each
     // warpgroup's 256) of both splits: every thread sends 16 float4 and merges 16. P's buffer,
-    // idle now, holds this CTA's (max, sum) for warpgroup 1's threads.
+    // idle now, holds this CTA's (max, sum) of each row, read by both warpgroups' threads.
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     float2 *const s_ml = (float2 *)sP;
     const bool two = n == 2;
@@ -526,13 +526,14 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         s_ml[row0 + 8] = make_float2(m_run[1], l_run[1]);
     }
     if (two)
-        cluster_sync();  // the other split's rows and (max, sum) have landed; s_ml written
+        cluster_sync();  // the other split's half and (max, sum) have landed; s_ml written
     else
         __syncthreads();
 
-    // The merged rows, bf16, into Q's buffer (idle now) as [row][512], then to `out` in 16-byte
-    // pieces: the fragments' 4-byte pairs straight to global memory scatter over 8 rows a store
-    // (H200, 128 heads, 1 x 512: 6 us more than the merge kernel; dev timer).
+    // This CTA's merged columns of each row, bf16, into Q's buffer (idle now) at their places in
+    // [row][512], then to `out` in 16-byte pieces: the fragments' 4-byte pairs straight to global
+    // memory scatter over 8 rows a store (H200, 128 heads, 1 x 512: 6 us more than the merge
+    // kernel; dev timer).
     uint32_t *const staged = (uint32_t *)sQ;  // [row][MLAW_STAGE_ROW_WORDS] bf16 pairs
     {
         const float4 *peer_o = (const float4 *)sKV + tid;                      // [e4 % 16][thread]
@@ -588,11 +589,13 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 #else
     (void)p;  // not an sm_90a pass: never launched (mla_wgmma_supported checks cuda_ctx.wgmma)
     (void)tmap_kv;
+    (void)tmap_q_lat;
+    (void)tmap_q_pe;
 #endif
 }
 
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
-    // + 1024: the kernel's static shared memory (barriers, alpha, (m, l): 928 bytes, ptxas -v)
+    // + 1024: the kernel's static shared memory (barriers, alpha, (m, l): 992 bytes, ptxas -v)
     // counts against the same limit
     return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 1024);
 }

@@ -569,6 +569,10 @@ static void test_gemm_batched_heads(void **state) {
 typedef struct {
     int S, T, H, L, R, BS, MB;
     int split;                           // kv_split_size (0: the set's own)
+    // Q's layout on the device (0: contiguous, q_pe [T][H][R]): q_pe at element q_pe_off of each
+    // head's q_pe_stride elements (the engine's q projection: a head's rope after its other dims),
+    // q_lat rows q_lat_pad elements longer than H x L. The host arrays stay contiguous.
+    int q_pe_stride, q_pe_off, q_lat_pad;
     int32_t *seq_lens, *table, *tseq, *tpos;
     uint16_t *cache, *q_lat, *q_pe;
     long slots;
@@ -582,7 +586,9 @@ static mla_attention_args mla_args(const mla_case *c) {
         .q_lat = c->q_lat, .q_pe = c->q_pe, .kv_cache = c->cache, .block_table = c->table,
         .token_seq = c->tseq, .token_pos = c->tpos, .seq_lens = c->seq_lens, .T = c->T,
         .H = c->H, .L = c->L, .R = c->R, .ld_out = (long)c->H * c->L,
-        .ld_q_lat = (long)c->H * c->L, .ld_q_pe = (long)c->H * c->R, .head_stride_q_pe = c->R,
+        .ld_q_lat = (long)c->H * c->L + c->q_lat_pad,
+        .ld_q_pe = (long)c->H * (c->q_pe_stride ? c->q_pe_stride : c->R),
+        .head_stride_q_pe = c->q_pe_stride ? c->q_pe_stride : c->R,
         .block_size = c->BS, .max_blocks_per_seq = c->MB, .num_seqs = c->S, .max_seq_len = mx,
         .kv_split_size = c->split, .scale = 0.07f};
 }
@@ -595,9 +601,21 @@ static void mla_run(ops_set *o, const mla_case *c, uint16_t *out_host) {
     void *table = to_dev(o, c->table, (size_t)c->S * c->MB * 4);
     void *lens = to_dev(o, c->seq_lens, (size_t)c->S * 4);
     void *seq = to_dev(o, c->tseq, (size_t)c->T * 4), *pos = to_dev(o, c->tpos, (size_t)c->T * 4);
-    void *q_lat = to_dev(o, c->q_lat, out_bytes);
-    void *q_pe = to_dev(o, c->q_pe, (size_t)c->T * c->H * c->R * 2);
     mla_attention_args a = mla_args(c);
+    // Q in its device layout; the bytes between the rows and heads hold NaNs.
+    const size_t lat_n = (size_t)c->T * a.ld_q_lat, pe_n = (size_t)c->T * a.ld_q_pe;
+    uint16_t *lat_h = invar_malloc(lat_n * 2, "q_lat layout"), *pe_h = invar_malloc(pe_n * 2, "q_pe layout");
+    for (size_t i = 0; i < lat_n; i++) lat_h[i] = POISON16;
+    for (size_t i = 0; i < pe_n; i++) pe_h[i] = POISON16;
+    for (int t = 0; t < c->T; t++) {
+        memcpy(lat_h + t * a.ld_q_lat, c->q_lat + (long)t * c->H * c->L, (size_t)c->H * c->L * 2);
+        for (int h = 0; h < c->H; h++)
+            memcpy(pe_h + t * a.ld_q_pe + (long)h * a.head_stride_q_pe + c->q_pe_off,
+                   c->q_pe + ((long)t * c->H + h) * c->R, (size_t)c->R * 2);
+    }
+    void *q_lat = to_dev(o, lat_h, lat_n * 2), *q_pe = to_dev(o, pe_h, pe_n * 2);
+    free(lat_h);
+    free(pe_h);
     a.out = out;
     a.kv_cache = cache;
     a.block_table = table;
@@ -605,7 +623,7 @@ static void mla_run(ops_set *o, const mla_case *c, uint16_t *out_host) {
     a.token_seq = seq;
     a.token_pos = pos;
     a.q_lat = q_lat;
-    a.q_pe = q_pe;
+    a.q_pe = (uint16_t *)q_pe + c->q_pe_off;
     poison(o, out, out_bytes);
     o->mla_attention(o, &a);
     o->download(o, out_host, out, out_bytes);
@@ -969,6 +987,57 @@ static void test_mla_attention_many_heads(void **state) {
     mla_wgmma_rows_check(s, 128, "wgmma", 0);
 }
 
+// Q as the engine lays it out (q_pe inside each head's 192 dims of the q projection, after its
+// 128 others; q_lat rows 8 elements apart from the next: the tensor maps' strides) and with
+// q_lat rows an odd number of elements long (the kernels' value-by-value Q copy): every row
+// bit-equal to the contiguous layout's, at 128 heads (mla_attention_wgmma.cu) and 16
+// (mla_attention_wgmma16.cu).
+static void test_mla_attention_q_layouts(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    enum { S = 2, L = 512, R = 64, W = L + R, MAXLEN = 1024, T = 6 };
+    int32_t lens[S] = {700, 1024};
+    int32_t tseq[T] = {0, 0, 1, 1, 1, 1}, tpos[T] = {63, 699, 0, 511, 512, 1023};
+    uint16_t *rows = rand_bf16((long)S * MAXLEN * W, 1.0f, 31);
+    const int heads[] = {128, 16};
+    for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+        const int H = heads[hi];
+        const long per_tok = (long)H * L;
+        uint16_t *q_lat = rand_bf16((long)T * per_tok, 1.0f, 32), *q_pe = rand_bf16((long)T * H * R, 1.0f, 33);
+        mla_case c = {.S = S, .T = T, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64,
+                      .seq_lens = lens, .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe};
+        mla_case_fill(&c, rows, MAXLEN, 2);
+        mla_attention_args probe = mla_args(&c);
+        mla_kernel_taken(s, &probe, H == 128 ? "wgmma" : "wgmma16");
+        uint16_t *out = invar_malloc((size_t)T * per_tok * 2, "out"), *other = invar_malloc((size_t)T * per_tok * 2, "out");
+        mla_run(s->inv, &c, out);
+        assert_written16(out, (long)T * per_tok);
+        const struct { int pe_stride, pe_off, lat_pad; const char *what; } layouts[] = {
+            {192, 128, 8, "q_pe inside 192-dim heads, q_lat rows padded by 8"},
+            {0, 0, 3, "q_lat rows of an odd length"},
+        };
+        for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+            mla_case v = c;
+            v.q_pe_stride = layouts[k].pe_stride;
+            v.q_pe_off = layouts[k].pe_off;
+            v.q_lat_pad = layouts[k].lat_pad;
+            mla_run(s->inv, &v, other);
+            assert_written16(other, (long)T * per_tok);
+            for (int t = 0; t < T; t++)
+                if (memcmp(other + t * per_tok, out + t * per_tok, (size_t)per_tok * 2) != 0)
+                    fail_msg("mla_attention H=%d, %s: token %d (position %d) differs from contiguous Q", H,
+                             layouts[k].what, t, tpos[t]);
+        }
+        free(out);
+        free(other);
+        free(c.table);
+        free(c.cache);
+        free(q_lat);
+        free(q_pe);
+    }
+    free(rows);
+}
+
 // 16 heads (DeepSeek-V2-Lite) with 170 more tokens (800+ work units: every CTA of the persistent
 // kernel walks several), and 48 (three head groups a token) with 60 more: mla_attention_wgmma16.cu.
 static void test_mla_attention_16_heads(void **state) {
@@ -1161,6 +1230,7 @@ int main(void) {
         TIMED_TEST(test_mla_attention_block_layouts),
         TIMED_TEST(test_mla_attention_many_heads),
         TIMED_TEST(test_mla_attention_16_heads),
+        TIMED_TEST(test_mla_attention_q_layouts),
         TIMED_TEST(test_mla_attention_16_heads_streamed),
         TIMED_TEST(test_kv_cache_write_padding),
         TIMED_TEST(test_logprobs_ties),

@@ -1009,7 +1009,8 @@ static void test_mla_attention_q_layouts(void **state) {
         mla_case_fill(&c, rows, MAXLEN, 2);
         mla_attention_args probe = mla_args(&c);
         mla_kernel_taken(s, &probe, H == 128 ? "wgmma" : "wgmma16");
-        uint16_t *out = invar_malloc((size_t)T * per_tok * 2, "out"), *other = invar_malloc((size_t)T * per_tok * 2, "out");
+        uint16_t *out = invar_malloc((size_t)T * per_tok * 2, "out");
+        uint16_t *other = invar_malloc((size_t)T * per_tok * 2, "out, other Q layout");
         mla_run(s->inv, &c, out);
         assert_written16(out, (long)T * per_tok);
         const struct { int pe_stride, pe_off, lat_pad; const char *what; } layouts[] = {

@@ -57,7 +57,6 @@
 #include <cuda_runtime.h>   // dim3, float2
 #include <math.h>           // INFINITY
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
-#include <string.h>         // memset
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch, mla_kv_cache_map
@@ -625,9 +624,7 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
 
     const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAW_TILE);
     // Q as [T][H][L] and [T][H][R], boxes of 64 dims x 64 heads (never read without q_tma).
-    CUtensorMap tmap_q_lat, tmap_q_pe;
-    memset(&tmap_q_lat, 0, sizeof tmap_q_lat);
-    memset(&tmap_q_pe, 0, sizeof tmap_q_pe);
+    CUtensorMap tmap_q_lat = {}, tmap_q_pe = {};
     if (p.q_tma) {
         tmap_q_lat = tma_map_bf16_3d(c, a->q_lat, a->T, a->H, MLAW_L, MLAW_L, a->ld_q_lat, 64, MLAW_HEADS,
                                      "mla_attention", "q latent");
@@ -650,6 +647,7 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
     cfg.stream = c->stream;
     cfg.attrs = attr;
     cfg.numAttrs = p.merge_here && nsplit == 2 ? 1 : 0;
-    CUDA_CHECK("mla_attention (wgmma)", cudaLaunchKernelEx(&cfg, mla_wgmma_split_kernel, p, tmap, tmap_q_lat, tmap_q_pe));
+    CUDA_CHECK("mla_attention (wgmma)",
+               cudaLaunchKernelEx(&cfg, mla_wgmma_split_kernel, p, tmap, tmap_q_lat, tmap_q_pe));
     return p.merge_here ? 2 : 0;
 }

@@ -27,7 +27,7 @@
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
 #include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
-#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_load4, mla_policy_evict_first
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
 
 // Positions per split: the invariant set's constant. 512 rather than 256 halves the fp32
@@ -324,7 +324,11 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 // (registers, so blocks per SM); the order of the sums does not depend on it. Tokens of at
 // most merged_max_n splits were merged by the split kernel, in these operations.
 #define MERGE_THREADS 128
-template <int CHUNK>
+// HINTED: the partials are the 64-head kernel's, stored with L2's evict_last policy, so read with
+// evict_first (mla_merge.cuh); the other kernels' are read plainly, in their own instantiation
+// (a policy chosen at run time on every path took CHUNK = 16 from 128 registers to 141, a block
+// fewer an SM: B=32 L=16k 16 heads 175.4 -> 177.5 us).
+template <int CHUNK, bool HINTED>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
     const mla_attention_args &a = p.a;
     // Last tokens first: the split kernels walk tokens in ascending order, so the partials
@@ -341,12 +345,14 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     const float4 *o = (const float4 *)(p.o_part + base * L) + tid;
     float2 mls[CHUNK];
     float4 os[CHUNK];
+    const uint64_t policy = HINTED ? mla_policy_evict_first() : 0;
     auto load_chunk = [&](int s0) {
 #pragma unroll
         for (int k = 0; k < CHUNK; k++)
             if (s0 + k < n) {
                 mls[k] = ml[s0 + k];
-                os[k] = o[(long)(s0 + k) * (L / 4)];
+                const float4 *src = &o[(long)(s0 + k) * (L / 4)];
+                os[k] = HINTED ? mla_partial_load4(src, policy) : *src;
             }
     };
     load_chunk(0);
@@ -436,17 +442,23 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     // shape choice too; the same partials and merge arithmetic (both merge some tokens
     // themselves).
     p.merged_max_n = 0;
-    if (mla_wgmma_supported(c, a, split_size))
+    const bool wgmma64 = mla_wgmma_supported(c, a, split_size);
+    if (wgmma64)
         p.merged_max_n = mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else if (mla_wgmma16_supported(c, a, split_size))
         p.merged_max_n = mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else
         mla_mma_split_launch(c, &p);
     if (p.nsplit <= p.merged_max_n) return;  // every token merged by the split kernel
-    void (*merge)(mla_params) = p.nsplit <= 2   ? mla_merge_kernel<2>
-                                : p.nsplit <= 4 ? mla_merge_kernel<4>
-                                : p.nsplit <= 8 ? mla_merge_kernel<8>
-                                                : mla_merge_kernel<16>;
+    void (*merge)(mla_params) =
+        wgmma64 ? (p.nsplit <= 2   ? mla_merge_kernel<2, true>
+                   : p.nsplit <= 4 ? mla_merge_kernel<4, true>
+                   : p.nsplit <= 8 ? mla_merge_kernel<8, true>
+                                   : mla_merge_kernel<16, true>)
+                : (p.nsplit <= 2   ? mla_merge_kernel<2, false>
+                   : p.nsplit <= 4 ? mla_merge_kernel<4, false>
+                   : p.nsplit <= 8 ? mla_merge_kernel<8, false>
+                                   : mla_merge_kernel<16, false>);
     pdl_launch(c, merge, dim3((unsigned)(a->T * a->H)), dim3(MERGE_THREADS), 0, "mla_attention merge", p);
 }
 

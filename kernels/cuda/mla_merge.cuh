@@ -2,8 +2,8 @@
 // mla_attention.cu's merge kernel, the 16-head split kernel for a token whose splits one of its
 // units holds (mla_attention_wgmma16.cu), and the 64-head kernel's CTAs for a batch of at most two
 // splits (mla_attention_wgmma.cu). A token's bits must not depend on which of them merged it, so
-// the split count and each split's step are written once, here; so is the L2 policy of the
-// partials passed from the split kernels to the merge kernel.
+// the split count and each split's step are written once, here. Beside them, the L2 policy of
+// the partials the 64-head kernel passes to the merge kernel (it carries no bits).
 #ifndef INVAR_KERNELS_CUDA_MLA_MERGE_CUH
 #define INVAR_KERNELS_CUDA_MLA_MERGE_CUH
 
@@ -39,11 +39,13 @@ static __device__ __forceinline__ uint32_t mla_merge_out(float o_lo, float o_hi,
 
 // Where the partials wait between the two kernels. The 64-head kernel stores them with L2's
 // evict_last policy and the merge kernel reads those with evict_first: at 128 heads a split's
-// partials are 256 KB beside its 590 KB of KV, which streams through L2 between the partials'
+// partials are 256 KB beside its 576 KB of KV, which streams through L2 between the partials'
 // stores and the merge's reads; the hints keep more of the partials there until they are read
-// (H200, dev timer, 128 heads: 32 x 4k 124.2 -> 119.8 us, 128 x 4k 448.8 -> 443.7). The 16-head kernel's
-// partials (a sixteenth of its KV) keep the default policy on both sides. Cache policies only:
-// no value changes.
+// (H200, dev timer, 128 heads: 32 x 4k 124.2 -> 119.8 us, 128 x 4k 448.8 -> 443.7). The
+// 16-head kernel's partials (32 KB a split) keep the default policy on both sides. Cache
+// policies only: no value changes. The policies are made here, not with wgmma.cuh's
+// l2_policy_evict_first, because that header is sm_90a code and the merge kernel is also built
+// for compute_90; createpolicy reads and writes nothing but its register, so it needs no volatile.
 static __device__ __forceinline__ uint64_t mla_policy_evict_last() {
     uint64_t policy;
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
@@ -54,10 +56,13 @@ static __device__ __forceinline__ uint64_t mla_policy_evict_first() {
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
     return policy;
 }
+// Two adjacent partial values (8-byte aligned) stored under `policy`.
 static __device__ __forceinline__ void mla_partial_store2(float *dst, float x, float y, uint64_t policy) {
     asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(dst), "f"(x), "f"(y), "l"(policy)
                  : "memory");
 }
+// Four partial values (16-byte aligned) loaded under `policy`; volatile keeps the load below the
+// merge's wait for the split kernel.
 static __device__ __forceinline__ float4 mla_partial_load4(const float4 *src, uint64_t policy) {
     float4 v;
     asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"

@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 // HINTED: the partials are the 64-head kernel's, stored with L2's evict_last policy, so read with
 // evict_first (mla_merge.cuh); the other kernels' are read plainly, in their own instantiation
 // (a policy chosen at run time on every path took CHUNK = 16 from 128 registers to 141, a block
-// fewer an SM: B=32 L=16k 16 heads 175.4 -> 177.5 us).
+// fewer an SM, and B=32 L=16k 16 heads from 175.4 to 177.5 us).
 template <int CHUNK, bool HINTED>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
     const mla_attention_args &a = p.a;

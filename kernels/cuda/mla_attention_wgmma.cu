@@ -60,7 +60,7 @@
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch, mla_kv_cache_map
-#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight/scale/out, mla_partial_store2, mla_policy_*
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_store2, mla_policy_evict_last
 #include "mma.cuh"          // smem_addr
 #include "pdl.cuh"          // pdl_release_dependent
 #include "tma_map.cuh"      // tma_map_bf16_3d

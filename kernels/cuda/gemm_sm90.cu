@@ -36,7 +36,8 @@
 #include "gemm_plan.cuh"    // gemm_plan, gemm_split_begin, GEMM_BK, the split rule
 #include "mma.cuh"          // cp_async_commit, cp_async_wait
 #include "tma_map.cuh"      // tma_map_bf16_2d
-#include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d/3d(_hint), l2_policy_evict_first, sw128_offset, fence_proxy_async
+#include "l2_policy.cuh"    // l2_policy_evict_first
+#include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d/3d(_hint), sw128_offset, fence_proxy_async
 
 // The rows of x a TMA k-tile asks for: the tile's BM, or M where M is smaller (one m-tile). The
 // copy engine's time goes by a box's rows, read or not: at M = 1 a 64-row box's 63 zero-filled

@@ -27,7 +27,8 @@
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
 #include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
-#include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_load4, mla_policy_evict_first
+#include "l2_policy.cuh"    // l2_policy_evict_first
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_load4
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
 
 // Positions per split: the invariant set's constant. 512 rather than 256 halves the fp32
@@ -345,7 +346,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     const float4 *o = (const float4 *)(p.o_part + base * L) + tid;
     float2 mls[CHUNK];
     float4 os[CHUNK];
-    const uint64_t policy = HINTED ? mla_policy_evict_first() : 0;
+    const uint64_t policy = HINTED ? l2_policy_evict_first() : 0;
     auto load_chunk = [&](int s0) {
 #pragma unroll
         for (int k = 0; k < CHUNK; k++)
@@ -382,6 +383,16 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     out[1] = (uint16_t)(lo >> 16);
     out[2] = (uint16_t)hi;
     out[3] = (uint16_t)(hi >> 16);
+}
+
+// The merge kernel for a grid of nsplit splits: CHUNK from nsplit (registers, so blocks per SM).
+typedef void (*mla_merge_fn)(mla_params);
+template <bool HINTED>
+static mla_merge_fn mla_merge_for(int nsplit) {
+    return nsplit <= 2   ? mla_merge_kernel<2, HINTED>
+           : nsplit <= 4 ? mla_merge_kernel<4, HINTED>
+           : nsplit <= 8 ? mla_merge_kernel<8, HINTED>
+                         : mla_merge_kernel<16, HINTED>;
 }
 
 // Every 8-value piece of q_lat and q_pe 16-byte aligned: the tensor-core kernels copy Q by cp.async.
@@ -450,15 +461,7 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     else
         mla_mma_split_launch(c, &p);
     if (p.nsplit <= p.merged_max_n) return;  // every token merged by the split kernel
-    void (*merge)(mla_params) =
-        wgmma64 ? (p.nsplit <= 2   ? mla_merge_kernel<2, true>
-                   : p.nsplit <= 4 ? mla_merge_kernel<4, true>
-                   : p.nsplit <= 8 ? mla_merge_kernel<8, true>
-                                   : mla_merge_kernel<16, true>)
-                : (p.nsplit <= 2   ? mla_merge_kernel<2, false>
-                   : p.nsplit <= 4 ? mla_merge_kernel<4, false>
-                   : p.nsplit <= 8 ? mla_merge_kernel<8, false>
-                                   : mla_merge_kernel<16, false>);
+    const mla_merge_fn merge = wgmma64 ? mla_merge_for<true>(p.nsplit) : mla_merge_for<false>(p.nsplit);
     pdl_launch(c, merge, dim3((unsigned)(a->T * a->H)), dim3(MERGE_THREADS), 0, "mla_attention merge", p);
 }
 

@@ -60,7 +60,8 @@
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch, mla_kv_cache_map
-#include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_store2, mla_policy_evict_last
+#include "l2_policy.cuh"    // l2_policy_evict_last
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_store2
 #include "mma.cuh"          // smem_addr
 #include "pdl.cuh"          // pdl_release_dependent
 #include "tma_map.cuh"      // tma_map_bf16_3d
@@ -195,7 +196,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ void store_partial(const mlaw_params &p, const float (&o)[128], int t, int h0, int split,
                                               int col0, int warp, int lane) {
     const int r = lane >> 2, q = lane & 3;
-    const uint64_t policy = mla_policy_evict_last();  // until the merge kernel reads them (mla_merge.cuh)
+    const uint64_t policy = l2_policy_evict_last();  // until the merge kernel reads them (mla_merge.cuh)
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const long base = ((long)t * p.a.H + h0 + warp * 16 + r + 8 * half) * p.nsplit + split;

@@ -66,6 +66,7 @@
 #include "../bf16.h"        // float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch, mla_kv_cache_map
+#include "l2_policy.cuh"    // l2_policy_evict_first
 #include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
 #include "pdl.cuh"          // pdl_release_dependent

@@ -43,19 +43,8 @@ static __device__ __forceinline__ uint32_t mla_merge_out(float o_lo, float o_hi,
 // stores and the merge's reads; the hints keep more of the partials there until they are read
 // (H200, dev timer, 128 heads: 32 x 4k 124.2 -> 119.8 us, 128 x 4k 448.8 -> 443.7). The
 // 16-head kernel's partials (32 KB a split) keep the default policy on both sides. Cache
-// policies only: no value changes. The policies are made here, not with wgmma.cuh's
-// l2_policy_evict_first, because that header is sm_90a code and the merge kernel is also built
-// for compute_90; createpolicy reads and writes nothing but its register, so it needs no volatile.
-static __device__ __forceinline__ uint64_t mla_policy_evict_last() {
-    uint64_t policy;
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
-static __device__ __forceinline__ uint64_t mla_policy_evict_first() {
-    uint64_t policy;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
+// policies only (l2_policy.cuh): no value changes.
+
 // Two adjacent partial values (8-byte aligned) stored under `policy`.
 static __device__ __forceinline__ void mla_partial_store2(float *dst, float x, float y, uint64_t policy) {
     asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(dst), "f"(x), "f"(y), "l"(policy)

@@ -214,7 +214,7 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const void *tmap, uint64_
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
         ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(smem_addr(bar)) : "memory");
 }
-// The same with an L2 cache policy (l2_policy_evict_first): where the bytes stay in L2, not
+// The same with an L2 cache policy (l2_policy.cuh): where the bytes stay in L2, not
 // which bytes arrive.
 __device__ __forceinline__ void tma_load_2d_hint(void *dst, const void *tmap, uint64_t *bar, int inner, int outer,
                                                  uint64_t policy) {
@@ -222,12 +222,6 @@ __device__ __forceinline__ void tma_load_2d_hint(void *dst, const void *tmap, ui
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
         " [%0], [%1, {%2, %3}], [%4], %5;\n"
         ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(smem_addr(bar)), "l"(policy) : "memory");
-}
-// A policy for data read once: its lines are the first L2 gives up.
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
 }
 // The same from a 3-D tensor map: the box at (inner, outer) of matrix `batch`.
 __device__ __forceinline__ void tma_load_3d(void *dst, const void *tmap, uint64_t *bar, int inner, int outer,
@@ -237,7 +231,7 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const void *tmap, uint64_
         ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(batch), "r"(smem_addr(bar)) : "memory");
 }
 
-// The same with an L2 cache policy (l2_policy_evict_first).
+// The same with an L2 cache policy (l2_policy.cuh).
 __device__ __forceinline__ void tma_load_3d_hint(void *dst, const void *tmap, uint64_t *bar, int inner, int outer,
                                                  int batch, uint64_t policy) {
     asm volatile(

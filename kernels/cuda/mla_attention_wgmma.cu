@@ -49,6 +49,8 @@
 // with P in registers, the other's with P from shared memory. Per iteration a warpgroup
 // issues P_{i-1}·V (the other's tile), then Q·Kᵀ of its tile i behind it, and does the
 // softmax once S_i lands; so one warpgroup's Q·Kᵀ runs beside the other's P·V of tile i - 1.
+// In a small grid the two issues swap (QK_EARLY): Q·Kᵀ of tile i goes out before the wait for
+// P_{i-1}, beside the other's softmax (mla_wgmma_qk_early; the same operations).
 // Stage i % 2, every box on its own TMA barrier; boxes 0..3 are refilled (tile i + 2) by
 // warpgroup 0 after its P·V of tile i, boxes 4..8 by warpgroup 1 after its own; the last tile's
 // owner first zeroes its rows past the token's end, so 0 * garbage cannot make a NaN in P·V.
@@ -208,6 +210,7 @@ __device__ __forceinline__ void store_partial(const mlaw_params &p, const float 
 }
 #endif
 
+template <bool QK_EARLY>
 __global__ void __launch_bounds__(MLAW_THREADS, 1)
 mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_kv,
                        const __grid_constant__ CUtensorMap tmap_q_lat, const __grid_constant__ CUtensorMap tmap_q_pe) {
@@ -468,14 +471,23 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         // their latency hides behind the products.
         const int row_j2 = i + 1 < ntiles ? tile_row(i + 1) : 0;
         const int row_i2 = i + 2 < ntiles ? tile_row(i + 2) : 0;
-        pv_shared_issue(i - 1);
         float s[32];
-        qk_issue(i, s);
-        wgmma_wait<1>();  // P_{i-1}·V done: P's buffer is free, and this warpgroup's boxes of its stage
-        wgmma_hold(o);
-        refill(i - 1, row_j2);
-        wgmma_wait<0>();
-        wgmma_hold(s);
+        if (QK_EARLY) {  // Q·Kᵀ of tile i while the other still computes P_{i-1} (mla_wgmma_qk_early)
+            qk_issue(i, s);
+            pv_shared_issue(i - 1);
+            wgmma_wait<0>();  // S_i, then P_{i-1}·V: P's buffer is free, and this warpgroup's boxes of its stage
+            wgmma_hold(s);
+            wgmma_hold(o);
+            refill(i - 1, row_j2);
+        } else {
+            pv_shared_issue(i - 1);
+            qk_issue(i, s);
+            wgmma_wait<1>();  // P_{i-1}·V done: P's buffer is free, and this warpgroup's boxes of its stage
+            wgmma_hold(o);
+            refill(i - 1, row_j2);
+            wgmma_wait<0>();
+            wgmma_hold(s);
+        }
         own_tile(i, s, row_i2);
     }
     if ((ntiles - 1) % 2 != wg) {  // the last tile is the other's
@@ -614,6 +626,17 @@ bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int
     return nsplit <= 2 && 2 * units >= c->num_sms && ((uintptr_t)a->out & 15u) == 0 && a->ld_out % 8 == 0;
 }
 
+// The schedule (the same arithmetic, so the same bits either way): in a grid of at most half
+// as many CTAs as SMs each warpgroup issues Q·Kᵀ of its next tile before it waits for the
+// other's P, so the product runs beside the other's softmax; in bigger grids the other's P·V
+// goes first, so that the stage it frees is refilled early. H200, 128 heads, dev timer, medians
+// of three, us (other's P·V first -> Q·Kᵀ first; dev/run127, kernels/cuda/NOTES.md): 1 x 1k
+// (4 CTAs) 27.8 -> 26.4, 4 x 1k (16) 29.3 -> 27.1, 1 x 4k (16) 29.7 -> 27.3, 1 x 16k (64) 31.6
+// -> 30.5; 2 x 16k (128) 36.3 / 36.3, 32 x 1k (128) 31.9 / 32.0; in every grid of several waves
+// (dev/run125) 0.3-1.3% slower: with many CTAs loading at once a tile's boxes land late, and
+// Q·Kᵀ first holds the other's P·V, and so the refill, until they have.
+static bool mla_wgmma_qk_early(const cuda_ctx *c, long ctas) { return 2 * ctas <= c->num_sms; }
+
 int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
                            float2 *ml_part) {
     mlaw_params p;
@@ -634,7 +657,11 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
         tmap_q_pe = tma_map_bf16_3d(c, a->q_pe, a->T, a->H, MLAW_R, a->head_stride_q_pe, a->ld_q_pe, 64,
                                     MLAW_HEADS, "mla_attention", "q rope");
     }
-    cuda_kernel_smem(c, (const void *)mla_wgmma_split_kernel, MLAW_SMEM_BYTES, "mla_attention");
+    const long ctas = (long)(a->H / MLAW_HEADS) * nsplit * a->T;
+    const bool qk_early = mla_wgmma_qk_early(c, ctas);
+    void (*kernel)(mlaw_params, CUtensorMap, CUtensorMap, CUtensorMap) =
+        qk_early ? mla_wgmma_split_kernel<true> : mla_wgmma_split_kernel<false>;
+    cuda_kernel_smem(c, (const void *)kernel, MLAW_SMEM_BYTES, "mla_attention");
     // Head groups fastest: the CTAs that read the same KV tiles run side by side (L2 reuse).
     // At two splits a token's CTAs are one cluster, side by side in the split dimension.
     dim3 grid((unsigned)(a->H / MLAW_HEADS), (unsigned)nsplit, (unsigned)a->T);
@@ -651,6 +678,6 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
     cfg.attrs = attr;
     cfg.numAttrs = p.merge_here && nsplit == 2 ? 1 : 0;
     CUDA_CHECK("mla_attention (wgmma)",
-               cudaLaunchKernelEx(&cfg, mla_wgmma_split_kernel, p, tmap, tmap_q_lat, tmap_q_pe));
+               cudaLaunchKernelEx(&cfg, kernel, p, tmap, tmap_q_lat, tmap_q_pe));
     return p.merge_here ? 2 : 0;
 }

@@ -39,8 +39,8 @@
 // box b where it waits for the tile's, so the first products start once the first boxes land
 // (Q rows not in 16-byte pieces: copied value by value, all of it before the first tile).
 // Tile 1 follows at once, or, where the CTAs merge (all of the grid starting together), once Q
-// and tile 0 have landed. Shared memory: Q 72 KB + 2 KV stages 144 KB + P 8 KB (+ 1 KB alignment slack) = 225 KB, one
-// CTA per SM.
+// and tile 0 have landed. Shared memory: Q 72 KB + 2 KV stages 144 KB + P 8 KB (+ 1 KB
+// alignment slack) = 225 KB, one CTA per SM.
 //
 // Schedule: a seesaw (FlashMLA's idea, our order). Tile i of a split is owned by warpgroup
 // i % 2 (counted from the split's start: a function of the position and the split size, never
@@ -462,8 +462,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // Where the CTAs merge (a grid of at most two splits a token, its CTAs starting at once),
     // tile 1 goes out once Q and tile 0 have landed, so that those come first out of the burst
     // of the whole grid's first loads; where later waves start one by one it goes out at once
-    // (H200, dev timer, us: 32 x 1k 31.4 -> 30.9, 64 x 1k 59.5 -> 57.3 with the loop below; the
-    // same at 128 x 4k 444.5 -> 448.2).
+    // (H200, dev timer, us, with the out loop below: 32 x 1k 31.4 -> 30.9, 64 x 1k 59.5 -> 57.3;
+    // taken in every grid it cost 128 x 4k 444.5 -> 448.2).
     if (p.merge_here && wg == 1 && wtid == 0 && ntiles > 1) {
         mbar_wait(&full[0][MLAW_BOXES - 1], 0u);
         if (p.q_tma) mbar_wait(&q_full[MLAW_BOXES - 1], 0u);

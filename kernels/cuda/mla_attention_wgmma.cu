@@ -38,8 +38,8 @@
 // barriers, box b issued just before tile 0's box b: a warpgroup's first Q·Kᵀ waits for Q's
 // box b where it waits for the tile's, so the first products start once the first boxes land
 // (Q rows not in 16-byte pieces: copied value by value, all of it before the first tile).
-// Tile 1 follows at once, or, where the CTAs merge (all of the grid starting together), once Q
-// and tile 0 have landed. Shared memory: Q 72 KB + 2 KV stages 144 KB + P 8 KB (+ 1 KB
+// Tile 1 follows at once, or, where the CTAs merge, once the last boxes of Q and of tile 0
+// have landed. Shared memory: Q 72 KB + 2 KV stages 144 KB + P 8 KB (+ 1 KB
 // alignment slack) = 225 KB, one CTA per SM.
 //
 // Schedule: a seesaw (FlashMLA's idea, our order). Tile i of a split is owned by warpgroup
@@ -295,6 +295,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     //   j + 2); wait for S_i; softmax from (m, l)_j; P_i, alpha_i and (m, l)_i to shared
     //   memory (p_full); O *= alpha_i; O += P_i·V_i (P in registers); its boxes of stage i
     //   refill with tile i + 2.
+    // With QK_EARLY, Q·Kᵀ of tile i is issued first, then the wait for P_j and P_j·V_j, and one
+    // wait covers both before the refill and the softmax.
     // One P buffer is enough: the warpgroup that writes P_i has just read P_j, and the other
     // reads P_i before it writes P_{i+1}. A stage's boxes 0..3 are read by Q·Kᵀ and warpgroup
     // 0's P·V, boxes 4..8 by Q·Kᵀ and warpgroup 1's P·V; P·V comes after Q·Kᵀ (P needs S), so
@@ -459,11 +461,11 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         refill(i, row_i2);
     };
 
-    // Where the CTAs merge (a grid of at most two splits a token, its CTAs starting at once),
-    // tile 1 goes out once Q and tile 0 have landed, so that those come first out of the burst
-    // of the whole grid's first loads; where later waves start one by one it goes out at once
-    // (H200, dev timer, us, with the out loop below: 32 x 1k 31.4 -> 30.9, 64 x 1k 59.5 -> 57.3;
-    // taken in every grid it cost 128 x 4k 444.5 -> 448.2).
+    // Where the CTAs merge (tokens of at most two splits: every CTA of a wave at the same
+    // point of its 8 tiles), tile 1 goes out once the last boxes of Q and of tile 0 (issued
+    // last) have landed, so that those come first out of the wave's first loads; elsewhere at
+    // once, with them (H200, dev timer, us, with the out loop below: 32 x 1k 31.4 -> 30.9,
+    // 64 x 1k 59.5 -> 57.3; taken in every grid it cost 128 x 4k 444.5 -> 448.2).
     if (p.merge_here && wg == 1 && wtid == 0 && ntiles > 1) {
         mbar_wait(&full[0][MLAW_BOXES - 1], 0u);
         if (p.q_tma) mbar_wait(&q_full[MLAW_BOXES - 1], 0u);
@@ -607,6 +609,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // a lone split; of two, pieces 16 split .. + 15 of each warpgroup's 32. A loop for each, so
     // that the counts are constants and the index arithmetic shifts and masks (a division by a
     // count known only at run time cost the two-split loop 0.2-1.4 us at 32-128 x 1k; H200).
+    static_assert(MLAW_HEADS * MLAW_L / 16 % MLAW_THREADS == 0, "whole rounds of pieces in both loops");
     bf16 *const out = a.out + t * a.ld_out + (long)h0 * MLAW_L;
     if (two) {
 #pragma unroll

@@ -641,6 +641,9 @@ bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int spl
     return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 1024);
 }
 
+// The grid's CTAs (units): a head group x a split x a token, one CTA per SM at a time.
+static long mlaw_units(const mla_attention_args *a, int nsplit) { return (long)(a->H / MLAW_HEADS) * nsplit * a->T; }
+
 bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int nsplit) {
     // Tokens of at most two splits merged by their CTAs where those fill at least half the SMs
     // (no partials written and read back, no merge launch); at fewer units the merge kernel, its
@@ -649,7 +652,7 @@ bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int
     // -> 35.0, 128 x 1k 139.0 -> 125.9; 4 x 1k (16 units) 30.4 -> 31.7, 1 x 1k 29.1 -> 31.5. The
     // bits are the same either way. The merged rows go out in 16-byte pieces: an output that
     // allows them.
-    const long units = (long)(a->H / MLAW_HEADS) * nsplit * a->T;
+    const long units = mlaw_units(a, nsplit);
     return nsplit <= 2 && 2 * units >= c->num_sms && ((uintptr_t)a->out & 15u) == 0 && a->ld_out % 8 == 0;
 }
 
@@ -662,7 +665,7 @@ bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int
 // -> 30.5; 2 x 16k (128) 36.3 / 36.3, 32 x 1k (128) 31.9 / 32.0; in every grid of several waves
 // (dev/run125) 0.3-1.3% slower: with many CTAs loading at once a tile's boxes land late, and
 // Q·Kᵀ first holds the other's P·V, and so the refill, until they have.
-static bool mla_wgmma_qk_early(const cuda_ctx *c, long ctas) { return 2 * ctas <= c->num_sms; }
+static bool mla_wgmma_qk_early(const cuda_ctx *c, long units) { return 2 * units <= c->num_sms; }
 
 int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
                            float2 *ml_part) {
@@ -684,8 +687,7 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
         tmap_q_pe = tma_map_bf16_3d(c, a->q_pe, a->T, a->H, MLAW_R, a->head_stride_q_pe, a->ld_q_pe, 64,
                                     MLAW_HEADS, "mla_attention", "q rope");
     }
-    const long ctas = (long)(a->H / MLAW_HEADS) * nsplit * a->T;
-    const bool qk_early = mla_wgmma_qk_early(c, ctas);
+    const bool qk_early = mla_wgmma_qk_early(c, mlaw_units(a, nsplit));
     void (*kernel)(mlaw_params, CUtensorMap, CUtensorMap, CUtensorMap) =
         qk_early ? mla_wgmma_split_kernel<true> : mla_wgmma_split_kernel<false>;
     cuda_kernel_smem(c, (const void *)kernel, MLAW_SMEM_BYTES, "mla_attention");

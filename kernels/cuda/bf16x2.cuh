@@ -26,4 +26,18 @@ static __device__ __forceinline__ uint32_t bf16x2_round_no_nan(float lo, float h
     return r;
 }
 
+// acc + b * 0, pair by pair: once a pair b held a NaN or an infinity, a half of acc is a NaN
+// from then on (bf16x2_any_nan). For a caller that rounds on the converter alone and, where a
+// NaN came out, rounds again with the fix-ups: one instruction a pair where those take ten.
+static __device__ __forceinline__ uint32_t bf16x2_nan_track(uint32_t acc, uint32_t b) {
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(b), "r"(0u), "r"(acc));
+    return r;
+}
+
+// Whether a half of x is a NaN (its exponent all ones and its fraction not zero).
+static __device__ __forceinline__ bool bf16x2_any_nan(uint32_t x) {
+    return (((x & 0x7fff7fffu) + 0x007f007fu) & 0x80008000u) != 0;
+}
+
 #endif

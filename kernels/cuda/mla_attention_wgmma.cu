@@ -64,6 +64,7 @@
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch, mla_kv_cache_map
 #include "l2_policy.cuh"    // l2_policy_evict_last
+#include "bf16x2.cuh"      // bf16x2_nan_track, bf16x2_any_nan
 #include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_store2
 #include "mma.cuh"          // smem_addr
 #include "pdl.cuh"          // pdl_release_dependent
@@ -93,6 +94,35 @@ static_assert(MLAW_PEER_ML_OFFSET + MLAW_HEADS * 8 <= 2 * MLAW_TILE_BYTES, "the 
 // writes at once then start 4 banks apart (256 would put them on the same 4 banks).
 #define MLAW_STAGE_ROW_WORDS (MLAW_L / 2 + 4)
 static_assert(MLAW_HEADS * MLAW_STAGE_ROW_WORDS * 4 <= MLAW_TILE_BYTES, "the staged rows fit Q's buffer");
+
+// The CTAs' merge, a case a code path: of two splits or one, and the merging CTA's split.
+template <bool TWO, int SPLIT>
+struct mlaw_merge_case {
+    static constexpr bool two = TWO;
+    static constexpr int split = SPLIT;
+};
+
+// Shared memory by its 32-bit address: the kernel's buffers come from an aligned generic
+// pointer, which the compiler would otherwise access as generic memory.
+__device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ float4 lds_f32x4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint4 lds_u32x4(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+
+// The CTAs' merge's rounding: on the converter alone first, or with the NaN fix-ups.
+template <bool B>
+struct mlaw_flag {
+    static constexpr bool value = B;
+};
 
 struct mlaw_params {
     mla_attention_args a;
@@ -527,106 +557,143 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // row the columns of its threads' float4 16k .. 16k + 15 (columns 128k .. 128k + 127 of each
     // warpgroup's 256) of both splits: every thread sends 16 float4 and merges 16. P's buffer,
     // idle now, holds this CTA's (max, sum) of each row, read by both warpgroups' threads.
+    // This code runs once a CTA, so its instructions come from L2 and it waits on their fetch:
+    // at 128 heads 32 x 1k three quarters of the merge's stall samples were no-instruction ones
+    // (ncu), at branch targets and every 48 instructions of straight code. So each case is
+    // straight code of its own, chosen once, and the fewer instructions the better: the NaN
+    // fix-ups only where a NaN came out, shared memory by 32-bit address (H200, dev timer:
+    // 32 x 1k 30.7 -> 29.9 us, 64 x 1k 57.4 -> 55.8, 128 x 1k 109.2 -> 106.5).
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     float2 *const s_ml = (float2 *)sP;
-    const bool two = n == 2;
-    auto keeps = [&](int e4) { return !two || (e4 >> 4) == split; };  // float4 e4 merged here
-    if (two) {
-        cluster_sync();  // both CTAs past their tiles: the stages free to receive, P read
-        {  // the half the other CTA merges: this split's values of it, [e4 % 16][thread] there
-            const uint32_t dst = cluster_peer_addr(sKV, split ^ 1) + tid * 16;
+    auto merge_out = [&](auto merge_case) {
+        constexpr bool two = decltype(merge_case)::two;
+        constexpr int split = decltype(merge_case)::split;  // a lone split is split 0
+        auto keeps = [&](int e4) { return !two || (e4 >> 4) == split; };  // float4 e4 merged here
+        if (two) {
+            cluster_sync();  // both CTAs past their tiles: the stages free to receive, P read
+            {  // the half the other CTA merges: this split's values of it, [e4 % 16][thread] there
+                const uint32_t dst = cluster_peer_addr(sKV, split ^ 1) + tid * 16;
 #pragma unroll
-            for (int e4 = 0; e4 < 32; e4++)
-                if (!keeps(e4))
-                    st_cluster_f32x4(dst + (e4 & 15) * MLAW_THREADS * 16, o[4 * e4], o[4 * e4 + 1], o[4 * e4 + 2],
-                                     o[4 * e4 + 3]);
+                for (int e4 = 0; e4 < 32; e4++)
+                    if (!keeps(e4))
+                        st_cluster_f32x4(dst + (e4 & 15) * MLAW_THREADS * 16, o[4 * e4], o[4 * e4 + 1], o[4 * e4 + 2],
+                                         o[4 * e4 + 3]);
+            }
+            if (wg == 0 && q == 0) {
+                const uint32_t dst = cluster_peer_addr(sKV + MLAW_PEER_ML_OFFSET, split ^ 1);
+#pragma unroll
+                for (int h2 = 0; h2 < 2; h2++) st_cluster_f32x2(dst + (row0 + 8 * h2) * 8, m_run[h2], l_run[h2]);
+            }
+        } else {
+            __syncthreads();  // both warpgroups' last P·V have read P
         }
         if (wg == 0 && q == 0) {
-            const uint32_t dst = cluster_peer_addr(sKV + MLAW_PEER_ML_OFFSET, split ^ 1);
-#pragma unroll
-            for (int h2 = 0; h2 < 2; h2++) st_cluster_f32x2(dst + (row0 + 8 * h2) * 8, m_run[h2], l_run[h2]);
+            s_ml[row0] = make_float2(m_run[0], l_run[0]);
+            s_ml[row0 + 8] = make_float2(m_run[1], l_run[1]);
         }
-    } else {
-        __syncthreads();  // both warpgroups' last P·V have read P
-    }
-    if (wg == 0 && q == 0) {
-        s_ml[row0] = make_float2(m_run[0], l_run[0]);
-        s_ml[row0 + 8] = make_float2(m_run[1], l_run[1]);
-    }
-    if (two)
-        cluster_sync();  // the other split's half and (max, sum) have landed; s_ml written
-    else
-        __syncthreads();
+        if (two)
+            cluster_sync();  // the other split's half and (max, sum) have landed; s_ml written
+        else
+            __syncthreads();
 
-    // This CTA's merged columns of each row, bf16, into Q's buffer (idle now) at their places in
-    // [row][512], then to `out` in 16-byte pieces: the fragments' 4-byte pairs straight to global
-    // memory scatter over 8 rows a store (H200, 128 heads, 1 x 512: 6 us more than the merge
-    // kernel; dev timer).
-    uint32_t *const staged = (uint32_t *)sQ;  // [row][MLAW_STAGE_ROW_WORDS] bf16 pairs
-    {
-        const float4 *peer_o = (const float4 *)sKV + tid;                      // [e4 % 16][thread]
-        const float2 *peer_ml = (const float2 *)(sKV + MLAW_PEER_ML_OFFSET);   // [row]
-        float w[2][2], scale[2];
+        // This CTA's merged columns of each row, bf16, into Q's buffer (idle now) at their places in
+        // [row][512], then to `out` in 16-byte pieces: the fragments' 4-byte pairs straight to global
+        // memory scatter over 8 rows a store (H200, 128 heads, 1 x 512: 6 us more than the merge
+        // kernel; dev timer).
+        uint32_t *const staged = (uint32_t *)sQ;  // [row][MLAW_STAGE_ROW_WORDS] bf16 pairs
+        {
+            const uint32_t peer_o = smem_addr(sKV) + tid * 16;                     // [e4 % 16][thread] float4
+            const float2 *peer_ml = (const float2 *)(sKV + MLAW_PEER_ML_OFFSET);   // [row]
+            float w[2][2], scale[2];
 #pragma unroll
-        for (int h2 = 0; h2 < 2; h2++) {
-            const int row = row0 + 8 * h2;
-            const float2 mine = s_ml[row], theirs = two ? peer_ml[row] : mine;  // a lone split is split 0
-            const float2 ml0 = split == 0 ? mine : theirs, ml1 = split == 0 ? theirs : mine;
-            float m = fmaxf(-INFINITY, ml0.x), d = 0.0f;
-            if (two) m = fmaxf(m, ml1.x);
-            w[h2][0] = mla_merge_weight(ml0.x, ml0.y, m, d);
-            w[h2][1] = two ? mla_merge_weight(ml1.x, ml1.y, m, d) : 0.0f;
-            scale[h2] = mla_merge_scale(d);
-        }
-        // The other split's values 8 float4 at a time, loaded together: a load waited for before
-        // each next one held the merge at ~170 cycles a float4 (H200, dev clock stamps).
+            for (int h2 = 0; h2 < 2; h2++) {
+                const int row = row0 + 8 * h2;
+                const float2 mine = s_ml[row], theirs = two ? peer_ml[row] : mine;  // a lone split is split 0
+                const float2 ml0 = split == 0 ? mine : theirs, ml1 = split == 0 ? theirs : mine;
+                float m = fmaxf(-INFINITY, ml0.x), d = 0.0f;
+                if (two) m = fmaxf(m, ml1.x);
+                w[h2][0] = mla_merge_weight(ml0.x, ml0.y, m, d);
+                w[h2][1] = two ? mla_merge_weight(ml1.x, ml1.y, m, d) : 0.0f;
+                scale[h2] = mla_merge_scale(d);
+            }
+            // The other split's values 8 float4 at a time, loaded together: a load waited for before
+            // each next one held the merge at ~170 cycles a float4 (H200, dev clock stamps). Rounded
+            // on the converter alone first, noting whether a NaN came out; where one did, all again
+            // with the fix-ups: mla_merge_out's bits either way.
+            // This thread's bf16 pair of e4 = 0 in its first staged row (e4's is 4 e4 pairs on).
+            const uint32_t staged_pair0 = smem_addr(staged) + (row0 * MLAW_STAGE_ROW_WORDS + col0 / 2 + q) * 4;
+            auto merge_rows = [&](auto checked) {
+                constexpr bool fixups = decltype(checked)::value;
+                uint32_t nan_seen = 0;  // bf16x2_nan_track of every pair rounded
 #pragma unroll
-        for (int e8 = 0; e8 < 32; e8 += 8) {
-            if (!keeps(e8)) continue;
-            float4 other[8];
+                for (int e8 = 0; e8 < 32; e8 += 8) {
+                    if (!keeps(e8)) continue;
+                    float4 other[8];
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                other[k] = two ? peer_o[((e8 + k) & 15) * MLAW_THREADS] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    for (int k = 0; k < 8; k++)
+                        other[k] = two ? lds_f32x4(peer_o + ((e8 + k) & 15) * MLAW_THREADS * 16)
+                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    // columns 8 e4 + 2q, + 1 of rows row0 (values 0, 1) and row0 + 8 (2, 3)
 #pragma unroll
-            for (int k = 0; k < 8; k++) {  // columns 8 e4 + 2q, + 1 of rows row0 (values 0, 1) and row0 + 8 (2, 3)
-                const int e4 = e8 + k;
-                const float theirs[4] = {other[k].x, other[k].y, other[k].z, other[k].w};
-                float v[4];
+                    for (int k = 0; k < 8; k++) {
+                        const int e4 = e8 + k;
+                        const float theirs[4] = {other[k].x, other[k].y, other[k].z, other[k].w};
+                        float v[4];
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const float mine = o[4 * e4 + c];
-                    v[c] = fmaf(split == 0 ? mine : theirs[c], w[c >> 1][0], 0.0f);  // split 0, then split 1
-                    if (two) v[c] = fmaf(split == 0 ? theirs[c] : mine, w[c >> 1][1], v[c]);
+                        for (int c = 0; c < 4; c++) {
+                            const float mine = o[4 * e4 + c];
+                            v[c] = fmaf(split == 0 ? mine : theirs[c], w[c >> 1][0], 0.0f);  // split 0, then split 1
+                            if (two) v[c] = fmaf(split == 0 ? theirs[c] : mine, w[c >> 1][1], v[c]);
+                        }
+                        uint32_t b0, b1;
+                        if (fixups) {
+                            b0 = mla_merge_out(v[0], v[1], scale[0]);
+                            b1 = mla_merge_out(v[2], v[3], scale[1]);
+                        } else {
+                            b0 = mla_merge_out_no_nan(v[0], v[1], scale[0]);
+                            b1 = mla_merge_out_no_nan(v[2], v[3], scale[1]);
+                            nan_seen = bf16x2_nan_track(nan_seen, b0);
+                            nan_seen = bf16x2_nan_track(nan_seen, b1);
+                        }
+                        sts_u32(staged_pair0 + 16 * e4, b0);
+                        sts_u32(staged_pair0 + 8 * MLAW_STAGE_ROW_WORDS * 4 + 16 * e4, b1);
+                    }
                 }
-                const int pair = (col0 + 8 * e4 + 2 * q) / 2;
-                staged[row0 * MLAW_STAGE_ROW_WORDS + pair] = mla_merge_out(v[0], v[1], scale[0]);
-                staged[(row0 + 8) * MLAW_STAGE_ROW_WORDS + pair] = mla_merge_out(v[2], v[3], scale[1]);
+                return bf16x2_any_nan(nan_seen);
+            };
+            if (merge_rows(mlaw_flag<false>())) merge_rows(mlaw_flag<true>());
+        }
+        __syncthreads();
+        // This CTA's columns of every row, in 16-byte pieces (8 columns): all 64 pieces of a row for
+        // a lone split; of two, pieces 16 split .. + 15 of each warpgroup's 32. A loop for each, so
+        // that the counts are constants and the index arithmetic shifts and masks (a division by a
+        // count known only at run time cost the two-split loop 0.2-1.4 us at 32-128 x 1k; H200).
+        static_assert(MLAW_HEADS * MLAW_L / 16 % MLAW_THREADS == 0, "whole rounds of pieces in both loops");
+        bf16 *const out = a.out + t * a.ld_out + (long)h0 * MLAW_L;
+        const uint32_t staged_row0 = smem_addr(staged);
+        if (two) {
+#pragma unroll
+            for (unsigned k = tid; k < MLAW_HEADS * MLAW_L / 16; k += MLAW_THREADS) {
+                const unsigned row = k / (MLAW_L / 16), pc = k % (MLAW_L / 16);
+                const unsigned piece = (pc / 16) * 32 + 16 * split + pc % 16;
+                *(uint4 *)(out + row * MLAW_L + 8 * piece) =
+                    lds_u32x4(staged_row0 + (row * MLAW_STAGE_ROW_WORDS + 4 * piece) * 4);
+            }
+        } else {
+#pragma unroll
+            for (unsigned k = tid; k < MLAW_HEADS * MLAW_L / 8; k += MLAW_THREADS) {
+                const unsigned row = k / (MLAW_L / 8), piece = k % (MLAW_L / 8);
+                *(uint4 *)(out + row * MLAW_L + 8 * piece) =
+                    lds_u32x4(staged_row0 + (row * MLAW_STAGE_ROW_WORDS + 4 * piece) * 4);
             }
         }
-    }
-    __syncthreads();
-    // This CTA's columns of every row, in 16-byte pieces (8 columns): all 64 pieces of a row for
-    // a lone split; of two, pieces 16 split .. + 15 of each warpgroup's 32. A loop for each, so
-    // that the counts are constants and the index arithmetic shifts and masks (a division by a
-    // count known only at run time cost the two-split loop 0.2-1.4 us at 32-128 x 1k; H200).
-    static_assert(MLAW_HEADS * MLAW_L / 16 % MLAW_THREADS == 0, "whole rounds of pieces in both loops");
-    bf16 *const out = a.out + t * a.ld_out + (long)h0 * MLAW_L;
-    if (two) {
-#pragma unroll
-        for (int k = tid; k < MLAW_HEADS * MLAW_L / 16; k += MLAW_THREADS) {
-            const int row = k / (MLAW_L / 16), pc = k % (MLAW_L / 16);
-            const int piece = (pc / 16) * 32 + 16 * split + pc % 16;
-            *(uint4 *)(out + row * MLAW_L + 8 * piece) =
-                *(const uint4 *)(staged + row * MLAW_STAGE_ROW_WORDS + 4 * piece);
-        }
-    } else {
-#pragma unroll
-        for (int k = tid; k < MLAW_HEADS * MLAW_L / 8; k += MLAW_THREADS) {
-            const int row = k / (MLAW_L / 8), piece = k % (MLAW_L / 8);
-            *(uint4 *)(out + row * MLAW_L + 8 * piece) =
-                *(const uint4 *)(staged + row * MLAW_STAGE_ROW_WORDS + 4 * piece);
-        }
-    }
+    };
+    if (n != 2)
+        merge_out(mlaw_merge_case<false, 0>());
+    else if (split == 0)
+        merge_out(mlaw_merge_case<true, 0>());
+    else
+        merge_out(mlaw_merge_case<true, 1>());
 #else
     (void)p;  // not an sm_90a pass: never launched (mla_wgmma_supported checks cuda_ctx.wgmma)
     (void)tmap_kv;

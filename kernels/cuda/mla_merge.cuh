@@ -10,7 +10,7 @@
 #include <math.h>           // expf, fmaf
 #include <stdint.h>         // uint32_t, uint64_t
 
-#include "bf16x2.cuh"       // bf16x2_round
+#include "bf16x2.cuh"       // bf16x2_round, bf16x2_round_no_nan
 
 // The splits of a token at position pos: ceil((pos + 1) / split_size). max_seq_len covers every
 // token_pos (ops.h), so this is at most nsplit; the min keeps a caller's mistake from reading
@@ -35,6 +35,13 @@ static __device__ __forceinline__ float mla_merge_scale(float d) { return 1.0f /
 // Two merged columns as bf16 (lo in the low half).
 static __device__ __forceinline__ uint32_t mla_merge_out(float o_lo, float o_hi, float r) {
     return bf16x2_round(o_lo * r, o_hi * r);
+}
+
+// mla_merge_out on the converter alone: its bits wherever neither product is a NaN. A caller
+// that rounds with it tracks the results (bf16x2_nan_track) and, where a NaN came out, rounds
+// them all again with mla_merge_out.
+static __device__ __forceinline__ uint32_t mla_merge_out_no_nan(float o_lo, float o_hi, float r) {
+    return bf16x2_round_no_nan(o_lo * r, o_hi * r);
 }
 
 // Where the partials wait between the two kernels. The 64-head kernel stores them with L2's

@@ -925,8 +925,11 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
     mla_check_gathered(s, &c, out, idx, n_short, "the short sequences' tokens");
     {  // A NaN in one value of head 5's query of named token 3 (sequence 1 at 699, two splits):
        // that head's row comes out NaN, its neighbour's does not, and the short tokens' batch
-       // (the CTAs' merge at 128 heads, which rounds a second time with the NaN fix-ups once a
-       // NaN came out) matches the full batch's merge kernel bit for bit.
+       // matches the full batch's merge kernel bit for bit. At 128 heads the short batch is the
+       // CTAs' merge, whose threads holding that row round a second time, with the NaN fix-ups.
+       // The NaNs a product makes are the hardware's canonical one, which the converter alone
+       // rounds as the fix-ups do: so this checks the bits of both roundings, not which one ran
+       // (the mutant cuda-mla-wgmma-nan-pass-rows-swapped shows that the second one runs).
         const long at = 3 * per_tok + 5L * L + 7;
         const uint16_t kept = q_lat[at];
         q_lat[at] = 0x7fc1;

@@ -561,7 +561,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // at 128 heads 32 x 1k three quarters of the merge's stall samples were no-instruction ones
     // (ncu), at branch targets and every 48 instructions of straight code. So each case is
     // straight code of its own, chosen once, and the fewer instructions the better: the NaN
-    // fix-ups only where a NaN came out, shared memory by 32-bit address (H200, dev timer:
+    // fix-ups only where a thread's pairs held a NaN or an infinity, shared memory by 32-bit
+    // address (H200, dev timer:
     // 32 x 1k 30.7 -> 29.9 us, 64 x 1k 57.4 -> 55.8, 128 x 1k 109.2 -> 106.5).
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     float2 *const s_ml = (float2 *)sP;
@@ -618,8 +619,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             }
             // The other split's values 8 float4 at a time, loaded together: a load waited for before
             // each next one held the merge at ~170 cycles a float4 (H200, dev clock stamps). Rounded
-            // on the converter alone first, noting whether a NaN came out; where one did, all again
-            // with the fix-ups: mla_merge_out's bits either way.
+            // on the converter alone first, noting whether a NaN or an infinity came out; where one
+            // did, all of this thread's pairs again with the fix-ups: mla_merge_out's bits either way.
             // This thread's bf16 pair of e4 = 0 in its first staged row (e4's is 4 e4 pairs on).
             const uint32_t staged_pair0 = smem_addr(staged) + (row0 * MLAW_STAGE_ROW_WORDS + col0 / 2 + q) * 4;
             auto merge_rows = [&](auto checked) {

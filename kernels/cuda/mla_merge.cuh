@@ -38,8 +38,8 @@ static __device__ __forceinline__ uint32_t mla_merge_out(float o_lo, float o_hi,
 }
 
 // mla_merge_out on the converter alone: its bits wherever neither product is a NaN. A caller
-// that rounds with it tracks the results (bf16x2_nan_track) and, where a NaN came out, rounds
-// them all again with mla_merge_out.
+// that rounds with it tracks the results (bf16x2_nan_track) and, where a NaN or an infinity
+// came out, rounds them all again with mla_merge_out.
 static __device__ __forceinline__ uint32_t mla_merge_out_no_nan(float o_lo, float o_hi, float r) {
     return bf16x2_round_no_nan(o_lo * r, o_hi * r);
 }

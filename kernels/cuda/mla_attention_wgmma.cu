@@ -61,10 +61,10 @@
 #include <math.h>           // INFINITY
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
 
+#include "bf16x2.cuh"       // bf16x2_nan_track, bf16x2_any_nan
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma_supported, mla_wgmma_split_launch, mla_kv_cache_map
 #include "l2_policy.cuh"    // l2_policy_evict_last
-#include "bf16x2.cuh"      // bf16x2_nan_track, bf16x2_any_nan
 #include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_store2
 #include "mma.cuh"          // smem_addr
 #include "pdl.cuh"          // pdl_release_dependent
@@ -109,12 +109,18 @@ __device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
 }
 __device__ __forceinline__ float4 lds_f32x4(uint32_t addr) {
     float4 v;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
     return v;
 }
 __device__ __forceinline__ uint4 lds_u32x4(uint32_t addr) {
     uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
     return v;
 }
 
@@ -562,8 +568,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     // (ncu), at branch targets and every 48 instructions of straight code. So each case is
     // straight code of its own, chosen once, and the fewer instructions the better: the NaN
     // fix-ups only where a thread's pairs held a NaN or an infinity, shared memory by 32-bit
-    // address (H200, dev timer:
-    // 32 x 1k 30.7 -> 29.9 us, 64 x 1k 57.4 -> 55.8, 128 x 1k 109.2 -> 106.5).
+    // address (H200, dev timer: 32 x 1k 30.7 -> 29.9 us, 64 x 1k 57.4 -> 55.8, 128 x 1k 109.2 ->
+    // 106.5).
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     float2 *const s_ml = (float2 *)sP;
     auto merge_out = [&](auto merge_case) {

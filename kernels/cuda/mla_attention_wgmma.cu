@@ -107,14 +107,6 @@ struct mlaw_merge_case {
 __device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
-__device__ __forceinline__ float4 lds_f32x4(uint32_t addr) {
-    float4 v;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(addr)
-                 : "memory");
-    return v;
-}
 __device__ __forceinline__ uint4 lds_u32x4(uint32_t addr) {
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -122,6 +114,10 @@ __device__ __forceinline__ uint4 lds_u32x4(uint32_t addr) {
                  : "r"(addr)
                  : "memory");
     return v;
+}
+__device__ __forceinline__ float4 lds_f32x4(uint32_t addr) {
+    const uint4 v = lds_u32x4(addr);
+    return make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
 }
 
 // The CTAs' merge's rounding: on the converter alone first, or with the NaN fix-ups.

@@ -648,13 +648,9 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
                             v[c] = fmaf(split == 0 ? mine : theirs[c], w[c >> 1][0], 0.0f);  // split 0, then split 1
                             if (two) v[c] = fmaf(split == 0 ? theirs[c] : mine, w[c >> 1][1], v[c]);
                         }
-                        uint32_t b0, b1;
-                        if (fixups) {
-                            b0 = mla_merge_out(v[0], v[1], scale[0]);
-                            b1 = mla_merge_out(v[2], v[3], scale[1]);
-                        } else {
-                            b0 = mla_merge_out_no_nan(v[0], v[1], scale[0]);
-                            b1 = mla_merge_out_no_nan(v[2], v[3], scale[1]);
+                        const uint32_t b0 = mla_merge_out<!fixups>(v[0], v[1], scale[0]);
+                        const uint32_t b1 = mla_merge_out<!fixups>(v[2], v[3], scale[1]);
+                        if (!fixups) {
                             nan_seen = bf16x2_nan_track(nan_seen, b0);
                             nan_seen = bf16x2_nan_track(nan_seen, b1);
                         }
@@ -668,27 +664,19 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         }
         __syncthreads();
         // This CTA's columns of every row, in 16-byte pieces (8 columns): all 64 pieces of a row for
-        // a lone split; of two, pieces 16 split .. + 15 of each warpgroup's 32. A loop for each, so
-        // that the counts are constants and the index arithmetic shifts and masks (a division by a
-        // count known only at run time cost the two-split loop 0.2-1.4 us at 32-128 x 1k; H200).
-        static_assert(MLAW_HEADS * MLAW_L / 16 % MLAW_THREADS == 0, "whole rounds of pieces in both loops");
+        // a lone split; of two, pieces 16 split .. + 15 of each warpgroup's 32. The count is the
+        // case's constant, so the index arithmetic is shifts and masks (a division by a count known
+        // only at run time cost the two-split loop 0.2-1.4 us at 32-128 x 1k; H200).
+        constexpr unsigned pieces = two ? MLAW_L / 16 : MLAW_L / 8;  // a row's, this CTA's
+        static_assert(MLAW_HEADS * MLAW_L / 16 % MLAW_THREADS == 0, "whole rounds of pieces in both cases");
         bf16 *const out = a.out + t * a.ld_out + (long)h0 * MLAW_L;
         const uint32_t staged_row0 = smem_addr(staged);
-        if (two) {
 #pragma unroll
-            for (unsigned k = tid; k < MLAW_HEADS * MLAW_L / 16; k += MLAW_THREADS) {
-                const unsigned row = k / (MLAW_L / 16), pc = k % (MLAW_L / 16);
-                const unsigned piece = (pc / 16) * 32 + 16 * split + pc % 16;
-                *(uint4 *)(out + row * MLAW_L + 8 * piece) =
-                    lds_u32x4(staged_row0 + (row * MLAW_STAGE_ROW_WORDS + 4 * piece) * 4);
-            }
-        } else {
-#pragma unroll
-            for (unsigned k = tid; k < MLAW_HEADS * MLAW_L / 8; k += MLAW_THREADS) {
-                const unsigned row = k / (MLAW_L / 8), piece = k % (MLAW_L / 8);
-                *(uint4 *)(out + row * MLAW_L + 8 * piece) =
-                    lds_u32x4(staged_row0 + (row * MLAW_STAGE_ROW_WORDS + 4 * piece) * 4);
-            }
+        for (unsigned k = tid; k < MLAW_HEADS * pieces; k += MLAW_THREADS) {
+            const unsigned row = k / pieces, pc = k % pieces;
+            const unsigned piece = two ? (pc / 16) * 32 + 16 * split + pc % 16 : pc;
+            *(uint4 *)(out + row * MLAW_L + 8 * piece) =
+                lds_u32x4(staged_row0 + (row * MLAW_STAGE_ROW_WORDS + 4 * piece) * 4);
         }
     };
     if (n != 2)

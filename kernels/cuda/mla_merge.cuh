@@ -32,16 +32,12 @@ static __device__ __forceinline__ float mla_merge_weight(float m_s, float l_s, f
 // subroutine the compiler schedules nothing across).
 static __device__ __forceinline__ float mla_merge_scale(float d) { return 1.0f / d; }
 
-// Two merged columns as bf16 (lo in the low half).
+// Two merged columns as bf16 (lo in the low half). NAN_FREE: on the converter alone, the same
+// bits wherever neither product is a NaN; a caller that rounds so tracks the results
+// (bf16x2_nan_track) and, where a NaN or an infinity came out, rounds them all again without it.
+template <bool NAN_FREE = false>
 static __device__ __forceinline__ uint32_t mla_merge_out(float o_lo, float o_hi, float r) {
-    return bf16x2_round(o_lo * r, o_hi * r);
-}
-
-// mla_merge_out on the converter alone: its bits wherever neither product is a NaN. A caller
-// that rounds with it tracks the results (bf16x2_nan_track) and, where a NaN or an infinity
-// came out, rounds them all again with mla_merge_out.
-static __device__ __forceinline__ uint32_t mla_merge_out_no_nan(float o_lo, float o_hi, float r) {
-    return bf16x2_round_no_nan(o_lo * r, o_hi * r);
+    return NAN_FREE ? bf16x2_round_no_nan(o_lo * r, o_hi * r) : bf16x2_round(o_lo * r, o_hi * r);
 }
 
 // Where the partials wait between the two kernels. The 64-head kernel stores them with L2's

@@ -29,10 +29,10 @@
 //           s = s * scale, positions past the token's own -inf
 //     tm  = max of the tile's 64 s (exact in any order)
 //     m'  = max(m, tm); alpha = exp(m - m'); p = exp(s - m') (fp32)
-//     l_w = l_w * alpha + (sum of warp w's 16 positions: each thread's 2 in row order, then
-//           lanes xor 4, 8, 16), for w = 0..3 (warp w holds positions 16w .. 16w + 15)
+//     l_t = l_t * alpha + (p at 16w + r + p at 16w + r + 8), for each thread t of warp w that
+//           holds the head (lane 4r + q, r = 0..7; warp w holds positions 16w .. 16w + 15)
 //     O   = O * alpha, then O += bf16(p) · V over 4 k16 steps ascending (positions 16k ..)
-//   l = ((l_0 + l_1) + l_2) + l_3
+//   l_w = warp w's 8 l_t summed over lanes xor 4, 8, 16; l = ((l_0 + l_1) + l_2) + l_3
 // None of it depends on T, on other tokens or on max_seq_len: those size the grid, the scratch
 // and which CTA runs a unit, never a unit's arithmetic.
 //
@@ -63,14 +63,14 @@
 #include <math.h>           // INFINITY
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t, uint64_t
 
-#include "../bf16.h"        // float_to_bf16
+#include "bf16x2.cuh"       // bf16x2_round_no_nan
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch, mla_kv_cache_map
 #include "l2_policy.cuh"    // l2_policy_evict_first
 #include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
 #include "pdl.cuh"          // pdl_release_dependent
-#include "wgmma.cuh"        // wgmma_fence/commit/wait/hold, wgmma_desc_sw128(_mn), mbar_*, tma_load_2d
+#include "wgmma.cuh"        // wgmma_fence/commit/wait/hold/desc_sw128*, stmatrix_x4_trans, mbar_*, tma_load_2d
 
 #define MLAN_HEADS 16                                  // heads per unit: the wgmma N
 #define MLAN_TILE 64                                   // positions per KV tile: the wgmma M of Sᵀ
@@ -196,14 +196,23 @@ __device__ __forceinline__ int mlan_tile_row(const mla_attention_args &a, const 
 // Barrier 3 among the two computing warpgroups (the producer has left block-wide barriers).
 __device__ __forceinline__ void mlan_compute_sync() { asm volatile("bar.sync 3, %0;\n" ::"n"(MLAN_THREADS) : "memory"); }
 
-// A split's sum per head for this thread's 4 heads: l = ((l_0 + l_1) + l_2) + l_3 over the
-// warps' l_w (warpgroup 0's copy; both hold the same). red_sum is written again only a tile
-// or more later, past the tile's mlan_compute_sync.
+// A split's sum per head for this thread's 4 heads: each warp's l_w from its threads' l_t
+// (lanes xor 4, 8, 16), then l = ((l_0 + l_1) + l_2) + l_3 over the warps (warpgroup 0's copy;
+// both hold the same). Summed once a split rather than once a tile: shuffles and adds a
+// tile fewer (12 of each). red_sum is written again only a tile or more later, past the tile's
+// mlan_compute_sync.
 __device__ __forceinline__ void mlan_split_sums(int wg, int warp, int r, int q, const float (&l_run)[4],
                                                 float (*red_sum)[MLAN_HEADS], float (&l)[4]) {
+    float lw[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        lw[c] = l_run[c];
+#pragma unroll
+        for (int o8 = 4; o8 < 32; o8 <<= 1) lw[c] += __shfl_xor_sync(0xffffffffu, lw[c], o8);
+    }
     if (wg == 0 && r == 0) {
 #pragma unroll
-        for (int c = 0; c < 4; c++) red_sum[warp][8 * (c >> 1) + 2 * q + (c & 1)] = l_run[c];
+        for (int c = 0; c < 4; c++) red_sum[warp][8 * (c >> 1) + 2 * q + (c & 1)] = lw[c];
     }
     mlan_compute_sync();
 #pragma unroll
@@ -260,6 +269,11 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
     uint8_t *const sKV = smem, *const sQ2 = smem + MLAN_Q_OFFSET;
     uint8_t *const sP = smem + MLAN_P_OFFSET + wg * MLAN_HEADS * 128;  // this warpgroup's P
+    const uint32_t d_p = (uint32_t)wgmma_desc_sw128(sP);                 // its descriptor's low word
+    // This lane's row of the warp's P blocks (stmatrix_x4_trans): block lane / 8 = 2j + half
+    // holds heads 8j .. 8j + 7 at positions 16 warp + 8 half .. + 7; the lane's row is head
+    // 8j + lane % 8.
+    uint8_t *const p_row = sP + sw128_offset(8 * (lane >> 4) + (lane & 7), 2 * warp + ((lane >> 3) & 1));
     __shared__ __align__(8) uint64_t full[2][MLAN_BOXES];  // box b of stage s has landed
     __shared__ float4 s_half[2][2][MLAN_THREADS / 2][2];   // [tile parity][warpgroup][thread]: its Sᵀ half
     __shared__ float red_max[2][4][MLAN_HEADS];            // a tile's max per warpgroup, warp and head
@@ -364,10 +378,10 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                 mlan_compute_sync();  // every row zeroed before any wgmma reads the tile
             }
 
-            // Descriptors of this tile's operands; each step adds its byte offset / 16 (the
-            // address field never carries: shared memory ends below 256 KB).
-            const uint64_t d_kv = wgmma_desc_sw128(kv), d_q = wgmma_desc_sw128(sQ);
-            const uint64_t d_v = wgmma_desc_sw128_mn(kv, MLAN_BOX_BYTES), d_p = wgmma_desc_sw128(sP);
+            // The low words of this tile's descriptors (wgmma_desc_sw128_lo): each step adds its
+            // byte offset / 16 (the address field never carries: shared memory ends below 256 KB).
+            const uint32_t d_kv = (uint32_t)wgmma_desc_sw128(kv), d_q = (uint32_t)wgmma_desc_sw128(sQ);
+            const uint32_t d_v = (uint32_t)wgmma_desc_sw128_mn(kv + 4 * wg * MLAN_BOX_BYTES, MLAN_BOX_BYTES);
 
             // This warpgroup's half of Sᵀ = K·Qᵀ: boxes 0-4 (warpgroup 0) or 5-8 (1), a chain per
             // box (4 k16 steps ascending from 0), each box waited for just before its steps.
@@ -378,8 +392,8 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                 wgmma_fence();  // after the wait's loop (a divergent path), or ptxas serializes (C7520)
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++) {
-                    const uint64_t da = d_kv + (uint64_t)((b * MLAN_BOX_BYTES + kk * 32) >> 4);
-                    const uint64_t db = d_q + (uint64_t)((b * MLAN_QBOX_BYTES + kk * 32) >> 4);
+                    const uint64_t da = wgmma_desc_sw128_lo(d_kv + (b * MLAN_BOX_BYTES + kk * 32) / 16);
+                    const uint64_t db = wgmma_desc_sw128_lo(d_q + (b * MLAN_QBOX_BYTES + kk * 32) / 16);
                     if (kk == 0)
                         wgmma_m64n16k16_kk<true>(d, da, db);
                     else
@@ -445,18 +459,21 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                 alpha[c] = __expf(m_run[c] - m_new);      // exp(-inf) = 0 on the unit's first tile
                 m_run[c] = m_new;
             }
+            float pv[8];  // p in the layout of s
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
+                const int j = c >> 1, e = c & 1;
                 const float p_a = __expf(s[4 * j + e] - m_run[c]), p_b = __expf(s[4 * j + 2 + e] - m_run[c]);
-                float sum = p_a + p_b;
-#pragma unroll
-                for (int o8 = 4; o8 < 32; o8 <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o8);
-                l_run[c] = l_run[c] * alpha[c] + sum;
-                // P[head][position], K-major for P·V: row h, positions in 16-byte chunks of 8.
-                *(uint16_t *)(sP + sw128_offset(h, pa >> 3) + (pa & 7) * 2) = float_to_bf16(p_a);
-                *(uint16_t *)(sP + sw128_offset(h, (pa + 8) >> 3) + (pa & 7) * 2) = float_to_bf16(p_b);
+                l_run[c] = l_run[c] * alpha[c] + (p_a + p_b);
+                pv[4 * j + e] = p_a;
+                pv[4 * j + 2 + e] = p_b;
             }
+            // bf16(p) as P[head][position], K-major for P·V: the four 8 x 8 blocks of this warp's
+            // 16 positions x 16 heads, transposed on the way (a block's row is a head's 8
+            // positions, one 16-byte chunk). Rounded on the converter: float_to_bf16's bits but
+            // for a NaN p (a NaN in q or k), whose head's outputs are NaN either way.
+            stmatrix_x4_trans(p_row, bf16x2_round_no_nan(pv[0], pv[1]), bf16x2_round_no_nan(pv[2], pv[3]),
+                              bf16x2_round_no_nan(pv[4], pv[5]), bf16x2_round_no_nan(pv[6], pv[7]));
             fence_proxy_async();  // P becomes visible to wgmma
             mlan_wg_sync(wg);     // ... every thread's part of it
 
@@ -472,8 +489,8 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
             for (int k = 0; k < 4; k++)
 #pragma unroll
                 for (int mb = 0; mb < 4; mb++)
-                    wgmma_m64n16k16_mk(o[mb], d_v + (uint64_t)(((4 * wg + mb) * MLAN_BOX_BYTES + k * 16 * 128) >> 4),
-                                       d_p + (uint64_t)((k * 32) >> 4));
+                    wgmma_m64n16k16_mk(o[mb], wgmma_desc_sw128_lo(d_v + (mb * MLAN_BOX_BYTES + k * 16 * 128) / 16),
+                                       wgmma_desc_sw128_lo(d_p + k * 32 / 16));
             wgmma_commit();
             wgmma_wait<0>();
 #pragma unroll

@@ -183,6 +183,14 @@ __device__ __forceinline__ void stmatrix_x4(const void *row, uint32_t m0, uint32
                  : "memory");
 }
 
+// The same four matrices transposed on the way: lanes 8k .. 8k + 7 give the addresses of rows
+// 0..7 of matrix k's transpose, row i holding column i of the fragment's matrix (rows 0..7).
+__device__ __forceinline__ void stmatrix_x4_trans(const void *row, uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)),
+                 "r"(m0), "r"(m1), "r"(m2), "r"(m3)
+                 : "memory");
+}
+
 // --- TMA (cp.async.bulk.tensor) completing on an mbarrier -------------------------------------
 
 __device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {

@@ -24,7 +24,7 @@
 #include "../bf16.h"        // bf16_to_float, float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK
 #include "pdl.cuh"          // pdl_launch, pdl_wait_predecessor, pdl_release_dependent
-#include "tma_map.cuh"      // tma_map_bf16_2d
+#include "tma_map.cuh"      // tma_map_bf16_2d(_stream)
 #include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
 #include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
 #include "l2_policy.cuh"    // l2_policy_evict_first
@@ -406,12 +406,13 @@ bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_s
            a->R == 64 && a->block_size > 0 && a->block_size % 64 == 0 && split_size > 0 && split_size % 64 == 0;
 }
 
-CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_rows) {
+CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_rows, bool stream) {
     // Its slot count is not among the arguments; every box lies inside a block the token's
     // sequence owns, so the extent only has to cover the largest slot index a coordinate
     // (int32) can name.
     const int d = a->L + a->R;
-    return tma_map_bf16_2d(c, a->kv_cache, 1L << 31, d, d, 64, box_rows, "mla_attention", "kv cache");
+    return (stream ? tma_map_bf16_2d_stream : tma_map_bf16_2d)(c, a->kv_cache, 1L << 31, d, d, 64, box_rows,
+                                                               "mla_attention", "kv cache");
 }
 
 // Shapes the tensor-core kernels do not take (mla_attention_generic.cu's instead).

@@ -736,7 +736,7 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
     p.o_part = o_part;
     p.ml_part = ml_part;
 
-    const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAW_TILE);
+    const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAW_TILE, false);
     // Q as [T][H][L] and [T][H][R], boxes of 64 dims x 64 heads (never read without q_tma).
     CUtensorMap tmap_q_lat = {}, tmap_q_pe = {};
     if (p.q_tma) {

@@ -49,7 +49,7 @@ bool mla_q_aligned(const mla_attention_args *a);
 bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_size, int heads, size_t smem_bytes);
 // The latent cache as the wgmma kernels' TMA reads it: [slots][L + R] bf16 in boxes of 64 dims
 // (one 128-byte swizzle row) by box_rows positions; stream: without L2 promotion
-// (tma_map_bf16_2d_stream), for a kernel that reads each box once.
+// (tma_map_bf16_2d_stream), for a kernel that streams the cache through.
 CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_rows, bool stream);
 // Whether the 64-head kernel's CTAs merge every token of a grid of nsplit splits themselves:
 // at most 2 splits, units for half the SMs, an output that takes 16-byte stores.

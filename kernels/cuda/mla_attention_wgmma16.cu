@@ -70,7 +70,7 @@
 #include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
 #include "pdl.cuh"          // pdl_release_dependent
-#include "wgmma.cuh"        // wgmma_fence/commit/wait/hold/desc_sw128*, stmatrix_x4_trans, mbar_*, tma_load_2d
+#include "wgmma.cuh"        // wgmma_*, sw128_offset, stmatrix_x4_trans, mbar_*, tma_load_2d(_hint), setmaxnreg_*
 
 #define MLAN_HEADS 16                                  // heads per unit: the wgmma N
 #define MLAN_TILE 64                                   // positions per KV tile: the wgmma M of Sᵀ
@@ -270,14 +270,14 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
     uint8_t *const sKV = smem, *const sQ2 = smem + MLAN_Q_OFFSET;
     uint8_t *const sP = smem + MLAN_P_OFFSET + wg * MLAN_HEADS * 128;  // this warpgroup's P
     const uint32_t d_p = (uint32_t)wgmma_desc_sw128(sP);                 // its descriptor's low word
-    // This lane's row of the warp's P blocks (stmatrix_x4_trans): block lane / 8 = 2j + half
-    // holds heads 8j .. 8j + 7 at positions 16 warp + 8 half .. + 7; the lane's row is head
+    // This lane's row of the warp's P blocks (stmatrix_x4_trans): block lane / 8 = 2j + k
+    // holds heads 8j .. 8j + 7 at positions 16 warp + 8k .. + 7; the lane's row is head
     // 8j + lane % 8.
     uint8_t *const p_row = sP + sw128_offset(8 * (lane >> 4) + (lane & 7), 2 * warp + ((lane >> 3) & 1));
     __shared__ __align__(8) uint64_t full[2][MLAN_BOXES];  // box b of stage s has landed
     __shared__ float4 s_half[2][2][MLAN_THREADS / 2][2];   // [tile parity][warpgroup][thread]: its Sᵀ half
     __shared__ float red_max[2][4][MLAN_HEADS];            // a tile's max per warpgroup, warp and head
-    __shared__ float red_sum[4][MLAN_HEADS];               // a unit's l_w per warp and head
+    __shared__ float red_sum[4][MLAN_HEADS];               // a split's l_w per warp and head
     __shared__ __align__(8) uint64_t empty[2];             // stage s read by the 8 computing warps
 
     if (tid == 0) {
@@ -337,7 +337,9 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
 #pragma unroll
             for (int e = 0; e < 8; e++) o[mb][e] = 0.0f;
         // This thread's 4 heads: c = 2j + e is head 8j + 2q + e. Both warpgroups hold the same
-        // m and l (the same softmax on the same s), each its own columns of O.
+        // m and the same sums (the same softmax on the same s), each its own columns of O.
+        // l_run is this thread's l_t, its own two positions a tile; mlan_split_sums makes the
+        // head's l of them when the split closes.
         float m_run[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l_run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         // A whole unit of two splits: split 0's O, max and sum while split 1 runs.
         float o_first[4][8], m_first[4], l_first[4];
@@ -471,7 +473,8 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
             // bf16(p) as P[head][position], K-major for P·V: the four 8 x 8 blocks of this warp's
             // 16 positions x 16 heads, transposed on the way (a block's row is a head's 8
             // positions, one 16-byte chunk). Rounded on the converter: float_to_bf16's bits but
-            // for a NaN p (a NaN in q or k), whose head's outputs are NaN either way.
+            // for a NaN p (from a NaN or an infinity in q or k), whose head's outputs are NaN
+            // either way.
             stmatrix_x4_trans(p_row, bf16x2_round_no_nan(pv[0], pv[1]), bf16x2_round_no_nan(pv[2], pv[3]),
                               bf16x2_round_no_nan(pv[4], pv[5]), bf16x2_round_no_nan(pv[6], pv[7]));
             fence_proxy_async();  // P becomes visible to wgmma
@@ -598,9 +601,9 @@ int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split
     p.o_part = o_part;
     p.ml_part = ml_part;
 
-    // Each KV tile is read once, by one CTA: no L2 promotion (H200, dev timer, medians of three,
-    // us: B=32 L=4k 49.3 -> 48.7, B=128 L=1k 45.7 -> 44.3, B=32 L=16k 173.6 -> 171.2, B=1 L=16k
-    // 24.3 -> 24.5).
+    // The cache streams through (a decode token's head group reads each tile once): no L2
+    // promotion (H200, dev timer, medians of three, us: B=32 L=4k 49.3 -> 48.7, B=128 L=1k
+    // 45.7 -> 44.3, B=32 L=16k 173.6 -> 171.2, B=1 L=16k 24.3 -> 24.5).
     const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAN_TILE, true);
     auto kernel = p.whole_tokens ? mla_wgmma16_split_kernel<true> : mla_wgmma16_split_kernel<false>;
     cuda_kernel_smem(c, (const void *)kernel, MLAN_SMEM_BYTES, "mla_attention");

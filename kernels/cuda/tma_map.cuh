@@ -12,10 +12,10 @@
 // 2 bytes <= 128, the swizzle span). Dies naming op and what on a driver error.
 CUtensorMap tma_map_bf16_2d(cuda_ctx *c, const void *base, long rows, long cols, long ld, int box_cols, int box_rows,
                             const char *op, const char *what);
-// The same for a matrix streamed once, each box by an L2 evict_first load: no L2 promotion, so
-// a box's 128-byte row brings 128 bytes into L2, not the 256 of its promoted sector, whose other
-// half (the next box's) an evict_first line may lose before it is read (H200, the 16-head MLA
-// decode's cache: 1-3% faster).
+// The same for a matrix streamed through: no L2 promotion, so a box's 128-byte row asks L2 for
+// those 128 bytes, not the aligned 256 around them (the 16-head MLA decode's cache on an H200:
+// 1-3% faster on the rows that read more than L2 holds, B=1 L=16k 0.8% slower; why, not
+// established).
 CUtensorMap tma_map_bf16_2d_stream(cuda_ctx *c, const void *base, long rows, long cols, long ld, int box_cols,
                                    int box_rows, const char *op, const char *what);
 // `batch` such matrices, matrix b at base + b * batch_stride elements (a multiple of 8; any

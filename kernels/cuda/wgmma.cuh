@@ -38,7 +38,8 @@ __device__ __forceinline__ int sw128_offset(int row, int chunk) {
 // offset), which alone moves with the address: a loop keeps lo = (uint32_t)wgmma_desc_sw128(base)
 // and adds byte offsets >> 4 to it (no carry leaves bits 0-13 while the tile stays in the
 // 256 KB the field spans), one integer add a descriptor where rebuilding it from a pointer took
-// five.
+// five. An MN-major descriptor (wgmma_desc_sw128_mn) has the same high word, so its low word
+// is rebuilt here too.
 __device__ __forceinline__ uint64_t wgmma_desc_sw128_lo(uint32_t lo) {
     return (uint64_t)lo | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }

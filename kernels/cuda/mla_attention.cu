@@ -325,8 +325,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 // (registers, so blocks per SM); the order of the sums does not depend on it. Tokens of at
 // most merged_max_n splits were merged by the split kernel, in these operations.
 #define MERGE_THREADS 128
-// HINTED: the partials are the 64-head kernel's, stored with L2's evict_last policy, so read with
-// evict_first (mla_merge.cuh); the other kernels' are read plainly, in their own instantiation
+// HINTED: the partials are a wgmma kernel's, stored with L2's evict_last policy, so read with
+// evict_first (mla_merge.cuh); the mma.sync kernel's are read plainly, in their own instantiation
 // (a policy chosen at run time on every path took CHUNK = 16 from 128 registers to 141, a block
 // fewer an SM, and B=32 L=16k 16 heads from 175.4 to 177.5 us).
 template <int CHUNK, bool HINTED>
@@ -455,14 +455,16 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     // themselves).
     p.merged_max_n = 0;
     const bool wgmma64 = mla_wgmma_supported(c, a, split_size);
+    const bool wgmma16 = !wgmma64 && mla_wgmma16_supported(c, a, split_size);
     if (wgmma64)
         p.merged_max_n = mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
-    else if (mla_wgmma16_supported(c, a, split_size))
+    else if (wgmma16)
         p.merged_max_n = mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else
         mla_mma_split_launch(c, &p);
     if (p.nsplit <= p.merged_max_n) return;  // every token merged by the split kernel
-    const mla_merge_fn merge = wgmma64 ? mla_merge_for<true>(p.nsplit) : mla_merge_for<false>(p.nsplit);
+    const bool hinted = wgmma64 || wgmma16;  // their partials were stored with evict_last (mla_merge.cuh)
+    const mla_merge_fn merge = hinted ? mla_merge_for<true>(p.nsplit) : mla_merge_for<false>(p.nsplit);
     pdl_launch(c, merge, dim3((unsigned)(a->T * a->H)), dim3(MERGE_THREADS), 0, "mla_attention merge", p);
 }
 

@@ -66,8 +66,8 @@
 #include "bf16x2.cuh"       // bf16x2_round_no_nan
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"   // mla_wgmma16_supported, mla_wgmma16_split_launch, mla_kv_cache_map
-#include "l2_policy.cuh"    // l2_policy_evict_first
-#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out
+#include "l2_policy.cuh"    // l2_policy_evict_first, l2_policy_evict_last
+#include "mla_merge.cuh"    // mla_token_splits, mla_merge_weight, mla_merge_scale, mla_merge_out, mla_partial_store1
 #include "mma.cuh"          // cp_async16, cp_async_commit, cp_async_wait
 #include "pdl.cuh"          // pdl_release_dependent
 #include "wgmma.cuh"        // wgmma_*, sw128_offset, stmatrix_x4_trans, mbar_*, tma_load_2d(_hint), setmaxnreg_*
@@ -537,7 +537,9 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                     }
             }
         } else {
-            // Partials: Oᵀ as o_part[t][h][split][dim], (m, l) per head, for the merge kernel.
+            // Partials: Oᵀ as o_part[t][h][split][dim], (m, l) per head, for the merge kernel,
+            // to wait in L2 until it reads them (mla_merge.cuh).
+            const uint64_t policy = l2_policy_evict_last();
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
@@ -545,8 +547,8 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                 float *dst = p.o_part + row * MLAN_L + 256 * wg + 16 * warp + r;
 #pragma unroll
                 for (int mb = 0; mb < 4; mb++) {
-                    dst[64 * mb] = o[mb][4 * j + e];
-                    dst[64 * mb + 8] = o[mb][4 * j + 2 + e];
+                    mla_partial_store1(dst + 64 * mb, o[mb][4 * j + e], policy);
+                    mla_partial_store1(dst + 64 * mb + 8, o[mb][4 * j + 2 + e], policy);
                 }
                 if (wg == 0 && warp == 0 && r == 0) p.ml_part[row] = make_float2(m_run[c], l_last[c]);
             }

@@ -40,14 +40,19 @@ static __device__ __forceinline__ uint32_t mla_merge_out(float o_lo, float o_hi,
     return NAN_FREE ? bf16x2_round_no_nan(o_lo * r, o_hi * r) : bf16x2_round(o_lo * r, o_hi * r);
 }
 
-// Where the partials wait between the two kernels. The 64-head kernel stores them with L2's
-// evict_last policy and the merge kernel reads those with evict_first: at 128 heads a split's
-// partials are 256 KB beside its 576 KB of KV, which streams through L2 between the partials'
-// stores and the merge's reads; the hints keep more of the partials there until they are read
-// (H200, dev timer, 128 heads: 32 x 4k 124.2 -> 119.8 us, 128 x 4k 448.8 -> 443.7). The
-// 16-head kernel's partials (32 KB a split) keep the default policy on both sides. Cache
-// policies only (l2_policy.cuh): no value changes.
+// Where the partials wait between the two kernels. The wgmma kernels (64 and 16 heads a CTA)
+// store them with L2's evict_last policy and the merge kernel reads those with evict_first: at
+// 128 heads a split's partials are 256 KB beside its 576 KB of KV, which streams through L2
+// between the partials' stores and the merge's reads; the hints keep more of the partials there
+// until they are read (H200, dev timer, 128 heads: 32 x 4k 124.2 -> 119.8 us, 128 x 4k 448.8 ->
+// 443.7). At 16 heads (32 KB a split beside 576 KB), medians of three: B=32 L=4k 48.4 -> 47.9,
+// B=32 L=16k 170.5 -> 168.1, B=128 L=4k 171.1 -> 169.0, B=1 L=16k 24.1 both. Cache policies
+// only (l2_policy.cuh): no value changes.
 
+// One partial value stored under `policy`.
+static __device__ __forceinline__ void mla_partial_store1(float *dst, float x, uint64_t policy) {
+    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;\n" ::"l"(dst), "f"(x), "l"(policy) : "memory");
+}
 // Two adjacent partial values (8-byte aligned) stored under `policy`.
 static __device__ __forceinline__ void mla_partial_store2(float *dst, float x, float y, uint64_t policy) {
     asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(dst), "f"(x), "f"(y), "l"(policy)

@@ -837,9 +837,10 @@ static const char *mla_kernel_taken(sets *s, const mla_attention_args *probe, co
 // kernel walks several, skipping splits past their token). The cache past each sequence's end
 // holds NaNs: a kernel that let 0 * NaN into P·V would show it. Every row: written, equal
 // bitwise alone, inside the batch, in a batch in reverse order and with other sequences; close
-// to the float64 oracle. The 16-head kernel merges some tokens itself (whole tokens of up to
-// two splits once their split units outnumber the SMs): such tokens, merged by it and by the
-// merge kernel, must agree. Then other split sizes (192: splits off the 512 grid; 64: more
+// to the float64 oracle. Once its split units outnumber the SMs, the 16-head kernel takes split
+// pairs as units, folds each pair itself and merges the tokens of up to two splits: such
+// pairs and tokens, folded by it (the batch) and by the merge kernel (a token alone), must
+// agree; among the named tokens, n = 3 (an odd split alone) and 4. Then other split sizes (192: splits off the 512 grid; 64: more
 // splits than the merge kernel loads at once) and 16-position blocks (the mma.sync kernel:
 // other bits, the same tolerance).
 static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
@@ -884,6 +885,14 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
     if (!(err < BF16_TOL)) mla_print_error_map(out, ref, NAMED, H, L, tpos);
     assert_true(err < BF16_TOL);
 
+#ifdef INVAR_CUDA
+    if (strcmp(kernel, "wgmma16") == 0) {  // the two folds of a split pair this compares do run
+        mla_case one = mla_sub_case(&c, 0, 1);
+        mla_attention_args po = mla_args(&one);
+        if (!inv_cuda_mla_wgmma16_pairs(s->inv, &probe) || inv_cuda_mla_wgmma16_pairs(s->inv, &po))
+            fail_msg("mla_attention H=%d: the batch (%d tokens) must take split pairs as units, a token alone not", H, T);
+    }
+#endif
     for (int t = 0; t < T; t += t < NAMED ? 1 : 17) {  // each named token alone, and a sample of the rest
         mla_case one = mla_sub_case(&c, t, 1);
         mla_run(s->inv, &one, part);

@@ -43,6 +43,9 @@ const char *inv_cuda_mla_attention_kernel(ops_set *ops, const mla_attention_args
 // two splits whose CTAs fill half the SMs) rather than the merge kernel: a batch choice that
 // changes no bit; for tests.
 bool inv_cuda_mla_wgmma_merges(ops_set *ops, const mla_attention_args *a);
+// Whether the 16-head kernel ("wgmma16") takes split pairs as units in this batch (its split
+// units outnumber the SMs) and folds them itself: a batch choice that changes no bit; for tests.
+bool inv_cuda_mla_wgmma16_pairs(ops_set *ops, const mla_attention_args *a);
 
 // --- tensor parallelism: one GPU per rank (collective.cu) -------------------------------------
 // CUDA devices visible to this process (0 without a driver or device).

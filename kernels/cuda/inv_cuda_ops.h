@@ -61,10 +61,13 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
 // 16 heads a work unit on sm_90a (mla_attention_wgmma16.cu): H % 16 == 0 where the 64-head
 // kernel does not take the shape, the same latent layout, blocks and splits; the same partials.
 // Tokens of at most the returned split count it merges and writes itself (the merge kernel's
-// arithmetic); the merge kernel takes the rest.
+// arithmetic); the merge kernel takes the rest, in split pairs (mla_merge.cuh), which
+// *pairs_stored says this kernel formed.
 bool mla_wgmma16_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size);
+// Whether its units are split pairs for a grid of nsplit splits (a batch choice; no bit follows it).
+bool mla_wgmma16_pairs(const cuda_ctx *c, const mla_attention_args *a, int nsplit);
 int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
-                             float *o_part, float2 *ml_part);
+                             float *o_part, float2 *ml_part, bool *pairs_stored);
 void inv_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a);
 void inv_cuda_merge_attention(ops_set *ops, const merge_attention_args *a);
 void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a);

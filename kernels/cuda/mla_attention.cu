@@ -5,8 +5,8 @@
 // (MLA_SPLIT_SIZE positions, aligned to absolute position 0), so a token's splits depend only
 // on its own position; within a split, tiles of 32 positions, also aligned, are folded by the
 // online softmax in ascending order. A second kernel merges the token's splits in ascending
-// order (or the 16-head sm_90a split kernel does, in the same operations, for a token whose
-// splits one of its units holds: mla_merge.cuh). Nothing in a row's reduction depends on the
+// order (the 16-head sm_90a kernel's in split pairs first, and that kernel folds the pairs and
+// tokens one of its units holds itself, in the same operations: mla_merge.cuh). Nothing in a row's reduction depends on the
 // batch: T, other tokens' lengths and max_seq_len only size the grid and the scratch layout. On sm_90a, a multiple of 64 heads
 // with L = 512, R = 64 and blocks and splits of multiples of 64 positions take
 // mla_attention_wgmma.cu's split kernel instead (a shape choice: mla_wgmma_supported), and
@@ -53,6 +53,7 @@ struct mla_params {
     float *o_part;           // [T][H][nsplit][L] unnormalized outputs
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
     int merged_max_n;        // tokens of at most this many splits: merged by the split kernel
+    bool pairs_stored;       // partial k of a token is its split pair k (mla_merge.cuh), not split k
 };
 
 __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p) {
@@ -318,19 +319,24 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 //   m = max over s of m_s                                         (exact in any order)
 //   for s = 0 .. n - 1 ascending: w = e^(m_s - m), d = fma(l_s, w, d), o = fma(o_s, w, o)
 //   out = bf16(o * (1 / d))
-// Every thread computes m and d itself from the n (m_s, l_s) pairs (broadcast loads): no fold
+// or, PAIRS (the 16-head kernel's partials) and n > 2, the same over the split pairs of
+// mla_merge.cuh's tree: formed here from the splits, or read as the split kernel stored them
+// (p.pairs_stored), their order and operations the same either way.
+// Every thread computes m and d itself from the (m_s, l_s) pairs (broadcast loads): no fold
 // across threads and no barrier. The merge runs after the split grid has ended, so its time is
-// a chain of load latencies: the splits' loads go out CHUNK at a time, and a token of up to
-// CHUNK splits waits for memory once. CHUNK follows nsplit, the batch's longest sequence
-// (registers, so blocks per SM); the order of the sums does not depend on it. Tokens of at
-// most merged_max_n splits were merged by the split kernel, in these operations.
+// a chain of load latencies: the partials' loads go out CHUNK at a time, and a token of up to
+// CHUNK partials waits for memory once. CHUNK (even: a chunk holds whole pairs) follows the
+// grid's partial count (registers, so blocks per SM); the order of the sums does not depend
+// on it. Tokens of at most merged_max_n splits were merged by the split kernel, in these
+// operations.
 #define MERGE_THREADS 128
 // HINTED: the partials are a wgmma kernel's, stored with L2's evict_last policy, so read with
 // evict_first (mla_merge.cuh); the mma.sync kernel's are read plainly, in their own instantiation
 // (a policy chosen at run time on every path took CHUNK = 16 from 128 registers to 141, a block
 // fewer an SM, and B=32 L=16k 16 heads from 175.4 to 177.5 us).
-template <int CHUNK, bool HINTED>
+template <int CHUNK, bool HINTED, bool PAIRS>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
+    static_assert(CHUNK % 2 == 0, "a chunk holds whole split pairs");
     const mla_attention_args &a = p.a;
     // Last tokens first: the split kernels walk tokens in ascending order, so the partials
     // written last are the ones still in L2 (H200: 128 heads 32 x 4k 135.1 -> 133.1 us).
@@ -341,6 +347,8 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     pdl_wait_predecessor();  // launched while the split kernel still runs (pdl.cuh)
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     if (n <= p.merged_max_n || 4 * tid >= L) return;
+    const bool tree = PAIRS && n > 2, form = tree && !p.pairs_stored;  // form: pairs of splits made here
+    const int parts = tree && p.pairs_stored ? (n + 1) / 2 : n;         // this token's partials
     const long base = (long)th * p.nsplit;
     const float2 *ml = p.ml_part + base;
     const float4 *o = (const float4 *)(p.o_part + base * L) + tid;
@@ -350,7 +358,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     auto load_chunk = [&](int s0) {
 #pragma unroll
         for (int k = 0; k < CHUNK; k++)
-            if (s0 + k < n) {
+            if (s0 + k < parts) {
                 mls[k] = ml[s0 + k];
                 const float4 *src = &o[(long)(s0 + k) * (L / 4)];
                 os[k] = HINTED ? mla_partial_load4(src, policy) : *src;
@@ -358,23 +366,37 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     };
     load_chunk(0);
     float m = -INFINITY;
-    for (int s = CHUNK; s < n; s++) m = fmaxf(m, ml[s].x);
+    for (int s = CHUNK; s < parts; s++) m = fmaxf(m, ml[s].x);
 #pragma unroll
     for (int k = 0; k < CHUNK; k++)
-        if (k < n) m = fmaxf(m, mls[k].x);
+        if (k < parts) m = fmaxf(m, mls[k].x);
     float d = 0.0f;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int s0 = 0; s0 < n; s0 += CHUNK) {
+    auto step = [&](float m_s, float l_s, const float4 &o_s) {
+        const float w = mla_merge_weight(m_s, l_s, m, d);
+        v.x = fmaf(o_s.x, w, v.x);
+        v.y = fmaf(o_s.y, w, v.y);
+        v.z = fmaf(o_s.z, w, v.z);
+        v.w = fmaf(o_s.w, w, v.w);
+    };
+    for (int s0 = 0; s0 < parts; s0 += CHUNK) {
         if (s0 > 0) load_chunk(s0);
 #pragma unroll
-        for (int k = 0; k < CHUNK; k++)
-            if (s0 + k < n) {
-                const float w = mla_merge_weight(mls[k].x, mls[k].y, m, d);
-                v.x = fmaf(os[k].x, w, v.x);
-                v.y = fmaf(os[k].y, w, v.y);
-                v.z = fmaf(os[k].z, w, v.z);
-                v.w = fmaf(os[k].w, w, v.w);
+        for (int k = 0; k < CHUNK; k++) {
+            if (s0 + k >= parts) continue;
+            if (!form) {
+                step(mls[k].x, mls[k].y, os[k]);
+            } else if (k % 2 == 0) {  // split pair (s0 + k, s0 + k + 1), or the last split alone
+                if (s0 + k + 1 < parts) {
+                    const mla_pair q = mla_pair_of(mls[k].x, mls[k].y, mls[k + 1].x, mls[k + 1].y);
+                    step(q.m, q.d,
+                         make_float4(mla_pair_o(os[k].x, os[k + 1].x, q), mla_pair_o(os[k].y, os[k + 1].y, q),
+                                     mla_pair_o(os[k].z, os[k + 1].z, q), mla_pair_o(os[k].w, os[k + 1].w, q)));
+                } else {
+                    step(mls[k].x, mls[k].y, os[k]);
+                }
             }
+        }
     }
     uint16_t *out = a.out + t * a.ld_out + (long)h * L + 4 * tid;
     const float r = mla_merge_scale(d);
@@ -385,14 +407,15 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     out[3] = (uint16_t)(hi >> 16);
 }
 
-// The merge kernel for a grid of nsplit splits: CHUNK from nsplit (registers, so blocks per SM).
+// The merge kernel for a grid of at most `parts` partials a token: CHUNK from it (registers, so
+// blocks per SM).
 typedef void (*mla_merge_fn)(mla_params);
-template <bool HINTED>
-static mla_merge_fn mla_merge_for(int nsplit) {
-    return nsplit <= 2   ? mla_merge_kernel<2, HINTED>
-           : nsplit <= 4 ? mla_merge_kernel<4, HINTED>
-           : nsplit <= 8 ? mla_merge_kernel<8, HINTED>
-                         : mla_merge_kernel<16, HINTED>;
+template <bool HINTED, bool PAIRS>
+static mla_merge_fn mla_merge_for(int parts) {
+    return parts <= 2   ? mla_merge_kernel<2, HINTED, PAIRS>
+           : parts <= 4 ? mla_merge_kernel<4, HINTED, PAIRS>
+           : parts <= 8 ? mla_merge_kernel<8, HINTED, PAIRS>
+                        : mla_merge_kernel<16, HINTED, PAIRS>;
 }
 
 // Every 8-value piece of q_lat and q_pe 16-byte aligned: the tensor-core kernels copy Q by cp.async.
@@ -454,17 +477,22 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     // shape choice too; the same partials and merge arithmetic (both merge some tokens
     // themselves).
     p.merged_max_n = 0;
+    p.pairs_stored = false;
     const bool wgmma64 = mla_wgmma_supported(c, a, split_size);
     const bool wgmma16 = !wgmma64 && mla_wgmma16_supported(c, a, split_size);
     if (wgmma64)
         p.merged_max_n = mla_wgmma_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
     else if (wgmma16)
-        p.merged_max_n = mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part);
+        p.merged_max_n =
+            mla_wgmma16_split_launch(c, a, split_size, p.nsplit, p.o_part, p.ml_part, &p.pairs_stored);
     else
         mla_mma_split_launch(c, &p);
     if (p.nsplit <= p.merged_max_n) return;  // every token merged by the split kernel
-    const bool hinted = wgmma64 || wgmma16;  // their partials were stored with evict_last (mla_merge.cuh)
-    const mla_merge_fn merge = hinted ? mla_merge_for<true>(p.nsplit) : mla_merge_for<false>(p.nsplit);
+    // The wgmma kernels' partials were stored with evict_last (mla_merge.cuh); the 16-head
+    // kernel's merge in pairs.
+    const mla_merge_fn merge = wgmma16   ? mla_merge_for<true, true>(p.pairs_stored ? (p.nsplit + 1) / 2 : p.nsplit)
+                               : wgmma64 ? mla_merge_for<true, false>(p.nsplit)
+                                         : mla_merge_for<false, false>(p.nsplit);
     pdl_launch(c, merge, dim3((unsigned)(a->T * a->H)), dim3(MERGE_THREADS), 0, "mla_attention merge", p);
 }
 
@@ -499,4 +527,12 @@ bool inv_cuda_mla_wgmma_merges(ops_set *ops, const mla_attention_args *a) {
     const int split_size = mla_split_size(a);
     return !mla_generic_shape(a) && a->max_seq_len > 0 && mla_wgmma_supported(c, a, split_size) &&
            mla_wgmma_merges_tokens(c, a, (a->max_seq_len + split_size - 1) / split_size);
+}
+
+bool inv_cuda_mla_wgmma16_pairs(ops_set *ops, const mla_attention_args *a) {
+    const cuda_ctx *c = cuda_ctx_of(ops);
+    const int split_size = mla_split_size(a);
+    return !mla_generic_shape(a) && a->max_seq_len > 0 && !mla_wgmma_supported(c, a, split_size) &&
+           mla_wgmma16_supported(c, a, split_size) &&
+           mla_wgmma16_pairs(c, a, (a->max_seq_len + split_size - 1) / split_size);
 }

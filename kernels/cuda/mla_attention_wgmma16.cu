@@ -21,8 +21,7 @@
 //
 // Work unit: 16 heads (a head group) of one query token x one KV split of mla_attention.cu (a
 // fixed size from absolute position 0), into its partials (o_part, ml_part) for its merge, or
-// all of the token's splits (whole tokens, below). The
-// reduction order of one (token, head) row:
+// a split pair (below). The reduction order of one (token, head) row:
 //   for each 64-position tile of the split, ascending (tiles aligned to position 0):
 //     s_b = 4 k16 steps ascending over dims 64b .. 64b + 63, one fp32 chain from 0, b = 0..8
 //           (box 8: the rope dims); s = (((s0 + s1) + (s2 + s3)) + s4) + ((s5 + s6) + (s7 + s8));
@@ -36,15 +35,18 @@
 // None of it depends on T, on other tokens or on max_seq_len: those size the grid, the scratch
 // and which CTA runs a unit, never a unit's arithmetic.
 //
-// Whole tokens. A unit that holds all of its token's splits merges them itself, in the merge
-// kernel's operations and order (mla_attention.cu), and writes the output instead of
-// partials: a token of one split always; and a token of two (split 0 set aside in registers
-// while split 1 runs) when the batch's tokens have at most two splits and their split units
-// outnumber the SMs, so that units are whole tokens (whole_tokens: the busiest CTA walks at
-// most one split more than it would over split units, and as many while those are at most
-// twice the SMs). Then no partials are written or read and no merge kernel is launched (B=128,
-// 1k context: 59 -> 49 us). Whether the merge kernel or this one merges a token follows the
-// batch; its bits do not, since the operations are the same.
+// Split pairs. The splits of a token are merged in a fixed tree (mla_merge.cuh): split pairs
+// (2k, 2k + 1) first, then the pairs. When the batch's split units outnumber the SMs, a unit is
+// a split pair instead (pairs: split 2k set aside in registers while split 2k + 1 runs; the
+// busiest CTA walks at most one split more than it would over split units, and as many while
+// those are at most twice the SMs): it folds the pair itself into one partial, so half the
+// partials are written and read and a CTA meets half the unit boundaries (H200, dev timer:
+// B=32 L=4k 47.6 -> 45.9 us, one round of 128 pair units where 256 split units took two; B=32
+// L=16k 168.3 -> 158.7). A unit that holds all of its
+// token's splits (one split always; two in a pair unit) merges them and writes the output
+// instead of partials; where every token has at most two splits, no merge kernel is launched
+// (B=128, 1k context: 59 -> 49 us). Whether the merge kernel or this one folds a pair or a
+// token follows the batch; its bits do not, since the operations are the same.
 //
 // Data movement. A CTA is persistent: it walks units blockIdx.x, + gridDim.x, ... (skipping
 // splits past their token's position) as one stream of 64-position tiles, two TMA stages of
@@ -104,20 +106,22 @@ struct mlan_params {
     mla_attention_args a;
     int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
     int head_groups;         // H / 16
-    long units;              // T x nsplit x head_groups (whole_tokens: T x head_groups), head group fastest
-    bool whole_tokens;       // a unit is all of a token's splits (at most 2), finished here
+    int token_units;         // units a token: nsplit, or pairs: its split pairs
+    long units;              // T x token_units x head_groups, head group fastest
+    bool pairs;              // a unit is a split pair (2k, 2k + 1), folded here
     bool kv_evict_first;     // KV tiles loaded with L2's evict_first policy (mlan_kv_evict_first)
     bool q_aligned;          // q rows in 16-byte pieces (cp.async) or value by value
     float *o_part;           // [T][H][nsplit][L] unnormalized outputs
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
 };
 
-// One unit's token, split, head group and positions [start, end); n: the token's split count;
-// whole: the unit holds all n of them (a token of one split, or whole_tokens), so this kernel
-// merges them and writes the output, not partials.
+// One unit's token, first split, head group and positions [start, end); n: the token's split
+// count; two: the unit holds splits split and split + 1 (a pair unit); whole: it holds all n of
+// them (a token of one split, or of two in a pair unit), so this kernel merges them and writes
+// the output, not partials.
 struct mlan_unit {
     int t, split, hg, seq, start, end, ntiles, n;
-    bool whole;
+    bool two, whole;
 };
 
 // A CTA's walk over its units: the current one and, read ahead, the token position and
@@ -134,21 +138,22 @@ struct mlan_walk {
 __device__ __forceinline__ bool mlan_unit_of(const mlan_params &p, long u, int pos, int seq, mlan_unit &w) {
     w.hg = (int)(u % p.head_groups);
     const long ts = u / p.head_groups;
-    w.split = p.whole_tokens ? 0 : (int)(ts % p.nsplit);
-    w.t = (int)(p.whole_tokens ? ts : ts / p.nsplit);
+    const int k = (int)(ts % p.token_units);
+    w.t = (int)(ts / p.token_units);
+    w.split = p.pairs ? 2 * k : k;
     w.seq = seq;
     w.n = mla_token_splits(pos, p.split_size, p.nsplit);
-    w.whole = p.whole_tokens || w.n == 1;
+    w.two = p.pairs && w.split + 1 < w.n;
+    w.whole = w.n == 1 || (w.two && w.n == 2);
     w.start = w.split * p.split_size;
     if (w.start > pos) return false;
-    // A whole unit ends with its n-th split.
-    w.end = min(w.whole ? w.n * p.split_size : w.start + p.split_size, pos + 1);
+    w.end = min(w.start + (w.two ? 2 : 1) * p.split_size, pos + 1);
     w.ntiles = (w.end - w.start + MLAN_TILE - 1) / MLAN_TILE;
     return true;
 }
 
 __device__ __forceinline__ int mlan_token_of(const mlan_params &p, long u) {
-    return (int)(u / ((long)p.head_groups * (p.whole_tokens ? 1 : p.nsplit)));
+    return (int)(u / ((long)p.head_groups * p.token_units));
 }
 
 __device__ __forceinline__ void mlan_read_ahead(const mlan_params &p, mlan_walk &k) {
@@ -252,9 +257,9 @@ __device__ __forceinline__ void mlan_wg_sync(int wg) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
 
-// WHOLE = p.whole_tokens (a template argument so that the walk over splits does not hold
-// registers for a second split it never has).
-template <bool WHOLE>
+// PAIRS = p.pairs (a template argument so that the walk over splits does not hold registers
+// for a second split it never has).
+template <bool PAIRS>
 __global__ void __launch_bounds__(MLAN_BLOCK_THREADS, 1)
 mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap_kv) {
 #if INVAR_WGMMA
@@ -341,16 +346,16 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
         // l_run is this thread's l_t, its own two positions a tile; mlan_split_sums makes the
         // head's l of them when the split closes.
         float m_run[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l_run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        // A whole unit of two splits: split 0's O, max and sum while split 1 runs.
+        // A pair unit: its first split's O, max and sum while the second runs.
         float o_first[4][8], m_first[4], l_first[4];
         mlan_walk nw = cw;
         nw.u = p.units;
 
         for (int i = 0; i < w.ntiles; i++, g++) {
             const int st = g & 1, p0 = w.start + i * MLAN_TILE;
-            if (WHOLE && i > 0 && p0 % p.split_size == 0) {
-                // A whole unit's second split (whole_tokens: n <= 2) starts: split 0 is done,
-                // its state set aside and the running state started afresh, as for a unit.
+            if (PAIRS && i > 0 && p0 % p.split_size == 0) {
+                // A pair unit's second split starts: the first is done, its state set aside and
+                // the running state started afresh, as for a unit.
                 mlan_split_sums(wg, warp, r, q, l_run, red_sum, l_first);
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
@@ -519,7 +524,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
             for (int c = 0; c < 4; c++) {
                 const int j = c >> 1, e = c & 1, h = w.hg * MLAN_HEADS + 8 * j + 2 * q + e;
                 float m = -INFINITY, w0 = 0.0f, d = 0.0f;
-                const bool two = WHOLE && w.n == 2;
+                const bool two = PAIRS && w.two;
                 if (two) m = fmaxf(m, m_first[c]);
                 m = fmaxf(m, m_run[c]);
                 if (two) w0 = mla_merge_weight(m_first[c], l_first[c], m, d);
@@ -537,20 +542,33 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                     }
             }
         } else {
-            // Partials: Oᵀ as o_part[t][h][split][dim], (m, l) per head, for the merge kernel,
-            // to wait in L2 until it reads them (mla_merge.cuh).
+            // Partials: Oᵀ as o_part[t][h][slot][dim], (m, l) per head, for the merge kernel, to
+            // wait in L2 until it reads them (mla_merge.cuh). The slot is the split, or in a pair
+            // unit the pair, folded here (its last split alone, as it is, where n is odd).
             const uint64_t policy = l2_policy_evict_last();
+            const int slot = PAIRS ? w.split / 2 : w.split;
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
-                const long row = ((long)w.t * a.H + w.hg * MLAN_HEADS + h) * p.nsplit + w.split;
+                const long row = ((long)w.t * a.H + w.hg * MLAN_HEADS + h) * p.nsplit + slot;
                 float *dst = p.o_part + row * MLAN_L + 256 * wg + 16 * warp + r;
+                if (PAIRS && w.two) {
+                    const mla_pair pr = mla_pair_of(m_first[c], l_first[c], m_run[c], l_last[c]);
 #pragma unroll
-                for (int mb = 0; mb < 4; mb++) {
-                    mla_partial_store1(dst + 64 * mb, o[mb][4 * j + e], policy);
-                    mla_partial_store1(dst + 64 * mb + 8, o[mb][4 * j + 2 + e], policy);
+                    for (int mb = 0; mb < 4; mb++) {
+                        mla_partial_store1(dst + 64 * mb, mla_pair_o(o_first[mb][4 * j + e], o[mb][4 * j + e], pr), policy);
+                        mla_partial_store1(dst + 64 * mb + 8,
+                                           mla_pair_o(o_first[mb][4 * j + 2 + e], o[mb][4 * j + 2 + e], pr), policy);
+                    }
+                    if (wg == 0 && warp == 0 && r == 0) p.ml_part[row] = make_float2(pr.m, pr.d);
+                } else {
+#pragma unroll
+                    for (int mb = 0; mb < 4; mb++) {
+                        mla_partial_store1(dst + 64 * mb, o[mb][4 * j + e], policy);
+                        mla_partial_store1(dst + 64 * mb + 8, o[mb][4 * j + 2 + e], policy);
+                    }
+                    if (wg == 0 && warp == 0 && r == 0) p.ml_part[row] = make_float2(m_run[c], l_last[c]);
                 }
-                if (wg == 0 && warp == 0 && r == 0) p.ml_part[row] = make_float2(m_run[c], l_last[c]);
             }
         }
         if (nw.u >= p.units) break;
@@ -577,28 +595,34 @@ bool mla_wgmma16_supported(const cuda_ctx *c, const mla_attention_args *a, int s
 // depends on it. H200, dev timer, us: B=32 L=4k 52.9 -> 49.0 (8 MB of partials); with 34 MB of
 // partials 0.5-1% slower (B=32 L=16k) or equal (B=128 L=4k), and slower where the cache stays
 // in L2 (B=1 L=16k 26.8 -> 27.6), which the rule leaves alone.
-static bool mlan_kv_evict_first(const cuda_ctx *c, const mla_attention_args *a, int nsplit, bool whole_tokens) {
+// parts: the partials a token of the grid's longest length stores (0: none).
+static bool mlan_kv_evict_first(const cuda_ctx *c, const mla_attention_args *a, int parts) {
     const double seqs = a->T < a->num_seqs ? a->T : a->num_seqs;
     const double kv_bytes = seqs * a->max_seq_len * (a->L + a->R) * 2.0;
-    const double partial_bytes = whole_tokens ? 0.0 : (double)a->T * a->H * nsplit * (a->L * 4.0 + 8.0);
+    const double partial_bytes = (double)a->T * a->H * parts * (a->L * 4.0 + 8.0);
     return kv_bytes > (double)c->l2_bytes && partial_bytes > 0.0 && partial_bytes <= 0.25 * (double)c->l2_bytes;
 }
 
+// Split pairs as units once the split units outnumber the SMs: the busiest CTA then walks at
+// most one split more (none more up to twice the SMs), and half the partials are written and
+// merged; where every token has at most two splits, none (whole tokens). A schedule choice: a
+// token's bits are the same either way (the kernel folds a pair as the merge kernel does).
+bool mla_wgmma16_pairs(const cuda_ctx *c, const mla_attention_args *a, int nsplit) {
+    return (long)a->T * nsplit * (a->H / MLAN_HEADS) > c->num_sms;
+}
+
 int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
-                             float2 *ml_part) {
+                             float2 *ml_part, bool *pairs_stored) {
     mlan_params p;
     p.a = *a;
     p.split_size = split_size;
     p.nsplit = nsplit;
     p.head_groups = a->H / MLAN_HEADS;
-    // Whole tokens as units once the split units of tokens of at most two splits outnumber the
-    // SMs: the busiest CTA then walks at most one split more (none more up to twice the SMs),
-    // and no partials or merge launch are needed. A schedule choice: a token's bits are the
-    // same either way (the merge in the kernel is the merge kernel's).
-    p.units = (long)a->T * nsplit * p.head_groups;
-    p.whole_tokens = nsplit <= 2 && p.units > c->num_sms;
-    if (p.whole_tokens) p.units = (long)a->T * p.head_groups;
-    p.kv_evict_first = mlan_kv_evict_first(c, a, nsplit, p.whole_tokens);
+    p.pairs = mla_wgmma16_pairs(c, a, nsplit);
+    p.token_units = p.pairs ? (nsplit + 1) / 2 : nsplit;
+    p.units = (long)a->T * p.token_units * p.head_groups;
+    const int parts = p.pairs && nsplit <= 2 ? 0 : p.token_units;
+    p.kv_evict_first = mlan_kv_evict_first(c, a, parts);
     p.q_aligned = mla_q_aligned(a);
     p.o_part = o_part;
     p.ml_part = ml_part;
@@ -607,12 +631,13 @@ int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split
     // promotion (H200, dev timer, medians of three, us: B=32 L=4k 49.3 -> 48.7, B=128 L=1k
     // 45.7 -> 44.3, B=32 L=16k 173.6 -> 171.2, B=1 L=16k 24.3 -> 24.5).
     const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAN_TILE, true);
-    auto kernel = p.whole_tokens ? mla_wgmma16_split_kernel<true> : mla_wgmma16_split_kernel<false>;
+    auto kernel = p.pairs ? mla_wgmma16_split_kernel<true> : mla_wgmma16_split_kernel<false>;
     cuda_kernel_smem(c, (const void *)kernel, MLAN_SMEM_BYTES, "mla_attention");
     // Persistent: one CTA per SM at most (the shared memory allows no second), each walking
     // units blockIdx.x, + gridDim.x, ...: which CTA computes a unit never changes its bits.
     const long grid = p.units < c->num_sms ? p.units : c->num_sms;
     kernel<<<(unsigned)grid, MLAN_BLOCK_THREADS, MLAN_SMEM_BYTES, c->stream>>>(p, tmap);
     CUDA_CHECK_LAUNCH("mla_attention (wgmma16)");
-    return p.whole_tokens ? 2 : 1;
+    *pairs_stored = p.pairs;
+    return p.pairs ? 2 : 1;
 }

@@ -1,7 +1,7 @@
 // kernels/cuda/mla_merge.cuh — the pieces of the split-KV merge that its three executors share:
-// mla_attention.cu's merge kernel, the 16-head split kernel for a token whose splits one of its
-// units holds (mla_attention_wgmma16.cu), and the 64-head kernel's CTAs for a batch of at most two
-// splits (mla_attention_wgmma.cu). A token's bits must not depend on which of them merged it, so
+// mla_attention.cu's merge kernel, the 16-head split kernel for the split pairs and tokens one of
+// its units holds (mla_attention_wgmma16.cu), and the 64-head kernel's CTAs for a batch of at most
+// two splits (mla_attention_wgmma.cu). A token's bits must not depend on which of them merged it, so
 // the split count and each split's step are written once, here. Beside them, the L2 policy of
 // the partials the 64-head kernel passes to the merge kernel (it carries no bits).
 #ifndef INVAR_KERNELS_CUDA_MLA_MERGE_CUH
@@ -26,6 +26,30 @@ static __device__ __forceinline__ float mla_merge_weight(float m_s, float l_s, f
     const float w = expf(m_s - m);
     d = fmaf(l_s, w, d);
     return w;
+}
+
+// The 16-head kernel's order (mla_attention_wgmma16.cu) for a token of more than two splits is
+// a fixed tree over the splits' indices instead: splits 2k and 2k + 1 first, into one partial
+// (m_k, d_k, o_k) by the steps above from m_k = max(m_2k, m_2k+1) and d_k = 0 (split 2k alone
+// where it is the last: its own (m, l, o), untouched), then those partials k ascending by the
+// same steps, as if each were a split, from m = their max. So a work unit can hold a split pair
+// and fold it in registers. A token of one or two splits keeps the order above (the pair is
+// the whole token: out = o_0 * (1 / d_0)).
+struct mla_pair {
+    float m, d;    // the pair's max and sum: its partial's (m_k, d_k)
+    float w0, w1;  // its splits' weights
+};
+static __device__ __forceinline__ mla_pair mla_pair_of(float m0, float l0, float m1, float l1) {
+    mla_pair q;
+    q.m = fmaxf(m0, m1);
+    q.d = 0.0f;
+    q.w0 = mla_merge_weight(m0, l0, q.m, q.d);
+    q.w1 = mla_merge_weight(m1, l1, q.m, q.d);
+    return q;
+}
+// One column of the pair's partial o_k from its splits' o_2k, o_2k+1.
+static __device__ __forceinline__ float mla_pair_o(float o0, float o1, const mla_pair &q) {
+    return fmaf(o1, q.w1, fmaf(o0, q.w0, 0.0f));
 }
 
 // 1 / d, once a row: the output is o * (1 / d), not o / d (a division a value is a call to a

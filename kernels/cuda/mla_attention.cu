@@ -319,9 +319,9 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 //   m = max over s of m_s                                         (exact in any order)
 //   for s = 0 .. n - 1 ascending: w = e^(m_s - m), d = fma(l_s, w, d), o = fma(o_s, w, o)
 //   out = bf16(o * (1 / d))
-// or, PAIRS (the 16-head kernel's partials) and n > 2, the same over the split pairs of
-// mla_merge.cuh's tree: formed here from the splits, or read as the split kernel stored them
-// (p.pairs_stored), their order and operations the same either way.
+// or, for the 16-head kernel's tokens of n > 2 splits, the same over the split pairs of
+// mla_merge.cuh's tree: read as that kernel stored them (p.pairs_stored), or formed here from
+// its splits (FORM), in the same operations.
 // Every thread computes m and d itself from the (m_s, l_s) pairs (broadcast loads): no fold
 // across threads and no barrier. The merge runs after the split grid has ended, so its time is
 // a chain of load latencies: the partials' loads go out CHUNK at a time, and a token of up to
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
 // evict_first (mla_merge.cuh); the mma.sync kernel's are read plainly, in their own instantiation
 // (a policy chosen at run time on every path took CHUNK = 16 from 128 registers to 141, a block
 // fewer an SM, and B=32 L=16k 16 heads from 175.4 to 177.5 us).
-template <int CHUNK, bool HINTED, bool PAIRS>
+template <int CHUNK, bool HINTED, bool FORM>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
     static_assert(CHUNK % 2 == 0, "a chunk holds whole split pairs");
     const mla_attention_args &a = p.a;
@@ -347,8 +347,8 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     pdl_wait_predecessor();  // launched while the split kernel still runs (pdl.cuh)
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     if (n <= p.merged_max_n || 4 * tid >= L) return;
-    const bool tree = PAIRS && n > 2, form = tree && !p.pairs_stored;  // form: pairs of splits made here
-    const int parts = tree && p.pairs_stored ? (n + 1) / 2 : n;         // this token's partials
+    const bool form = FORM && n > 2;                                // pairs of splits made here
+    const int parts = p.pairs_stored && n > 2 ? (n + 1) / 2 : n;  // this token's partials
     const long base = (long)th * p.nsplit;
     const float2 *ml = p.ml_part + base;
     const float4 *o = (const float4 *)(p.o_part + base * L) + tid;
@@ -410,12 +410,12 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
 // The merge kernel for a grid of at most `parts` partials a token: CHUNK from it (registers, so
 // blocks per SM).
 typedef void (*mla_merge_fn)(mla_params);
-template <bool HINTED, bool PAIRS>
+template <bool HINTED, bool FORM>
 static mla_merge_fn mla_merge_for(int parts) {
-    return parts <= 2   ? mla_merge_kernel<2, HINTED, PAIRS>
-           : parts <= 4 ? mla_merge_kernel<4, HINTED, PAIRS>
-           : parts <= 8 ? mla_merge_kernel<8, HINTED, PAIRS>
-                        : mla_merge_kernel<16, HINTED, PAIRS>;
+    return parts <= 2   ? mla_merge_kernel<2, HINTED, FORM>
+           : parts <= 4 ? mla_merge_kernel<4, HINTED, FORM>
+           : parts <= 8 ? mla_merge_kernel<8, HINTED, FORM>
+                        : mla_merge_kernel<16, HINTED, FORM>;
 }
 
 // Every 8-value piece of q_lat and q_pe 16-byte aligned: the tensor-core kernels copy Q by cp.async.
@@ -488,11 +488,14 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     else
         mla_mma_split_launch(c, &p);
     if (p.nsplit <= p.merged_max_n) return;  // every token merged by the split kernel
-    // The wgmma kernels' partials were stored with evict_last (mla_merge.cuh); the 16-head
-    // kernel's merge in pairs.
-    const mla_merge_fn merge = wgmma16   ? mla_merge_for<true, true>(p.pairs_stored ? (p.nsplit + 1) / 2 : p.nsplit)
-                               : wgmma64 ? mla_merge_for<true, false>(p.nsplit)
-                                         : mla_merge_for<false, false>(p.nsplit);
+    // The wgmma kernels' partials were stored with evict_last (mla_merge.cuh). The 16-head
+    // kernel's tokens of more than two splits merge in split pairs: stored by it, or formed
+    // here where it took single splits as units.
+    const bool form = wgmma16 && !p.pairs_stored && p.nsplit > 2;
+    const int token_parts = p.pairs_stored ? (p.nsplit + 1) / 2 : p.nsplit;
+    const mla_merge_fn merge = form                  ? mla_merge_for<true, true>(token_parts)
+                               : wgmma64 || wgmma16 ? mla_merge_for<true, false>(token_parts)
+                                                    : mla_merge_for<false, false>(token_parts);
     pdl_launch(c, merge, dim3((unsigned)(a->T * a->H)), dim3(MERGE_THREADS), 0, "mla_attention merge", p);
 }
 

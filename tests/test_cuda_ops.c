@@ -837,12 +837,13 @@ static const char *mla_kernel_taken(sets *s, const mla_attention_args *probe, co
 // kernel walks several, skipping splits past their token). The cache past each sequence's end
 // holds NaNs: a kernel that let 0 * NaN into P·V would show it. Every row: written, equal
 // bitwise alone, inside the batch, in a batch in reverse order and with other sequences; close
-// to the float64 oracle. Once its split units outnumber the SMs, the 16-head kernel takes split
-// pairs as units, folds each pair itself and merges the tokens of up to two splits: such
-// pairs and tokens, folded by it (the batch) and by the merge kernel (a token alone), must
-// agree; among the named tokens, n = 3 (an odd split alone) and 4. Then other split sizes (192: splits off the 512 grid; 64: more
-// splits than the merge kernel loads at once) and 16-position blocks (the mma.sync kernel:
-// other bits, the same tolerance).
+// to the float64 oracle. Once its split units outnumber the SMs (and their count is even),
+// the 16-head kernel takes split pairs as units, folds each pair itself and merges the tokens
+// of up to two splits: such pairs and tokens, folded by it (the batch: 4 splits) and by the
+// merge kernel (a token alone), must agree; among the named tokens, n = 3 (an odd split alone)
+// and 4. Then other split sizes (192: splits off the 512 grid; 64: more splits than the merge
+// kernel loads at once; both 9 and 25 in the grid, single splits) and 16-position blocks (the
+// mma.sync kernel: other bits, the same tolerance).
 static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
     enum { S = 4, L = 512, R = 64, W = L + R, MAXLEN = 1664, NAMED = 11 };
     const int T = NAMED + extra;
@@ -887,10 +888,11 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
 
 #ifdef INVAR_CUDA
     if (strcmp(kernel, "wgmma16") == 0) {  // the two folds of a split pair this compares do run
-        mla_case one = mla_sub_case(&c, 0, 1);
+        mla_case one = mla_sub_case(&c, 9, 1);  // position 1599: 4 splits
         mla_attention_args po = mla_args(&one);
         if (!inv_cuda_mla_wgmma16_pairs(s->inv, &probe) || inv_cuda_mla_wgmma16_pairs(s->inv, &po))
-            fail_msg("mla_attention H=%d: the batch (%d tokens) must take split pairs as units, a token alone not", H, T);
+            fail_msg("mla_attention H=%d: the batch (%d tokens) must take split pairs as units, a token alone not",
+                     H, T);
     }
 #endif
     for (int t = 0; t < T; t += t < NAMED ? 1 : 17) {  // each named token alone, and a sample of the rest
@@ -914,9 +916,10 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
 
     // The tokens of sequences 0 and 1 (at most 2 splits each) as their own batch, every one
     // eight times: more split units than SMs, so the 16-head kernel takes whole tokens and merges
-    // the two-split ones itself, and at 128 heads units for over half the SMs, so the 64-head
-    // kernel's CTAs merge them (two in a cluster), which the merge kernel merged in the full
-    // batch (4 splits) and for each token alone.
+    // the two-split ones itself (as it does in the full batch's pair units), and at 128 heads
+    // units for over half the SMs, so the 64-head kernel's CTAs merge them (two in a cluster),
+    // which the merge kernel merged in the full batch (4 splits); the merge kernel merged each
+    // token alone (above).
     for (int rep = 0; rep < SHORT_REPS; rep++)
         for (int t = 0; t < T; t++)
             if (tseq[t] <= 1) idx[n_short++] = t;
@@ -934,8 +937,10 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
     mla_check_gathered(s, &c, out, idx, n_short, "the short sequences' tokens");
     {  // A NaN in one value of head 5's query of named token 3 (sequence 1 at 699, two splits):
        // that head's row comes out NaN, its neighbour's does not, and the short tokens' batch
-       // matches the full batch's merge kernel bit for bit. At 128 heads the short batch is the
-       // CTAs' merge, whose threads holding that row round a second time, with the NaN fix-ups.
+       // and the token alone match the full batch bit for bit. At 128 heads the full batch is
+       // the merge kernel's and the short batch the CTAs' merge, whose threads holding that row
+       // round a second time, with the NaN fix-ups; at 16 heads the two batches are the split
+       // kernel's whole tokens and the token alone the merge kernel's.
        // The NaNs a product makes are the hardware's canonical one, which the converter alone
        // rounds as the fix-ups do: so this checks the bits of both roundings, not which one ran
        // (the mutant cuda-mla-wgmma-nan-pass-rows-swapped shows that the second one runs).
@@ -954,6 +959,8 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
             fail_msg("mla_attention H=%d: a NaN in head 5's query left %ld of its %d outputs NaN and %ld of head 4's",
                      H, nan_5, L, nan_4);
         mla_check_gathered(s, &c, out_nan, idx, n_short, "the short sequences' tokens with a NaN query");
+        const int three = 3;
+        mla_check_gathered(s, &c, out_nan, &three, 1, "named token 3 alone with a NaN query");
         q_lat[at] = kept;
         free(out_nan);
     }

@@ -59,7 +59,8 @@ bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int
 int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
                            float *o_part, float2 *ml_part);
 // 16 heads a work unit on sm_90a (mla_attention_wgmma16.cu): H % 16 == 0 where the 64-head
-// kernel does not take the shape, the same latent layout, blocks and splits; the same partials.
+// kernel does not take the shape, the same latent layout, blocks and splits; the same partials'
+// layout (a slot a split, or a split pair).
 // Tokens of at most the returned split count it merges and writes itself (the merge kernel's
 // arithmetic); the merge kernel takes the rest, in split pairs (mla_merge.cuh), which
 // *pairs_stored says this kernel formed.

@@ -6,12 +6,13 @@
 // on its own position; within a split, tiles of 32 positions, also aligned, are folded by the
 // online softmax in ascending order. A second kernel merges the token's splits in ascending
 // order (the 16-head sm_90a kernel's in split pairs first, and that kernel folds the pairs and
-// tokens one of its units holds itself, in the same operations: mla_merge.cuh). Nothing in a row's reduction depends on the
-// batch: T, other tokens' lengths and max_seq_len only size the grid and the scratch layout. On sm_90a, a multiple of 64 heads
-// with L = 512, R = 64 and blocks and splits of multiples of 64 positions take
-// mla_attention_wgmma.cu's split kernel instead (a shape choice: mla_wgmma_supported), and
-// other multiples of 16 heads with that latent layout mla_attention_wgmma16.cu's
-// (mla_wgmma16_supported), into the same partials and the same merge arithmetic.
+// tokens one of its units holds itself, in the same operations: mla_merge.cuh). Nothing in a
+// row's reduction depends on the batch: T, other tokens' lengths and max_seq_len only size the
+// grid and the scratch layout. On sm_90a, a multiple of 64 heads with L = 512, R = 64 and
+// blocks and splits of multiples of 64 positions take mla_attention_wgmma.cu's split kernel
+// instead (a shape choice: mla_wgmma_supported), and other multiples of 16 heads with that
+// latent layout mla_attention_wgmma16.cu's (mla_wgmma16_supported), into the same partials and
+// the same merge arithmetic.
 //
 // Per tile, 8 warps:  S = Q·Kᵀ (16 heads x 32 positions): warp w takes positions 8*(w%4).. and
 // one half of the L+R dims (w/4), as two m16n8k16 chains (even and odd k16 steps); S is

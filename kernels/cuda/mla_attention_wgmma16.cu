@@ -36,17 +36,16 @@
 // and which CTA runs a unit, never a unit's arithmetic.
 //
 // Split pairs. The splits of a token are merged in a fixed tree (mla_merge.cuh): split pairs
-// (2k, 2k + 1) first, then the pairs. When the batch's split units outnumber the SMs, a unit is
-// a split pair instead (pairs: split 2k set aside in registers while split 2k + 1 runs; the
-// busiest CTA walks at most one split more than it would over split units, and as many while
-// those are at most twice the SMs): it folds the pair itself into one partial, so half the
-// partials are written and read and a CTA meets half the unit boundaries (H200, dev timer:
-// B=32 L=4k 47.6 -> 45.9 us, one round of 128 pair units where 256 split units took two; B=32
-// L=16k 168.3 -> 158.7). A unit that holds all of its
-// token's splits (one split always; two in a pair unit) merges them and writes the output
-// instead of partials; where every token has at most two splits, no merge kernel is launched
-// (B=128, 1k context: 59 -> 49 us). Whether the merge kernel or this one folds a pair or a
-// token follows the batch; its bits do not, since the operations are the same.
+// (2k, 2k + 1) first, then the pairs. When the batch's split units outnumber the SMs and its
+// split count is even or at most 2 (mla_wgmma16_pairs), a unit is a split pair instead (pairs:
+// split 2k set aside in registers while split 2k + 1 runs): it folds the pair itself into one
+// partial, so half the partials are written and read and a CTA meets half the unit boundaries
+// (H200, dev timer: B=32 L=4k 47.6 -> 45.9 us, one round of 128 pair units where 256 split
+// units took two; B=32 L=16k 168.3 -> 158.7). A unit that holds all of its token's splits (one
+// split always; two in a pair unit) merges them and writes the output instead of partials;
+// where every token has at most two splits, no merge kernel is launched (B=128, 1k context:
+// 59 -> 49 us). Whether the merge kernel or this one folds a pair or a token follows the
+// batch; its bits do not, since the operations are the same.
 //
 // Data movement. A CTA is persistent: it walks units blockIdx.x, + gridDim.x, ... (skipping
 // splits past their token's position) as one stream of 64-position tiles, two TMA stages of
@@ -603,12 +602,17 @@ static bool mlan_kv_evict_first(const cuda_ctx *c, const mla_attention_args *a, 
     return kv_bytes > (double)c->l2_bytes && partial_bytes > 0.0 && partial_bytes <= 0.25 * (double)c->l2_bytes;
 }
 
-// Split pairs as units once the split units outnumber the SMs: the busiest CTA then walks at
-// most one split more (none more up to twice the SMs), and half the partials are written and
-// merged; where every token has at most two splits, none (whole tokens). A schedule choice: a
-// token's bits are the same either way (the kernel folds a pair as the merge kernel does).
+// Split pairs as units once the split units outnumber the SMs, and half the partials are
+// written and merged; where every token has at most two splits, none (whole tokens). A grid of
+// tokens of nsplit splits then leaves the busiest CTA at most one split more than split units
+// would (none more up to twice the SMs). Not for an odd split count past 2: a CTA walks units
+// gridDim.x apart, so where the units a token divide gridDim.x (nsplit 3, 5, 7 on 132 SMs) a
+// CTA meets the same pair index in every token, and half the CTAs would walk only pairs while
+// the others walk the lone last splits (B=80, nsplit 3: 4 splits for the busiest against 2).
+// A schedule choice: a token's bits are the same either way (the kernel folds a pair as the
+// merge kernel does).
 bool mla_wgmma16_pairs(const cuda_ctx *c, const mla_attention_args *a, int nsplit) {
-    return (long)a->T * nsplit * (a->H / MLAN_HEADS) > c->num_sms;
+    return (long)a->T * nsplit * (a->H / MLAN_HEADS) > c->num_sms && (nsplit <= 2 || nsplit % 2 == 0);
 }
 
 int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,

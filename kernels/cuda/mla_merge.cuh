@@ -3,7 +3,7 @@
 // its units holds (mla_attention_wgmma16.cu), and the 64-head kernel's CTAs for a batch of at most
 // two splits (mla_attention_wgmma.cu). A token's bits must not depend on which of them merged it, so
 // the split count and each split's step are written once, here. Beside them, the L2 policy of
-// the partials the 64-head kernel passes to the merge kernel (it carries no bits).
+// the partials the wgmma kernels pass to the merge kernel (it carries no bits).
 #ifndef INVAR_KERNELS_CUDA_MLA_MERGE_CUH
 #define INVAR_KERNELS_CUDA_MLA_MERGE_CUH
 

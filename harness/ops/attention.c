@@ -113,8 +113,8 @@ const op_shape mla_attention_cuda_shapes[] = {
     {.label = "prefill H=16 c=64 len<=1024", .max_M = 256, .mla_attention =
      {.H = 16, .L = 512, .R = 64, .max_len = 1024, .chunk = 64, .block_size = 64}},
     // --exhaustive: up to 6 splits of 512 at 16 heads: on sm_90a, batches of more split units
-    // than SMs take split pairs as units (the wgmma16 kernel folds them), smaller ones have the
-    // merge kernel form them; odd split counts leave a split alone
+    // than SMs and an even split count take split pairs as units (the wgmma16 kernel folds
+    // them), the others have the merge kernel form them; a token of an odd count has a split alone
     {.label = "decode H=16 len<=2600", .max_M = 256, .exhaustive = true, .mla_attention =
      {.H = 16, .L = 512, .R = 64, .max_len = 2600, .chunk = 1, .block_size = 64}},
     // 32-position blocks: the 16-head mma.sync kernel on every device (64-position blocks take

@@ -21,6 +21,7 @@
 // as FlashAttention does); O = O*alpha + P·V, warp w owning L/8 output columns.
 #include <cuda_runtime.h>   // dim3, cudaStream_t
 #include <math.h>           // fmaxf, INFINITY
+#include <string.h>         // strcmp
 
 #include "../bf16.h"        // bf16_to_float, float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK
@@ -384,18 +385,14 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
         if (s0 > 0) load_chunk(s0);
 #pragma unroll
         for (int k = 0; k < CHUNK; k++) {
-            if (s0 + k >= parts) continue;
-            if (!form) {
+            if (s0 + k >= parts || (form && k % 2 == 1)) continue;  // form: k odd went with k - 1
+            if (form && s0 + k + 1 < parts) {  // split pair (s0 + k, s0 + k + 1)
+                const mla_pair q = mla_pair_of(mls[k].x, mls[k].y, mls[k + 1].x, mls[k + 1].y);
+                step(q.m, q.d,
+                     make_float4(mla_pair_o(os[k].x, os[k + 1].x, q), mla_pair_o(os[k].y, os[k + 1].y, q),
+                                 mla_pair_o(os[k].z, os[k + 1].z, q), mla_pair_o(os[k].w, os[k + 1].w, q)));
+            } else {  // a split, a stored pair, or the last split alone
                 step(mls[k].x, mls[k].y, os[k]);
-            } else if (k % 2 == 0) {  // split pair (s0 + k, s0 + k + 1), or the last split alone
-                if (s0 + k + 1 < parts) {
-                    const mla_pair q = mla_pair_of(mls[k].x, mls[k].y, mls[k + 1].x, mls[k + 1].y);
-                    step(q.m, q.d,
-                         make_float4(mla_pair_o(os[k].x, os[k + 1].x, q), mla_pair_o(os[k].y, os[k + 1].y, q),
-                                     mla_pair_o(os[k].z, os[k + 1].z, q), mla_pair_o(os[k].w, os[k + 1].w, q)));
-                } else {
-                    step(mls[k].x, mls[k].y, os[k]);
-                }
             }
         }
     }
@@ -444,6 +441,11 @@ static bool mla_generic_shape(const mla_attention_args *a) {
     return a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0;
 }
 
+// The grid's split count: the batch's longest sequence's (the scratch layout, never a row's order).
+static int mla_grid_splits(const mla_attention_args *a, int split_size) {
+    return (a->max_seq_len + split_size - 1) / split_size;
+}
+
 // The invariant set's split size, or the one a backend schedules itself (kv_split_size).
 static int mla_split_size(const mla_attention_args *a) {
     return a->kv_split_size > 0 ? a->kv_split_size : MLA_SPLIT_SIZE;
@@ -467,7 +469,7 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     p.split_size = split_size;
     p.tile_in_block = a->block_size % MLA_TILE == 0 && split_size % MLA_TILE == 0;
     p.q_aligned = mla_q_aligned(a);
-    p.nsplit = (a->max_seq_len + split_size - 1) / split_size;
+    p.nsplit = mla_grid_splits(a, split_size);
     size_t parts = (size_t)a->T * a->H * p.nsplit;
     char *scratch = (char *)cuda_scratch(c, SCRATCH_MLA_PARTIAL, parts * ((size_t)a->L * 4 + 8),
                                          "mla_attention split partials");
@@ -530,13 +532,10 @@ bool inv_cuda_mla_wgmma_merges(ops_set *ops, const mla_attention_args *a) {
     const cuda_ctx *c = cuda_ctx_of(ops);
     const int split_size = mla_split_size(a);
     return !mla_generic_shape(a) && a->max_seq_len > 0 && mla_wgmma_supported(c, a, split_size) &&
-           mla_wgmma_merges_tokens(c, a, (a->max_seq_len + split_size - 1) / split_size);
+           mla_wgmma_merges_tokens(c, a, mla_grid_splits(a, split_size));
 }
 
 bool inv_cuda_mla_wgmma16_pairs(ops_set *ops, const mla_attention_args *a) {
-    const cuda_ctx *c = cuda_ctx_of(ops);
-    const int split_size = mla_split_size(a);
-    return !mla_generic_shape(a) && a->max_seq_len > 0 && !mla_wgmma_supported(c, a, split_size) &&
-           mla_wgmma16_supported(c, a, split_size) &&
-           mla_wgmma16_pairs(c, a, (a->max_seq_len + split_size - 1) / split_size);
+    return a->max_seq_len > 0 && strcmp(inv_cuda_mla_attention_kernel(ops, a), "wgmma16") == 0 &&
+           mla_wgmma16_pairs(cuda_ctx_of(ops), a, mla_grid_splits(a, mla_split_size(a)));
 }

@@ -551,23 +551,17 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                 const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
                 const long row = ((long)w.t * a.H + w.hg * MLAN_HEADS + h) * p.nsplit + slot;
                 float *dst = p.o_part + row * MLAN_L + 256 * wg + 16 * warp + r;
-                if (PAIRS && w.two) {
-                    const mla_pair pr = mla_pair_of(m_first[c], l_first[c], m_run[c], l_last[c]);
+                const bool pair = PAIRS && w.two;
+                const mla_pair pr = pair ? mla_pair_of(m_first[c], l_first[c], m_run[c], l_last[c]) : mla_pair{};
+                // Column k of row block mb: the split's, or the pair's fold of both splits'.
+                auto part = [&](int mb, int k) { return pair ? mla_pair_o(o_first[mb][k], o[mb][k], pr) : o[mb][k]; };
 #pragma unroll
-                    for (int mb = 0; mb < 4; mb++) {
-                        mla_partial_store1(dst + 64 * mb, mla_pair_o(o_first[mb][4 * j + e], o[mb][4 * j + e], pr), policy);
-                        mla_partial_store1(dst + 64 * mb + 8,
-                                           mla_pair_o(o_first[mb][4 * j + 2 + e], o[mb][4 * j + 2 + e], pr), policy);
-                    }
-                    if (wg == 0 && warp == 0 && r == 0) p.ml_part[row] = make_float2(pr.m, pr.d);
-                } else {
-#pragma unroll
-                    for (int mb = 0; mb < 4; mb++) {
-                        mla_partial_store1(dst + 64 * mb, o[mb][4 * j + e], policy);
-                        mla_partial_store1(dst + 64 * mb + 8, o[mb][4 * j + 2 + e], policy);
-                    }
-                    if (wg == 0 && warp == 0 && r == 0) p.ml_part[row] = make_float2(m_run[c], l_last[c]);
+                for (int mb = 0; mb < 4; mb++) {
+                    mla_partial_store1(dst + 64 * mb, part(mb, 4 * j + e), policy);
+                    mla_partial_store1(dst + 64 * mb + 8, part(mb, 4 * j + 2 + e), policy);
                 }
+                if (wg == 0 && warp == 0 && r == 0)
+                    p.ml_part[row] = pair ? make_float2(pr.m, pr.d) : make_float2(m_run[c], l_last[c]);
             }
         }
         if (nw.u >= p.units) break;

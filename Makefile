@@ -38,7 +38,7 @@ LDFLAGS  += -Wl,-rpath,$(DEPS_PREFIX)/lib/x86_64-linux-gnu -Wl,--disable-new-dta
 endif
 
 LIB_SRC := $(wildcard common/*.c sets/*.c kernels/*.c kernels/cpu/*.c kernels/f64/*.c reference/cpu/*.c \
-                      adversarial/cpu/*.c engine/*.c harness/*.c harness/ops/*.c reports/*.c)
+                      adversarial/cpu/*.c engine/*.c $(shell find harness -name '*.c') reports/*.c)
 LIB_SRC := $(filter-out harness/main.c,$(LIB_SRC))
 CU_SRC  := $(wildcard kernels/cuda/*.cu reference/cuda/*.cu adversarial/cuda/*.cu)
 TEST_SRC := $(wildcard tests/test_*.c)

@@ -1,5 +1,5 @@
 // engine/attention_backend.h — the attention backends the engine can run, each with the
-// capabilities it declares. Resolution (harness/resolve.c) reads these capabilities, never a
+// capabilities it declares. Resolution (harness/run/resolve.c) reads these capabilities, never a
 // backend's name or an environment variable.
 #ifndef INVAR_ENGINE_ATTENTION_BACKEND_H
 #define INVAR_ENGINE_ATTENTION_BACKEND_H

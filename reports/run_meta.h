@@ -4,8 +4,8 @@
 //   compute_capability, case_file, case_xxh64, command_line, seed, working_directory (where the
 //   run started: relative paths of the command line and the case file are relative to it),
 //   then the caller's extra rows (`invar run`: "checkpoint:DIR" per checkpoint directory,
-//   harness/checkpoint_id.h)
-// Written at the start of a run (harness/cmd_run.c) and read back by the report writers.
+//   harness/model/checkpoint_id.h)
+// Written at the start of a run (harness/run/cmd_run.c) and read back by the report writers.
 #ifndef INVAR_REPORTS_RUN_META_H
 #define INVAR_REPORTS_RUN_META_H
 

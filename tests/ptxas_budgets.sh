@@ -9,7 +9,7 @@
 # warning, and a 1.3-1.6x slower kernel).
 #   kernels/cuda/gemm_sm90.cu             the persistent kernels at 168 registers (producer 24 +
 #                                         two consumers at 240) or 248 (56 + one at 248)
-#   kernels/cuda/mla_attention_wgmma16.cu  both split kernels at 168 (producer 88 + two computing
+#   kernels/cuda/mla_absorbed_h16_sm90.cu  both split kernels at 168 (producer 88 + two computing
 #                                         warpgroups at 208)
 # ptxas's output goes to OUT_DIR/ptxas-<file>.log (default: a temporary directory). Exit 0 when
 # every count is as above, 1 otherwise, 2 without nvcc.
@@ -54,5 +54,5 @@ check() {
         "$log" || status=1
 }
 check kernels/cuda/gemm_sm90.cu gemm_sm90_ws_kernelILi2E 168 gemm_sm90_ws_kernelILi1E 248
-check kernels/cuda/mla_attention_wgmma16.cu mla_wgmma16_split_kernel 168
+check kernels/cuda/mla_absorbed_h16_sm90.cu mla_wgmma16_split_kernel 168
 exit $status

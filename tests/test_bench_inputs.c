@@ -1,4 +1,4 @@
-// tests/test_bench_inputs.c — the bench's input copies (harness/bench_inputs.h): on fresh random
+// tests/test_bench_inputs.c — the bench's input copies (harness/bench/bench_inputs.h): on fresh random
 // runs of GEMM rows, every row's own bytes over its run's copies exceed twice L2 (no timed
 // repetition finds its inputs in L2), the weights' plain read as well, and the device memory
 // counted covers what the bench allocates.
@@ -12,7 +12,7 @@
 #include <unistd.h>   // getpid
 
 #include "../common/hash.h"          // invar_mix64
-#include "../harness/bench_inputs.h" // bench_gemm_run_at, bench_l2_copies, BENCH_L2_BYTES
+#include "../harness/bench/bench_inputs.h" // bench_gemm_run_at, bench_l2_copies, BENCH_L2_BYTES
 
 #define MAX_ROWS 96
 

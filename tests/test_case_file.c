@@ -1,5 +1,5 @@
 // tests/test_case_file.c — case file parsing: values and defaults, and every error naming
-// file:line and the key (harness/case_file.h); `invar run` exits 2 on bad input.
+// file:line and the key (harness/run/case_file.h); `invar run` exits 2 on bad input.
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -12,9 +12,9 @@
 #include <string.h>   // strstr, strncmp, strchr, strlen, memcpy, memset
 #include <unistd.h>   // unlink
 
-#include "../harness/case_file.h"  // case_file_load, case_file_line
+#include "../harness/run/case_file.h" // case_file_load, case_file_line
 #include "../harness/commands.h"   // cmd_run
-#include "../harness/matrix.h"     // matrix_axis_find, matrix_count
+#include "../harness/run/matrix.h" // matrix_axis_find, matrix_count
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

@@ -1,7 +1,7 @@
 // tests/test_compare.c — the bitwise comparator: the first differing bit wins, in step order and
 // within a step token, logprob, then top-k; ULP distances, across the sign too; and the
 // runner's verdict path (compare_request_sets), which must find one flipped bit in any field
-// of any step of any request, after comparing every step (harness/compare.h).
+// of any step of any request, after comparing every step (harness/run/compare.h).
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -14,7 +14,7 @@
 #include <time.h>     // time
 #include <unistd.h>   // getpid
 
-#include "../harness/compare.h"  // compare_*, float_ulp_distance
+#include "../harness/run/compare.h" // compare_*, float_ulp_distance
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define STEPS 12

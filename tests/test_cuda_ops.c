@@ -1,5 +1,5 @@
 // tests/test_cuda_ops.c — the CUDA kernel sets (kernels/cuda, reference/cuda) on a GPU. Every op
-// of the checker's table goes through kernel_check_op (harness/kernel_check.h: fresh random
+// of the checker's table goes through kernel_check_op (harness/check/kernel_check.h: fresh random
 // rows, poisoned outputs checked fully written, each row alone vs inside batches, accuracy
 // against kernels/f64): the invariant set must be invariant and accurate, the reference set
 // accurate, and the cuBLAS GEMM caught varying. What the checker cannot express stays here,
@@ -21,8 +21,8 @@
 #include <string.h>                      // memcpy, memcmp, memset, strstr, strncmp
 
 #include "../harness/host.h"             // host_seconds
-#include "../harness/kernel_check.h"     // kernel_check_op, check_opts, check_result
-#include "../harness/op_table.h"         // op_table, op_table_find, op_shape
+#include "../harness/check/kernel_check.h" // kernel_check_op, check_opts, check_result
+#include "../harness/check/op_table.h"   // op_table, op_table_find, op_shape
 #include "../kernels/bf16.h"             // float_to_bf16, bf16_to_float
 #include "../common/check.h"            // invar_malloc
 #include "../kernels/f64/f64.h"          // f64_gemm, f64_mla_attention, f64_logprobs, f64_rel_l2_*
@@ -692,7 +692,7 @@ static void test_mla_attention_block_layouts(void **state) {
     free(q_pe);
 }
 
-// --- mla attention: many heads (sm_90a: mla_attention_wgmma.cu) ---------------------------
+// --- mla attention: many heads (sm_90a: mla_absorbed_h64_sm90.cu) ---------------------------
 
 // c's block table (block i of the cache at physical block (37 i + k) mod n: a sequence's
 // positions scattered over the cache) and its cache, from rows [seq][position][L + R] of
@@ -1021,7 +1021,7 @@ static void mla_wgmma_rows_check(sets *s, int H, const char *want, int extra) {
     free(tpos);
 }
 
-// 128 heads (DeepSeek-V3): mla_attention_wgmma.cu, 64 heads a CTA.
+// 128 heads (DeepSeek-V3): mla_absorbed_h64_sm90.cu, 64 heads a CTA.
 static void test_mla_attention_many_heads(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);
@@ -1031,8 +1031,8 @@ static void test_mla_attention_many_heads(void **state) {
 // Q as the engine lays it out (q_pe inside each head's 192 dims of the q projection, after its
 // 128 others; q_lat rows 8 elements apart from the next: the tensor maps' strides) and with
 // q_lat rows an odd number of elements long (the kernels' value-by-value Q copy): every row
-// bit-equal to the contiguous layout's, at 128 heads (mla_attention_wgmma.cu) and 16
-// (mla_attention_wgmma16.cu).
+// bit-equal to the contiguous layout's, at 128 heads (mla_absorbed_h64_sm90.cu) and 16
+// (mla_absorbed_h16_sm90.cu).
 static void test_mla_attention_q_layouts(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);
@@ -1081,7 +1081,7 @@ static void test_mla_attention_q_layouts(void **state) {
 }
 
 // 16 heads (DeepSeek-V2-Lite) with 170 more tokens (800+ work units: every CTA of the persistent
-// kernel walks several), and 48 (three head groups a token) with 60 more: mla_attention_wgmma16.cu.
+// kernel walks several), and 48 (three head groups a token) with 60 more: mla_absorbed_h16_sm90.cu.
 static void test_mla_attention_16_heads(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);

@@ -1,4 +1,4 @@
-// tests/test_kernel_check.c — the kernel checker (harness/kernel_check.h) catches what it must:
+// tests/test_kernel_check.c — the kernel checker (harness/check/kernel_check.h) catches what it must:
 // a set that claims invariance with an M-dependent GEMM, an op that leaves outputs unwritten,
 // an op that writes into the gaps between strided rows, an inaccurate op; and it passes the
 // real invariant CPU set.
@@ -10,8 +10,8 @@
 
 #include <string.h>                              // strcmp
 
-#include "../harness/kernel_check.h"             // kernel_check_op, check_opts, check_result
-#include "../harness/op_table.h"                 // op_table, op_table_find
+#include "../harness/check/kernel_check.h"       // kernel_check_op, check_opts, check_result
+#include "../harness/check/op_table.h"           // op_table, op_table_find
 #include "../kernels/cpu/inv_cpu.h"              // inv_cpu_create
 #include "../reference/cpu/ref_cpu_ops.h"        // ref_cpu_gemm_planned, ref_gemm_plan_for
 #include "../reference/cpu/ref_cpu.h"            // ref_cpu_create

@@ -1,5 +1,5 @@
 // tests/test_matrix.c — list splitting, axis checks and the cross product of the config matrix
-// (harness/matrix.h).
+// (harness/run/matrix.h).
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -10,7 +10,7 @@
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // strstr, strcmp, memset
 
-#include "../harness/matrix.h"  // matrix_*
+#include "../harness/run/matrix.h" // matrix_*
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

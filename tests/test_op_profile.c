@@ -1,4 +1,4 @@
-// tests/test_op_profile.c — the per-op profile of `invar bench --profile` (harness/op_profile.h)
+// tests/test_op_profile.c — the per-op profile of `invar bench --profile` (harness/bench/op_profile.h)
 // on the tiny synthetic model and the invariant CPU set:
 //   - a run through the wrapper gives the bits of a run on the set itself (every record written,
 //     bitwise equal), so profiling cannot change what it measures;
@@ -20,7 +20,7 @@
 #include "../engine/engine.h"        // engine_create, engine_generate, engine_stats
 #include "../engine/model_config.h"  // model_config_by_name
 #include "../engine/weights.h"       // weights_synthetic
-#include "../harness/op_profile.h"   // op_profile_*
+#include "../harness/bench/op_profile.h" // op_profile_*
 #include "test_util.h"               // test_alloc, test_poison, test_count_poisoned, test_rng
 
 enum { REQS = 3, MAX_NEW = 6, TOP_K = 4, PROMPT_MAX = 40 };

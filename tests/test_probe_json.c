@@ -1,4 +1,4 @@
-// tests/test_probe_json.c — reading /v1/completions answers into records (harness/probe_json.h)
+// tests/test_probe_json.c — reading /v1/completions answers into records (harness/probe/probe_json.h)
 // and invar's own JSON writer (harness/json_writer.h), which `invar serve` answers with.
 //
 // probe compares logprobs as float32 bits, so what matters is that each number's bits are
@@ -27,7 +27,7 @@
 
 #include "../common/hash.h"          // invar_mix64
 #include "../harness/json_writer.h"  // json_write_string, json_write_float, json_write_int
-#include "../harness/probe_json.h"   // probe_parse_completion, probe_quote_numbers, ...
+#include "../harness/probe/probe_json.h" // probe_parse_completion, probe_quote_numbers, ...
 #include "test_util.h"               // test_alloc, test_poison
 
 static uint64_t seed_base;

@@ -1,5 +1,5 @@
-// tests/test_prompts.c — seeded prompt sets (harness/prompts.h) and arrival schedules
-// (harness/arrivals.h): shared prefixes, warm copies of prompt 0, lengths, determinism.
+// tests/test_prompts.c — seeded prompt sets (harness/run/prompts.h) and arrival schedules
+// (harness/run/arrivals.h): shared prefixes, warm copies of prompt 0, lengths, determinism.
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -8,8 +8,8 @@
 
 #include <string.h>   // memcmp, memset
 
-#include "../harness/arrivals.h"  // arrivals_schedule, arrival_pattern_by_name
-#include "../harness/prompts.h"   // prompts_generate
+#include "../harness/run/arrivals.h" // arrivals_schedule, arrival_pattern_by_name
+#include "../harness/run/prompts.h" // prompts_generate
 
 enum { VOCAB = 1000 };
 

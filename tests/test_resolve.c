@@ -1,4 +1,4 @@
-// tests/test_resolve.c — config resolution (harness/resolve.h): the three selection paths
+// tests/test_resolve.c — config resolution (harness/run/resolve.h): the three selection paths
 // (flag, case key, environment) and their precedence, the prefix-caching and chunked-prefill
 // auto-disable with its one warning per run, refusals, auto, the forced negative control and
 // merging.
@@ -13,9 +13,9 @@
 #include <string.h>   // strstr, strcmp, memset
 #include <unistd.h>   // unlink
 
-#include "../harness/case_file.h"  // case_file_load
-#include "../harness/matrix.h"     // matrix_expand, matrix_count
-#include "../harness/resolve.h"    // resolve_*
+#include "../harness/run/case_file.h" // case_file_load
+#include "../harness/run/matrix.h" // matrix_expand, matrix_count
+#include "../harness/run/resolve.h" // resolve_*
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

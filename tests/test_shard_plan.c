@@ -1,4 +1,4 @@
-// tests/test_shard_plan.c — the split of a matrix into shards (harness/shard_plan.h) and the
+// tests/test_shard_plan.c — the split of a matrix into shards (harness/shard/shard_plan.h) and the
 // spelling of a shard (reports/shard_id.h): every config in exactly one shard, configs that
 // merge on either kind of machine in one shard, the same answer every time, runs balanced.
 #include <stdarg.h>   // cmocka needs these four first
@@ -13,10 +13,10 @@
 #include <unistd.h>   // unlink
 
 #include "../common/check.h"        // invar_calloc
-#include "../harness/case_file.h"   // case_file_load
-#include "../harness/matrix.h"      // matrix_count, matrix_expand
-#include "../harness/resolve.h"     // resolve_select_backend, resolve_config, resolve_merge
-#include "../harness/shard_plan.h"  // shard_plan, shard_plan_groups
+#include "../harness/run/case_file.h" // case_file_load
+#include "../harness/run/matrix.h"  // matrix_count, matrix_expand
+#include "../harness/run/resolve.h" // resolve_select_backend, resolve_config, resolve_merge
+#include "../harness/shard/shard_plan.h" // shard_plan, shard_plan_groups
 #include "../reports/shard_id.h"    // shard_id_parse
 #include "../sets/registry.h"       // kernel_sets
 

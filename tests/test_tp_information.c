@@ -1,4 +1,4 @@
-// tests/test_tp_information.c — TP=1 vs TP=T as information (harness/tp_information.c): the
+// tests/test_tp_information.c — TP=1 vs TP=T as information (harness/run/tp_information.c): the
 // max |Δ logprob| over the steps whose tokens agree, a request compared up to its first
 // differing token, and the note as the config's row carries it.
 #include <stdarg.h>   // cmocka needs these four first
@@ -9,7 +9,7 @@
 
 #include <string.h>   // strstr
 
-#include "../harness/tp_information.h"  // tp_delta_compare, tp_delta_note
+#include "../harness/run/tp_information.h" // tp_delta_compare, tp_delta_note
 
 // Two requests of three steps each, one run per array.
 static engine_step_record one[2][3], tp[2][3];

@@ -1,4 +1,4 @@
-// tests/test_verdict.c — a config's verdict (harness/verdict.c) from what its runs observed:
+// tests/test_verdict.c — a config's verdict (harness/run/verdict.c) from what its runs observed:
 // the cases of the CI matrix never produce a nondeterministic run, a prefill that differs
 // from decode or an uncaught negative control, so only this test holds those rules.
 #include <stdarg.h>   // cmocka needs these four first
@@ -9,7 +9,7 @@
 
 #include <string.h>   // strcmp
 
-#include "../harness/verdict.h"  // outcome_judge, resolved_config, outcome, ops_set
+#include "../harness/run/verdict.h" // outcome_judge, resolved_config, outcome, ops_set
 
 static ops_set invariant_set = {.name = "invariant", .batch_invariant = true};
 static ops_set reference_set = {.name = "reference"};

@@ -1,4 +1,4 @@
-// kernels/cuda/cuda_timing.h — device-side timing for the benchmark (harness/bench.c): CUDA
+// kernels/cuda/cuda_timing.h — device-side timing for the benchmark (harness/bench/bench.c): CUDA
 // events on a kernel set's own stream, callable from C.
 #ifndef INVAR_KERNELS_CUDA_CUDA_TIMING_H
 #define INVAR_KERNELS_CUDA_CUDA_TIMING_H
@@ -31,7 +31,7 @@ double cuda_read_median_ms(ops_set *ops, const void *base, size_t bytes, size_t 
 unsigned cuda_read_xor(ops_set *ops, const void *p, size_t bytes);
 
 // Events recorded on a set's stream between its calls, read once the stream is synced: the
-// per-op profile of `invar bench --profile` (harness/op_profile.c). Events are reused after
+// per-op profile of `invar bench --profile` (harness/bench/op_profile.c). Events are reused after
 // cuda_event_log_clear; the log grows as needed.
 typedef struct cuda_event_log cuda_event_log;
 cuda_event_log *cuda_event_log_create(ops_set *ops);

@@ -36,7 +36,7 @@ void inv_cuda_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, lon
 void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a);
 // Shapes the tiled kernel cannot take (L % 64, L > 512, R % 16): one warp per (token, head).
 void mla_attention_generic_launch(cuda_ctx *c, const mla_attention_args *a, int split_size);
-// Many heads on sm_90a (mla_attention_wgmma.cu): whether the wgmma kernel takes this shape
+// Many heads on sm_90a (mla_absorbed_h64_sm90.cu): whether the wgmma kernel takes this shape
 // (H % 64 == 0, L = 512, R = 64, block size and split size multiples of 64, an sm_90a device
 // with TMA; never anything about the batch), and its launch: the split partials o_part
 // [T][H][nsplit][L] and ml_part [T][H][nsplit] in mla_attention.cu's format, for its merge.
@@ -58,7 +58,7 @@ bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int
 // arithmetic: 2 where mla_wgmma_merges_tokens, else 0 (every token's partials for the merge kernel).
 int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit,
                            float *o_part, float2 *ml_part);
-// 16 heads a work unit on sm_90a (mla_attention_wgmma16.cu): H % 16 == 0 where the 64-head
+// 16 heads a work unit on sm_90a (mla_absorbed_h16_sm90.cu): H % 16 == 0 where the 64-head
 // kernel does not take the shape, the same latent layout, blocks and splits; the same partials'
 // layout (a slot a split, or a split pair).
 // Tokens of at most the returned split count it merges and writes itself (the merge kernel's

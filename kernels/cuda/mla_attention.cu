@@ -9,9 +9,9 @@
 // tokens one of its units holds itself, in the same operations: mla_merge.cuh). Nothing in a
 // row's reduction depends on the batch: T, other tokens' lengths and max_seq_len only size the
 // grid and the scratch layout. On sm_90a, a multiple of 64 heads with L = 512, R = 64 and
-// blocks and splits of multiples of 64 positions take mla_attention_wgmma.cu's split kernel
+// blocks and splits of multiples of 64 positions take mla_absorbed_h64_sm90.cu's split kernel
 // instead (a shape choice: mla_wgmma_supported), and other multiples of 16 heads with that
-// latent layout mla_attention_wgmma16.cu's (mla_wgmma16_supported), into the same partials and
+// latent layout mla_absorbed_h16_sm90.cu's (mla_wgmma16_supported), into the same partials and
 // the same merge arithmetic.
 //
 // Per tile, 8 warps:  S = Q·Kᵀ (16 heads x 32 positions): warp w takes positions 8*(w%4).. and
@@ -436,7 +436,7 @@ CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_r
                                                                "mla_attention", "kv cache");
 }
 
-// Shapes the tensor-core kernels do not take (mla_attention_generic.cu's instead).
+// Shapes the tensor-core kernels do not take (mla_absorbed_generic.cu's instead).
 static bool mla_generic_shape(const mla_attention_args *a) {
     return a->L % 64 || a->L > MLA_MAX_L || a->R % 16 || a->R <= 0;
 }

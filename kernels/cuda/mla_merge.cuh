@@ -1,7 +1,7 @@
 // kernels/cuda/mla_merge.cuh — the pieces of the split-KV merge that its three executors share:
 // mla_attention.cu's merge kernel, the 16-head split kernel for the split pairs and tokens one of
-// its units holds (mla_attention_wgmma16.cu), and the 64-head kernel's CTAs for a batch of at most
-// two splits (mla_attention_wgmma.cu). A token's bits must not depend on which of them merged it, so
+// its units holds (mla_absorbed_h16_sm90.cu), and the 64-head kernel's CTAs for a batch of at most
+// two splits (mla_absorbed_h64_sm90.cu). A token's bits must not depend on which of them merged it, so
 // the split count and each split's step are written once, here. Beside them, the L2 policy of
 // the partials the wgmma kernels pass to the merge kernel (it carries no bits).
 #ifndef INVAR_KERNELS_CUDA_MLA_MERGE_CUH
@@ -28,7 +28,7 @@ static __device__ __forceinline__ float mla_merge_weight(float m_s, float l_s, f
     return w;
 }
 
-// The 16-head kernel's order (mla_attention_wgmma16.cu) for a token of more than two splits is
+// The 16-head kernel's order (mla_absorbed_h16_sm90.cu) for a token of more than two splits is
 // a fixed tree over the splits' indices instead: splits 2k and 2k + 1 first, into one partial
 // (m_k, d_k, o_k) by the steps above from m_k = max(m_2k, m_2k+1) and d_k = 0 (split 2k alone
 // where it is the last: its own (m, l, o), untouched), then those partials k ascending by the

@@ -1,9 +1,9 @@
-// tests/fuzz/case_file.c — fuzz target: a case file (harness/case_file.c), and for an
+// tests/fuzz/case_file.c — fuzz target: a case file (harness/run/case_file.c), and for an
 // accepted one the matrix it expands to.
 #include <stdlib.h>                   // free, calloc
 
-#include "../../harness/case_file.h"  // case_file_load, case_max_*
-#include "../../harness/matrix.h"     // matrix_count, matrix_expand
+#include "../../harness/run/case_file.h" // case_file_load, case_max_*
+#include "../../harness/run/matrix.h" // matrix_count, matrix_expand
 #include "fuzz_input.h"               // fuzz_memfd, fuzz_close, fuzz_require
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

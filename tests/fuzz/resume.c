@@ -2,15 +2,15 @@
 // (the run's identity: command line, case file and its hash) and summary.csv (the configs that
 // finished), matched against the configs of cases/smoke.ini (run from the repository root).
 // One input holds both files: meta.csv, a line "%%", summary.csv. meta.csv's command line goes
-// through the parse `invar run --resume` makes of it (harness/run_args.h).
+// through the parse `invar run --resume` makes of it (harness/run/run_args.h).
 #include <stdlib.h>                  // calloc, free
 #include <string.h>                  // strdup
 
-#include "../../harness/case_file.h" // case_file_load
-#include "../../harness/matrix.h"    // matrix_count, matrix_expand
-#include "../../harness/resolve.h"   // resolve_select_backend, resolve_matrix
-#include "../../harness/resume_match.h" // resume_match_done
-#include "../../harness/run_args.h"  // run_args_from_command_line, RUN_MAX_ARGS
+#include "../../harness/run/case_file.h" // case_file_load
+#include "../../harness/run/matrix.h" // matrix_count, matrix_expand
+#include "../../harness/run/resolve.h" // resolve_select_backend, resolve_matrix
+#include "../../harness/run/resume_match.h" // resume_match_done
+#include "../../harness/run/run_args.h" // run_args_from_command_line, RUN_MAX_ARGS
 #include "../../reports/csv_read.h"  // csv_table_read
 #include "../../reports/run_meta.h"  // run_meta_get
 #include "fuzz_input.h"              // fuzz_memfd, fuzz_split, fuzz_require

@@ -1,0 +1,516 @@
+// harness/bench/bench.c — `invar bench`: the invariant CUDA kernels against the reference set
+// (cuBLAS, split-count MLA), timed with CUDA events.
+//
+//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode|tp] [--profile]
+//               [--shape N:K:M | B:C:H ...]
+//
+// GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, after
+// measuring the device-to-device copy bandwidth that the MLA numbers are compared with (or only
+// the --shape rows of one section: a kernel developer's loop on one shape). Every
+// timing: warm-up, then the median of many runs, each run on the next of several input copies
+// whose total exceeds twice the 60 MB L2. Beside each GEMM (N, K) and MLA row, the floor its
+// memory-bound cases are read against: a plain read of its weights or cache, timed the same way
+// (read us, the CSVs' floor_read_* columns: a reference read, the start of a launch included,
+// not a proven bound). Writes DIR/bench_gemm.csv and DIR/bench_mla.csv;
+// with two GPUs also the tensor-parallel rows (harness/bench/bench_tp.h).
+//
+// Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
+// --device cuda was asked for explicitly (the caller wanted numbers and gets none).
+#include <errno.h>               // errno, ERANGE
+#include <math.h>                // exp, log, sqrt
+#include <stdint.h>              // uint16_t, uint64_t, int32_t
+#include <stdio.h>               // printf, fprintf, fopen
+#include <stdlib.h>              // free
+#include <string.h>              // strcmp, strerror, strlen
+
+#include "../../kernels/bf16.h"  // float_to_bf16, invar_mix64, invar_uniform
+#include "../../common/check.h" // invar_die, invar_malloc
+#include "../../sets/registry.h" // kernel_set_create, cuda_device_available
+#include "bench_decode.h"        // bench_decode
+#include "bench_inputs.h"        // bench_gemm_run_at, bench_l2_copies, BENCH_L2_BYTES
+#include "bench_tp.h"            // bench_tp
+#include "../cli_args.h"         // cli_parse
+#include "../commands.h"         // cmd_bench
+#include "../host.h"             // host_make_dirs
+#ifdef INVAR_CUDA
+#include "../../kernels/cuda/cuda_timing.h" // cuda_time_median_ms, cuda_copy_bandwidth_gbs, cuda_read_median_ms
+#include "../../kernels/cuda/inv_cuda.h"  // inv_cuda_gemm_plan_describe
+#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
+#endif
+
+#ifdef INVAR_CUDA
+
+#define FILL_CHUNK (16L << 20)  // bf16 values generated on the host, then tiled on the device
+
+typedef struct {
+    int warmup, reps;
+} bench_opts;
+
+#endif
+
+// --- shapes: the grids, or the --shape rows -----------------------------------------------------
+
+#define BENCH_MAX_SHAPES 96      // the GEMM grid's 84 rows fit
+#define BENCH_MAX_SHAPE_FLAGS 64  // --shape values
+#define MLA_BLOCK 64              // the MLA rows' cache block: a context is whole blocks
+#define MLA_LATENT 512            // the MLA rows' latent (L) and rope (R) dims: DeepSeek's
+#define MLA_ROPE 64
+#define MLA_SPLIT 512             // the invariant set's split size, for the partials' scratch
+
+// GEMM rows (N, K, M) or MLA rows (batch, context, heads), in the order they run.
+typedef struct {
+    int v[BENCH_MAX_SHAPES][3];
+    int n;
+} bench_shapes;
+
+static void shapes_add(bench_shapes *s, int a, int b, int c) {
+    if (s->n == BENCH_MAX_SHAPES) invar_die(INVAR_EXIT_SYSTEM, "bench: more than %d rows", BENCH_MAX_SHAPES);
+    s->v[s->n][0] = a;
+    s->v[s->n][1] = b;
+    s->v[s->n][2] = c;
+    s->n++;
+}
+
+// "A:B:C", three decimal integers, field i in [1, max[i]], into out; false with what is wrong
+// in err otherwise. names: the three fields' names for the message.
+static bool parse_shape(const char *text, const char *const names[3], const long max[3], int out[3], char *err,
+                        size_t err_len) {
+    const char *p = text;
+    for (int i = 0; i < 3; i++) {
+        char *end = NULL;
+        errno = 0;
+        long v = (*p >= '0' && *p <= '9') ? strtol(p, &end, 10) : -1;
+        const bool too_long = errno == ERANGE;  // more digits than a long holds
+        if (v < 0 || end == p || (i < 2 ? *end != ':' : *end != '\0')) {
+            snprintf(err, err_len, "--shape: '%s' is not %s:%s:%s (three positive integers)", text, names[0],
+                     names[1], names[2]);
+            return false;
+        }
+        if (too_long || v < 1 || v > max[i]) {
+            if (too_long)
+                snprintf(err, err_len, "--shape: '%s': %s is out of range [1, %ld]", text, names[i], max[i]);
+            else
+                snprintf(err, err_len, "--shape: '%s': %s = %ld is out of range [1, %ld]", text, names[i], v, max[i]);
+            return false;
+        }
+        out[i] = (int)v;
+        p = end + 1;
+    }
+    return true;
+}
+
+// The --shape values for section `only` ("gemm" or "mla") into s; false with what is wrong in
+// err when one is malformed or the section takes none.
+static bool parse_shapes(const cli_list *list, const char *only, bench_shapes *s, char *err, size_t err_len) {
+    s->n = 0;
+    if (list->n == 0) return true;
+    if (!only || (strcmp(only, "gemm") != 0 && strcmp(only, "mla") != 0)) {
+        snprintf(err, err_len, "--shape: needs --only gemm (N:K:M) or --only mla (batch:context:heads)");
+        return false;
+    }
+    const bool gemm = strcmp(only, "gemm") == 0;
+    static const char *const gemm_names[3] = {"N", "K", "M"}, *const mla_names[3] = {"batch", "context", "heads"};
+    static const long gemm_max[3] = {1L << 20, 1L << 20, 1L << 16}, mla_max[3] = {4096, 1L << 20, 1024};
+    for (int i = 0; i < list->n; i++) {
+        int v[3];
+        if (!parse_shape(list->item[i], gemm ? gemm_names : mla_names, gemm ? gemm_max : mla_max, v, err, err_len))
+            return false;
+        if (!gemm && v[1] % MLA_BLOCK != 0) {
+            snprintf(err, err_len, "--shape: '%s': context = %d is not a multiple of the %d-position cache block",
+                     list->item[i], v[1], MLA_BLOCK);
+            return false;
+        }
+        shapes_add(s, v[0], v[1], v[2]);
+    }
+    return true;
+}
+
+#ifdef INVAR_CUDA
+
+static const int gemm_nk[][2] = {
+    {1536, 7168}, {576, 7168}, {24576, 1536}, {7168, 16384}, {36864, 7168}, {7168, 18432},
+    {129280, 7168}, {3072, 2048}, {4096, 512}, {2048, 2048}, {21888, 2048}, {102400, 2048},
+};
+static const int gemm_m[] = {1, 16, 64, 256, 1024, 4096, 8192};
+static const int mla_batches[] = {1, 32, 128}, mla_contexts[] = {1024, 4096, 16384}, mla_heads[] = {16, 128};
+
+// The committed grids (kernels/cuda/BENCH.md's tables).
+static bench_shapes gemm_grid(void) {
+    bench_shapes s = {.n = 0};
+    for (size_t i = 0; i < sizeof gemm_nk / sizeof gemm_nk[0]; i++)
+        for (size_t j = 0; j < sizeof gemm_m / sizeof gemm_m[0]; j++)
+            shapes_add(&s, gemm_nk[i][0], gemm_nk[i][1], gemm_m[j]);
+    return s;
+}
+static bench_shapes mla_grid(void) {
+    bench_shapes s = {.n = 0};
+    for (int bi = 0; bi < 3; bi++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int hi = 0; hi < 2; hi++) shapes_add(&s, mla_batches[bi], mla_contexts[ci], mla_heads[hi]);
+    return s;
+}
+
+// Random bf16 in [-1, 1): a host chunk uploaded again and again (never zeros).
+static void fill_random(ops_set *ops, uint16_t *dst, long n, uint64_t seed) {
+    long chunk = n < FILL_CHUNK ? n : FILL_CHUNK;
+    uint16_t *h = invar_malloc((size_t)chunk * 2, "bench random fill");
+    for (long i = 0; i < chunk; i++)
+        h[i] = float_to_bf16(2.0f * invar_uniform(invar_mix64(seed + (uint64_t)i)) - 1.0f);
+    for (long at = 0; at < n; at += chunk) {
+        long len = n - at < chunk ? n - at : chunk;
+        ops->upload(ops, dst + at, h, (size_t)len * 2);
+    }
+    free(h);
+}
+
+// Device memory an MLA row takes (bench_mla), with room for the partials.
+static double mla_row_bytes(int B, int ctx, int H) {
+    const double row = (MLA_LATENT + MLA_ROPE) * 2.0, kv = (double)B * ctx * row;
+    const double q_out = (double)B * H * (row + MLA_LATENT * 2.0);
+    const double partials = (double)B * H * ceil(ctx / (double)MLA_SPLIT) * (MLA_LATENT * 4.0 + 8.0);
+    return bench_l2_copies(kv) * (kv + (double)B * (ctx / MLA_BLOCK) * 4) + q_out + partials;
+}
+
+// Every --shape row fits the device's free memory (with 512 MB to spare), or exit 2 naming the
+// first that does not: a shape the device cannot hold is an impossible setting, not a crash.
+static bool shapes_fit(ops_set *inv, const bench_shapes *shapes, bool gemm, char *err, size_t err_len) {
+    const double free_bytes = (double)inv_cuda_free_bytes(inv), spare = 512.0 * 1024 * 1024;
+    for (int r = 0; r < shapes->n; r++) {
+        const int *v = shapes->v[r];
+        // a GEMM row with the rest of its run
+        const double need = gemm ? bench_gemm_run_at(shapes->v, shapes->n, r).device_bytes : mla_row_bytes(v[0], v[1], v[2]);
+        if (need + spare > free_bytes) {
+            snprintf(err, err_len,
+                     "--shape: '%d:%d:%d' needs %.1f GB of device memory%s, %.1f GB are free", v[0], v[1], v[2],
+                     need / 1e9, gemm ? " (with the rows of its N x K that follow it, which share its operands)" : "",
+                     free_bytes / 1e9);
+            return false;
+        }
+    }
+    return true;
+}
+
+// --- GEMM --------------------------------------------------------------------------------------
+
+typedef struct {
+    ops_set *ops;
+    gemm_args base;
+    const uint16_t *x, *w;
+    long x_elems, w_elems;
+    int copies;
+} gemm_job;
+
+static void gemm_once(void *arg, int rep) {
+    gemm_job *j = arg;
+    gemm_args a = j->base;
+    int c = rep % j->copies;
+    a.x = j->x + (long)c * j->x_elems;
+    a.w = j->w + (long)c * j->w_elems;
+    j->ops->gemm(j->ops, &a);
+}
+
+// Each run of rows with one (N, K) shares its operands: copies of the weights and of the
+// activations for the run's largest M, each row's own bytes over twice L2 (bench_inputs.h).
+static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const bench_shapes *shapes,
+                         csv_report *csv) {
+    double log_sum = 0.0;
+    int count = 0;
+    printf("%-14s %5s %10s %10s %8s %8s %8s %8s %6s %6s %8s  %s\n", "N x K", "M", "inv us", "cuBLAS us", "inv TF/s",
+           "ref TF/s", "inv GB/s", "ref GB/s", "ratio", "splits", "read us", "plan");
+    for (int r0 = 0, r1, run = 0; r0 < shapes->n; r0 = r1, run++) {
+        const int N = shapes->v[r0][0], K = shapes->v[r0][1];
+        // The GEMM rotates through `copies` of both operands; the plain read of the weights
+        // through w_copies >= copies, so that it too reads from DRAM when the smallest M is large.
+        const bench_gemm_run run_rows = bench_gemm_run_at(shapes->v, shapes->n, r0);
+        const int max_m = run_rows.max_m, copies = run_rows.copies, w_copies = run_rows.weight_copies;
+        const long w_elems = (long)N * K, x_elems = (long)max_m * K;
+        r1 = run_rows.end;
+        uint16_t *w = inv->alloc(inv, (size_t)w_elems * w_copies * 2, "bench gemm weights");
+        uint16_t *x = inv->alloc(inv, (size_t)x_elems * copies * 2, "bench gemm activations");
+        uint16_t *y = inv->alloc(inv, (size_t)max_m * N * 2, "bench gemm output");
+        fill_random(inv, w, w_elems * w_copies, 0x1234u + (uint64_t)run);
+        fill_random(inv, x, x_elems * copies, 0x9876u + (uint64_t)run);
+        // The floor the small-M rows are read against: a plain read of the weights, timed the same way.
+        const double t_read = cuda_read_median_ms(inv, w, (size_t)w_elems * 2, (size_t)w_elems * 2, w_copies,
+                                                  o->warmup, o->reps);
+        for (int r = r0; r < r1; r++) {
+            const int M = shapes->v[r][2];
+            gemm_job j = {inv, {0}, x, w, x_elems, w_elems, copies};
+            j.base.y = y;
+            j.base.M = M;
+            j.base.N = N;
+            j.base.K = K;
+            double t_inv = cuda_time_median_ms(inv, gemm_once, &j, o->warmup, o->reps);
+            j.ops = ref;
+            double t_ref = cuda_time_median_ms(ref, gemm_once, &j, o->warmup, o->reps);
+            double flop = 2.0 * M * (double)N * K, bytes = 2.0 * ((double)M * K + (double)N * K + (double)M * N);
+            double ratio = t_ref / t_inv;
+            log_sum += log(ratio);
+            count++;
+            // The invariant GEMM's split-K count (a function of N and K) and the path it took at
+            // this M (tile/split mode and load): what to read the timings against.
+            char plan[64];
+            j.base.x = x;
+            j.base.w = w;
+            int splits = inv_cuda_gemm_plan_describe(inv, &j.base, plan, (int)sizeof plan);
+            bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.1f,%.1f,%.0f,%.0f,%.3f,%d,%s,%.2f", N, K, M, t_inv * 1e3, t_ref * 1e3,
+                      flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6, ratio,
+                      splits, plan, t_read * 1e3);
+            printf("%6d x %-6d %5d %10.1f %10.1f %8.1f %8.1f %8.0f %8.0f %6.3f %6d %8.1f  %s\n", N, K, M, t_inv * 1e3,
+                   t_ref * 1e3, flop / t_inv / 1e9, flop / t_ref / 1e9, bytes / t_inv / 1e6, bytes / t_ref / 1e6,
+                   ratio, splits, t_read * 1e3, plan);
+            fflush(stdout);
+        }
+        inv->release(inv, w);
+        inv->release(inv, x);
+        inv->release(inv, y);
+    }
+    return exp(log_sum / count);
+}
+
+// --- MLA decode --------------------------------------------------------------------------------
+
+typedef struct {
+    ops_set *ops;
+    mla_attention_args base;
+    const int32_t *tables;  // copies x [B, blocks_per_seq]
+    long table_elems;
+    int copies;
+} mla_job;
+
+static void mla_once(void *arg, int rep) {
+    mla_job *j = arg;
+    mla_attention_args a = j->base;
+    a.block_table = j->tables + (long)(rep % j->copies) * j->table_elems;
+    j->ops->mla_attention(j->ops, &a);
+}
+
+// The cache's random seed for row r: the grid's rows keep the seeds of the committed tables
+// (batch x 9 + context x 3 + heads, by their indices in the grid), other rows follow them.
+static int mla_seed_index(int B, int ctx, int H, int r) {
+    int bi = 0, ci = 0, hi = 0;
+    while (bi < 3 && mla_batches[bi] != B) bi++;
+    while (ci < 3 && mla_contexts[ci] != ctx) ci++;
+    while (hi < 2 && mla_heads[hi] != H) hi++;
+    return bi < 3 && ci < 3 && hi < 2 ? bi * 9 + ci * 3 + hi : 27 + r;
+}
+
+// Returns the invariant kernel's lowest share of copy bandwidth over the memory-bound shapes
+// (16 heads, a cache larger than twice L2): issue 3's bar for the decode kernel; a negative
+// number when no row is one.
+static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const bench_shapes *shapes, double copy_gbs,
+                        csv_report *csv) {
+    double worst_pct = -1.0;
+    const int L = MLA_LATENT, R = MLA_ROPE, BS = MLA_BLOCK;
+    printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s %8s %8s\n", "batch", "context", "heads", "inv us", "ref us",
+           "inv GB/s", "ref GB/s", "inv %cp", "ref %cp", "inv TF/s", "ref TF/s", "read us", "read %cp");
+    for (int r = 0; r < shapes->n; r++) {
+        const int B = shapes->v[r][0], ctx = shapes->v[r][1], H = shapes->v[r][2];
+        const long kv_bytes = (long)B * ctx * (L + R) * 2;
+        const int copies = bench_l2_copies((double)kv_bytes);
+        const int bps = ctx / BS;
+        const long slots = (long)copies * B * ctx;
+        uint16_t *kv = inv->alloc(inv, (size_t)slots * (L + R) * 2, "bench mla kv cache");
+        uint16_t *q = inv->alloc(inv, (size_t)B * H * (L + R) * 2, "bench mla queries");
+        uint16_t *out = inv->alloc(inv, (size_t)B * H * L * 2, "bench mla output");
+        int32_t *tables = inv->alloc(inv, (size_t)copies * B * bps * 4, "bench mla block tables");
+        int32_t *meta = inv->alloc(inv, (size_t)3 * B * 4, "bench mla token metadata");
+        fill_random(inv, kv, slots * (L + R), 0x5151u + (uint64_t)mla_seed_index(B, ctx, H, r));
+        fill_random(inv, q, (long)B * H * (L + R), 0x7777u);
+        int32_t *h_tab = invar_malloc((size_t)copies * B * bps * 4, "bench mla block tables");
+        for (long i = 0; i < (long)copies * B * bps; i++) h_tab[i] = (int32_t)i;
+        inv->upload(inv, tables, h_tab, (size_t)copies * B * bps * 4);
+        free(h_tab);
+        int32_t *h_meta = invar_malloc((size_t)3 * B * 4, "bench mla token metadata");
+        for (int b = 0; b < B; b++) {
+            h_meta[b] = b;               // token_seq
+            h_meta[B + b] = ctx - 1;     // token_pos
+            h_meta[2 * B + b] = ctx;     // seq_lens
+        }
+        inv->upload(inv, meta, h_meta, (size_t)3 * B * 4);
+        free(h_meta);
+
+        mla_job j = {inv, {0}, tables, (long)B * bps, copies};
+        mla_attention_args *a = &j.base;
+        a->out = out;
+        a->q_lat = q;
+        a->q_pe = q + (long)B * H * L;
+        a->kv_cache = kv;
+        a->token_seq = meta;
+        a->token_pos = meta + B;
+        a->seq_lens = meta + 2 * B;
+        a->T = B;
+        a->H = H;
+        a->L = L;
+        a->R = R;
+        a->ld_out = (long)H * L;
+        a->ld_q_lat = (long)H * L;
+        a->ld_q_pe = (long)H * R;
+        a->head_stride_q_pe = R;
+        a->block_size = BS;
+        a->max_blocks_per_seq = bps;
+        a->num_seqs = B;
+        a->max_seq_len = ctx;
+        a->scale = 1.0f / sqrtf(192.0f);
+        double t_inv = cuda_time_median_ms(inv, mla_once, &j, o->warmup, o->reps);
+        j.ops = ref;
+        double t_ref = cuda_time_median_ms(ref, mla_once, &j, o->warmup, o->reps);
+        // The floor: a plain read of the cache this row reads (copy c is the c-th run of
+        // B x ctx slots: the tables of copy c point there), timed the same way.
+        double t_read = cuda_read_median_ms(inv, kv, (size_t)kv_bytes, (size_t)kv_bytes, copies, o->warmup, o->reps);
+        double bytes = (double)kv_bytes + 2.0 * B * H * (L + R) + 2.0 * B * H * L;
+        double flop = 2.0 * B * (double)H * ctx * (L + R + L);
+        double gi = bytes / t_inv / 1e6, gr = bytes / t_ref / 1e6, read_pct = 100.0 * kv_bytes / t_read / 1e6 / copy_gbs;
+        bench_row(csv, "%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.1f,%.1f,%.2f,%.1f", B, ctx, H, t_inv * 1e3,
+                  t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
+                  flop / t_ref / 1e9, t_read * 1e3, read_pct);
+        printf("%5d %7d %5d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %8.1f %8.1f %8.1f %7.1f%%\n", B, ctx, H,
+               t_inv * 1e3, t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, flop / t_inv / 1e9,
+               flop / t_ref / 1e9, t_read * 1e3, read_pct);
+        fflush(stdout);
+        if (H == 16 && kv_bytes > 2.0 * BENCH_L2_BYTES && (worst_pct < 0.0 || 100.0 * gi / copy_gbs < worst_pct))
+            worst_pct = 100.0 * gi / copy_gbs;
+        inv->release(inv, kv);
+        inv->release(inv, q);
+        inv->release(inv, out);
+        inv->release(inv, tables);
+        inv->release(inv, meta);
+    }
+    return worst_pct;
+}
+
+
+static int run_bench(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes) {
+    bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
+    ops_set *inv = kernel_set_create("invariant", "cuda", 0);
+    ops_set *ref = kernel_set_create("reference", "cuda", 0);
+    if (!inv || !ref) invar_die(INVAR_EXIT_SYSTEM, "bench: the CUDA kernel sets are not registered");
+
+    char err[256];
+    if (shapes->n && !shapes_fit(inv, shapes, strcmp(only, "gemm") == 0, err, sizeof err)) {
+        inv->destroy(inv);
+        ref->destroy(ref);
+        fprintf(stderr, "invar bench: %s\n", err);
+        return INVAR_EXIT_INPUT;  // before the output directory: a refused run creates nothing
+    }
+    host_make_dirs(out_dir);
+    double copy_gbs = cuda_copy_bandwidth_gbs(inv, (size_t)1 << 30);
+    printf("device-to-device copy: %.0f GB/s (1 GiB, read + write)\n\n", copy_gbs);
+
+    char summary[256] = "";
+    if (!only || strcmp(only, "gemm") == 0) {
+        static const char *const header[] = {"N", "K", "M", "inv_us", "ref_us", "inv_tflops", "ref_tflops",
+                                             "inv_gbs", "ref_gbs", "ratio_inv_over_ref", "splits", "plan",
+                                             "floor_read_us"};
+        csv_report *g = bench_csv_open(out_dir, "bench_gemm.csv", header, 13);
+        const bench_shapes grid = gemm_grid();
+        double geo = bench_gemm(inv, ref, &o, shapes->n ? shapes : &grid, g);
+        bench_csv_close(g);
+        printf("GEMM geometric mean of speed ratio invariant / cuBLAS: %.3f\n", geo);
+        snprintf(summary, sizeof summary, "; GEMM geomean invariant/cuBLAS %.3f%s", geo,
+                 shapes->n ? " (the --shape rows)" : "");
+    }
+    if (!only || strcmp(only, "mla") == 0) {
+        static const char *const header[] = {"batch", "context", "heads", "inv_us", "ref_us", "inv_gbs",
+                                             "ref_gbs", "inv_pct_copy", "ref_pct_copy", "inv_tflops",
+                                             "ref_tflops", "floor_read_us", "floor_read_pct_copy"};
+        csv_report *m = bench_csv_open(out_dir, "bench_mla.csv", header, 13);
+        const bench_shapes grid = mla_grid();
+        double worst = bench_mla(inv, ref, &o, shapes->n ? shapes : &grid, copy_gbs, m);
+        bench_csv_close(m);
+        size_t n = strlen(summary);
+        if (worst >= 0.0)
+            snprintf(summary + n, sizeof summary - n,
+                     "; MLA decode lowest share of copy on the memory-bound shapes %.1f%%%s", worst,
+                     shapes->n ? " (the --shape rows)" : "");
+        else
+            snprintf(summary + n, sizeof summary - n, "; MLA decode: no memory-bound 16-head row");
+    }
+    if (!only || strcmp(only, "decode") == 0) {
+        // End to end on DeepSeek-V2-Lite's dimensions (4 of its 27 layers), as issue 3 asks.
+        static const int decode_batches[] = {1, 32, 128};
+        bench_decode("cuda", "v2-lite", decode_batches, 3, 128, quick ? 16 : 64, profile, out_dir);
+    }
+    if ((!only || strcmp(only, "tp") == 0) && bench_tp(quick, out_dir)) {
+        size_t n = strlen(summary);
+        snprintf(summary + n, sizeof summary - n, "; tensor-parallel rows in bench_tp_*.csv");
+    }
+
+    printf("\nsummary: copy %.0f GB/s%s; CSVs in %s\n", copy_gbs, summary, out_dir);
+    inv->destroy(inv);
+    ref->destroy(ref);
+    return 0;
+}
+#endif
+
+int cmd_bench(int argc, char **argv) {
+    // NULL: not given; defaults after parsing.
+    const char *device = NULL, *out_dir = NULL, *only = NULL;
+    bool quick = false, profile = false;
+    const char *shape_items[BENCH_MAX_SHAPE_FLAGS];
+    cli_list shape_list = {shape_items, 0, BENCH_MAX_SHAPE_FLAGS};
+    const cli_flag flags[] = {
+        {.name = "--device", .choices = "cuda|cpu", .to.string = &device,
+         .help = "cuda (the default; a SKIP without a device, exit 2 when\n"
+                 "asked for) or cpu"},
+        {.name = "--out", .metavar = "DIR", .to.string = &out_dir,
+         .help = "where bench_gemm.csv, bench_mla.csv, bench_decode.csv go\n"
+                 "(default build/bench)"},
+        {.name = "--quick", .kind = CLI_SWITCH, .to.on = &quick,
+         .help = "fewer repetitions (CI smoke run)"},
+        {.name = "--profile", .kind = CLI_SWITCH, .to.on = &profile,
+         .help = "after the decode rates, one decode step's time op by op on\n"
+                 "each set (bench_decode_ops.csv): where invariance costs time"},
+        {.name = "--only", .choices = "gemm|mla|decode|tp", .to.string = &only,
+         .help = "one section (a kernel developer's tuning loop); the copy\n"
+                 "ceiling always runs. tp: the all-reduce and decode at T = 1, 2\n"
+                 "(needs two GPUs; a SKIP line otherwise)"},
+        {.name = "--shape", .kind = CLI_STRINGS, .to.strings = &shape_list, .metavar = "N:K:M|B:C:H",
+         .help = "only this row of the section, repeatable (up to 64, in\n"
+                 "order): --only gemm takes N:K:M (e.g. 1536:7168:1), --only\n"
+                 "mla batch:context:heads (the context a multiple of 64;\n"
+                 "e.g. 32:4096:16); timed as the grid's rows are; a row the\n"
+                 "device's memory cannot hold is exit 2"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar bench",
+        .about = "cuda: GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS),\n"
+                 "      then end-to-end decode tokens/s of the v2-lite-shaped model at batch 1,\n"
+                 "      32, 128.\n"
+                 "cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.",
+        .flags = flags,
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    bool explicit_device = device != NULL;
+    if (!device) device = "cuda";
+    if (!out_dir) out_dir = "build/bench";
+    bench_shapes shapes;
+    char err[256];
+    if (!parse_shapes(&shape_list, only, &shapes, err, sizeof err)) return cli_usage_error(&cmd, "%s", err);
+    if (shapes.n && strcmp(device, "cpu") == 0)
+        return cli_usage_error(&cmd, "--shape: times the CUDA kernels; --device cpu runs the decode only");
+    if (strcmp(device, "cpu") == 0) {
+        // Kernel timings are CUDA-event based; on the CPU only the end-to-end number is taken,
+        // on the CI-sized model.
+        static const int cpu_batches[] = {1, 8};
+        host_make_dirs(out_dir);
+        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, profile, out_dir);
+        return 0;
+    }
+    char why[256];
+    if (!cuda_device_available(why, (int)sizeof why)) {
+        printf("SKIP: no CUDA device: %s\n", why);
+        return explicit_device ? INVAR_EXIT_INPUT : 0;
+    }
+#ifdef INVAR_CUDA
+    return run_bench(out_dir, quick, only, profile, &shapes);
+#else
+    (void)out_dir;
+    (void)quick;
+    (void)only;
+    (void)profile;
+    return INVAR_EXIT_INPUT;  // unreachable: without CUDA no device is available
+#endif
+}

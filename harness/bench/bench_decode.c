@@ -1,0 +1,273 @@
+// harness/bench/bench_decode.c — end-to-end decode tokens/s (harness/bench/bench_decode.h).
+//
+// Decode time is taken as the difference of two generate calls over the same batch: one
+// generating `new_tokens`, one generating a single token. Both prefill the same prompts, so the
+// difference is the (new_tokens - 1) decode steps; tokens/s = B * (new_tokens - 1) / that time.
+// Wall-clock time: every step ends in a download of the sampled tokens, so the device is idle
+// when the clock is read. The median of three pairs is reported. With --profile, the same
+// difference over a wrapped set (harness/bench/op_profile.h) says where a step's time goes, op by op.
+#include "bench_decode.h"
+
+#include <limits.h>                  // PATH_MAX
+#include <stdarg.h>                  // va_list, va_start, va_end
+#include <stdint.h>                  // int32_t, uint64_t
+#include <stdio.h>                   // printf, snprintf, vsnprintf
+#include <stdlib.h>                  // free, qsort
+#include <string.h>                  // memcpy, strcmp
+
+#include "../../engine/engine.h"     // engine_request, engine_result, engine_sched, engine_limits
+#include "../../engine/tp_engine.h"  // tp_engine_*: the engine over T ranks (T = 1: one engine)
+#include "../../engine/model_config.h" // model_config_by_name
+#include "../../engine/weights.h"    // weights_synthetic
+#include "../../common/check.h"     // invar_die, invar_malloc
+#include "../../sets/registry.h"  // kernel_set_create
+#include "../host.h"                  // host_seconds
+#include "op_profile.h"               // op_profile_*: --profile's per-op times
+#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
+
+enum { REPEATS = 3 };
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    engine_request *reqs;
+    engine_result *results;
+    engine_step_record *records;
+    int32_t *tokens;
+} batch;
+
+// B requests whose prompts are a hash of (request, position) inside the vocabulary.
+static batch make_batch(const model_config *c, int B, int prompt_len, int new_tokens) {
+    batch b = {
+        .reqs = invar_malloc((size_t)B * sizeof *b.reqs, "bench requests"),
+        .results = invar_malloc((size_t)B * sizeof *b.results, "bench results"),
+        .records = invar_malloc((size_t)B * new_tokens * sizeof *b.records, "bench records"),
+        .tokens = invar_malloc((size_t)B * prompt_len * sizeof *b.tokens, "bench prompts"),
+    };
+    for (int i = 0; i < B; i++) {
+        int32_t *p = b.tokens + (long)i * prompt_len;
+        for (int j = 0; j < prompt_len; j++)
+            p[j] = (int32_t)(invar_mix64(((uint64_t)i << 32) | (uint64_t)j) % (uint64_t)c->vocab_size);
+        b.reqs[i] = (engine_request){.prompt = p, .prompt_len = prompt_len,
+                                     .max_new_tokens = new_tokens, .seed = (uint64_t)i};
+        b.results[i] = (engine_result){.steps = b.records + (long)i * new_tokens};
+    }
+    return b;
+}
+
+static void free_batch(batch *b) {
+    free(b->reqs);
+    free(b->results);
+    free(b->records);
+    free(b->tokens);
+}
+
+// An engine over T ranks (rank r on ops[r]) sized for B prompts of prompt_len tokens and
+// new_tokens more, warmed up (first-touch scratch growth, caches, NCCL's first connections).
+typedef struct {
+    tp_engine *e;
+    batch b;
+    engine_sched s;
+    int B;
+} bench_engine;
+
+static double generate_seconds(bench_engine *r, int new_tokens) {
+    char err[256];
+    for (int i = 0; i < r->B; i++) r->b.reqs[i].max_new_tokens = new_tokens;
+    double t0 = host_seconds();
+    if (!tp_engine_generate(r->e, r->b.reqs, r->B, &r->s, r->b.results, NULL, err, sizeof err))
+        invar_die(INVAR_EXIT_SYSTEM, "bench: generate failed: %s", err);
+    return host_seconds() - t0;
+}
+
+static bench_engine bench_engine_open(ops_set *const *ops, int T, const model_config *c, weight_source *w, int B,
+                                      int prompt_len, int new_tokens) {
+    int budget = B * prompt_len < 8192 ? B * prompt_len : 8192;
+    engine_limits lim = {.max_num_seqs = B, .max_num_batched_tokens = budget,
+                         .max_model_len = prompt_len + new_tokens,
+                         .max_total_tokens = B * (prompt_len + new_tokens), .block_size = 64};
+    bench_engine r = {
+        .e = tp_engine_create(c, w, ops, T, &lim, 1),
+        .b = make_batch(c, B, prompt_len, new_tokens),
+        .s = {.max_num_seqs = B, .max_num_batched_tokens = budget, .chunked_prefill = true, .top_k = 5},
+        .B = B,
+    };
+    generate_seconds(&r, 2);
+    return r;
+}
+
+static void bench_engine_close(bench_engine *r) {
+    tp_engine_destroy(r->e);
+    free_batch(&r->b);
+}
+
+double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
+                                 weight_source *w, int B, int prompt_len, int new_tokens) {
+    bench_engine r = bench_engine_open(ops, T, c, w, B, prompt_len, new_tokens);
+    double rates[REPEATS];
+    for (int i = 0; i < REPEATS; i++) {
+        double full = generate_seconds(&r, new_tokens);
+        double one = generate_seconds(&r, 1);
+        rates[i] = (double)B * (new_tokens - 1) / (full - one > 1e-9 ? full - one : 1e-9);
+    }
+    qsort(rates, REPEATS, sizeof rates[0], compare_double);
+    bench_engine_close(&r);
+    return rates[REPEATS / 2];
+}
+
+// --- --profile: where a decode step's time goes, op by op ----------------------------------------
+
+// Per-op time of the decode steps on `ops` at batch B: the op profile of a generate of
+// new_tokens minus that of a single token (the same prompts), calls and seconds over the
+// new_tokens - 1 decode steps. At large batches the two generates' chunked prefills mix in
+// decodes differently, so a few prefill shapes remain with fewer calls than steps. Returns *n
+// entries; the caller frees them.
+static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, weight_source *w, int B,
+                                         int prompt_len, int new_tokens, int *n) {
+    op_profile *p = op_profile_wrap(ops);
+    ops_set *wrapped = op_profile_set(p);
+    bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens);
+    op_profile_reset(p);
+    generate_seconds(&r, new_tokens);
+    int n_full = 0;
+    const op_profile_entry *full = op_profile_totals(p, &n_full);
+    op_profile_entry *step = invar_malloc((size_t)(n_full ? n_full : 1) * sizeof *step, "bench op profile");
+    memcpy(step, full, (size_t)n_full * sizeof *step);
+    op_profile_reset(p);
+    generate_seconds(&r, 1);
+    int n_one = 0;
+    const op_profile_entry *one = op_profile_totals(p, &n_one);
+    int kept = 0;
+    for (int i = 0; i < n_full; i++) {
+        op_profile_entry e = step[i];
+        for (int j = 0; j < n_one; j++)
+            if (strcmp(one[j].key, e.key) == 0) {
+                e.calls -= one[j].calls;
+                e.seconds -= one[j].seconds;
+            }
+        if (e.calls > 0) step[kept++] = e;  // else the same calls in both: prefill
+    }
+    bench_engine_close(&r);
+    op_profile_destroy(p);
+    *n = kept;
+    return step;
+}
+
+typedef struct {
+    const char *key;
+    double calls;           // a step
+    double inv_us, ref_us;  // a step; < 0: the set made no such call
+} op_row;
+
+static int by_invariant_time(const void *a, const void *b) {
+    const op_row *x = a, *y = b;
+    return (x->inv_us < y->inv_us) - (x->inv_us > y->inv_us);
+}
+
+// One table (and CSV rows) of both sets' decode_step_ops over `steps` decode steps, per step.
+static void print_decode_ops(const char *device, const char *model, int B, int steps, const op_profile_entry *inv,
+                             int n_inv, const op_profile_entry *ref, int n_ref, csv_report *csv) {
+    op_row *rows = invar_malloc((size_t)(n_inv + n_ref + 1) * sizeof *rows, "bench op rows");
+    const double us = 1e6 / steps;
+    int n = 0;
+    for (int i = 0; i < n_inv; i++)
+        rows[n++] = (op_row){inv[i].key, (double)inv[i].calls / steps, us * inv[i].seconds, -1.0};
+    for (int j = 0; j < n_ref; j++) {
+        int i = 0;
+        while (i < n_inv && strcmp(rows[i].key, ref[j].key) != 0) i++;
+        if (i < n_inv) rows[i].ref_us = us * ref[j].seconds;
+        else rows[n++] = (op_row){ref[j].key, (double)ref[j].calls / steps, -1.0, us * ref[j].seconds};
+    }
+    qsort(rows, (size_t)n, sizeof *rows, by_invariant_time);
+    printf("\ndecode step at batch %d, time per step by op (us; device time between events around each call,\n"
+           "which includes its launches where the device waits on the host)\n", B);
+    printf("%-44s %6s %10s %10s %9s\n", "op", "calls", "inv us", "ref us", "inv-ref");
+    double inv_total = 0.0, ref_total = 0.0;
+    for (int i = 0; i < n; i++) {
+        const op_row *r = &rows[i];
+        char inv_s[32] = "-", ref_s[32] = "-", diff_s[32] = "-";
+        if (r->inv_us >= 0.0) {
+            snprintf(inv_s, sizeof inv_s, "%.1f", r->inv_us);
+            inv_total += r->inv_us;
+        }
+        if (r->ref_us >= 0.0) {
+            snprintf(ref_s, sizeof ref_s, "%.1f", r->ref_us);
+            ref_total += r->ref_us;
+        }
+        if (r->inv_us >= 0.0 && r->ref_us >= 0.0) snprintf(diff_s, sizeof diff_s, "%+.1f", r->inv_us - r->ref_us);
+        printf("%-44s %6.2f %10s %10s %9s\n", r->key, r->calls, inv_s, ref_s, diff_s);
+        bench_row(csv, "%s,%s,%d,%s,%.3f,%.2f,%.2f", device, model, B, r->key, r->calls, r->inv_us, r->ref_us);
+    }
+    printf("%-44s %6s %10.1f %10.1f %+9.1f\n", "total", "", inv_total, ref_total, inv_total - ref_total);
+    free(rows);
+}
+
+void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
+                  int prompt_len, int new_tokens, bool profile, const char *out_dir) {
+    model_config c;
+    if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
+    weight_source *w = weights_synthetic(&c, 1);
+    printf("\nend-to-end decode, model %s (%d layers), prompts of %d tokens, %d new tokens\n", model,
+           c.num_hidden_layers, prompt_len, new_tokens);
+    printf("%6s %14s %14s %7s\n", "batch", "inv tok/s", "ref tok/s", "ratio");
+    static const char *const header[] = {"device", "model", "batch", "prompt_len", "new_tokens",
+                                         "invariant_tok_s", "reference_tok_s", "ratio"};
+    csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 8);
+    static const char *const op_header[] = {"device", "model", "batch", "op", "calls_per_step",
+                                            "invariant_us", "reference_us"};
+    csv_report *op_csv = profile ? bench_csv_open(out_dir, "bench_decode_ops.csv", op_header, 7) : NULL;
+    ops_set *inv = kernel_set_create("invariant", device, 0);
+    ops_set *ref = kernel_set_create("reference", device, 0);
+    if (!inv || !ref) invar_die(INVAR_EXIT_INPUT, "bench: no kernel sets on device '%s'", device);
+    for (int i = 0; i < n_batch; i++) {
+        int B = batch_sizes[i];
+        double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens);
+        double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens);
+        printf("%6d %14.1f %14.1f %7.3f\n", B, ti, tr, ti / tr);
+        bench_row(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f", device, model, B, prompt_len, new_tokens, ti,
+                  tr, ti / tr);
+    }
+    if (profile) {
+        // After every rate: the events would slow the engine's host side, which sets the pace
+        // at small batches.
+        for (int i = 0; i < n_batch; i++) {
+            int B = batch_sizes[i], n_inv = 0, n_ref = 0;
+            op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, &n_inv);
+            op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, &n_ref);
+            print_decode_ops(device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, op_csv);
+            free(pi);
+            free(pr);
+        }
+        bench_csv_close(op_csv);
+    }
+    bench_csv_close(csv);
+    inv->destroy(inv);
+    ref->destroy(ref);
+    w->destroy(w);
+}
+
+csv_report *bench_csv_open(const char *dir, const char *name, const char *const *header, int ncols) {
+    char path[PATH_MAX], err[PATH_MAX + 256];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        invar_die(INVAR_EXIT_INPUT, "bench: %s/%s: path too long", dir, name);
+    csv_report *r = csv_report_open(path, header, ncols, err, sizeof err);
+    if (!r) invar_die(INVAR_EXIT_SYSTEM, "bench: %s", err);
+    return r;
+}
+
+void bench_row(csv_report *csv, const char *fmt, ...) {
+    char line[1024], err[PATH_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (!csv_report_rowf(csv, err, sizeof err, "%s", line)) invar_die(INVAR_EXIT_SYSTEM, "bench: %s", err);
+}
+
+void bench_csv_close(csv_report *csv) {
+    char err[PATH_MAX + 256];
+    if (!csv_report_close(csv, err, sizeof err)) invar_die(INVAR_EXIT_SYSTEM, "bench: %s", err);
+}

@@ -1,0 +1,33 @@
+// harness/bench/bench_decode.h — end-to-end decode throughput of the whole engine: a batch of B
+// requests with short prompts generating N tokens, invariant kernel set against reference.
+#ifndef INVAR_HARNESS_BENCH_DECODE_H
+#define INVAR_HARNESS_BENCH_DECODE_H
+
+#include <stdbool.h>                 // bool
+
+#include "../../engine/model_config.h" // model_config
+#include "../../engine/weights.h"   // weight_source
+#include "../../kernels/ops.h"      // ops_set
+#include "../../reports/csv_report.h" // csv_report
+
+// Runs on `device` with the named model config for each batch size, writing one CSV row per
+// batch (both kernel sets' rates) to OUT_DIR/bench_decode.csv and a table to stdout. profile:
+// then, per batch, the time of one decode step op by op on each set (a table, and
+// OUT_DIR/bench_decode_ops.csv). Exits 2 on an unknown model name.
+void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
+                  int prompt_len, int new_tokens, bool profile, const char *out_dir);
+
+// Decode tokens/s of the engine over T ranks (rank r on ops[r]) at batch B, prompts of
+// prompt_len tokens: the median of three differences between a generate of new_tokens and one
+// of a single token over the same prompts (both prefill alike, so the difference is the
+// new_tokens - 1 decode steps).
+double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
+                                 weight_source *w, int B, int prompt_len, int new_tokens);
+
+// The benchmarks' CSVs (DIR/NAME), through the one CSV writer; a failed write exits 3 naming
+// the file. bench_row's format separates fields by commas (csv_report_rowf).
+csv_report *bench_csv_open(const char *dir, const char *name, const char *const *header, int ncols);
+void bench_row(csv_report *csv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bench_csv_close(csv_report *csv);
+
+#endif

@@ -1,0 +1,13 @@
+// harness/bench/bench_tp.h — tensor parallelism on CUDA in `invar bench`: the invariant all-reduce
+// (NCCL all-gather, then our rank-order sum) against ncclAllReduce at T = 2 over the message
+// sizes of V2-Lite steps, and decode tokens/s of the V2-Lite-shaped model at T = 1 and 2,
+// invariant vs reference. Writes DIR/bench_tp_all_reduce.csv and DIR/bench_tp_decode.csv.
+#ifndef INVAR_HARNESS_BENCH_TP_H
+#define INVAR_HARNESS_BENCH_TP_H
+
+#include <stdbool.h>  // bool
+
+// False (after a visible SKIP line) when fewer than two GPUs are visible.
+bool bench_tp(bool quick, const char *out_dir);
+
+#endif

@@ -1,0 +1,73 @@
+// harness/check/kernel_check.h — `invar kernels`: is every op of a kernel set batch-invariant and
+// accurate? For each op of the table (harness/check/op_table.h) and each of its shapes, a few probe
+// rows are computed alone (M=1, twice) and then placed first, in the middle, last and at a
+// random position of batches of M other random rows; their output bytes are compared with
+// memcmp. Every other row of each batch is a "pool" row that sits at the same position in
+// every batch, and is compared with the same row of the largest batch: thousands of rows
+// compared for the price of one run per M (bf16 outputs hide most fp32 reorderings, so many
+// rows are needed to catch one). Accuracy is the worst rel-L2 error of any probe output against the float64 oracle.
+#ifndef INVAR_HARNESS_KERNEL_CHECK_H
+#define INVAR_HARNESS_KERNEL_CHECK_H
+
+#include <stdbool.h>          // bool
+#include <stdint.h>           // uint64_t
+#include "../../kernels/ops.h" // ops_set
+#include "op_table.h"         // op_entry, op_shape
+
+// The batch sizes a row is checked in, and the shorter list of --quick.
+extern const int kernel_check_batch_sizes[];
+extern const int kernel_check_batch_sizes_count;
+extern const int kernel_check_quick_batch_sizes[];
+extern const int kernel_check_quick_batch_sizes_count;
+// --exhaustive's list: both sides of every power-of-two size a kernel tiles or blocks by.
+extern const int kernel_check_exhaustive_batch_sizes[];
+extern const int kernel_check_exhaustive_batch_sizes_count;
+
+typedef struct {
+    bool invariant;      // every probe row bitwise equal alone and in every batch
+    int first_vary_M;    // first M at which a probe row differed (1: two runs alone); 0: none
+    int first_vary_pos;  // its position in that batch
+    int first_vary_vs;   // what it differed from: 1 the row alone, else the largest batch's M
+    double err;          // worst rel-L2 error against the float64 oracle
+    double tol;
+    bool accurate;       // err <= tol
+    bool written;        // every output element written, nothing outside the outputs
+    bool pass;           // what the set promises held (see kernel_check_op)
+    int batches;         // batches run (for the report)
+} check_result;
+
+struct check_opts;
+typedef void (*check_shape_fn)(void *user, ops_set *ops, const op_entry *op,
+                               const op_shape *shape, const check_result *r);
+// A shape not checked on this machine, and why (it needs more GPUs than are visible).
+typedef void (*skip_shape_fn)(void *user, ops_set *ops, const op_entry *op,
+                              const op_shape *shape, const char *why);
+
+typedef struct check_opts {
+    const int *batch_sizes;    // NULL: kernel_check_batch_sizes (or the quick list)
+    int n_batch_sizes;
+    bool quick;                // the quick M list, and only the shapes marked quick
+    bool exhaustive;           // the exhaustive M list, and the shapes marked exhaustive too
+    const char *shape_label;   // non-NULL: only the shape of this label (quick or exhaustive
+                               // marks aside; the M list is still --quick's or --exhaustive's)
+    uint64_t seed;             // every input derives from it
+    const op_shape *shapes;    // NULL: the op's list for ops->device
+    check_shape_fn on_shape;   // called after each shape (may be NULL)
+    skip_shape_fn on_skip;     // called for each shape skipped (may be NULL)
+    void *user;
+} check_opts;
+
+// Checks one op at one shape; r->pass tells whether the set's promise held at this shape:
+// a batch-invariant set must be invariant, accurate and fully written; a reference set must
+// be accurate and fully written (varying is allowed here; see kernel_check_op).
+void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
+                        int shape_index, const check_opts *o, check_result *r);
+
+// Checks one op at every shape of the list; `summary` receives the worst case over them
+// (invariant only when every shape was, first_vary_M of the first shape that varied).
+// summary->pass also holds the negative control: a reference set whose op is REF_MUST_VARY
+// must have varied at some shape. Returns the number of shapes checked.
+int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
+                    check_result *summary);
+
+#endif

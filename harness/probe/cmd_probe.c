@@ -1,0 +1,553 @@
+// harness/probe/cmd_probe.c — `invar probe --url URL --case FILE [--model NAME] [--header 'K: V']...`:
+// tests a running OpenAI-compatible server (vLLM, SGLang, `invar serve`, ...) for batch
+// invariance from outside, through /v1/completions, with a case file's prompts, batch sizes and
+// arrival patterns, and writes the reports `invar run` writes (harness/commands.h):
+//   - every prompt alone, one request at a time: the bs=1 baselines;
+//   - for each batch size N and each arrival pattern of the case: all prompts with N requests in
+//     flight at once (harness/probe/probe_http.h), sent on the pattern's schedule (a step is
+//     --step-ms milliseconds), then the largest batch again, to tell nondeterminism (same
+//     batch, other bits) from batch variance;
+//   - every request's logprobs compared to its baseline as float32 bits (harness/run/compare.h;
+//     numbers read from their JSON text, harness/probe/probe_json.h).
+// The case's [prompts] and its [matrix] batch_sizes and arrivals are used; its other matrix axes
+// describe invar's own engine and are ignored (the server is what it is). One summary row per
+// arrival pattern. A request that fails (HTTP error, timeout, garbage, a dropped connection) is
+// reported with its reason in requests.csv as it finishes and fails its config with a note;
+// every other request is still compared.
+#include "../commands.h"
+
+#include <errno.h>                    // errno
+#include <stdarg.h>                   // va_list, va_start, va_end
+#include <limits.h>                   // PATH_MAX
+#include <stdio.h>                    // printf, fprintf, snprintf, open_memstream
+#include <stdlib.h>                   // free
+#include <string.h>                   // strcmp, strncmp, strlen, strchr, strerror
+
+#include <cjson/cJSON.h>              // cJSON_Parse, cJSON_GetObjectItemCaseSensitive
+#include <curl/curl.h>                // curl_global_init, curl_slist_append
+
+#include "../../common/check.h"      // invar_die, invar_calloc, invar_malloc, INVAR_EXIT_*
+#include "../../reports/csv_report.h" // csv_report_open, csv_report_close
+#include "../../reports/render.h"     // report_render_run
+#include "../../reports/report_schema.h" // summary_header, divergence_header, *_NCOLS
+#include "../../reports/run_meta.h"   // run_meta_write
+#include "../run/arrivals.h"          // arrivals_schedule, arrival_pattern_by_name
+#include "../run/case_file.h"         // case_file_load, case_prompt_spec, case_max_batch_size
+#include "../run/matrix.h"            // run_config, matrix_axis_find
+#include "../run/resolve.h"           // resolved_config, backend_selection
+#include "../cli_args.h"              // cli_parse, CLI_GO_ON
+#include "../run/compare.h"           // compare_request_sets, diff_kind_name
+#include "../host.h"                  // host_make_dirs, host_seconds
+#include "../json_writer.h"           // json_write_string, json_write_float
+#include "../run/outcome.h"           // outcome
+#include "probe_http.h"               // probe_http_run, probe_transfer
+#include "probe_json.h"               // probe_parse_completion, probe_error_message
+#include "../run/prompts.h"           // prompts_generate
+#include "../run/summary_row.h"       // summary_fields, report_row_write, divergence_row_write
+
+enum { PROBE_MAX_HEADERS = 32, PROBE_NOTE_ERRORS = 3 };
+
+// One run of every prompt: its transfers and what each answer held.
+typedef struct {
+    probe_transfer *t;
+    engine_result *res;
+    engine_step_record *steps;
+    bool *ok;                    // an answer was read into res[i]
+    char (*why)[512];            // else why not
+} probe_run;
+
+typedef struct {
+    const case_file *c;
+    const prompt_set *p;
+    char **bodies;
+    const char *completions_url;
+    probe_http_options http;
+    int step_ms;
+    csv_report *summary, *divergence, *requests;
+    probe_notes notes;
+    // The run under way, for the requests.csv rows written as answers arrive.
+    const char *config, *label;
+    probe_run *run;
+} probe;
+
+static probe_run run_alloc(int count, int max_new_tokens) {
+    probe_run r;
+    r.t = invar_calloc((size_t)count, sizeof *r.t, "transfers");
+    r.res = invar_calloc((size_t)count, sizeof *r.res, "results");
+    r.steps = invar_calloc((size_t)count * (size_t)max_new_tokens, sizeof *r.steps, "records");
+    r.ok = invar_calloc((size_t)count, sizeof *r.ok, "answer flags");
+    r.why = invar_calloc((size_t)count, sizeof *r.why, "answer errors");
+    for (int i = 0; i < count; i++) r.res[i].steps = r.steps + (size_t)i * max_new_tokens;
+    return r;
+}
+
+static void run_free(probe_run *r, int count) {
+    for (int i = 0; i < count; i++) free(r->t[i].reply);
+    free(r->t);
+    free(r->res);
+    free(r->steps);
+    free(r->ok);
+    free(r->why);
+}
+
+// One requests.csv row per answer, as it arrives: a run cut short keeps every answer so far.
+static void on_answer(void *user, int i, probe_transfer *t) {
+    probe *pr = user;
+    probe_run *r = pr->run;
+    char err[512] = "";
+    if (t->error[0]) {
+        snprintf(err, sizeof err, "%s", t->error);
+    } else if (t->status != 200) {
+        char msg[400];
+        probe_error_message(t->reply, t->reply_len, msg, sizeof msg);
+        snprintf(err, sizeof err, "HTTP %ld: %s", t->status, msg);
+    } else if (!probe_parse_completion(t->reply, t->reply_len, pr->c->top_k,
+                                       pr->c->max_new_tokens, &r->res[i], &pr->notes, err,
+                                       sizeof err)) {
+    } else if (r->res[i].n_steps == 0) {
+        snprintf(err, sizeof err, "the answer holds no tokens");
+    }
+    r->ok[i] = !err[0];
+    snprintf(r->why[i], sizeof r->why[i], "%s", err);
+    char req[16], status[16], secs[32], tokens[16];
+    snprintf(req, sizeof req, "%d", i);
+    snprintf(status, sizeof status, "%ld", t->status);
+    snprintf(secs, sizeof secs, "%.3f", t->seconds);
+    snprintf(tokens, sizeof tokens, "%d", r->ok[i] ? r->res[i].n_steps : 0);
+    const char *row[] = {pr->config, pr->label, req, status, secs, tokens,
+                         r->ok[i] ? "ok" : "error", err};
+    report_row_write(pr->requests, row);
+}
+
+// Sends every prompt: at most `in_flight` at once, prompt i at send_ms[i] (NULL: at once); the
+// warm copies of prompt 0 after prompt 0 answered.
+static void run_prompts(probe *pr, probe_run *r, const char *config, const char *label,
+                        int in_flight, const double *send_s) {
+    int n = pr->p->count;
+    for (int i = 0; i < n; i++) {
+        free(r->t[i].reply);
+        r->t[i] = (probe_transfer){.url = pr->completions_url, .body = pr->bodies[i],
+                                   .send_at = send_s ? send_s[i] : 0.0,
+                                   .after = i >= pr->p->first_warm ? 0 : -1};
+        r->ok[i] = false;
+        r->why[i][0] = '\0';
+        r->res[i].n_steps = 0;
+    }
+    pr->config = config;
+    pr->label = label;
+    pr->run = r;
+    probe_http_run(r->t, n, in_flight, &pr->http, on_answer, pr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparing
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    probe *pr;
+    const char *config, *batch;
+    const int *index;            // compared position -> request
+} divergence_rows;
+
+static void divergence_row(void *user, int k, const divergence *d) {
+    divergence_rows *rows = user;
+    divergence_row_write(rows->pr->divergence, rows->config, rows->batch, rows->index[k], d);
+}
+
+static void add_note(outcome *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_note(outcome *out, const char *fmt, ...) {
+    size_t used = strlen(out->note);
+    if (used + 3 >= sizeof out->note) return;
+    if (used) used += (size_t)snprintf(out->note + used, sizeof out->note - used, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out->note + used, sizeof out->note - used, fmt, ap);
+    va_end(ap);
+}
+
+// Failed requests of a run: counted into the outcome, the first few named in its note.
+static int note_failures(const probe_run *r, int n, const char *label, outcome *out,
+                         int *named) {
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        if (r->ok[i]) continue;
+        failed++;
+        if ((*named)++ < PROBE_NOTE_ERRORS)
+            add_note(out, "request %d (%s): %.200s", i, label, r->why[i]);
+    }
+    return failed;
+}
+
+// Compares the requests both runs answered; returns how many differ.
+static int compare_runs(probe *pr, const char *config, const probe_run *base,
+                        const probe_run *other, const char *batch, outcome *out) {
+    int n = pr->p->count, m = 0;
+    engine_result *b = invar_calloc((size_t)n + 1, sizeof *b, "compared results");
+    engine_result *o = invar_calloc((size_t)n + 1, sizeof *o, "compared results");
+    int *index = invar_calloc((size_t)n + 1, sizeof *index, "compared requests");
+    for (int i = 0; i < n; i++)
+        if (base->ok[i] && other->ok[i]) {
+            b[m] = base->res[i];
+            o[m] = other->res[i];
+            index[m++] = i;
+        }
+    divergence_rows rows = {pr, config, batch, index};
+    comparison cmp = compare_request_sets(b, o, m, pr->c->top_k, divergence_row, &rows);
+    if (cmp.has_first && !out->has_first) {
+        out->has_first = true;
+        snprintf(out->first_batch, sizeof out->first_batch, "%s", batch);
+        out->first_request = index[cmp.first_request];
+        out->first = cmp.first;
+    }
+    out->compared += cmp.requests;
+    out->differing += cmp.differing;
+    free(b);
+    free(o);
+    free(index);
+    return cmp.differing;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Setting up: the server's answer to /v1/models, the request bodies
+// ---------------------------------------------------------------------------------------------
+
+// GET URL/models. Exits 2 with a clear message when the server cannot be reached or answers
+// something that is not a model list.
+static char *query_models(const char *url, const probe_http_options *http) {
+    probe_transfer t = {.url = url, .after = -1};
+    probe_http_run(&t, 1, 1, http, NULL, NULL);
+    if (t.error[0])
+        invar_die(INVAR_EXIT_INPUT, "probe: cannot reach the server: GET %s: %s", url,
+                  t.error);
+    char msg[400];
+    if (t.status != 200) {
+        probe_error_message(t.reply, t.reply_len, msg, sizeof msg);
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s answered HTTP %ld: %s (is this an "
+                  "OpenAI-compatible server?)", url, t.status, msg);
+    }
+    cJSON *root = cJSON_ParseWithLength(t.reply ? t.reply : "", t.reply_len);
+    bool list = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(root, "data"));
+    cJSON_Delete(root);
+    if (!list) {
+        probe_error_message(t.reply, t.reply_len, msg, sizeof msg);
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s: the answer is not an OpenAI model list "
+                  "({\"data\": [...]}); it begins: %s", url, msg);
+    }
+    return t.reply;
+}
+
+// The model to ask for, and the vocabulary size if the server reports one (invar serve does).
+static void served_model(const char *models, const char *want, char *name, size_t name_len,
+                         int *vocab) {
+    cJSON *root = cJSON_Parse(models);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data"), *m;
+    const cJSON *chosen = NULL;
+    cJSON_ArrayForEach(m, data) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "id");
+        if (!cJSON_IsString(id)) continue;
+        if (!want ? !chosen : strcmp(id->valuestring, want) == 0) chosen = m;
+    }
+    if (want) snprintf(name, name_len, "%s", want);
+    else if (chosen)
+        snprintf(name, name_len, "%s",
+                 cJSON_GetObjectItemCaseSensitive(chosen, "id")->valuestring);
+    else name[0] = '\0';
+    const cJSON *v = chosen ? cJSON_GetObjectItemCaseSensitive(chosen, "vocab_size") : NULL;
+    if (*vocab == 0 && cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 1e9)
+        *vocab = (int)v->valuedouble;
+    cJSON_Delete(root);
+}
+
+static char *request_body(const case_file *c, const char *model, const prompt_set *p, int i) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) invar_die(INVAR_EXIT_SYSTEM, "probe: open_memstream failed: %s",
+                      strerror(errno));
+    fputs("{\"model\":", f);
+    json_write_string(f, model);
+    fputs(",\"prompt\":[", f);
+    for (int t = 0; t < p->lens[i]; t++) fprintf(f, "%s%d", t ? "," : "", p->tokens[i][t]);
+    fprintf(f, "],\"max_tokens\":%d,\"ignore_eos\":true,\"logprobs\":%d,"
+            "\"return_tokens_as_token_ids\":true,\"temperature\":", c->max_new_tokens, c->top_k);
+    json_write_float(f, c->temperature);
+    // Seeds as JSON numbers: below 2^53 so every client and server reads them exactly.
+    fprintf(f, ",\"seed\":%llu}", (unsigned long long)(p->seeds[i] & ((1ULL << 53) - 1)));
+    if (fclose(f) != 0) invar_die(INVAR_EXIT_SYSTEM, "probe: building a request failed");
+    return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One arrival pattern: a config of the report
+// ---------------------------------------------------------------------------------------------
+
+// Runs every batch size of the case on arrival pattern `ap`, then the largest again; writes the
+// config's summary row. Returns its verdict: true for PASS.
+static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, const char *url,
+                         const char *model, const backend_selection *sel) {
+    const case_file *c = pr->c;
+    int n = pr->p->count, largest = case_max_batch_size(c), named = 0;
+    double t0 = host_seconds();
+    run_config cfg = {.arrivals = ap, .max_num_batched_tokens = 0};
+    snprintf(cfg.name, sizeof cfg.name, "server/arrivals=%s", arrival_pattern_name(ap));
+    snprintf(cfg.device, sizeof cfg.device, "server");
+    snprintf(cfg.kernel_set, sizeof cfg.kernel_set, "-");
+    size_t model_len = strlen(model);
+    if (model_len >= sizeof cfg.model)
+        invar_die(INVAR_EXIT_INPUT, "probe: the model name is %zu characters long (at most %zu)",
+                  model_len, sizeof cfg.model - 1);
+    memcpy(cfg.model, model, model_len + 1);
+    snprintf(cfg.attention_backend, sizeof cfg.attention_backend, "-");
+    resolved_config rc = {.device = "server", .merged_into = -1, .expect_invariant = true,
+                          .batch_invariant_mode = true};
+    outcome out = {.expected = "invariant", .prefill_vs_decode = "not-checked"};
+
+    int failed = note_failures(base, n, "bs=1", &out, &named);
+    // Send times: the pattern's steps, --step-ms apart; the warm copies follow prompt 0's answer.
+    int *steps = invar_calloc((size_t)n + 1, sizeof *steps, "arrival steps");
+    double *send_s = invar_calloc((size_t)n + 1, sizeof *send_s, "send times");
+    arrivals_schedule(ap, pr->p->first_warm, c->seed, steps);
+    for (int i = 0; i < pr->p->first_warm; i++) send_s[i] = steps[i] * pr->step_ms / 1000.0;
+    probe_run cur = run_alloc(n, c->max_new_tokens), kept = run_alloc(n, c->max_new_tokens);
+    bool have_kept = false;
+    for (int b = 0; b < c->n_batch_sizes; b++) {
+        int bs = c->batch_sizes[b];
+        char label[32];
+        snprintf(label, sizeof label, "bs=%d", bs);
+        run_prompts(pr, &cur, cfg.name, label, bs, send_s);
+        failed += note_failures(&cur, n, label, &out, &named);
+        snprintf(label, sizeof label, "%d", bs);
+        if (compare_runs(pr, cfg.name, base, &cur, label, &out) > 0) out.batch_differs = true;
+        if (bs == largest && !have_kept) {
+            probe_run t = cur;
+            cur = kept;
+            kept = t;
+            have_kept = true;
+        }
+    }
+    char label[32];
+    snprintf(label, sizeof label, "bs=%d repeat", largest);
+    run_prompts(pr, &cur, cfg.name, label, largest, send_s);
+    failed += note_failures(&cur, n, label, &out, &named);
+    if (compare_runs(pr, cfg.name, &kept, &cur, "repeat", &out) > 0) out.repeat_differs = true;
+    run_free(&cur, n);
+    run_free(&kept, n);
+    free(steps);
+    free(send_s);
+
+    out.observed = out.repeat_differs ? "nondeterministic"
+                   : out.batch_differs ? "batch-variant" : "invariant";
+    if (failed > 0) {
+        out.observed = "error";
+        char first[sizeof out.note];
+        snprintf(first, sizeof first, "%s", out.note);
+        snprintf(out.note, sizeof out.note, "%d request%s failed: %.900s", failed,
+                 failed == 1 ? "" : "s", first);
+    }
+    out.verdict = failed == 0 && strcmp(out.observed, "invariant") == 0 ? "PASS" : "FAIL";
+    const probe_notes *pn = &pr->notes;
+    if (pn->text_tokens)
+        add_note(&out, "%ld tokens named by text, not id (no return_tokens_as_token_ids): "
+                 "compared by text; ids sharing a text are merged", pn->text_tokens);
+    if (pn->wider_than_float32)
+        add_note(&out, "%ld of %ld logprobs carry more precision than float32: compared as the "
+                 "nearest float32", pn->wider_than_float32, pn->values);
+    if (pn->non_finite)
+        add_note(&out, "%ld logprobs are -Infinity, Infinity or NaN (compared by their bits)",
+                 pn->non_finite);
+    if (pn->short_top)
+        add_note(&out, "%ld steps returned fewer than %d top_logprobs (missing entries compare "
+                 "as token -1)", pn->short_top, c->top_k);
+    out.seconds = host_seconds() - t0;
+
+    summary_text text;
+    const char *fields[SUMMARY_NCOLS];
+    summary_fields(c, &cfg, &rc, sel, &out, NULL, &text, fields);
+    // Settings of invar's own engine mean nothing for a server: "-", and the server's URL.
+    static const summary_column engine_only[] = {
+        SUMMARY_MAX_NUM_BATCHED_TOKENS, SUMMARY_CHUNKED_PREFILL, SUMMARY_PREFIX_CACHING,
+        SUMMARY_FORCE_PREFIX_CACHING, SUMMARY_THREADS, SUMMARY_TENSOR_PARALLEL,
+        SUMMARY_PREFIX_CACHING_EFFECTIVE, SUMMARY_CHUNKED_PREFILL_EFFECTIVE,
+        SUMMARY_MAX_NUM_BATCHED_TOKENS_EFFECTIVE, SUMMARY_BATCH_INVARIANT};
+    for (size_t k = 0; k < sizeof engine_only / sizeof engine_only[0]; k++)
+        fields[engine_only[k]] = "-";
+    fields[SUMMARY_DEVICE] = url;
+    fields[SUMMARY_BACKEND_SELECTED_BY] = "-";
+    report_row_write(pr->summary, fields);
+
+    printf("%s %s: %s, %d requests compared, %d differing", out.verdict, cfg.name, out.observed,
+           out.compared, out.differing);
+    if (out.has_first) {
+        char field[32];
+        printf("; first: batch %s request %d step %d %s: %.9g vs %.9g (%lld ulps)",
+               out.first_batch, out.first_request, out.first.step,
+               diff_kind_name(&out.first, field, sizeof field), (double)out.first.base_logprob,
+               (double)out.first.other_logprob, (long long)out.first.ulps);
+    }
+    printf(" (%.1f s)\n", out.seconds);
+    if (out.note[0]) printf("    note: %s\n", out.note);
+    if (fflush(stdout) != 0) invar_die(INVAR_EXIT_SYSTEM, "writing stdout failed");
+    return strcmp(out.verdict, "PASS") == 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command
+// ---------------------------------------------------------------------------------------------
+
+static csv_report *open_report(const char *dir, const char *file, const char *const *header,
+                               int ncols) {
+    char path[PATH_MAX], err[1400];
+    if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
+        invar_die(INVAR_EXIT_INPUT, "report path too long: %s/%s", dir, file);
+    csv_report *r = csv_report_open(path, header, ncols, err, sizeof err);
+    if (!r) invar_die(INVAR_EXIT_SYSTEM, "%s", err);
+    return r;
+}
+
+static void close_report(csv_report *r) {
+    char err[1400];
+    if (!csv_report_close(r, err, sizeof err)) invar_die(INVAR_EXIT_SYSTEM, "%s", err);
+}
+
+// "http://h:p", "http://h:p/", "http://h:p/v1" all give "http://h:p/v1".
+static void api_base(const char *url, char *out, size_t len) {
+    size_t n = strlen(url);
+    while (n > 0 && url[n - 1] == '/') n--;
+    bool has_v1 = n >= 3 && strncmp(url + n - 3, "/v1", 3) == 0;
+    if (snprintf(out, len, "%.*s%s", (int)n, url, has_v1 ? "" : "/v1") >= (int)len)
+        invar_die(INVAR_EXIT_INPUT, "probe: --url: too long");
+}
+
+int cmd_probe(int argc, char **argv) {
+    const char *url = NULL, *case_path = NULL, *model = NULL, *out_dir = "build/report/probe";
+    const char *header_items[PROBE_MAX_HEADERS];
+    cli_list headers = {.item = header_items, .max = PROBE_MAX_HEADERS};
+    int vocab = 0, step_ms = 20;
+    double timeout_s = 300;
+    const cli_flag flags[] = {
+        {.name = "--url", .metavar = "URL", .to.string = &url, .required = true,
+         .help = "the server: http://HOST:PORT or http://HOST:PORT/v1"},
+        {.name = "--case", .metavar = "FILE", .to.string = &case_path, .required = true,
+         .help = "a case file: its [prompts], batch_sizes and arrivals are used"},
+        {.name = "--model", .metavar = "NAME", .to.string = &model,
+         .help = "the model to ask for (default: the first of /v1/models)"},
+        {.name = "--header", .kind = CLI_STRINGS, .metavar = "'K: V'", .to.strings = &headers,
+         .help = "an HTTP header sent with every request (e.g. Authorization);\nrepeatable"},
+        {.name = "--vocab-size", .kind = CLI_INT, .to.integer = &vocab, .min = 1, .max = 1 << 30,
+         .help = "token ids are drawn in [0, N) (default: /v1/models' vocab_size)"},
+        {.name = "--step-ms", .kind = CLI_INT, .to.integer = &step_ms, .min = 0, .max = 60000,
+         .show_default = true, .help = "milliseconds per arrival step (staggered, bursty)"},
+        {.name = "--timeout", .kind = CLI_DOUBLE, .to.real = &timeout_s, .min = 0.001,
+         .max = 86400, .show_default = true, .help = "seconds one request may take"},
+        {.name = "--out", .metavar = "DIR", .to.string = &out_dir, .show_default = true,
+         .help = "the report directory"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar probe",
+        .about = "Tests a running OpenAI-compatible server for batch invariance through\n"
+                 "/v1/completions: every prompt alone (bs=1), then with N requests in flight\n"
+                 "at once for each batch size and arrival pattern, the largest batch twice;\n"
+                 "logprobs compared as float32 bits. Writes DIR/summary.csv, divergence.csv,\n"
+                 "requests.csv (every answer, or why none), meta.csv, junit.xml, summary.md.",
+        .flags = flags,
+        .epilogue = "Exit: 0 every config PASS, 1 some FAIL (a batch-variant or nondeterministic\n"
+                    "server, or failed requests), 2 bad usage, case file or unreachable server,\n"
+                    "3 a report could not be written.",
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    for (int i = 0; i < headers.n; i++)
+        if (!strchr(headers.item[i], ':'))
+            return cli_usage_error(&cmd, "--header: '%s' is not 'Name: value'", headers.item[i]);
+
+    case_file *c = invar_calloc(1, sizeof *c, "case file");
+    char err[1400];
+    if (!case_file_load(case_path, c, err, sizeof err)) {
+        fprintf(stderr, "invar: error: %s\n", err);
+        free(c);
+        return INVAR_EXIT_INPUT;
+    }
+    CURLcode crc = curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (crc != CURLE_OK) invar_die(INVAR_EXIT_SYSTEM, "probe: curl_global_init failed: %s",
+                                   curl_easy_strerror(crc));
+    probe pr = {.c = c, .step_ms = step_ms,
+                .http = {.timeout_ms = (long)(timeout_s * 1000), .connect_timeout_ms = 10000}};
+    for (int i = 0; i < headers.n; i++) {
+        struct curl_slist *l = curl_slist_append(pr.http.headers, headers.item[i]);
+        if (!l) invar_die(INVAR_EXIT_SYSTEM, "probe: curl_slist_append failed");
+        pr.http.headers = l;
+    }
+    char base[2048], models_url[2100], completions_url[2100];
+    api_base(url, base, sizeof base);
+    snprintf(models_url, sizeof models_url, "%s/models", base);
+    snprintf(completions_url, sizeof completions_url, "%s/completions", base);
+    pr.completions_url = completions_url;
+
+    char *models = query_models(models_url, &pr.http);
+    char name[512];
+    served_model(models, model, name, sizeof name, &vocab);
+    if (!name[0])
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s lists no model; give --model", models_url);
+    if (vocab == 0)
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s reports no vocab_size for %s; give "
+                  "--vocab-size (the tokenizer's vocabulary size)", models_url, name);
+    prompt_spec spec = case_prompt_spec(c);
+    prompt_set *p = prompts_generate(&spec, vocab, c->seed);
+    pr.p = p;
+    pr.bodies = invar_calloc((size_t)p->count, sizeof *pr.bodies, "request bodies");
+    for (int i = 0; i < p->count; i++) pr.bodies[i] = request_body(c, name, p, i);
+
+    host_make_dirs(out_dir);
+    for (char *s = models; *s; s++)  // one line in meta.csv
+        if (*s == '\n' || *s == '\r') *s = ' ';
+    char vocab_text[16];
+    snprintf(vocab_text, sizeof vocab_text, "%d", vocab);
+    const char *keys[] = {"server_url", "model", "vocab_size", "v1_models"};
+    const char *values[] = {url, name, vocab_text, models};
+    run_meta_input in = {.device = "server", .case_path = c->path, .argc = argc, .argv = argv,
+                         .has_seed = true, .seed = c->seed, .n_extra = 4, .extra_keys = keys,
+                         .extra_values = values};
+    if (!run_meta_write(out_dir, &in, err, sizeof err))
+        invar_die(INVAR_EXIT_SYSTEM, "writing %s/meta.csv: %s", out_dir, err);
+    pr.summary = open_report(out_dir, "summary.csv", summary_header(), SUMMARY_NCOLS);
+    pr.divergence = open_report(out_dir, "divergence.csv", divergence_header(), DIVERGENCE_NCOLS);
+    static const char *const request_columns[] = {"config", "run", "request", "http_status",
+                                                  "seconds", "tokens", "status", "error"};
+    pr.requests = open_report(out_dir, "requests.csv", request_columns, 8);
+
+    printf("probe %s: model %s (vocab %d), case %s: %d prompts of %d..%d tokens, %d new tokens, "
+           "top %d logprobs, temperature %g\n", base, name, vocab, c->path, p->count, c->min_len,
+           c->max_len, c->max_new_tokens, c->top_k, (double)c->temperature);
+    fflush(stdout);
+    probe_run baseline = run_alloc(p->count, c->max_new_tokens);
+    run_prompts(&pr, &baseline, "baseline", "bs=1", 1, NULL);
+    backend_selection sel = {.where = "-"};
+    const matrix_list *arrivals = &c->axes[matrix_axis_find("arrivals")];
+    int passed = 0, failed = 0;
+    for (int a = 0; a < arrivals->n; a++) {
+        arrival_pattern ap;
+        if (!arrival_pattern_by_name(arrivals->value[a], &ap))
+            invar_die(INVAR_EXIT_INPUT, "%s: arrivals: unknown pattern '%s'", c->path,
+                      arrivals->value[a]);
+        if (probe_config(&pr, &baseline, ap, url, name, &sel)) passed++;
+        else failed++;
+    }
+    run_free(&baseline, p->count);
+    close_report(pr.summary);
+    close_report(pr.divergence);
+    close_report(pr.requests);
+    if (!report_render_run(out_dir, err, sizeof err))
+        invar_die(INVAR_EXIT_SYSTEM, "rendering the report in %s: %s", out_dir, err);
+    printf("reports: %s/{summary.csv,divergence.csv,requests.csv,meta.csv,junit.xml,summary.md}\n"
+           "%d passed, %d failed\n", out_dir, passed, failed);
+    if (fflush(stdout) != 0) invar_die(INVAR_EXIT_SYSTEM, "writing stdout failed");
+    for (int i = 0; i < p->count; i++) free(pr.bodies[i]);
+    free(pr.bodies);
+    free(models);
+    prompts_free(p);
+    curl_slist_free_all(pr.http.headers);
+    curl_global_cleanup();
+    free(c);
+    return failed > 0 ? 1 : 0;
+}

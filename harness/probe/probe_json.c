@@ -1,0 +1,235 @@
+// harness/probe/probe_json.c — completion answers read with their numbers' own texts
+// (harness/probe/probe_json.h).
+#include "probe_json.h"
+
+#include <ctype.h>               // isdigit, isalpha, isprint
+#include <errno.h>               // errno, ERANGE
+#include <math.h>                // isfinite, INFINITY
+#include <stdint.h>              // int32_t, uint32_t
+#include <stdio.h>               // snprintf
+#include <stdlib.h>              // malloc, free, strtof, strtod, strtol, qsort
+#include <string.h>              // strncmp, strlen
+
+#include <cjson/cJSON.h>         // cJSON_ParseWithLength, cJSON_GetObjectItemCaseSensitive, ...
+
+#include "../../common/check.h"  // invar_fail
+#include "../run/compare.h"      // float_ordered
+
+char *probe_quote_numbers(const char *json, size_t len, size_t *out_len) {
+    // A number becomes at most two characters longer, and numbers are separated by at least
+    // one character: 2 * len + 2 always suffices.
+    char *out = malloc(2 * len + 3);
+    if (!out) return NULL;
+    size_t o = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len;) {
+        char ch = json[i];
+        if (in_string) {
+            out[o++] = ch;
+            if (ch == '\\' && i + 1 < len) out[o++] = json[++i];
+            else if (ch == '"') in_string = false;
+            i++;
+        } else if (ch == '"') {
+            in_string = true;
+            out[o++] = json[i++];
+        } else if (ch == '-' || isdigit((unsigned char)ch) ||
+                   (len - i >= 3 && strncmp(json + i, "NaN", 3) == 0) ||
+                   (len - i >= 8 && strncmp(json + i, "Infinity", 8) == 0)) {
+            out[o++] = '"';
+            while (i < len && (isdigit((unsigned char)json[i]) || isalpha((unsigned char)json[i]) ||
+                               json[i] == '-' || json[i] == '+' || json[i] == '.'))
+                out[o++] = json[i++];
+            out[o++] = '"';
+        } else {
+            out[o++] = json[i++];
+        }
+    }
+    out[o] = '\0';
+    *out_len = o;
+    return out;
+}
+
+// A logprob from its text (a quoted number after probe_quote_numbers).
+static bool read_logprob(const cJSON *v, float *out, probe_notes *notes) {
+    if (!cJSON_IsString(v) || !v->valuestring[0]) return false;
+    const char *t = v->valuestring;
+    char *end;
+    errno = 0;
+    float f = strtof(t, &end);
+    if (*end != '\0') return false;
+    // ERANGE on underflow still gives the nearest float (a denormal or zero): keep it.
+    double d = strtod(t, NULL);
+    notes->values++;
+    if (!isfinite(f)) notes->non_finite++;
+    else if ((double)f != d) {
+        int digits = 0;
+        for (const char *p = t; *p && *p != 'e' && *p != 'E'; p++)
+            if (isdigit((unsigned char)*p) && (digits || *p != '0')) digits++;
+        if (digits > 9) notes->wider_than_float32++;
+    }
+    *out = f;
+    return true;
+}
+
+// FNV-1a of the text, in 31 bits so it can never read as the missing-token -1.
+static int32_t text_token(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return (int32_t)(h & 0x7fffffff);
+}
+
+// A token's name, as the tokens array and top_logprobs' keys give it: "token_id:N" or a bare
+// decimal (a number probe_quote_numbers quoted, or a text that is one) is the id N, any other
+// text its hash. Both places read names this one way, so a sampled token and its top-1 entry
+// always get the same id.
+static bool read_token_name(const char *s, int32_t *id, probe_notes *notes) {
+    char *number_end;
+    errno = 0;
+    long n = strtol(s, &number_end, 10);
+    if (number_end != s && !*number_end && *s != '+' && *s != ' ') {  // "-3": a bad id
+        if (errno || n < 0 || n > INT32_MAX) return false;
+        *id = (int32_t)n;
+        return true;
+    }
+    if (strncmp(s, "token_id:", 9) == 0) {
+        char *end;
+        errno = 0;
+        long v = strtol(s + 9, &end, 10);
+        if (end == s + 9 || *end || errno || v < 0 || v > INT32_MAX) return false;
+        *id = (int32_t)v;
+        return true;
+    }
+    notes->text_tokens++;
+    *id = text_token(s);
+    return true;
+}
+
+// A token of the tokens array: a string (numbers were quoted by probe_quote_numbers).
+static bool read_token(const cJSON *v, int32_t *id, probe_notes *notes) {
+    if (!cJSON_IsString(v)) return false;
+    return read_token_name(v->valuestring, id, notes);
+}
+
+typedef struct {
+    int32_t id;
+    float logprob;
+} top_entry;
+
+static int by_logprob_then_id(const void *a, const void *b) {
+    const top_entry *x = a, *y = b;
+    int64_t fx = float_ordered(x->logprob), fy = float_ordered(y->logprob);
+    if (fx != fy) return fx > fy ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static bool read_top(const cJSON *obj, int step, int top_k, engine_step_record *rec,
+                     probe_notes *notes, char *err, int err_len) {
+    if (!cJSON_IsObject(obj))
+        return invar_fail(err, (size_t)err_len, "top_logprobs[%d] is not an object", step);
+    int n = cJSON_GetArraySize(obj);
+    top_entry *e = calloc((size_t)n + 1, sizeof *e);
+    if (!e) return invar_fail(err, (size_t)err_len, "out of memory");
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, obj) {
+        if (!read_token_name(v->string, &e[i].id, notes) || !read_logprob(v, &e[i].logprob, notes)) {
+            free(e);
+            return invar_fail(err, (size_t)err_len, "top_logprobs[%d]: entry '%.60s' is not a token and a "
+                        "number", step, v->string);
+        }
+        i++;
+    }
+    qsort(e, (size_t)n, sizeof *e, by_logprob_then_id);
+    if (n < top_k) notes->short_top++;
+    for (int k = 0; k < top_k; k++) {
+        rec->topk_ids[k] = k < n ? e[k].id : -1;
+        rec->topk_logprobs[k] = k < n ? e[k].logprob : -INFINITY;
+    }
+    free(e);
+    return true;
+}
+
+bool probe_parse_completion(const char *body, size_t len, int top_k, int max_steps,
+                            engine_result *res, probe_notes *notes, char *err, int err_len) {
+    size_t qlen;
+    char *quoted = probe_quote_numbers(body, len, &qlen);
+    if (!quoted) return invar_fail(err, (size_t)err_len, "out of memory");
+    cJSON *root = cJSON_ParseWithLength(quoted, qlen);
+    bool ok = false;
+    res->n_steps = 0;
+    if (!root) {
+        size_t at = (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - quoted : 0);
+        invar_fail(err, (size_t)err_len, "malformed or truncated JSON (%zu bytes; cJSON stops near byte %zu "
+             "of the quoted text)", len, at);
+        goto out;
+    }
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
+    const cJSON *choice = cJSON_GetArrayItem(choices, 0);
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(choice, "logprobs");
+    if (!cJSON_IsArray(choices) || !cJSON_IsObject(choice)) {
+        invar_fail(err, (size_t)err_len, "the answer has no choices[0]");
+        goto out;
+    }
+    if (!cJSON_IsObject(lp)) {
+        invar_fail(err, (size_t)err_len, "choices[0].logprobs is missing or null (does the server support "
+             "logprobs?)");
+        goto out;
+    }
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
+    const cJSON *lps = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
+    const cJSON *tops = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
+    if (!cJSON_IsArray(tokens) || !cJSON_IsArray(lps)) {
+        invar_fail(err, (size_t)err_len, "choices[0].logprobs lacks the tokens or token_logprobs list");
+        goto out;
+    }
+    int n = cJSON_GetArraySize(tokens);
+    if (cJSON_GetArraySize(lps) != n || (top_k > 0 && (!cJSON_IsArray(tops) ||
+                                                       cJSON_GetArraySize(tops) != n))) {
+        invar_fail(err, (size_t)err_len, "choices[0].logprobs: tokens (%d), token_logprobs (%d) and "
+             "top_logprobs (%d) differ in length", n, cJSON_GetArraySize(lps),
+             cJSON_GetArraySize(tops));
+        goto out;
+    }
+    if (n > max_steps) {
+        invar_fail(err, (size_t)err_len, "%d tokens returned, max_tokens was %d", n, max_steps);
+        goto out;
+    }
+    for (int s = 0; s < n; s++) {
+        engine_step_record *rec = &res->steps[s];
+        memset(rec, 0, sizeof *rec);
+        if (!read_token(cJSON_GetArrayItem(tokens, s), &rec->token, notes)) {
+            invar_fail(err, (size_t)err_len, "tokens[%d] is not a token", s);
+            goto out;
+        }
+        if (!read_logprob(cJSON_GetArrayItem(lps, s), &rec->logprob, notes)) {
+            invar_fail(err, (size_t)err_len, "token_logprobs[%d] is not a number", s);
+            goto out;
+        }
+        if (top_k > 0 &&
+            !read_top(cJSON_GetArrayItem(tops, s), s, top_k, rec, notes, err, err_len))
+            goto out;
+    }
+    res->n_steps = n;
+    ok = true;
+out:
+    cJSON_Delete(root);
+    free(quoted);
+    return ok;
+}
+
+void probe_error_message(const char *body, size_t len, char *buf, int buf_len) {
+    cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "error"), "message");
+    if (cJSON_IsString(msg)) {
+        snprintf(buf, (size_t)buf_len, "%s", msg->valuestring);
+    } else {
+        // The first bytes, printable only: a garbage answer must not garble the report.
+        int o = 0;
+        for (size_t i = 0; body && i < len && i < 120 && o + 1 < buf_len; i++)
+            buf[o++] = isprint((unsigned char)body[i]) ? body[i] : '?';
+        buf[o] = '\0';
+        if (!o) snprintf(buf, (size_t)buf_len, "(empty body)");
+    }
+    cJSON_Delete(root);
+}

@@ -1,0 +1,359 @@
+// harness/serve/cmd_serve.c — `invar serve --model NAME|DIR --kernel-set SET [--device cpu|cuda]
+// [--host 127.0.0.1] [--port P]`: an OpenAI-compatible HTTP server over invar's own engine
+// (libmicrohttpd, one thread per connection; one engine thread, harness/serve/serve_queue.h):
+//   POST /v1/completions  token-id prompts, top-k logprobs with token ids, seeded sampling
+//   GET  /v1/models       the served model, its max_model_len and vocab_size
+//   GET  /health          200 once serving
+//   GET  /metrics         requests, steps, and the batch size of the steps run
+// It runs until SIGINT or SIGTERM (harness/commands.h).
+#include "../commands.h"
+
+#include <arpa/inet.h>               // inet_pton, htons
+#include <errno.h>                   // errno
+#include <netinet/in.h>              // sockaddr_in
+#include <pthread.h>                 // pthread_sigmask
+#include <signal.h>                  // sigset_t, sigwait, SIGINT, SIGTERM, SIGPIPE
+#include <stdio.h>                   // FILE, open_memstream, fprintf
+#include <stdlib.h>                  // free, realloc
+#include <string.h>                  // strcmp, strerror, memcpy
+#include <time.h>                    // time
+
+#include <microhttpd.h>              // MHD_start_daemon, MHD_queue_response, ...
+
+#include "../../common/check.h"     // invar_die, invar_calloc, INVAR_EXIT_*
+#include "../../engine/attention_backend.h" // attention_backend_by_name
+#include "../../engine/engine.h"     // engine_create, engine_limits, engine_sched
+#include "../../sets/registry.h"     // kernel_set_find, kernel_set_create
+#include "../run/case_file.h"        // case_model_open
+#include "../cli_args.h"             // cli_parse, cli_usage_error, CLI_GO_ON
+#include "serve_api.h"               // serve_completion_parse, serve_write_*
+#include "serve_queue.h"             // serve_queue_*
+
+enum { SERVE_MAX_BODY = 16 << 20 };  // a request body larger than this is refused (413)
+
+typedef struct {
+    serve_bounds bounds;
+    serve_queue *queue;
+    long created;
+    long next_id;                    // response ids; only ever grows (a race merely repeats one)
+    pthread_mutex_t id_mu;
+} server;
+
+// The body of one POST, gathered over the handler's calls.
+typedef struct {
+    char *data;
+    size_t len, cap;
+    bool too_large;
+} upload;
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
+                             char *body, size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        fprintf(stderr, "invar serve: MHD_create_response_from_buffer failed\n");
+        return MHD_NO;
+    }
+    enum MHD_Result ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (ok == MHD_YES) ok = MHD_queue_response(c, status, r);
+    if (ok != MHD_YES) fprintf(stderr, "invar serve: queueing a %u response failed\n", status);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+// Writes with f (an open_memstream), then replies with what it wrote.
+typedef struct {
+    FILE *f;
+    char *buf;
+    size_t len;
+} body_writer;
+
+static FILE *body_open(body_writer *w) {
+    w->buf = NULL;
+    w->len = 0;
+    w->f = open_memstream(&w->buf, &w->len);
+    if (!w->f) invar_die(INVAR_EXIT_SYSTEM, "serve: open_memstream failed: %s",
+                         strerror(errno));
+    return w->f;
+}
+
+static enum MHD_Result body_send(struct MHD_Connection *c, body_writer *w, unsigned status,
+                                 const char *type) {
+    if (fclose(w->f) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: writing a response failed: %s",
+                  strerror(errno));
+    return reply(c, status, type, w->buf, w->len);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, const serve_error *e) {
+    body_writer w;
+    serve_write_error(body_open(&w), e);
+    return body_send(c, &w, (unsigned)e->status, "application/json");
+}
+
+static enum MHD_Result completions(server *s, struct MHD_Connection *c, const upload *u) {
+    serve_error e;
+    if (u->too_large) {
+        e = (serve_error){.status = 413, .type = "invalid_request_error"};
+        snprintf(e.message, sizeof e.message, "request body over %d bytes", SERVE_MAX_BODY);
+        return send_error(c, &e);
+    }
+    serve_completion req;
+    if (!serve_completion_parse(u->data ? u->data : "", u->len, &s->bounds, &req, &e))
+        return send_error(c, &e);
+    serve_job job = {.req = {.prompt = req.prompt, .prompt_len = req.prompt_len,
+                             .max_new_tokens = req.max_tokens, .temperature = req.temperature,
+                             .seed = req.seed}};
+    job.result.steps = invar_calloc((size_t)req.max_tokens, sizeof *job.result.steps,
+                                    "response records");
+    serve_queue_run(s->queue, &job);
+    enum MHD_Result ok;
+    if (job.error[0]) {
+        e = (serve_error){.status = 500, .type = "server_error"};
+        snprintf(e.message, sizeof e.message, "the engine could not run the request: %.400s",
+                 job.error);
+        ok = send_error(c, &e);
+    } else {
+        pthread_mutex_lock(&s->id_mu);
+        long id = s->next_id++;
+        pthread_mutex_unlock(&s->id_mu);
+        body_writer w;
+        serve_write_completion(body_open(&w), &req, &job.result, s->bounds.model, id,
+                               s->created);
+        ok = body_send(c, &w, MHD_HTTP_OK, "application/json");
+    }
+    free(job.result.steps);
+    serve_completion_free(&req);
+    return ok;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *data,
+                              size_t *data_len, void **state) {
+    (void)version;
+    server *s = cls;
+    bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    if (post && !*state) {  // first call: headers only
+        *state = invar_calloc(1, sizeof(upload), "request body");
+        return MHD_YES;
+    }
+    if (post && *data_len > 0) {
+        upload *u = *state;
+        if (u->len + *data_len > SERVE_MAX_BODY) u->too_large = true;
+        if (!u->too_large) {
+            if (u->len + *data_len + 1 > u->cap) {
+                size_t cap = (u->len + *data_len + 1) * 2;
+                char *grown = realloc(u->data, cap);
+                if (!grown) return MHD_NO;  // drops the connection: out of memory
+                u->data = grown;
+                u->cap = cap;
+            }
+            memcpy(u->data + u->len, data, *data_len);
+            u->len += *data_len;
+            u->data[u->len] = '\0';
+        }
+        *data_len = 0;
+        return MHD_YES;
+    }
+    body_writer w;
+    if (strcmp(url, "/v1/completions") == 0) {
+        if (post) return completions(s, c, *state);
+    } else if (strcmp(url, "/v1/models") == 0 && !post) {
+        serve_write_models(body_open(&w), &s->bounds, s->created);
+        return body_send(c, &w, MHD_HTTP_OK, "application/json");
+    } else if (strcmp(url, "/health") == 0 && !post) {
+        fputs("{\"status\":\"ok\"}\n", body_open(&w));
+        return body_send(c, &w, MHD_HTTP_OK, "application/json");
+    } else if (strcmp(url, "/metrics") == 0 && !post) {
+        serve_queue_write_metrics(s->queue, body_open(&w));
+        return body_send(c, &w, MHD_HTTP_OK, "text/plain; version=0.0.4");
+    } else {
+        serve_error e = {.status = 404, .type = "not_found_error"};
+        snprintf(e.message, sizeof e.message, "no route %s %s (invar serve has POST "
+                 "/v1/completions, GET /v1/models, /health, /metrics)", method, url);
+        return send_error(c, &e);
+    }
+    serve_error e = {.status = 405, .type = "invalid_request_error"};
+    snprintf(e.message, sizeof e.message, "method %s not allowed on %s", method, url);
+    return send_error(c, &e);
+}
+
+static void request_done(void *cls, struct MHD_Connection *c, void **state,
+                         enum MHD_RequestTerminationCode why) {
+    (void)cls, (void)c, (void)why;
+    upload *u = *state;
+    if (u) {
+        free(u->data);
+        free(u);
+        *state = NULL;
+    }
+}
+
+// The port, for a test to read once the server listens: written under a temporary name and
+// renamed, so a reader never sees half of it.
+static void write_port_file(const char *path, unsigned port) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        invar_die(INVAR_EXIT_INPUT, "serve: --port-file %s: path too long", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) invar_die(INVAR_EXIT_SYSTEM, "serve: --port-file: cannot create %s: %s", tmp,
+                      strerror(errno));
+    fprintf(f, "%u\n", port);
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: --port-file: writing %s failed: %s", path,
+                  strerror(errno));
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *set = NULL, *device = "cpu", *host = "127.0.0.1", *name = NULL,
+               *backend_name = "mla-unified", *port_file = NULL;
+    int port = 8000, threads = 0, max_num_seqs = 16, budget = 256, max_model_len = 512,
+        window_ms = 0, min_batch = 1;
+    uint64_t seed = 0;
+    bool no_chunked = false, no_prefix = false;
+    const cli_flag flags[] = {
+        {.name = "--model", .metavar = "NAME|DIR", .to.string = &model, .required = true,
+         .help = "a named config (synthetic weights from --seed) or a checkpoint directory"},
+        {.name = "--kernel-set", .metavar = "SET", .to.string = &set, .required = true,
+         .help = "invariant, reference, adversarial, ... (sets/registry.h)"},
+        {.name = "--device", .to.string = &device, .choices = "cpu|cuda", .show_default = true,
+         .help = "where the kernel set runs"},
+        {.name = "--host", .metavar = "IPV4", .to.string = &host, .show_default = true,
+         .help = "the address to listen on"},
+        {.name = "--port", .kind = CLI_INT, .to.integer = &port, .min = 0, .max = 65535,
+         .show_default = true, .help = "the TCP port; 0 picks a free one (see --port-file)"},
+        {.name = "--port-file", .metavar = "FILE", .to.string = &port_file,
+         .help = "write the port listened on to FILE once listening"},
+        {.name = "--served-model-name", .metavar = "NAME", .to.string = &name,
+         .help = "the name clients give as \"model\" (default: --model)"},
+        {.name = "--seed", .kind = CLI_U64, .to.u64 = &seed, .show_default = true,
+         .help = "synthetic weights and sampling noise (noise depends on this seed,\n"
+                 "the request's seed and the position only)"},
+        {.name = "--threads", .kind = CLI_INT, .to.integer = &threads, .min = 0, .max = 1024,
+         .help = "CPU worker threads (default 0: one per core)"},
+        {.name = "--attention-backend", .metavar = "NAME", .to.string = &backend_name,
+         .show_default = true, .help = "an attention backend of engine/attention_backend.h"},
+        {.name = "--max-num-seqs", .kind = CLI_INT, .to.integer = &max_num_seqs, .min = 1,
+         .max = 4096, .show_default = true, .help = "most requests in one step"},
+        {.name = "--max-num-batched-tokens", .kind = CLI_INT, .to.integer = &budget, .min = 1,
+         .max = 1 << 20, .show_default = true, .help = "token budget of one step"},
+        {.name = "--max-model-len", .kind = CLI_INT, .to.integer = &max_model_len, .min = 2,
+         .max = 1 << 20, .show_default = true,
+         .help = "longest prompt + max_tokens (at most the model's positions)"},
+        {.name = "--no-chunked-prefill", .kind = CLI_SWITCH, .to.on = &no_chunked,
+         .help = "prefill a prompt whole, in one step"},
+        {.name = "--no-prefix-caching", .kind = CLI_SWITCH, .to.on = &no_prefix,
+         .help = "never reuse cached prompt blocks across requests"},
+        {.name = "--batch-window-ms", .kind = CLI_INT, .to.integer = &window_ms, .min = 0,
+         .max = 60000, .show_default = true,
+         .help = "an idle engine holds its first request this long for others\n"
+                 "to share the first step (tests on loaded machines)"},
+        {.name = "--min-batch", .kind = CLI_INT, .to.integer = &min_batch, .min = 1,
+         .max = 4096, .show_default = true,
+         .help = "with a window: start once this many requests wait"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar serve",
+        .about = "An OpenAI-compatible server over invar's engine: POST /v1/completions\n"
+                 "(prompts as token-id lists; logprobs with \"token_id:N\" names; per-request\n"
+                 "seeded sampling), GET /v1/models, /health and /metrics (the batch size of\n"
+                 "every step run). Continuous batching, chunked prefill and prefix caching\n"
+                 "across requests. Runs until SIGINT or SIGTERM.",
+        .flags = flags,
+        .epilogue = "Exit: 0 after SIGINT/SIGTERM, 2 bad usage or model, 3 a system call failed.",
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    const kernel_set_entry *entry = kernel_set_find(set, device);
+    if (!entry) return cli_usage_error(&cmd, "--kernel-set: no kernel set '%s' on %s", set, device);
+    const attention_backend *backend = attention_backend_by_name(backend_name);
+    if (!backend || !attention_backend_on_device(backend, device))
+        return cli_usage_error(&cmd, "--attention-backend: no backend '%s' on %s", backend_name,
+                               device);
+    if (min_batch > max_num_seqs)
+        return cli_usage_error(&cmd, "--min-batch %d exceeds --max-num-seqs %d", min_batch,
+                               max_num_seqs);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
+        return cli_usage_error(&cmd, "--host: '%s' is not an IPv4 address", host);
+    if (strcmp(device, "cuda") == 0) {
+        char why[256];
+        if (!cuda_device_available(why, sizeof why)) {
+            fprintf(stderr, "invar serve: --device cuda: %s\n", why);
+            return INVAR_EXIT_INPUT;
+        }
+    }
+
+    model_config cfg;
+    weight_source *w = NULL;
+    char err[1400];
+    if (!case_model_open(model, seed, &cfg, &w, err, sizeof err)) {
+        fprintf(stderr, "invar serve: --model: %s\n", err);
+        return INVAR_EXIT_INPUT;
+    }
+    if (max_model_len > cfg.max_position_embeddings) max_model_len = cfg.max_position_embeddings;
+    bool prefix_caching = !no_prefix;
+    if (prefix_caching && entry->batch_invariant && !backend->invariant_with_prefix_caching) {
+        fprintf(stderr, "invar serve: warning: prefix caching disabled: attention backend %s is "
+                "not batch-invariant with it\n", backend->name);
+        prefix_caching = false;
+    }
+    ops_set *ops = kernel_set_create(set, device, threads);
+    if (!ops) invar_die(INVAR_EXIT_INPUT, "serve: cannot create kernel set %s on %s", set,
+                        device);
+    engine_limits limits = {.max_num_seqs = max_num_seqs, .max_num_batched_tokens = budget,
+                            .max_model_len = max_model_len,
+                            .max_total_tokens = max_num_seqs * max_model_len, .block_size = 64};
+    engine *e = engine_create(&cfg, w, ops, &limits, seed);
+    w->destroy(w);
+    engine_sched sched = {.max_num_seqs = max_num_seqs, .max_num_batched_tokens = budget,
+                          .chunked_prefill = !no_chunked, .top_k = ENGINE_MAX_TOPK,
+                          .backend = backend, .prefix_caching = prefix_caching};
+
+    // SIGINT and SIGTERM wait for this thread's sigwait: blocked before any thread starts, so
+    // every thread inherits the mask. A client gone mid-reply must not kill the server.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    int src = pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    if (src != 0) invar_die(INVAR_EXIT_SYSTEM, "serve: pthread_sigmask failed: %s",
+                            strerror(src));
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: ignoring SIGPIPE failed: %s", strerror(errno));
+
+    serve_batching batching = {.window_ms = window_ms, .min_batch = min_batch};
+    server s = {.bounds = {.model = name ? name : model, .vocab_size = cfg.vocab_size,
+                           .max_model_len = max_model_len},
+                .created = (long)time(NULL)};
+    if ((src = pthread_mutex_init(&s.id_mu, NULL)) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: pthread_mutex_init failed: %s", strerror(src));
+    s.queue = serve_queue_start(e, &sched, &batching);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
+        (uint16_t)port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_NOTIFY_COMPLETED, request_done, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)600, MHD_OPTION_END);
+    if (!d) invar_die(INVAR_EXIT_SYSTEM, "serve: cannot listen on %s:%d (MHD_start_daemon "
+                      "failed: %s)", host, port, strerror(errno));
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    unsigned bound = info ? info->port : (unsigned)port;
+    if (port_file) write_port_file(port_file, bound);
+    printf("invar serve: %s on %s (kernel set %s, backend %s, prefix caching %s, chunked prefill "
+           "%s, batch window %d ms) at http://%s:%u/v1\n", s.bounds.model, device, set,
+           backend->name, prefix_caching ? "on" : "off", no_chunked ? "off" : "on", window_ms,
+           host, bound);
+    if (fflush(stdout) != 0) invar_die(INVAR_EXIT_SYSTEM, "writing stdout failed");
+
+    int sig = 0;
+    if ((src = sigwait(&stop, &sig)) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: sigwait failed: %s", strerror(src));
+    printf("invar serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    MHD_stop_daemon(d);
+    serve_queue_stop(s.queue);
+    pthread_mutex_destroy(&s.id_mu);
+    engine_destroy(e);
+    ops->destroy(ops);
+    return 0;
+}

@@ -1,0 +1,222 @@
+// harness/serve/serve_api.c — /v1/completions requests in, responses and errors out
+// (harness/serve/serve_api.h). cJSON reads; harness/json_writer.h writes, so floats read back exactly.
+#include "serve_api.h"
+
+#include <math.h>                // isfinite, floor
+#include <stdarg.h>              // va_list
+#include <stdlib.h>              // free
+#include <string.h>              // strcmp
+
+#include <cjson/cJSON.h>         // cJSON_ParseWithLength, cJSON_GetObjectItemCaseSensitive, ...
+
+#include "../../common/check.h" // invar_malloc
+#include "../json_writer.h"      // json_write_string, json_write_float, json_write_int
+
+__attribute__((format(printf, 4, 5)))
+static bool fail(serve_error *e, int status, const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = status == 404 ? "not_found_error" : "invalid_request_error";
+    e->param = param;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+// A JSON number that is a whole number in [lo, hi].
+static bool whole_in(const cJSON *v, double lo, double hi, double *out) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d) || d < lo || d > hi) return false;
+    *out = d;
+    return true;
+}
+
+static const cJSON *field(const cJSON *root, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static bool parse_prompt(const cJSON *p, const serve_bounds *b, serve_completion *out,
+                         serve_error *e) {
+    if (!p) return fail(e, 400, "prompt", "'prompt' is required");
+    if (cJSON_IsString(p))
+        return fail(e, 400, "prompt", "'prompt' must be a list of token ids: invar serve has no "
+                    "tokenizer");
+    if (!cJSON_IsArray(p)) return fail(e, 400, "prompt", "'prompt' must be a list of token ids");
+    const cJSON *first = cJSON_GetArrayItem(p, 0);
+    if (first && cJSON_IsArray(first)) {  // [[ids]]: a batch of prompts, of which one is served
+        if (cJSON_GetArraySize(p) != 1)
+            return fail(e, 400, "prompt", "'prompt' holds %d prompts; send one per request",
+                        cJSON_GetArraySize(p));
+        p = first;
+    }
+    int n = cJSON_GetArraySize(p);
+    if (n < 1) return fail(e, 400, "prompt", "'prompt' is empty");
+    if (n >= b->max_model_len)
+        return fail(e, 400, "prompt", "prompt of %d tokens leaves no room in max_model_len %d", n,
+                    b->max_model_len);
+    out->prompt = invar_malloc((size_t)n * sizeof *out->prompt, "prompt tokens");
+    out->prompt_len = n;
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, p) {
+        double id;
+        if (!whole_in(t, 0, b->vocab_size - 1, &id))
+            return fail(e, 400, "prompt", "prompt[%d] must be a token id in [0, %d)", i,
+                        b->vocab_size);
+        out->prompt[i++] = (int32_t)id;
+    }
+    return true;
+}
+
+// An option this server does not implement must be absent or neutral, never ignored.
+static bool neutral(const cJSON *root, const char *name, double neutral_lo, double neutral_hi,
+                    serve_error *e) {
+    const cJSON *v = field(root, name);
+    if (!v) return true;
+    if (cJSON_IsBool(v) && neutral_lo == 0 && neutral_hi == 0 && cJSON_IsFalse(v)) return true;
+    if (cJSON_IsNumber(v) && v->valuedouble >= neutral_lo && v->valuedouble <= neutral_hi)
+        return true;
+    return fail(e, 400, name, "'%s' is not supported by invar serve (absent or neutral only)",
+                name);
+}
+
+bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
+                            serve_completion *out, serve_error *e) {
+    *out = (serve_completion){.max_tokens = 16, .logprobs = -1, .temperature = 1.0f};
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    bool ok = false;
+    if (!root || !cJSON_IsObject(root)) {
+        fail(e, 400, NULL, "the request body is not a JSON object");
+        goto out;
+    }
+    const cJSON *v = field(root, "model");
+    if (v && (!cJSON_IsString(v) || strcmp(v->valuestring, b->model) != 0)) {
+        fail(e, 404, "model", "The model `%s` does not exist (this server serves `%s`)",
+             cJSON_IsString(v) ? v->valuestring : "(not a string)", b->model);
+        goto out;
+    }
+    if (!parse_prompt(field(root, "prompt"), b, out, e)) goto out;
+    double d;
+    if ((v = field(root, "max_tokens"))) {
+        if (!whole_in(v, 1, b->max_model_len - out->prompt_len, &d)) {
+            fail(e, 400, "max_tokens", "'max_tokens' must be a whole number in [1, %d] (prompt "
+                 "of %d tokens, max_model_len %d)", b->max_model_len - out->prompt_len,
+                 out->prompt_len, b->max_model_len);
+            goto out;
+        }
+        out->max_tokens = (int)d;
+    } else if (out->prompt_len + out->max_tokens > b->max_model_len) {
+        out->max_tokens = b->max_model_len - out->prompt_len;
+    }
+    if ((v = field(root, "logprobs"))) {
+        if (!whole_in(v, 0, ENGINE_MAX_TOPK, &d)) {
+            fail(e, 400, "logprobs", "'logprobs' must be a whole number in [0, %d]",
+                 ENGINE_MAX_TOPK);
+            goto out;
+        }
+        out->logprobs = (int)d;
+    }
+    if ((v = field(root, "temperature"))) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 100)) {
+            fail(e, 400, "temperature", "'temperature' must be a number in [0, 100]");
+            goto out;
+        }
+        out->temperature = (float)v->valuedouble;
+    }
+    if ((v = field(root, "seed"))) {
+        // Up to 2^53: a JSON number read as a double holds every integer below that exactly.
+        if (!whole_in(v, -9007199254740992.0, 9007199254740992.0, &d)) {
+            fail(e, 400, "seed", "'seed' must be a whole number of magnitude at most 2^53");
+            goto out;
+        }
+        out->seed = (uint64_t)(int64_t)d;
+    }
+    if (!neutral(root, "n", 1, 1, e) || !neutral(root, "best_of", 1, 1, e) ||
+        !neutral(root, "stream", 0, 0, e) || !neutral(root, "echo", 0, 0, e) ||
+        !neutral(root, "top_p", 1, 1, e) || !neutral(root, "top_k", -1, 0, e))
+        goto out;
+    ok = true;
+out:
+    cJSON_Delete(root);
+    if (!ok) serve_completion_free(out);
+    return ok;
+}
+
+void serve_completion_free(serve_completion *c) {
+    free(c->prompt);
+    c->prompt = NULL;
+}
+
+static void write_token(FILE *f, int32_t id) {
+    char name[32];
+    snprintf(name, sizeof name, "token_id:%d", id);
+    json_write_string(f, name);
+}
+
+void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,
+                            const char *model, long id, long created) {
+    fprintf(f, "{\"id\":\"cmpl-invar-%ld\",\"object\":\"text_completion\",\"created\":%ld,"
+            "\"model\":", id, created);
+    json_write_string(f, model);
+    fputs(",\"choices\":[{\"index\":0,\"text\":\"", f);
+    for (int s = 0; s < r->n_steps; s++) fprintf(f, " token_id:%d", r->steps[s].token);
+    fputs("\",\"logprobs\":", f);
+    if (c->logprobs < 0) {
+        fputs("null", f);
+    } else {
+        fputs("{\"tokens\":[", f);
+        for (int s = 0; s < r->n_steps; s++) {
+            if (s) fputc(',', f);
+            write_token(f, r->steps[s].token);
+        }
+        fputs("],\"token_logprobs\":[", f);
+        for (int s = 0; s < r->n_steps; s++) {
+            if (s) fputc(',', f);
+            json_write_float(f, r->steps[s].logprob);
+        }
+        fputs("],\"top_logprobs\":[", f);
+        for (int s = 0; s < r->n_steps; s++) {
+            fputs(s ? ",{" : "{", f);
+            for (int k = 0; k < c->logprobs; k++) {
+                if (k) fputc(',', f);
+                write_token(f, r->steps[s].topk_ids[k]);
+                fputc(':', f);
+                json_write_float(f, r->steps[s].topk_logprobs[k]);
+            }
+            fputc('}', f);
+        }
+        fputs("],\"text_offset\":[", f);
+        long offset = 0;
+        for (int s = 0; s < r->n_steps; s++) {
+            char piece[32];
+            offset += s ? snprintf(piece, sizeof piece, " token_id:%d", r->steps[s - 1].token) : 0;
+            fprintf(f, "%s%ld", s ? "," : "", offset);
+        }
+        fputs("]}", f);
+    }
+    fprintf(f, ",\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%d,"
+            "\"completion_tokens\":%d,\"total_tokens\":%d}}\n", c->prompt_len, r->n_steps,
+            c->prompt_len + r->n_steps);
+}
+
+void serve_write_models(FILE *f, const serve_bounds *b, long created) {
+    fputs("{\"object\":\"list\",\"data\":[{\"id\":", f);
+    json_write_string(f, b->model);
+    fprintf(f, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"invar\",\"root\":", created);
+    json_write_string(f, b->model);
+    fprintf(f, ",\"max_model_len\":%d,\"vocab_size\":%d}]}\n", b->max_model_len, b->vocab_size);
+}
+
+void serve_write_error(FILE *f, const serve_error *e) {
+    fputs("{\"error\":{\"message\":", f);
+    json_write_string(f, e->message);
+    fputs(",\"type\":", f);
+    json_write_string(f, e->type);
+    fputs(",\"param\":", f);
+    if (e->param) json_write_string(f, e->param);
+    else fputs("null", f);
+    fprintf(f, ",\"code\":%d}}\n", e->status);
+}

@@ -1,0 +1,56 @@
+// harness/serve/serve_api.h — the OpenAI-compatible JSON of `invar serve` (harness/serve/cmd_serve.c):
+// a /v1/completions request read and checked, its response, /v1/models, and the error body
+// OpenAI clients expect ({"error": {"message", "type", "param", "code"}}).
+//
+// invar has no tokenizer: a prompt is a list of token ids (or a list holding one such list),
+// and a response names tokens as "token_id:N" (vLLM's return_tokens_as_token_ids), in the text
+// too (" token_id:N" per token). There is no end-of-sequence token, so every request runs
+// max_tokens tokens (ignore_eos is accepted and changes nothing).
+#ifndef INVAR_HARNESS_SERVE_API_H
+#define INVAR_HARNESS_SERVE_API_H
+
+#include <stdbool.h>            // bool
+#include <stddef.h>             // size_t
+#include <stdint.h>             // int32_t, uint64_t
+#include <stdio.h>              // FILE
+
+#include "../../engine/engine.h" // engine_result, ENGINE_MAX_TOPK
+
+// What a request may ask for on this server.
+typedef struct {
+    const char *model;           // the served model's name; a request naming another is 404
+    int vocab_size;
+    int max_model_len;           // prompt + max_tokens
+} serve_bounds;
+
+typedef struct {
+    int32_t *prompt;             // owned: free with serve_completion_free
+    int prompt_len;
+    int max_tokens;              // default 16, as OpenAI's
+    int logprobs;                // top logprobs per token, 0..ENGINE_MAX_TOPK; -1: none asked
+    float temperature;           // default 1, as OpenAI's; 0 is greedy
+    uint64_t seed;               // default 0
+} serve_completion;
+
+// A request that cannot be served: the HTTP status and the error body's fields.
+typedef struct {
+    int status;                  // 400, 404, 413, ...
+    const char *type;            // "invalid_request_error", "not_found_error"
+    const char *param;           // the offending field, or NULL
+    char message[512];
+} serve_error;
+
+// Reads a /v1/completions body. False with `e` filled when it is not JSON, a field has the
+// wrong type or is out of range, or asks for what this server does not do (n > 1, stream,
+// echo, best_of > 1, top_p != 1, top_k > 0, several prompts, a text prompt).
+bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
+                            serve_completion *out, serve_error *e);
+void serve_completion_free(serve_completion *c);
+
+// The response to `c`, whose records are in r (r->n_steps of them); id numbers the response.
+void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,
+                            const char *model, long id, long created);
+void serve_write_models(FILE *f, const serve_bounds *b, long created);
+void serve_write_error(FILE *f, const serve_error *e);
+
+#endif

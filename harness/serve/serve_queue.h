@@ -1,0 +1,44 @@
+// harness/serve/serve_queue.h — the engine thread of `invar serve`: HTTP handler threads hand in
+// jobs and wait; one thread owns the engine (engine/engine.h's serving API) and runs steps of
+// continuous batching, adding the jobs that arrived before each step.
+//
+// The batching window makes "concurrent requests share a step" deterministic enough to test on
+// a loaded 2-core machine: when the engine is idle, the first arrival is held up to window_ms
+// for more, and the step starts as soon as min_batch requests are waiting (min_batch 1 with a
+// window still waits the window out: requests sent together then start together).
+#ifndef INVAR_HARNESS_SERVE_QUEUE_H
+#define INVAR_HARNESS_SERVE_QUEUE_H
+
+#include <stdbool.h>            // bool
+#include <stdio.h>              // FILE
+
+#include "../../engine/engine.h" // engine, engine_request, engine_result, engine_sched
+
+typedef struct serve_queue serve_queue;
+
+typedef struct serve_job {
+    engine_request req;          // the caller's; its prompt must outlive the job
+    engine_result result;        // steps: room for req.max_new_tokens records
+    bool done;
+    char error[512];             // "" when the request ran
+    struct serve_job *next;      // queue link (the queue's)
+} serve_job;
+
+typedef struct {
+    int window_ms;               // hold an idle engine's first arrival this long (0: do not)
+    int min_batch;               // start before the window ends once this many are waiting
+} serve_batching;
+
+// Starts the engine thread; the engine begins a session with `sched`. Exits 2 when the
+// schedule does not fit the engine, 3 when the thread cannot start.
+serve_queue *serve_queue_start(engine *e, const engine_sched *sched, const serve_batching *b);
+// Stops the thread after the current step; jobs still waiting fail with "server stopping".
+void serve_queue_stop(serve_queue *q);
+
+// Hands in a job and waits until it finished (job->error says whether it ran).
+void serve_queue_run(serve_queue *q, serve_job *job);
+
+// Prometheus-style text: requests, steps, and how many steps ran at each batch size.
+void serve_queue_write_metrics(serve_queue *q, FILE *f);
+
+#endif

@@ -133,7 +133,10 @@ else
     b=build-doc
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
-make -s -j"$jobs" CUDA=0 BUILD="$b" "$b/invar" "$b/tests/test_inv_cpu_rmsnorm" \
+# Not the calling make's flags (make check's BUILD or CUDA would override these); DEPS_PREFIX,
+# which make exports when given on its command line, is passed on.
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -j"$jobs" CUDA=0 BUILD="$b" \
+    ${DEPS_PREFIX:+DEPS_PREFIX="$DEPS_PREFIX"} "$b/invar" "$b/tests/test_inv_cpu_rmsnorm" \
     "$b/tests/test_doc_example_stride" >"$tmp/make.log" 2>&1 ||
     { tail -n 40 "$tmp/make.log"; fail "the CPU example does not build"; }
 
@@ -151,7 +154,8 @@ if [ -z "$nvcc" ]; then
 fi
 cuda_home=${nvcc%/bin/nvcc}
 for f in kernels/cuda/rmsnorm_warp.cu kernels/cuda/inv_cuda.cu; do
-    "$nvcc" -std=c++17 -O3 -DINVAR_CUDA -I"$cuda_home/include" -gencode arch=compute_90a,code=sm_90a \
+    "$nvcc" -std=c++17 -O3 -DINVAR_CUDA -I"$cuda_home/include" ${DEPS_PREFIX:+-I"$DEPS_PREFIX/usr/include"} \
+        -gencode arch=compute_90a,code=sm_90a \
         -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -c "$f" -o "$tmp/$(basename "$f").o" ||
         fail "the CUDA example: $f does not compile"
 done

@@ -248,6 +248,29 @@ __device__ __forceinline__ void wgmma_m64n16k16_mk(float (&d)[8], uint64_t desc_
     asm volatile(MLAN_M64N16K16("1") : WGMMA_ACC4(d, 0), WGMMA_ACC4(d, 4) : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
+// A tile's Sᵀ half, box by box: the stage's barriers, the stage, its phase, the low words of the
+// tile's and Q's descriptors.
+struct mlan_s_boxes {
+    uint64_t (&full)[2][MLAN_BOXES];
+    const int &st;
+    const uint32_t &parity, &d_kv, &d_q;
+
+    // Box b's chain (4 k16 steps ascending from 0) into d, once the box has landed.
+    __device__ __forceinline__ void chain(int b, float (&d)[8]) const {
+        mbar_wait(&full[st][b], parity);
+        wgmma_fence();  // after the wait's loop (a divergent path), or ptxas serializes (C7520)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const uint64_t da = wgmma_desc_sw128_lo(d_kv + (b * MLAN_BOX_BYTES + kk * 32) / 16);
+            const uint64_t db = wgmma_desc_sw128_lo(d_q + (b * MLAN_QBOX_BYTES + kk * 32) / 16);
+            if (kk == 0)
+                wgmma_m64n16k16_kk<true>(d, da, db);
+            else
+                wgmma_m64n16k16_kk<false>(d, da, db);
+        }
+    }
+};
+
 #endif
 
 // Barrier 1 + wg among warpgroup wg's 128 threads only (0 is __syncthreads, 3 both computing
@@ -393,23 +416,11 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
             // box (4 k16 steps ascending from 0), each box waited for just before its steps.
             constexpr int B0 = 5;  // boxes of warpgroup 0
             float sb[B0][8];
-            auto s_box = [&](int b, float(&d)[8]) {
-                mbar_wait(&full[st][b], parity);
-                wgmma_fence();  // after the wait's loop (a divergent path), or ptxas serializes (C7520)
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    const uint64_t da = wgmma_desc_sw128_lo(d_kv + (b * MLAN_BOX_BYTES + kk * 32) / 16);
-                    const uint64_t db = wgmma_desc_sw128_lo(d_q + (b * MLAN_QBOX_BYTES + kk * 32) / 16);
-                    if (kk == 0)
-                        wgmma_m64n16k16_kk<true>(d, da, db);
-                    else
-                        wgmma_m64n16k16_kk<false>(d, da, db);
-                }
-            };
+            const mlan_s_boxes s_box{full, st, parity, d_kv, d_q};
             float half[8];
             if (wg == 0) {
 #pragma unroll
-                for (int b = 0; b < B0; b++) s_box(b, sb[b]);
+                for (int b = 0; b < B0; b++) s_box.chain(b, sb[b]);
                 wgmma_commit();
                 wgmma_wait<0>();
 #pragma unroll
@@ -418,7 +429,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
                 for (int e = 0; e < 8; e++) half[e] = ((sb[0][e] + sb[1][e]) + (sb[2][e] + sb[3][e])) + sb[4][e];
             } else {
 #pragma unroll
-                for (int b = 0; b < MLAN_BOXES - B0; b++) s_box(B0 + b, sb[b]);
+                for (int b = 0; b < MLAN_BOXES - B0; b++) s_box.chain(B0 + b, sb[b]);
                 wgmma_commit();
                 wgmma_wait<0>();
 #pragma unroll

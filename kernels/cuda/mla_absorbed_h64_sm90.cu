@@ -100,6 +100,8 @@ template <bool TWO, int SPLIT>
 struct mlaw_merge_case {
     static constexpr bool two = TWO;
     static constexpr int split = SPLIT;
+    // Whether this CTA merges float4 e4 of its threads' 32.
+    static __device__ __forceinline__ bool keeps(int e4) { return !TWO || (e4 >> 4) == SPLIT; }
 };
 
 // Shared memory by its 32-bit address: the kernel's buffers come from an aligned generic
@@ -241,111 +243,55 @@ __device__ __forceinline__ void store_partial(const mlaw_params &p, const float 
             mla_partial_store2(dst + 8 * j, o[4 * j + 2 * half], o[4 * j + 2 * half + 1], policy);
     }
 }
-#endif
 
-template <bool QK_EARLY>
-__global__ void __launch_bounds__(MLAW_THREADS, 1)
-mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_kv,
-                       const __grid_constant__ CUtensorMap tmap_q_lat, const __grid_constant__ CUtensorMap tmap_q_pe) {
-#if INVAR_WGMMA
-    pdl_release_dependent();  // the merge may start up now; it waits for this grid's end
-    const mla_attention_args &a = p.a;
-    const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
-    const int pos = a.token_pos[t], seq = a.token_seq[t];
-    const int start = split * p.split_size;
-    if (start > pos) return;  // past the token's position: the merge never reads this split
-    const int end = min(start + p.split_size, pos + 1);
-    const int ntiles = (end - start + MLAW_TILE - 1) / MLAW_TILE;
-    const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32, lane = tid % 32;
-    const int r = lane >> 2, q = lane & 3, row0 = warp * 16 + r;  // this thread's rows: row0, row0 + 8
-    const int h0 = hg * MLAW_HEADS;
-
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
-    uint8_t *const sQ = smem, *const sKV = smem + MLAW_TILE_BYTES, *const sP = smem + MLAW_P_OFFSET;
-    __shared__ __align__(8) uint64_t full[2][MLAW_BOXES];  // box b of stage s has landed
-    __shared__ __align__(8) uint64_t q_full[MLAW_BOXES];   // Q's box b has landed (q_tma)
-    __shared__ __align__(8) uint64_t p_full;               // a tile's owner wrote P, alpha and (m, l)
-    __shared__ float s_alpha[MLAW_HEADS];
-    __shared__ float2 s_ml_tile[MLAW_HEADS];                // (m, l) after the owner's tile
+// One (token, split)'s KV tiles: the cache row of each and its loads into the two stages.
+struct mlaw_tiles {
+    const mla_attention_args &a;
+    const CUtensorMap &tmap_kv;
+    const int32_t *const &seq_blocks;  // the block table of the token's sequence
+    const int &start;                  // the split's first position
+    uint8_t *const &sKV;               // the two stages
+    uint64_t (&full)[2][MLAW_BOXES];
 
     // The cache row (slot) of tile i's first position: the tile is the 64 rows from there, all
     // inside one cache block.
-    const int32_t *seq_blocks = a.block_table + (long)seq * a.max_blocks_per_seq;
-    auto tile_row = [&](int i) {
+    __device__ __forceinline__ int tile_row(int i) const {
         const int p0 = start + i * MLAW_TILE;
         return (int)((long)seq_blocks[p0 / a.block_size] * a.block_size + p0 % a.block_size);
-    };
+    }
     // Boxes [b0, b1) of tile i (first cache row `row`) into stage i % 2, 64 dims each, every box
     // on its own barrier.
-    auto issue = [&](int i, int row, int b0, int b1) {
+    __device__ __forceinline__ void issue(int i, int row, int b0, int b1) const {
         uint8_t *dst = sKV + (i & 1) * MLAW_TILE_BYTES;
         for (int b = b0; b < b1; b++) {
             mbar_expect_tx(&full[i & 1][b], MLAW_BOX_BYTES);
             tma_load_2d(dst + b * MLAW_BOX_BYTES, &tmap_kv, &full[i & 1][b], b * 64, row);
         }
-    };
-    if (tid == 0) {
-        for (int b = 0; b < MLAW_BOXES; b++) {
-            mbar_init(&full[0][b], 1);
-            mbar_init(&full[1][b], 1);
-            mbar_init(&q_full[b], 1);
-        }
-        mbar_init(&p_full, 128);
-        mbar_init_fence();
-        const int row0_tile = tile_row(0);
-        for (int b = 0; b < MLAW_BOXES; b++) {
-            // Q's box b (dims 64b .. 64b + 63 of heads h0 .. h0 + 63: latent, then rope), then
-            // tile 0's: the first Q·Kᵀ's steps over box b need both.
-            if (p.q_tma) {
-                mbar_expect_tx(&q_full[b], MLAW_BOX_BYTES);
-                if (b < MLAW_L / 64)
-                    tma_load_3d(sQ + b * MLAW_BOX_BYTES, &tmap_q_lat, &q_full[b], b * 64, h0, t);
-                else
-                    tma_load_3d(sQ + b * MLAW_BOX_BYTES, &tmap_q_pe, &q_full[b], 0, h0, t);
-            }
-            issue(0, row0_tile, b, b + 1);
-        }
-        if (ntiles > 1 && !p.merge_here) issue(1, tile_row(1), 0, MLAW_BOXES);
     }
+};
 
-    // Q not in 16-byte pieces: 64 heads x (L latent, R rope) into the swizzled layout, box
-    // d / 64, value by value while the first tiles are in flight.
-    if (!p.q_tma) mla_load_q_sw128<MLAW_HEADS, MLAW_THREADS>(a, false, t, h0, sQ);
-    fence_proxy_async();  // Q copied by threads (generic-proxy writes) becomes visible to wgmma
-    __syncthreads();      // ... and the barriers' initialization to every thread
+// The split kernel's state its steps share: the token's tiles, this thread's place, the CTA's
+// shared buffers, and the thread's running O and (m, l).
+struct mlaw_cta : mlaw_tiles {
+    const mlaw_params &p;
+    const int &end, &ntiles, &t, &h0;
+    const int &tid, &wg, &wtid, &q, &row0;
+    const int &box0, &box1, &vbox;  // the boxes this warpgroup refills, its V boxes
+    uint8_t *const &sQ, *const &sP;
+    uint64_t (&q_full)[MLAW_BOXES];
+    uint64_t &p_full;
+    float (&s_alpha)[MLAW_HEADS];
+    float2 (&s_ml_tile)[MLAW_HEADS];
+    float (&o)[128];
+    float (&m_run)[2], (&l_run)[2];
 
-    float o[128];
-#pragma unroll
-    for (int e = 0; e < 128; e++) o[e] = 0.0f;
-
-    // The seesaw: warpgroup w computes S and the softmax of the tiles of parity w (tile i's
-    // owner), both warpgroups the P·V of every tile for their own columns, in tile order. Per
-    // iteration, w's tile i and the other's tile j = i - 1 before it:
-    //   wait for P_j; O *= alpha_j; issue P_j·V_j (P from shared memory) ... then Q·Kᵀ of
-    //   tile i behind it; wait for P·V (this warpgroup's boxes of stage j refill with tile
-    //   j + 2); wait for S_i; softmax from (m, l)_j; P_i, alpha_i and (m, l)_i to shared
-    //   memory (p_full); O *= alpha_i; O += P_i·V_i (P in registers); its boxes of stage i
-    //   refill with tile i + 2.
-    // With QK_EARLY, Q·Kᵀ of tile i is issued first, then the wait for P_j and P_j·V_j, and one
-    // wait covers both before the refill and the softmax.
-    // One P buffer is enough: the warpgroup that writes P_i has just read P_j, and the other
-    // reads P_i before it writes P_{i+1}. A stage's boxes 0..3 are read by Q·Kᵀ and warpgroup
-    // 0's P·V, boxes 4..8 by Q·Kᵀ and warpgroup 1's P·V; P·V comes after Q·Kᵀ (P needs S), so
-    // warpgroup 0 refills 0..3 and warpgroup 1 4..8, each after its own P·V of the tile.
-    // Every wgmma group is waited for in the iteration that issued it: one left in flight
-    // across the loop's back edge makes ptxas serialize all of them (C7515; FlashMLA notes the
-    // same).
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // (m, l) after the last tile seen
-    const int box0 = wg == 0 ? 0 : 4, box1 = wg == 0 ? 4 : MLAW_BOXES;  // the boxes this warpgroup refills
-    const int vbox = 4 * wg;  // its V boxes: latent dims 256 wg .. 256 wg + 255
     // This warpgroup's boxes of tile t's stage take tile t + 2 (row: its first cache row).
-    auto refill = [&](int t, int row) {
+    __device__ __forceinline__ void refill(int t, int row) const {
         if (wtid == 0 && t + 2 < ntiles) issue(t + 2, row, box0, box1);
         __syncwarp();
-    };
+    }
     // O *= alpha, row0's by alpha0 and row0 + 8's by alpha1 (a tile's rescale, before its P·V).
-    auto scale_o = [&](float alpha0, float alpha1) {
+    __device__ __forceinline__ void scale_o(float alpha0, float alpha1) const {
 #pragma unroll
         for (int e = 0; e < 32; e++) {
             o[4 * e] *= alpha0;
@@ -353,10 +299,10 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             o[4 * e + 2] *= alpha1;
             o[4 * e + 3] *= alpha1;
         }
-    };
+    }
     // O *= alpha_j, then O += P_j·V_j with P_j from shared memory, once the other warpgroup has
     // published it; issued and committed, not waited for. Loads (m, l)_j.
-    auto pv_shared_issue = [&](int j) {
+    __device__ __forceinline__ void pv_shared_issue(int j) const {
         const uint8_t *kv = sKV + (j & 1) * MLAW_TILE_BYTES;
         mbar_wait(&p_full, (uint32_t)j & 1u);
         // Complete already (the owner waited for every box before its P); waited for here so
@@ -372,9 +318,9 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             wgmma_m64n256k16_ss_mn(o, wgmma_desc_sw128(sP + k * 32),
                                    wgmma_desc_sw128_mn(kv + vbox * MLAW_BOX_BYTES + k * 16 * 128, MLAW_BOX_BYTES));
         wgmma_commit();
-    };
+    }
     // S_i = Q·Kᵀ, issued and committed, not waited for.
-    auto qk_issue = [&](int i, float (&s)[32]) {
+    __device__ __forceinline__ void qk_issue(int i, float (&s)[32]) const {
         const int st = i & 1, p0 = start + i * MLAW_TILE;
         const uint32_t parity = (uint32_t)(i >> 1) & 1u;
         uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
@@ -409,11 +355,11 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             }
         }
         wgmma_commit();
-    };
+    }
     // The owner's part of tile i once S_i is in registers (and (m, l) holds the tile before
     // it): softmax; P_i, alpha_i and (m, l)_i published (p_full); O = O * alpha_i + P_i·V_i
     // with P in registers, waited for; this warpgroup's boxes of stage i refilled.
-    auto own_tile = [&](int i, float (&s)[32], int row_i2) {
+    __device__ __forceinline__ void own_tile(int i, float (&s)[32], int row_i2) const {
         // Rows row0 (s[4c], s[4c+1]) and row0 + 8 (s[4c+2], s[4c+3]), columns 8c + 2q, 8c + 2q + 1.
         const int p0 = start + i * MLAW_TILE;
         float mx[2] = {-INFINITY, -INFINITY};
@@ -491,94 +437,22 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 #pragma unroll
         for (int k = 0; k < 4; k++) wgmma_hold(pa[k]);  // P, read by the wgmma until its wait
         refill(i, row_i2);
-    };
-
-    // Where the CTAs merge (tokens of at most two splits: every CTA of a wave at the same
-    // point of its 8 tiles), tile 1 goes out once the last boxes of Q and of tile 0 (issued
-    // last) have landed, so that those come first out of the wave's first loads; elsewhere at
-    // once, with them (H200, dev timer, us, with the out loop below: 32 x 1k 31.4 -> 30.9,
-    // 64 x 1k 59.5 -> 57.3; taken in every grid it cost 128 x 4k 444.5 -> 448.2).
-    if (p.merge_here && wg == 1 && wtid == 0 && ntiles > 1) {
-        mbar_wait(&full[0][MLAW_BOXES - 1], 0u);
-        if (p.q_tma) mbar_wait(&q_full[MLAW_BOXES - 1], 0u);
-        issue(1, tile_row(1), 0, MLAW_BOXES);
-    }
-    __syncwarp();
-    if (wg == 0) {  // tile 0: nothing before it
-        const int row2 = ntiles > 2 ? tile_row(2) : 0;
-        float s[32];
-        qk_issue(0, s);
-        wgmma_wait<0>();
-        wgmma_hold(s);
-        own_tile(0, s, row2);
-    }
-    for (int i = wg == 0 ? 2 : 1; i < ntiles; i += 2) {  // the other's tile i - 1, then its own tile i
-        // Block-table entries of the tiles this iteration's refills load, read now so that
-        // their latency hides behind the products.
-        const int row_j2 = i + 1 < ntiles ? tile_row(i + 1) : 0;
-        const int row_i2 = i + 2 < ntiles ? tile_row(i + 2) : 0;
-        float s[32];
-        if (QK_EARLY) {  // Q·Kᵀ of tile i while the other still computes P_{i-1} (mla_wgmma_qk_early)
-            qk_issue(i, s);
-            pv_shared_issue(i - 1);
-            wgmma_wait<0>();  // S_i, then P_{i-1}·V: P's buffer is free, and this warpgroup's boxes of its stage
-            wgmma_hold(s);
-            wgmma_hold(o);
-            refill(i - 1, row_j2);
-        } else {
-            pv_shared_issue(i - 1);
-            qk_issue(i, s);
-            wgmma_wait<1>();  // P_{i-1}·V done: P's buffer is free, and this warpgroup's boxes of its stage
-            wgmma_hold(o);
-            refill(i - 1, row_j2);
-            wgmma_wait<0>();
-            wgmma_hold(s);
-        }
-        own_tile(i, s, row_i2);
-    }
-    if ((ntiles - 1) % 2 != wg) {  // the last tile is the other's
-        pv_shared_issue(ntiles - 1);
-        wgmma_wait<0>();
-        wgmma_hold(o);
-    }
-    const int col0 = wg * (MLAW_L / 2);  // this warpgroup's output columns
-    if (!p.merge_here) {
-        store_partial(p, o, t, h0, split, col0, warp, lane);
-        if (wg == 0 && q == 0) {
-#pragma unroll
-            for (int h2 = 0; h2 < 2; h2++)
-                p.ml_part[((long)t * a.H + h0 + row0 + 8 * h2) * p.nsplit + split] = make_float2(m_run[h2], l_run[h2]);
-        }
-        return;
     }
 
-    // Every token of at most two splits (the grid's nsplit <= 2): merged here with the merge
-    // kernel's operations in its order (mla_merge.cuh), so a token's bits do not depend on which
-    // of the two merged it. One split: this CTA alone. Two: the cluster of the token's two CTAs
-    // (rank = split) swaps halves through distributed shared memory, rank k merging of every
-    // row the columns of its threads' float4 16k .. 16k + 15 (columns 128k .. 128k + 127 of each
-    // warpgroup's 256) of both splits: every thread sends 16 float4 and merges 16. P's buffer,
-    // idle now, holds this CTA's (max, sum) of each row, read by both warpgroups' threads.
-    // This code runs once a CTA, so its instructions come from L2 and it waits on their fetch:
-    // at 128 heads 32 x 1k three quarters of the merge's stall samples were no-instruction ones
-    // (ncu), at branch targets and every 48 instructions of straight code. So each case is
-    // straight code of its own, chosen once, and the fewer instructions the better: the NaN
-    // fix-ups only where a thread's pairs held a NaN or an infinity, shared memory by 32-bit
-    // address (H200, dev timer: 32 x 1k 30.7 -> 29.9 us, 64 x 1k 57.4 -> 55.8, 128 x 1k 109.2 ->
-    // 106.5).
-    const int n = mla_token_splits(pos, p.split_size, p.nsplit);
-    float2 *const s_ml = (float2 *)sP;
-    auto merge_out = [&](auto merge_case) {
+    // The CTAs' merge of one case (chosen in the kernel): this CTA's merged columns to `out`.
+    template <class Case>
+    __device__ __forceinline__ void merge_out(Case merge_case) const {
+        const int col0 = wg * (MLAW_L / 2);  // this warpgroup's output columns
+        float2 *const s_ml = (float2 *)sP;
         constexpr bool two = decltype(merge_case)::two;
         constexpr int split = decltype(merge_case)::split;  // a lone split is split 0
-        auto keeps = [&](int e4) { return !two || (e4 >> 4) == split; };  // float4 e4 merged here
         if (two) {
             cluster_sync();  // both CTAs past their tiles: the stages free to receive, P read
             {  // the half the other CTA merges: this split's values of it, [e4 % 16][thread] there
                 const uint32_t dst = cluster_peer_addr(sKV, split ^ 1) + tid * 16;
 #pragma unroll
                 for (int e4 = 0; e4 < 32; e4++)
-                    if (!keeps(e4))
+                    if (!decltype(merge_case)::keeps(e4))
                         st_cluster_f32x4(dst + (e4 & 15) * MLAW_THREADS * 16, o[4 * e4], o[4 * e4 + 1], o[4 * e4 + 2],
                                          o[4 * e4 + 3]);
             }
@@ -625,42 +499,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             // did, all of this thread's pairs again with the fix-ups: mla_merge_out's bits either way.
             // This thread's bf16 pair of e4 = 0 in its first staged row (e4's is 4 e4 pairs on).
             const uint32_t staged_pair0 = smem_addr(staged) + (row0 * MLAW_STAGE_ROW_WORDS + col0 / 2 + q) * 4;
-            auto merge_rows = [&](auto checked) {
-                constexpr bool fixups = decltype(checked)::value;
-                uint32_t nan_seen = 0;  // bf16x2_nan_track of every pair rounded
-#pragma unroll
-                for (int e8 = 0; e8 < 32; e8 += 8) {
-                    if (!keeps(e8)) continue;
-                    float4 other[8];
-#pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        other[k] = two ? lds_f32x4(peer_o + ((e8 + k) & 15) * MLAW_THREADS * 16)
-                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    // columns 8 e4 + 2q, + 1 of rows row0 (values 0, 1) and row0 + 8 (2, 3)
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        const int e4 = e8 + k;
-                        const float theirs[4] = {other[k].x, other[k].y, other[k].z, other[k].w};
-                        float v[4];
-#pragma unroll
-                        for (int c = 0; c < 4; c++) {
-                            const float mine = o[4 * e4 + c];
-                            v[c] = fmaf(split == 0 ? mine : theirs[c], w[c >> 1][0], 0.0f);  // split 0, then split 1
-                            if (two) v[c] = fmaf(split == 0 ? theirs[c] : mine, w[c >> 1][1], v[c]);
-                        }
-                        const uint32_t b0 = mla_merge_out<!fixups>(v[0], v[1], scale[0]);
-                        const uint32_t b1 = mla_merge_out<!fixups>(v[2], v[3], scale[1]);
-                        if (!fixups) {
-                            nan_seen = bf16x2_nan_track(nan_seen, b0);
-                            nan_seen = bf16x2_nan_track(nan_seen, b1);
-                        }
-                        sts_u32(staged_pair0 + 16 * e4, b0);
-                        sts_u32(staged_pair0 + 8 * MLAW_STAGE_ROW_WORDS * 4 + 16 * e4, b1);
-                    }
-                }
-                return bf16x2_any_nan(nan_seen);
-            };
-            if (merge_rows(mlaw_flag<false>())) merge_rows(mlaw_flag<true>());
+            if (merge_rows(merge_case, mlaw_flag<false>(), w, scale, peer_o, staged_pair0))
+                merge_rows(merge_case, mlaw_flag<true>(), w, scale, peer_o, staged_pair0);
         }
         __syncthreads();
         // This CTA's columns of every row, in 16-byte pieces (8 columns): all 64 pieces of a row for
@@ -678,13 +518,219 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
             *(uint4 *)(out + row * MLAW_L + 8 * piece) =
                 lds_u32x4(staged_row0 + (row * MLAW_STAGE_ROW_WORDS + 4 * piece) * 4);
         }
-    };
+    }
+
+    // This thread's merged columns, bf16, staged; with the NaN fix-ups (Flag) or without them,
+    // then saying whether a NaN or an infinity came out.
+    template <class Case, class Flag>
+    __device__ __forceinline__ bool merge_rows(Case merge_case, Flag checked, const float (&w)[2][2],
+                                               const float (&scale)[2], uint32_t peer_o,
+                                               uint32_t staged_pair0) const {
+        constexpr bool two = decltype(merge_case)::two;
+        constexpr int split = decltype(merge_case)::split;
+        constexpr bool fixups = decltype(checked)::value;
+        uint32_t nan_seen = 0;  // bf16x2_nan_track of every pair rounded
+#pragma unroll
+        for (int e8 = 0; e8 < 32; e8 += 8) {
+            if (!decltype(merge_case)::keeps(e8)) continue;
+            float4 other[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                other[k] = two ? lds_f32x4(peer_o + ((e8 + k) & 15) * MLAW_THREADS * 16)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            // columns 8 e4 + 2q, + 1 of rows row0 (values 0, 1) and row0 + 8 (2, 3)
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const int e4 = e8 + k;
+                const float theirs[4] = {other[k].x, other[k].y, other[k].z, other[k].w};
+                float v[4];
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const float mine = o[4 * e4 + c];
+                    v[c] = fmaf(split == 0 ? mine : theirs[c], w[c >> 1][0], 0.0f);  // split 0, then split 1
+                    if (two) v[c] = fmaf(split == 0 ? theirs[c] : mine, w[c >> 1][1], v[c]);
+                }
+                const uint32_t b0 = mla_merge_out<!fixups>(v[0], v[1], scale[0]);
+                const uint32_t b1 = mla_merge_out<!fixups>(v[2], v[3], scale[1]);
+                if (!fixups) {
+                    nan_seen = bf16x2_nan_track(nan_seen, b0);
+                    nan_seen = bf16x2_nan_track(nan_seen, b1);
+                }
+                sts_u32(staged_pair0 + 16 * e4, b0);
+                sts_u32(staged_pair0 + 8 * MLAW_STAGE_ROW_WORDS * 4 + 16 * e4, b1);
+            }
+        }
+        return bf16x2_any_nan(nan_seen);
+    }
+};
+
+#endif
+
+template <bool QK_EARLY>
+__global__ void __launch_bounds__(MLAW_THREADS, 1)
+mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_kv,
+                       const __grid_constant__ CUtensorMap tmap_q_lat, const __grid_constant__ CUtensorMap tmap_q_pe) {
+#if INVAR_WGMMA
+    pdl_release_dependent();  // the merge may start up now; it waits for this grid's end
+    const mla_attention_args &a = p.a;
+    const int hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+    const int pos = a.token_pos[t], seq = a.token_seq[t];
+    const int start = split * p.split_size;
+    if (start > pos) return;  // past the token's position: the merge never reads this split
+    const int end = min(start + p.split_size, pos + 1);
+    const int ntiles = (end - start + MLAW_TILE - 1) / MLAW_TILE;
+    const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32, lane = tid % 32;
+    const int r = lane >> 2, q = lane & 3, row0 = warp * 16 + r;  // this thread's rows: row0, row0 + 8
+    const int h0 = hg * MLAW_HEADS;
+
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
+    uint8_t *const sQ = smem, *const sKV = smem + MLAW_TILE_BYTES, *const sP = smem + MLAW_P_OFFSET;
+    __shared__ __align__(8) uint64_t full[2][MLAW_BOXES];  // box b of stage s has landed
+    __shared__ __align__(8) uint64_t q_full[MLAW_BOXES];   // Q's box b has landed (q_tma)
+    __shared__ __align__(8) uint64_t p_full;               // a tile's owner wrote P, alpha and (m, l)
+    __shared__ float s_alpha[MLAW_HEADS];
+    __shared__ float2 s_ml_tile[MLAW_HEADS];                // (m, l) after the owner's tile
+
+    const int32_t *seq_blocks = a.block_table + (long)seq * a.max_blocks_per_seq;
+    const mlaw_tiles tiles{a, tmap_kv, seq_blocks, start, sKV, full};
+    if (tid == 0) {
+        for (int b = 0; b < MLAW_BOXES; b++) {
+            mbar_init(&full[0][b], 1);
+            mbar_init(&full[1][b], 1);
+            mbar_init(&q_full[b], 1);
+        }
+        mbar_init(&p_full, 128);
+        mbar_init_fence();
+        const int row0_tile = tiles.tile_row(0);
+        for (int b = 0; b < MLAW_BOXES; b++) {
+            // Q's box b (dims 64b .. 64b + 63 of heads h0 .. h0 + 63: latent, then rope), then
+            // tile 0's: the first Q·Kᵀ's steps over box b need both.
+            if (p.q_tma) {
+                mbar_expect_tx(&q_full[b], MLAW_BOX_BYTES);
+                if (b < MLAW_L / 64)
+                    tma_load_3d(sQ + b * MLAW_BOX_BYTES, &tmap_q_lat, &q_full[b], b * 64, h0, t);
+                else
+                    tma_load_3d(sQ + b * MLAW_BOX_BYTES, &tmap_q_pe, &q_full[b], 0, h0, t);
+            }
+            tiles.issue(0, row0_tile, b, b + 1);
+        }
+        if (ntiles > 1 && !p.merge_here) tiles.issue(1, tiles.tile_row(1), 0, MLAW_BOXES);
+    }
+
+    // Q not in 16-byte pieces: 64 heads x (L latent, R rope) into the swizzled layout, box
+    // d / 64, value by value while the first tiles are in flight.
+    if (!p.q_tma) mla_load_q_sw128<MLAW_HEADS, MLAW_THREADS>(a, false, t, h0, sQ);
+    fence_proxy_async();  // Q copied by threads (generic-proxy writes) becomes visible to wgmma
+    __syncthreads();      // ... and the barriers' initialization to every thread
+
+    float o[128];
+#pragma unroll
+    for (int e = 0; e < 128; e++) o[e] = 0.0f;
+
+    // The seesaw: warpgroup w computes S and the softmax of the tiles of parity w (tile i's
+    // owner), both warpgroups the P·V of every tile for their own columns, in tile order. Per
+    // iteration, w's tile i and the other's tile j = i - 1 before it:
+    //   wait for P_j; O *= alpha_j; issue P_j·V_j (P from shared memory) ... then Q·Kᵀ of
+    //   tile i behind it; wait for P·V (this warpgroup's boxes of stage j refill with tile
+    //   j + 2); wait for S_i; softmax from (m, l)_j; P_i, alpha_i and (m, l)_i to shared
+    //   memory (p_full); O *= alpha_i; O += P_i·V_i (P in registers); its boxes of stage i
+    //   refill with tile i + 2.
+    // With QK_EARLY, Q·Kᵀ of tile i is issued first, then the wait for P_j and P_j·V_j, and one
+    // wait covers both before the refill and the softmax.
+    // One P buffer is enough: the warpgroup that writes P_i has just read P_j, and the other
+    // reads P_i before it writes P_{i+1}. A stage's boxes 0..3 are read by Q·Kᵀ and warpgroup
+    // 0's P·V, boxes 4..8 by Q·Kᵀ and warpgroup 1's P·V; P·V comes after Q·Kᵀ (P needs S), so
+    // warpgroup 0 refills 0..3 and warpgroup 1 4..8, each after its own P·V of the tile.
+    // Every wgmma group is waited for in the iteration that issued it: one left in flight
+    // across the loop's back edge makes ptxas serialize all of them (C7515; FlashMLA notes the
+    // same).
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // (m, l) after the last tile seen
+    const int box0 = wg == 0 ? 0 : 4, box1 = wg == 0 ? 4 : MLAW_BOXES;  // the boxes this warpgroup refills
+    const int vbox = 4 * wg;  // its V boxes: latent dims 256 wg .. 256 wg + 255
+    const mlaw_cta cta{tiles, p, end, ntiles, t, h0, tid, wg, wtid, q, row0, box0, box1, vbox, sQ, sP,
+                       q_full, p_full, s_alpha, s_ml_tile, o, m_run, l_run};
+
+    // Where the CTAs merge (tokens of at most two splits: every CTA of a wave at the same
+    // point of its 8 tiles), tile 1 goes out once the last boxes of Q and of tile 0 (issued
+    // last) have landed, so that those come first out of the wave's first loads; elsewhere at
+    // once, with them (H200, dev timer, us, with the out loop below: 32 x 1k 31.4 -> 30.9,
+    // 64 x 1k 59.5 -> 57.3; taken in every grid it cost 128 x 4k 444.5 -> 448.2).
+    if (p.merge_here && wg == 1 && wtid == 0 && ntiles > 1) {
+        mbar_wait(&full[0][MLAW_BOXES - 1], 0u);
+        if (p.q_tma) mbar_wait(&q_full[MLAW_BOXES - 1], 0u);
+        tiles.issue(1, tiles.tile_row(1), 0, MLAW_BOXES);
+    }
+    __syncwarp();
+    if (wg == 0) {  // tile 0: nothing before it
+        const int row2 = ntiles > 2 ? tiles.tile_row(2) : 0;
+        float s[32];
+        cta.qk_issue(0, s);
+        wgmma_wait<0>();
+        wgmma_hold(s);
+        cta.own_tile(0, s, row2);
+    }
+    for (int i = wg == 0 ? 2 : 1; i < ntiles; i += 2) {  // the other's tile i - 1, then its own tile i
+        // Block-table entries of the tiles this iteration's refills load, read now so that
+        // their latency hides behind the products.
+        const int row_j2 = i + 1 < ntiles ? tiles.tile_row(i + 1) : 0;
+        const int row_i2 = i + 2 < ntiles ? tiles.tile_row(i + 2) : 0;
+        float s[32];
+        if (QK_EARLY) {  // Q·Kᵀ of tile i while the other still computes P_{i-1} (mla_wgmma_qk_early)
+            cta.qk_issue(i, s);
+            cta.pv_shared_issue(i - 1);
+            wgmma_wait<0>();  // S_i, then P_{i-1}·V: P's buffer is free, and this warpgroup's boxes of its stage
+            wgmma_hold(s);
+            wgmma_hold(o);
+            cta.refill(i - 1, row_j2);
+        } else {
+            cta.pv_shared_issue(i - 1);
+            cta.qk_issue(i, s);
+            wgmma_wait<1>();  // P_{i-1}·V done: P's buffer is free, and this warpgroup's boxes of its stage
+            wgmma_hold(o);
+            cta.refill(i - 1, row_j2);
+            wgmma_wait<0>();
+            wgmma_hold(s);
+        }
+        cta.own_tile(i, s, row_i2);
+    }
+    if ((ntiles - 1) % 2 != wg) {  // the last tile is the other's
+        cta.pv_shared_issue(ntiles - 1);
+        wgmma_wait<0>();
+        wgmma_hold(o);
+    }
+    const int col0 = wg * (MLAW_L / 2);  // this warpgroup's output columns
+    if (!p.merge_here) {
+        store_partial(p, o, t, h0, split, col0, warp, lane);
+        if (wg == 0 && q == 0) {
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++)
+                p.ml_part[((long)t * a.H + h0 + row0 + 8 * h2) * p.nsplit + split] = make_float2(m_run[h2], l_run[h2]);
+        }
+        return;
+    }
+
+    // Every token of at most two splits (the grid's nsplit <= 2): merged here with the merge
+    // kernel's operations in its order (mla_merge.cuh), so a token's bits do not depend on which
+    // of the two merged it. One split: this CTA alone. Two: the cluster of the token's two CTAs
+    // (rank = split) swaps halves through distributed shared memory, rank k merging of every
+    // row the columns of its threads' float4 16k .. 16k + 15 (columns 128k .. 128k + 127 of each
+    // warpgroup's 256) of both splits: every thread sends 16 float4 and merges 16. P's buffer,
+    // idle now, holds this CTA's (max, sum) of each row, read by both warpgroups' threads.
+    // This code runs once a CTA, so its instructions come from L2 and it waits on their fetch:
+    // at 128 heads 32 x 1k three quarters of the merge's stall samples were no-instruction ones
+    // (ncu), at branch targets and every 48 instructions of straight code. So each case is
+    // straight code of its own, chosen once, and the fewer instructions the better: the NaN
+    // fix-ups only where a thread's pairs held a NaN or an infinity, shared memory by 32-bit
+    // address (H200, dev timer: 32 x 1k 30.7 -> 29.9 us, 64 x 1k 57.4 -> 55.8, 128 x 1k 109.2 ->
+    // 106.5).
+    const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     if (n != 2)
-        merge_out(mlaw_merge_case<false, 0>());
+        cta.merge_out(mlaw_merge_case<false, 0>());
     else if (split == 0)
-        merge_out(mlaw_merge_case<true, 0>());
+        cta.merge_out(mlaw_merge_case<true, 0>());
     else
-        merge_out(mlaw_merge_case<true, 1>());
+        cta.merge_out(mlaw_merge_case<true, 1>());
 #else
     (void)p;  // not an sm_90a pass: never launched (mla_wgmma_supported checks cuda_ctx.wgmma)
     (void)tmap_kv;

@@ -1,12 +1,11 @@
-// kernels/cuda/mla_absorbed_generic.cu — absorbed MLA attention for latent shapes the
-// tensor-core kernel (mla_attention.cu) does not tile: L not a multiple of 64 or above its
-// maximum, R not a multiple of 16 (tiny test models such as the transformers fixtures).
+// kernels/cuda/mla_absorbed_generic.cu — absorbed MLA attention for the shapes the tiled
+// kernels do not take: L not a multiple of 64 or above 512, R not a multiple of 16 (a shape
+// choice, never a batch one).
+// Launcher mla_attention.cu, mma.sync mla_absorbed_mma.cu, merge mla_merge.cu, generic mla_absorbed_generic.cu.
 //
-// One warp computes one (query token, head) and walks its positions [0, pos] in increasing
-// order, split by split; each score's dot product is split over the lanes in a fixed
-// assignment and reduced by one fixed xor-shuffle tree. The choice between this kernel and the
-// tiled one depends on the model's shape only, never on the batch, and a row's result depends
-// on its position and the cache contents alone.
+// Reduction order: one warp a (query token, head) walks positions [0, pos] ascending, split by
+// split; each score's dot product over the lanes in a fixed assignment, reduced by one fixed
+// xor-shuffle tree; the splits folded ascending.
 #include <math.h>            // INFINITY
 
 #include "../bf16.h"         // bf16_to_float, float_to_bf16

@@ -1,61 +1,21 @@
-// kernels/cuda/mla_absorbed_h64_sm90.cu — absorbed MLA attention for many heads on Hopper
-// (sm_90a): warpgroup MMA over 64 heads of one query token at a time.
+// kernels/cuda/mla_absorbed_h64_sm90.cu — absorbed MLA attention on sm_90a for H a multiple of
+// 64 (mla_wgmma_supported), a shape choice, never a batch one. MLA.md: the design.
+// Launcher mla_attention.cu, mma.sync mla_absorbed_mma.cu, merge mla_merge.cu, generic mla_absorbed_generic.cu.
 //
-// Taken by mla_attention_launch for one shape only (mla_wgmma_supported): H a multiple of 64,
-// L = 512, R = 64, cache blocks and KV splits multiples of 64 positions, on an sm_90a device
-// with TMA. Nothing about the batch enters that choice, so a row of such a shape always comes
-// here (H = 128, DeepSeek-V3, on an H200) and never to mla_attention.cu's 16-head kernel; the
-// two kernels' bits differ, by design, never one row's bits between two batches.
-//
-// Work unit (one CTA, 2 warpgroups): 64 heads of one query token x one KV split. The splits are
-// mla_attention.cu's: a fixed size from absolute position 0, partials o_part / ml_part in its
-// format, merged by its mla_merge_kernel; or, where the grid has at most two splits and its
-// units fill half the SMs, merged here by the token's CTAs (a cluster of two at two splits,
-// swapping halves through distributed shared memory) in the merge kernel's operations and order
-// (mla_merge.cuh). The reduction order of one (token, head) row:
-//   for each 64-position tile of the split, ascending (tiles aligned to position 0):
-//     s   = 36 k16 steps ascending of wgmma m64n64k16 over the L + R dims (latent then rope),
-//           one fp32 chain from 0; s = s * scale, positions past the token's own masked to -inf
-//     tm  = max of the row's 64 s (max is exact: any order gives the same bits)
-//     m'  = max(m, tm);  alpha = exp(m - m');  p = exp(s - m')  (fp32)
-//     l   = l * alpha + sum(p): each thread's 16 p of the row in column order, then lanes
-//           xor 1, xor 2 (a fixed tree)
-//     O   = O * alpha, then O += bf16(p) · V over 4 k16 steps ascending (wgmma m64n256k16,
-//           positions 16k .. 16k+15 in step k), one chain per output column
-// None of it depends on T, on other tokens or on max_seq_len: those only size the grid and
-// the scratch. Which warpgroup computes a column (warpgroup 0: columns 0-255; warpgroup 1:
-// 256-511) is fixed per column, which one computes a tile's S fixed by the tile's parity, and
-// the hardware reduces an element from its own row of A, column of B and accumulator only.
-// Whether a column's P·V of a tile reads P from registers or from shared memory (the same bf16
-// values) is fixed by the tile's parity too.
-//
-// Data movement. The KV tile (64 positions x 576 dims, 72 KB) is 64 consecutive cache rows of
-// one block (block_size and the split size are multiples of 64), loaded by TMA as 9 boxes of
-// 64 dims x 64 rows in the 128-byte swizzle layout. The same bytes serve as the K-major B
-// operand of Q·Kᵀ (N = positions, K = dims) and the MN-major ("transposed") B operand of P·V
-// (K = positions, N = latent dims): the latent K tile doubles as V, as in FlashMLA. Q (64 heads
-// x 576 dims) is loaded once per CTA into the same layout, by TMA as 9 boxes on their own
-// barriers, box b issued just before tile 0's box b: a warpgroup's first Q·Kᵀ waits for Q's
-// box b where it waits for the tile's, so the first products start once the first boxes land
-// (Q rows not in 16-byte pieces: copied value by value, all of it before the first tile).
-// Tile 1 follows at once, or, where the CTAs merge, once the last boxes of Q and of tile 0
-// have landed. Shared memory: Q 72 KB + 2 KV stages 144 KB + P 8 KB (+ 1 KB
-// alignment slack) = 225 KB, one CTA per SM.
-//
-// Schedule: a seesaw (FlashMLA's idea, our order). Tile i of a split is owned by warpgroup
-// i % 2 (counted from the split's start: a function of the position and the split size, never
-// of the batch): it computes S_i = Q·Kᵀ and the softmax, from the (m, l) the other warpgroup
-// left after tile i - 1, and publishes P_i, alpha_i and (m, l)_i in shared memory (p_full). Each
-// warpgroup adds every tile's P·V to its own 256 output columns in tile order: its own tiles
-// with P in registers, the other's with P from shared memory. Per iteration a warpgroup
-// issues P_{i-1}·V (the other's tile), then Q·Kᵀ of its tile i behind it, and does the
-// softmax once S_i lands; so one warpgroup's Q·Kᵀ runs beside the other's P·V of tile i - 1.
-// In a small grid the two issues swap (QK_EARLY): Q·Kᵀ of tile i goes out before the wait for
-// P_{i-1}, beside the other's softmax (mla_wgmma_qk_early; the same operations).
-// Stage i % 2, every box on its own TMA barrier; boxes 0..3 are refilled (tile i + 2) by
-// warpgroup 0 after its P·V of tile i, boxes 4..8 by warpgroup 1 after its own; the last tile's
-// owner first zeroes its rows past the token's end, so 0 * garbage cannot make a NaN in P·V.
-// The arithmetic of a row is the list above, step for step, whichever warpgroup does a step.
+// Work unit (one CTA, 2 warpgroups): 64 heads of one token x one fixed-size split, into the
+// merge kernel's partials, or merged here by the token's CTAs where the grid has at most two
+// splits (mla_merge.cuh's steps). Reduction order of a (token, head) row:
+//   for each 64-position tile of the split, ascending (aligned to position 0):
+//     s  = 36 k16 steps ascending over the L + R dims, one fp32 chain from 0; s *= scale,
+//          positions past the token's own -inf
+//     m' = max(m, max of the row's 64 s); alpha = exp(m - m'); p = exp(s - m')
+//     l  = l * alpha + sum(p): each thread's 16 p in column order, then lanes xor 1, xor 2
+//     O  = O * alpha, then O += bf16(p) · V over 4 k16 steps ascending
+// The warpgroup doing a step is fixed by the column (P·V: 0-255 or 256-511) or by the tile's
+// parity (S and softmax, the seesaw below), so the arithmetic never depends on the schedule.
+// A KV tile is 64 consecutive cache rows of one block, loaded by TMA as 9 boxes of 64 dims
+// (128-byte swizzle), each on its own barrier; the same bytes are Q·Kᵀ's K-major B and P·V's
+// MN-major B (the latent K doubles as V).
 #include <cuda.h>           // CUtensorMap
 #include <cuda_runtime.h>   // dim3, float2
 #include <math.h>           // INFINITY
@@ -77,25 +37,22 @@
 #define MLAW_R 64
 static_assert(MLAW_L == 512 && MLAW_R == 64 && MLAW_TILE == 64, "the shape mla_wgmma_takes checks");
 #define MLAW_D (MLAW_L + MLAW_R)
-#define MLAW_BOXES (MLAW_D / 64)                       // 64-dim boxes (128 bytes a row) per row
-#define MLAW_BOX_BYTES (MLAW_TILE * 128)               // one box: 64 rows x 128 bytes
+#define MLAW_BOXES (MLAW_D / 64)                       // 64-dim boxes (128 bytes a row)
+#define MLAW_BOX_BYTES (MLAW_TILE * 128)
 #define MLAW_TILE_BYTES (MLAW_BOXES * MLAW_BOX_BYTES)  // 72 KB, Q's size too
 #define MLAW_THREADS 256                               // 2 warpgroups
 // Dynamic shared memory: Q, two KV stages, P (64 heads x 64 positions bf16), alignment slack.
 #define MLAW_P_OFFSET (3 * MLAW_TILE_BYTES)
 #define MLAW_SMEM_BYTES (MLAW_P_OFFSET + MLAW_HEADS * 128 + 1024)
 
-// A token's two CTAs swap the halves the other one merges through the KV stages (the other
-// split's 64 rows x 256 columns, [e4 % 16][thread] as float4: 64 KB) and the (max, sum) of
-// every row at 128 KB.
+// A token's two CTAs swap the halves the other merges through the KV stages, (max, sum) at 128 KB.
 #define MLAW_PEER_ML_OFFSET (128 * 1024)
 static_assert(MLAW_PEER_ML_OFFSET + MLAW_HEADS * 8 <= 2 * MLAW_TILE_BYTES, "the swap fits the KV stages");
-// The merged rows staged in Q's buffer as bf16 pairs, a row 260 words apart: the 8 rows a warp
-// writes at once then start 4 banks apart (256 would put them on the same 4 banks).
+// Merged rows staged in Q's buffer 260 words apart: a warp's 8 rows start 4 banks apart.
 #define MLAW_STAGE_ROW_WORDS (MLAW_L / 2 + 4)
 static_assert(MLAW_HEADS * MLAW_STAGE_ROW_WORDS * 4 <= MLAW_TILE_BYTES, "the staged rows fit Q's buffer");
 
-// The CTAs' merge, a case a code path: of two splits or one, and the merging CTA's split.
+// The CTAs' merge, a code path a case: of two splits or one, and the merging CTA's split.
 template <bool TWO, int SPLIT>
 struct mlaw_merge_case {
     static constexpr bool two = TWO;
@@ -104,8 +61,7 @@ struct mlaw_merge_case {
     static __device__ __forceinline__ bool keeps(int e4) { return !TWO || (e4 >> 4) == SPLIT; }
 };
 
-// Shared memory by its 32-bit address: the kernel's buffers come from an aligned generic
-// pointer, which the compiler would otherwise access as generic memory.
+// Shared memory by 32-bit address (an aligned generic pointer would be accessed as generic).
 __device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
@@ -131,9 +87,8 @@ struct mlaw_flag {
 struct mlaw_params {
     mla_attention_args a;
     int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
-    bool merge_here;         // every token merged by its CTAs (a cluster of two at 2 splits): nsplit <= 2,
-                             // units for half the SMs, out in 16-byte pieces (mla_wgmma_split_launch)
-    bool q_tma;              // Q by TMA (rows in 16-byte pieces, mla_q_aligned) or value by value
+    bool merge_here;         // every token merged by its CTAs (mla_wgmma_merges_tokens)
+    bool q_tma;              // Q by TMA (mla_q_aligned) or value by value
     float *o_part;           // [T][H][nsplit][L] unnormalized outputs
     float2 *ml_part;         // [T][H][nsplit] (running max, running sum)
 };
@@ -152,11 +107,7 @@ struct mlaw_params {
     "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
     "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}"
 
-// S = Q(64x16, K-major) · K(64x16, K-major)ᵀ (FIRST: the chain's first step, scale-d = 0, S
-// not read) or S += ...: 64 heads x 64 positions. The first step starting the chain from 0
-// itself spares 32 register moves per tile and keeps plain instructions off the accumulators
-// between wgmma fences (ptxas serializes wgmma when it sees them there: C7515).
-// %34: scale-d (0: d = A·B, 1: d += A·B); the two calls differ only in whether d is read.
+// S = Q·Kᵀ or S += (FIRST: scale-d 0, no plain instruction zeroing S between fences: C7515).
 #define MLAW_M64N64K16_SS WGMMA_SS_BF16(64, MLAW_REGS32, 32, 33, 34)
 template <bool FIRST>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
@@ -166,9 +117,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
         asm volatile(MLAW_M64N64K16_SS : WGMMA_ACC32(d, 0) : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// O += P(64x16, registers) · V(16x256, MN-major): a warpgroup's half of the output columns,
-// for the tiles it owns.
-// The A fragment is the m16n8k16 one per warp (mma.cuh), warp w holding rows 16w..16w+15.
+// O += P(64x16, registers, m16n8k16 fragments) · V(16x256, MN-major): an owned tile's P·V.
 __device__ __forceinline__ void wgmma_m64n256k16_rs_mn(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
     asm volatile(
         "{\n"
@@ -181,8 +130,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_mn(float (&d)[128], const ui
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
-// O += P(64x16, K-major in shared memory) · V(16x256, MN-major): the same, for the other
-// warpgroup's tiles.
+// The same with P in shared memory: the other warpgroup's tiles.
 __device__ __forceinline__ void wgmma_m64n256k16_ss_mn(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(
         "{\n"
@@ -194,8 +142,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss_mn(float (&d)[128], uint64_t
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// The two CTAs of a cluster: every thread of both arrives, then waits for all of them; writes
-// before it (to either CTA's shared memory) are visible after it.
+// Both CTAs of the cluster: writes before it (either CTA's shared memory) are visible after it.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
@@ -228,12 +175,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return r;
 }
 
-// One warpgroup's 64 x 256 block of unnormalized outputs into o_part: thread (warp w, lane
-// 4r + q) holds rows 16w + r and 16w + r + 8, columns 8j + 2q, 8j + 2q + 1 (wgmma.cuh).
+// One warpgroup's 64 x 256 unnormalized outputs into o_part (wgmma.cuh's fragment layout).
 __device__ __forceinline__ void store_partial(const mlaw_params &p, const float (&o)[128], int t, int h0, int split,
                                               int col0, int warp, int lane) {
     const int r = lane >> 2, q = lane & 3;
-    const uint64_t policy = l2_policy_evict_last();  // until the merge kernel reads them (mla_merge.cuh)
+    const uint64_t policy = l2_policy_evict_last();  // mla_merge.cuh
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const long base = ((long)t * p.a.H + h0 + warp * 16 + r + 8 * half) * p.nsplit + split;
@@ -253,14 +199,12 @@ struct mlaw_tiles {
     uint8_t *const &sKV;               // the two stages
     uint64_t (&full)[2][MLAW_BOXES];
 
-    // The cache row (slot) of tile i's first position: the tile is the 64 rows from there, all
-    // inside one cache block.
+    // Tile i's first cache row; its 64 rows lie inside one block.
     __device__ __forceinline__ int tile_row(int i) const {
         const int p0 = start + i * MLAW_TILE;
         return (int)((long)seq_blocks[p0 / a.block_size] * a.block_size + p0 % a.block_size);
     }
-    // Boxes [b0, b1) of tile i (first cache row `row`) into stage i % 2, 64 dims each, every box
-    // on its own barrier.
+    // Boxes [b0, b1) of tile i into stage i % 2, each on its own barrier.
     __device__ __forceinline__ void issue(int i, int row, int b0, int b1) const {
         uint8_t *dst = sKV + (i & 1) * MLAW_TILE_BYTES;
         for (int b = b0; b < b1; b++) {
@@ -270,8 +214,8 @@ struct mlaw_tiles {
     }
 };
 
-// The split kernel's state its steps share: the token's tiles, this thread's place, the CTA's
-// shared buffers, and the thread's running O and (m, l).
+// The split kernel's state its steps share. Members are references to the kernel's locals, as
+// a lambda's captures: copies change ptxas's register allocation.
 struct mlaw_cta : mlaw_tiles {
     const mlaw_params &p;
     const int &end, &ntiles, &t, &h0;
@@ -290,7 +234,7 @@ struct mlaw_cta : mlaw_tiles {
         if (wtid == 0 && t + 2 < ntiles) issue(t + 2, row, box0, box1);
         __syncwarp();
     }
-    // O *= alpha, row0's by alpha0 and row0 + 8's by alpha1 (a tile's rescale, before its P·V).
+    // O *= alpha: row0's by alpha0, row0 + 8's by alpha1.
     __device__ __forceinline__ void scale_o(float alpha0, float alpha1) const {
 #pragma unroll
         for (int e = 0; e < 32; e++) {
@@ -300,13 +244,11 @@ struct mlaw_cta : mlaw_tiles {
             o[4 * e + 3] *= alpha1;
         }
     }
-    // O *= alpha_j, then O += P_j·V_j with P_j from shared memory, once the other warpgroup has
-    // published it; issued and committed, not waited for. Loads (m, l)_j.
+    // O *= alpha_j, O += P_j·V_j with the other warpgroup's P_j (issued, not waited for); (m, l)_j.
     __device__ __forceinline__ void pv_shared_issue(int j) const {
         const uint8_t *kv = sKV + (j & 1) * MLAW_TILE_BYTES;
         mbar_wait(&p_full, (uint32_t)j & 1u);
-        // Complete already (the owner waited for every box before its P); waited for here so
-        // that the boxes' bytes are visible to this warpgroup too.
+        // Landed already; waited for so that the bytes are visible to this warpgroup.
         for (int b = vbox; b < vbox + 4; b++) mbar_wait(&full[j & 1][b], (uint32_t)(j >> 1) & 1u);
         const float alpha0 = s_alpha[row0], alpha1 = s_alpha[row0 + 8];
         const float2 ml0 = s_ml_tile[row0], ml1 = s_ml_tile[row0 + 8];
@@ -325,9 +267,7 @@ struct mlaw_cta : mlaw_tiles {
         const uint32_t parity = (uint32_t)(i >> 1) & 1u;
         uint8_t *kv = sKV + st * MLAW_TILE_BYTES;
         if (p0 + MLAW_TILE > end) {
-            // The token's last tile: rows at or past `end` hold other positions (or garbage);
-            // P is 0 there, and zeros keep 0 * garbage from making NaN in P·V. Both
-            // warpgroups' boxes: the other one reads its V boxes only after P_i.
+            // The token's last tile: rows past `end` zeroed, as 0 * garbage could be NaN in P·V.
             for (int b = 0; b < MLAW_BOXES; b++) mbar_wait(&full[st][b], parity);
             const int valid = end - p0, chunks = (MLAW_TILE - valid) * 8;  // 16-byte chunks a box
             for (int k = wtid; k < MLAW_BOXES * chunks; k += 128)
@@ -336,9 +276,7 @@ struct mlaw_cta : mlaw_tiles {
             fence_proxy_async();
             wg_sync(wg);  // every row zeroed before any wgmma reads the tile
         }
-        // One chain over the 36 k16 steps, ascending; each box waited for just before its 4
-        // steps, so the later boxes' copies overlap the first boxes' products. A warpgroup's
-        // first tile (0 or 1) waits for Q's box too.
+        // One chain, ascending; each box (and on a first tile Q's) waited for just before its steps.
         const bool q_first = p.q_tma && i < 2;
 #pragma unroll
         for (int b = 0; b < MLAW_BOXES; b++) {
@@ -356,11 +294,8 @@ struct mlaw_cta : mlaw_tiles {
         }
         wgmma_commit();
     }
-    // The owner's part of tile i once S_i is in registers (and (m, l) holds the tile before
-    // it): softmax; P_i, alpha_i and (m, l)_i published (p_full); O = O * alpha_i + P_i·V_i
-    // with P in registers, waited for; this warpgroup's boxes of stage i refilled.
+    // The owner's part of tile i: softmax, P_i published, O = O * alpha_i + P_i·V_i, refill.
     __device__ __forceinline__ void own_tile(int i, float (&s)[32], int row_i2) const {
-        // Rows row0 (s[4c], s[4c+1]) and row0 + 8 (s[4c+2], s[4c+3]), columns 8c + 2q, 8c + 2q + 1.
         const int p0 = start + i * MLAW_TILE;
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -397,8 +332,7 @@ struct mlaw_cta : mlaw_tiles {
             sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 2);
             l_run[h2] = l_run[h2] * alpha[h2] + sum[h2];
         }
-        // P in bf16: the accumulator layout of columns 16k..16k+15 is the A fragment of k16
-        // step k (row0 cols 2q.., row0+8 cols 2q.., row0 cols 8+2q.., row0+8 cols 8+2q..).
+        // P in bf16: S's columns 16k .. 16k + 15 are step k's A fragment.
         uint32_t pk[8][2], pa[4][4];
 #pragma unroll
         for (int c = 0; c < 8; c++) {
@@ -442,13 +376,13 @@ struct mlaw_cta : mlaw_tiles {
     // The CTAs' merge of one case (chosen in the kernel): this CTA's merged columns to `out`.
     template <class Case>
     __device__ __forceinline__ void merge_out(Case merge_case) const {
-        const int col0 = wg * (MLAW_L / 2);  // this warpgroup's output columns
+        const int col0 = wg * (MLAW_L / 2);
         float2 *const s_ml = (float2 *)sP;
         constexpr bool two = decltype(merge_case)::two;
         constexpr int split = decltype(merge_case)::split;  // a lone split is split 0
         if (two) {
-            cluster_sync();  // both CTAs past their tiles: the stages free to receive, P read
-            {  // the half the other CTA merges: this split's values of it, [e4 % 16][thread] there
+            cluster_sync();  // both CTAs past their tiles: the stages free to receive
+            {  // the half the other CTA merges
                 const uint32_t dst = cluster_peer_addr(sKV, split ^ 1) + tid * 16;
 #pragma unroll
                 for (int e4 = 0; e4 < 32; e4++)
@@ -473,14 +407,11 @@ struct mlaw_cta : mlaw_tiles {
         else
             __syncthreads();
 
-        // This CTA's merged columns of each row, bf16, into Q's buffer (idle now) at their places in
-        // [row][512], then to `out` in 16-byte pieces: the fragments' 4-byte pairs straight to global
-        // memory scatter over 8 rows a store (H200, 128 heads, 1 x 512: 6 us more than the merge
-        // kernel; dev timer).
+        // Merged columns staged in Q's buffer, then out in 16-byte pieces (not scattered 4-byte pairs).
         uint32_t *const staged = (uint32_t *)sQ;  // [row][MLAW_STAGE_ROW_WORDS] bf16 pairs
         {
-            const uint32_t peer_o = smem_addr(sKV) + tid * 16;                     // [e4 % 16][thread] float4
-            const float2 *peer_ml = (const float2 *)(sKV + MLAW_PEER_ML_OFFSET);   // [row]
+            const uint32_t peer_o = smem_addr(sKV) + tid * 16;
+            const float2 *peer_ml = (const float2 *)(sKV + MLAW_PEER_ML_OFFSET);
             float w[2][2], scale[2];
 #pragma unroll
             for (int h2 = 0; h2 < 2; h2++) {
@@ -493,20 +424,14 @@ struct mlaw_cta : mlaw_tiles {
                 w[h2][1] = two ? mla_merge_weight(ml1.x, ml1.y, m, d) : 0.0f;
                 scale[h2] = mla_merge_scale(d);
             }
-            // The other split's values 8 float4 at a time, loaded together: a load waited for before
-            // each next one held the merge at ~170 cycles a float4 (H200, dev clock stamps). Rounded
-            // on the converter alone first, noting whether a NaN or an infinity came out; where one
-            // did, all of this thread's pairs again with the fix-ups: mla_merge_out's bits either way.
-            // This thread's bf16 pair of e4 = 0 in its first staged row (e4's is 4 e4 pairs on).
+            // Rounded on the converter alone, then again with the fix-ups where a NaN or an
+            // infinity came out: mla_merge_out's bits either way.
             const uint32_t staged_pair0 = smem_addr(staged) + (row0 * MLAW_STAGE_ROW_WORDS + col0 / 2 + q) * 4;
             if (merge_rows(merge_case, mlaw_flag<false>(), w, scale, peer_o, staged_pair0))
                 merge_rows(merge_case, mlaw_flag<true>(), w, scale, peer_o, staged_pair0);
         }
         __syncthreads();
-        // This CTA's columns of every row, in 16-byte pieces (8 columns): all 64 pieces of a row for
-        // a lone split; of two, pieces 16 split .. + 15 of each warpgroup's 32. The count is the
-        // case's constant, so the index arithmetic is shifts and masks (a division by a count known
-        // only at run time cost the two-split loop 0.2-1.4 us at 32-128 x 1k; H200).
+        // This CTA's 16-byte pieces of every row; the count a constant of the case (shifts, not division).
         constexpr unsigned pieces = two ? MLAW_L / 16 : MLAW_L / 8;  // a row's, this CTA's
         static_assert(MLAW_HEADS * MLAW_L / 16 % MLAW_THREADS == 0, "whole rounds of pieces in both cases");
         bf16 *const out = a.out + t * a.ld_out + (long)h0 * MLAW_L;
@@ -520,8 +445,7 @@ struct mlaw_cta : mlaw_tiles {
         }
     }
 
-    // This thread's merged columns, bf16, staged; with the NaN fix-ups (Flag) or without them,
-    // then saying whether a NaN or an infinity came out.
+    // This thread's merged columns, bf16, staged (Flag: with the NaN fix-ups); whether a NaN came out.
     template <class Case, class Flag>
     __device__ __forceinline__ bool merge_rows(Case merge_case, Flag checked, const float (&w)[2][2],
                                                const float (&scale)[2], uint32_t peer_o,
@@ -529,7 +453,7 @@ struct mlaw_cta : mlaw_tiles {
         constexpr bool two = decltype(merge_case)::two;
         constexpr int split = decltype(merge_case)::split;
         constexpr bool fixups = decltype(checked)::value;
-        uint32_t nan_seen = 0;  // bf16x2_nan_track of every pair rounded
+        uint32_t nan_seen = 0;
 #pragma unroll
         for (int e8 = 0; e8 < 32; e8 += 8) {
             if (!decltype(merge_case)::keeps(e8)) continue;
@@ -538,7 +462,6 @@ struct mlaw_cta : mlaw_tiles {
             for (int k = 0; k < 8; k++)
                 other[k] = two ? lds_f32x4(peer_o + ((e8 + k) & 15) * MLAW_THREADS * 16)
                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            // columns 8 e4 + 2q, + 1 of rows row0 (values 0, 1) and row0 + 8 (2, 3)
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const int e4 = e8 + k;
@@ -580,7 +503,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     const int end = min(start + p.split_size, pos + 1);
     const int ntiles = (end - start + MLAW_TILE - 1) / MLAW_TILE;
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32, lane = tid % 32;
-    const int r = lane >> 2, q = lane & 3, row0 = warp * 16 + r;  // this thread's rows: row0, row0 + 8
+    const int r = lane >> 2, q = lane & 3, row0 = warp * 16 + r;  // rows row0, row0 + 8
     const int h0 = hg * MLAW_HEADS;
 
     extern __shared__ uint8_t smem_raw[];
@@ -588,7 +511,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
     uint8_t *const sQ = smem, *const sKV = smem + MLAW_TILE_BYTES, *const sP = smem + MLAW_P_OFFSET;
     __shared__ __align__(8) uint64_t full[2][MLAW_BOXES];  // box b of stage s has landed
     __shared__ __align__(8) uint64_t q_full[MLAW_BOXES];   // Q's box b has landed (q_tma)
-    __shared__ __align__(8) uint64_t p_full;               // a tile's owner wrote P, alpha and (m, l)
+    __shared__ __align__(8) uint64_t p_full;               // P, alpha, (m, l) published
     __shared__ float s_alpha[MLAW_HEADS];
     __shared__ float2 s_ml_tile[MLAW_HEADS];                // (m, l) after the owner's tile
 
@@ -604,8 +527,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         mbar_init_fence();
         const int row0_tile = tiles.tile_row(0);
         for (int b = 0; b < MLAW_BOXES; b++) {
-            // Q's box b (dims 64b .. 64b + 63 of heads h0 .. h0 + 63: latent, then rope), then
-            // tile 0's: the first Q·Kᵀ's steps over box b need both.
+            // Q's box b, then tile 0's: the first Q·Kᵀ's steps over box b need both.
             if (p.q_tma) {
                 mbar_expect_tx(&q_full[b], MLAW_BOX_BYTES);
                 if (b < MLAW_L / 64)
@@ -618,8 +540,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         if (ntiles > 1 && !p.merge_here) tiles.issue(1, tiles.tile_row(1), 0, MLAW_BOXES);
     }
 
-    // Q not in 16-byte pieces: 64 heads x (L latent, R rope) into the swizzled layout, box
-    // d / 64, value by value while the first tiles are in flight.
+    // Q not in 16-byte pieces: value by value into the swizzled layout.
     if (!p.q_tma) mla_load_q_sw128<MLAW_HEADS, MLAW_THREADS>(a, false, t, h0, sQ);
     fence_proxy_async();  // Q copied by threads (generic-proxy writes) becomes visible to wgmma
     __syncthreads();      // ... and the barriers' initialization to every thread
@@ -628,34 +549,17 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 #pragma unroll
     for (int e = 0; e < 128; e++) o[e] = 0.0f;
 
-    // The seesaw: warpgroup w computes S and the softmax of the tiles of parity w (tile i's
-    // owner), both warpgroups the P·V of every tile for their own columns, in tile order. Per
-    // iteration, w's tile i and the other's tile j = i - 1 before it:
-    //   wait for P_j; O *= alpha_j; issue P_j·V_j (P from shared memory) ... then Q·Kᵀ of
-    //   tile i behind it; wait for P·V (this warpgroup's boxes of stage j refill with tile
-    //   j + 2); wait for S_i; softmax from (m, l)_j; P_i, alpha_i and (m, l)_i to shared
-    //   memory (p_full); O *= alpha_i; O += P_i·V_i (P in registers); its boxes of stage i
-    //   refill with tile i + 2.
-    // With QK_EARLY, Q·Kᵀ of tile i is issued first, then the wait for P_j and P_j·V_j, and one
-    // wait covers both before the refill and the softmax.
-    // One P buffer is enough: the warpgroup that writes P_i has just read P_j, and the other
-    // reads P_i before it writes P_{i+1}. A stage's boxes 0..3 are read by Q·Kᵀ and warpgroup
-    // 0's P·V, boxes 4..8 by Q·Kᵀ and warpgroup 1's P·V; P·V comes after Q·Kᵀ (P needs S), so
-    // warpgroup 0 refills 0..3 and warpgroup 1 4..8, each after its own P·V of the tile.
-    // Every wgmma group is waited for in the iteration that issued it: one left in flight
-    // across the loop's back edge makes ptxas serialize all of them (C7515; FlashMLA notes the
-    // same).
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // (m, l) after the last tile seen
-    const int box0 = wg == 0 ? 0 : 4, box1 = wg == 0 ? 4 : MLAW_BOXES;  // the boxes this warpgroup refills
-    const int vbox = 4 * wg;  // its V boxes: latent dims 256 wg .. 256 wg + 255
+    // The seesaw: warpgroup w owns the tiles of parity w (S, softmax, P published); both add
+    // every tile's P·V to their own columns in tile order. Every wgmma group is waited for in
+    // the iteration that issued it: one in flight across the back edge serializes all (C7515).
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const int box0 = wg == 0 ? 0 : 4, box1 = wg == 0 ? 4 : MLAW_BOXES;
+    const int vbox = 4 * wg;
     const mlaw_cta cta{tiles, p, end, ntiles, t, h0, tid, wg, wtid, q, row0, box0, box1, vbox, sQ, sP,
                        q_full, p_full, s_alpha, s_ml_tile, o, m_run, l_run};
 
-    // Where the CTAs merge (tokens of at most two splits: every CTA of a wave at the same
-    // point of its 8 tiles), tile 1 goes out once the last boxes of Q and of tile 0 (issued
-    // last) have landed, so that those come first out of the wave's first loads; elsewhere at
-    // once, with them (H200, dev timer, us, with the out loop below: 32 x 1k 31.4 -> 30.9,
-    // 64 x 1k 59.5 -> 57.3; taken in every grid it cost 128 x 4k 444.5 -> 448.2).
+    // Where the CTAs merge, tile 1 waits for the last boxes of Q and tile 0, which then come
+    // first out of the wave's loads.
     if (p.merge_here && wg == 1 && wtid == 0 && ntiles > 1) {
         mbar_wait(&full[0][MLAW_BOXES - 1], 0u);
         if (p.q_tma) mbar_wait(&q_full[MLAW_BOXES - 1], 0u);
@@ -671,22 +575,21 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         cta.own_tile(0, s, row2);
     }
     for (int i = wg == 0 ? 2 : 1; i < ntiles; i += 2) {  // the other's tile i - 1, then its own tile i
-        // Block-table entries of the tiles this iteration's refills load, read now so that
-        // their latency hides behind the products.
+        // The refills' block-table entries, read early to hide their latency.
         const int row_j2 = i + 1 < ntiles ? tiles.tile_row(i + 1) : 0;
         const int row_i2 = i + 2 < ntiles ? tiles.tile_row(i + 2) : 0;
         float s[32];
-        if (QK_EARLY) {  // Q·Kᵀ of tile i while the other still computes P_{i-1} (mla_wgmma_qk_early)
+        if (QK_EARLY) {  // mla_wgmma_qk_early
             cta.qk_issue(i, s);
             cta.pv_shared_issue(i - 1);
-            wgmma_wait<0>();  // S_i, then P_{i-1}·V: P's buffer is free, and this warpgroup's boxes of its stage
+            wgmma_wait<0>();  // S_i and P_{i-1}·V: P's buffer and this stage's boxes free
             wgmma_hold(s);
             wgmma_hold(o);
             cta.refill(i - 1, row_j2);
         } else {
             cta.pv_shared_issue(i - 1);
             cta.qk_issue(i, s);
-            wgmma_wait<1>();  // P_{i-1}·V done: P's buffer is free, and this warpgroup's boxes of its stage
+            wgmma_wait<1>();  // P_{i-1}·V: P's buffer and this stage's boxes free
             wgmma_hold(o);
             cta.refill(i - 1, row_j2);
             wgmma_wait<0>();
@@ -710,20 +613,8 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
         return;
     }
 
-    // Every token of at most two splits (the grid's nsplit <= 2): merged here with the merge
-    // kernel's operations in its order (mla_merge.cuh), so a token's bits do not depend on which
-    // of the two merged it. One split: this CTA alone. Two: the cluster of the token's two CTAs
-    // (rank = split) swaps halves through distributed shared memory, rank k merging of every
-    // row the columns of its threads' float4 16k .. 16k + 15 (columns 128k .. 128k + 127 of each
-    // warpgroup's 256) of both splits: every thread sends 16 float4 and merges 16. P's buffer,
-    // idle now, holds this CTA's (max, sum) of each row, read by both warpgroups' threads.
-    // This code runs once a CTA, so its instructions come from L2 and it waits on their fetch:
-    // at 128 heads 32 x 1k three quarters of the merge's stall samples were no-instruction ones
-    // (ncu), at branch targets and every 48 instructions of straight code. So each case is
-    // straight code of its own, chosen once, and the fewer instructions the better: the NaN
-    // fix-ups only where a thread's pairs held a NaN or an infinity, shared memory by 32-bit
-    // address (H200, dev timer: 32 x 1k 30.7 -> 29.9 us, 64 x 1k 57.4 -> 55.8, 128 x 1k 109.2 ->
-    // 106.5).
+    // The CTAs' merge in mla_merge.cuh's order: two splits, the cluster (rank = split) swapping
+    // halves. A case a straight code path: it runs once a CTA, its instructions fetched from L2.
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     if (n != 2)
         cta.merge_out(mlaw_merge_case<false, 0>());
@@ -740,8 +631,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 }
 
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
-    // + 1024: the kernel's static shared memory (barriers, alpha, (m, l): 992 bytes, ptxas -v)
-    // counts against the same limit
+    // + 1024: the static shared memory counts against the same limit
     return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 1024);
 }
 
@@ -749,26 +639,13 @@ bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int spl
 static long mlaw_units(const mla_attention_args *a, int nsplit) { return (long)(a->H / MLAW_HEADS) * nsplit * a->T; }
 
 bool mla_wgmma_merges_tokens(const cuda_ctx *c, const mla_attention_args *a, int nsplit) {
-    // Tokens of at most two splits merged by their CTAs where those fill at least half the SMs
-    // (no partials written and read back, no merge launch); at fewer units the merge kernel, its
-    // blocks spread over the idle SMs, beats each CTA's own merge at the end of its split. H200,
-    // 128 heads, dev timer, medians of three, us (merge kernel -> CTAs): 32 x 1k (128 units) 38.1
-    // -> 35.0, 128 x 1k 139.0 -> 125.9; 4 x 1k (16 units) 30.4 -> 31.7, 1 x 1k 29.1 -> 31.5. The
-    // bits are the same either way. The merged rows go out in 16-byte pieces: an output that
-    // allows them.
+    // Where the CTAs fill half the SMs (else the merge kernel is faster); the same bits.
     const long units = mlaw_units(a, nsplit);
     return nsplit <= 2 && 2 * units >= c->num_sms && ((uintptr_t)a->out & 15u) == 0 && a->ld_out % 8 == 0;
 }
 
-// The schedule (the same arithmetic, so the same bits either way): in a grid of at most half
-// as many CTAs as SMs each warpgroup issues Q·Kᵀ of its next tile before it waits for the
-// other's P, so the product runs beside the other's softmax; in bigger grids the other's P·V
-// goes first, so that the stage it frees is refilled early. H200, 128 heads, dev timer, medians
-// of three, us (other's P·V first -> Q·Kᵀ first; dev/run127, kernels/cuda/NOTES.md): 1 x 1k
-// (4 CTAs) 27.8 -> 26.4, 4 x 1k (16) 29.3 -> 27.1, 1 x 4k (16) 29.7 -> 27.3, 1 x 16k (64) 31.6
-// -> 30.5; 2 x 16k (128) 36.3 / 36.3, 32 x 1k (128) 31.9 / 32.0; in every grid of several waves
-// (dev/run125) 0.3-1.3% slower: with many CTAs loading at once a tile's boxes land late, and
-// Q·Kᵀ first holds the other's P·V, and so the refill, until they have.
+// A schedule choice, the same bits either way: in a small grid Q·Kᵀ goes first, beside the
+// other's softmax; in a big one the other's P·V does, so that its stage is refilled early.
 static bool mla_wgmma_qk_early(const cuda_ctx *c, long units) { return 2 * units <= c->num_sms; }
 
 int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
@@ -783,7 +660,7 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
     p.ml_part = ml_part;
 
     const CUtensorMap tmap = mla_kv_cache_map(c, a, MLAW_TILE, false);
-    // Q as [T][H][L] and [T][H][R], boxes of 64 dims x 64 heads (never read without q_tma).
+    // Q as [T][H][L] and [T][H][R], boxes of 64 dims x 64 heads.
     CUtensorMap tmap_q_lat = {}, tmap_q_pe = {};
     if (p.q_tma) {
         tmap_q_lat = tma_map_bf16_3d(c, a->q_lat, a->T, a->H, MLAW_L, MLAW_L, a->ld_q_lat, 64, MLAW_HEADS,
@@ -795,8 +672,8 @@ int mla_wgmma_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_s
     void (*kernel)(mlaw_params, CUtensorMap, CUtensorMap, CUtensorMap) =
         qk_early ? mla_wgmma_split_kernel<true> : mla_wgmma_split_kernel<false>;
     cuda_kernel_smem(c, (const void *)kernel, MLAW_SMEM_BYTES, "mla_attention");
-    // Head groups fastest: the CTAs that read the same KV tiles run side by side (L2 reuse).
-    // At two splits a token's CTAs are one cluster, side by side in the split dimension.
+    // Head groups fastest (CTAs reading the same tiles side by side); at two splits a token's
+    // CTAs are one cluster.
     dim3 grid((unsigned)(a->H / MLAW_HEADS), (unsigned)nsplit, (unsigned)a->T);
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;

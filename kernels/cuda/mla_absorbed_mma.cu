@@ -1,29 +1,11 @@
-// kernels/cuda/mla_absorbed_mma.cu — absorbed MLA attention over the paged latent cache, prefill
-// and decode alike, on tensor cores.
+// kernels/cuda/mla_absorbed_mma.cu — the mma.sync split kernel of absorbed MLA attention.
+// Launcher mla_attention.cu, mma.sync mla_absorbed_mma.cu, merge mla_merge.cu, generic mla_absorbed_generic.cu.
 //
-// Work unit (one CTA): 16 heads of one query token x one KV split. Splits have a FIXED SIZE
-// (MLA_SPLIT_SIZE positions, aligned to absolute position 0), so a token's splits depend only
-// on its own position; within a split, tiles of 32 positions, also aligned, are folded by the
-// online softmax in ascending order. A second kernel merges the token's splits in ascending
-// order (the 16-head sm_90a kernel's in split pairs first, and that kernel folds the pairs and
-// tokens one of its units holds itself, in the same operations: mla_merge.cuh). Nothing in a
-// row's reduction depends on the batch: T, other tokens' lengths and max_seq_len only size the
-// grid and the scratch layout. On sm_90a, a multiple of 64 heads with L = 512, R = 64 and
-// blocks and splits of multiples of 64 positions take mla_absorbed_h64_sm90.cu's split kernel
-// instead (a shape choice: mla_wgmma_supported), and other multiples of 16 heads with that
-// latent layout mla_absorbed_h16_sm90.cu's (mla_wgmma16_supported), into the same partials and
-// the same merge arithmetic.
-//
-// Per tile, 8 warps:  S = Q·Kᵀ (16 heads x 32 positions): warp w takes positions 8*(w%4).. and
-// one half of the L+R dims (w/4), as two m16n8k16 chains (even and odd k16 steps); S is
-// ((half0 even + half0 odd) + (half1 even + half1 odd)), a fixed order. Scale, mask, running
-// max; P = exp(S - m) rounded to bf16 for the tensor cores (the fp32 P feeds the running sum,
-// as FlashAttention does); O = O*alpha + P·V, warp w owning L/8 output columns.
-//
-// The op: mla_attention.cu (kernel choice, split size and count, launches); split kernels:
-// mla_absorbed_mma.cu (mma.sync, any device), mla_absorbed_h64_sm90.cu and
-// mla_absorbed_h16_sm90.cu (sm_90a), mla_absorbed_generic.cu (odd shapes); the split-KV
-// merge: mla_merge.cu (kernel) and mla_merge.cuh (its steps); the design: MLA.md.
+// Work unit: 16 heads of one token x one fixed-size split. Reduction order of a row: tiles of
+// 32 positions (aligned to position 0) ascending, online softmax. S = Q·Kᵀ: warp w takes
+// positions 8 (w % 4) .. and dims half w / 4 as two m16n8k16 chains (even, odd k16 steps),
+// S = (half0 even + half0 odd) + (half1 even + half1 odd); P = exp(S - m), bf16 for P·V; the
+// fp32 P summed in pairs, lanes xor 1, 2, then ((g0 + g1) + g2) + g3 over the position groups.
 #include <cuda_runtime.h>   // dim3, cudaStream_t
 #include <math.h>           // fmaxf, INFINITY
 
@@ -61,8 +43,6 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
     float *s_half1 = red_sum + 4 * MLA_HEADS;                  // [4][32 lanes][4]: S over dims half 1
 
     // Q: latent then rope values of 16 heads; heads past H are zeros (never written out).
-    // 16-byte cp.async when every row piece is aligned (one batch of loads in flight, not
-    // 16*D dependent ones), element by element otherwise.
     if (p.q_aligned) {
         const int lc = L / 8, chunks = D / 8;
         for (int i = threadIdx.x; i < MLA_HEADS * chunks; i += blockDim.x) {
@@ -84,9 +64,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
         }
     }
 
-    // A tile inside one cache block is 32 consecutive cache rows, one contiguous run of 32*D
-    // values: thread i copies 16-byte pieces i, i+256, ... whose shared-memory offsets (rows are
-    // padded to DS) are the same for every tile, so they are worked out once, here.
+    // A tile inside one block is one contiguous run of 32*D values: thread i copies 16-byte
+    // pieces i, i+256, ..., at shared-memory offsets the same for every tile.
     const bool fast_tiles = p.tile_in_block && D <= MLA_FAST_MAX_D;
     const int cpr = D / 8, tile_pieces = MLA_TILE * cpr;
     int piece_off[MLA_PIECES];
@@ -96,10 +75,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
         piece_off[k] = i < tile_pieces ? (i / cpr) * DS + (i % cpr) * 8 : -1;
     }
 
-    // One tile of 32 positions into buffer `buf`; `tile_src` is its first cache row when the tile
-    // lies inside one block. A tile reaching past `end` (a sequence's last) goes a warp per row:
-    // positions at or past `end` are zero-filled (masked below, and zeros keep 0 * garbage from
-    // turning into NaN in P·V), as are tiles of caches whose blocks are not multiples of 32.
+    // One tile into buffer `buf` (tile_src: its first cache row, when inside one block); a
+    // tile past `end` goes a warp per row, zero-filled there: 0 * garbage could be a NaN in P·V.
     auto load_tile = [&](int tile, int buf, const uint16_t *tile_src) {
         const int p0 = start + tile * MLA_TILE;
         uint16_t *dst = KVs + buf * MLA_TILE * DS;
@@ -124,9 +101,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 2) mla_split_kernel(mla_params p)
         cp_async_commit();
     };
 
-    // The cache block of the next tile to load, walked 32 positions at a time (tiles never straddle
-    // a block on the fast path), its table entry read a tile ahead so the read's latency hides
-    // behind a tile of work instead of stalling every warp before each load.
+    // The next tile's cache block, its table entry read a tile ahead to hide the latency.
     const int32_t *seq_blocks = a.block_table + (long)seq * a.max_blocks_per_seq;
     int next_block = start / a.block_size, next_off = start % a.block_size;
     auto tile_source = [&](int blk) {

@@ -1,9 +1,5 @@
-// kernels/cuda/mla_attention.cu — the MLA attention op: which split kernel takes a shape, the
-// split size and the grid's split count, the scratch for the partials, and the launches.
-// The op: mla_attention.cu (kernel choice, split size and count, launches); split kernels:
-// mla_absorbed_mma.cu (mma.sync, any device), mla_absorbed_h64_sm90.cu and
-// mla_absorbed_h16_sm90.cu (sm_90a), mla_absorbed_generic.cu (odd shapes); the split-KV
-// merge: mla_merge.cu (kernel) and mla_merge.cuh (its steps); the design: MLA.md.
+// kernels/cuda/mla_attention.cu — the MLA op: kernel choice, split size and count, launches.
+// Launcher mla_attention.cu, mma.sync mla_absorbed_mma.cu, merge mla_merge.cu, generic mla_absorbed_generic.cu.
 #include <stdint.h>         // uintptr_t
 #include <string.h>         // strcmp
 
@@ -13,9 +9,9 @@
 #include "inv_cuda_ops.h"   // inv_cuda_mla_attention, mla_attention_launch, mla_wgmma_*
 #include "mla_attention.cuh"  // mla_params, mla_mma_split_launch, mla_merge_launch
 
-// Positions per split: the invariant set's constant. 512 rather than 256 halves the fp32
-// partials written and merged (H200, B=128 L=16k H=16: 57% of copy bandwidth vs 52%) at the
-// price of fewer CTAs for a lone long sequence (B=1 L=16k: 60 us vs 42 us).
+// Positions per split, fixed so that a token's splits follow from its own position alone; 512
+// rather than 256 halves the partials written and merged, at the price of fewer CTAs for a
+// lone long sequence.
 #define MLA_SPLIT_SIZE 512
 
 // Every 8-value piece of q_lat and q_pe 16-byte aligned: the tensor-core kernels copy Q by cp.async.
@@ -30,9 +26,7 @@ bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_s
 }
 
 CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_rows, bool stream) {
-    // Its slot count is not among the arguments; every box lies inside a block the token's
-    // sequence owns, so the extent only has to cover the largest slot index a coordinate
-    // (int32) can name.
+    // Every box lies inside a block the sequence owns: the extent covers any int32 slot.
     const int d = a->L + a->R;
     return (stream ? tma_map_bf16_2d_stream : tma_map_bf16_2d)(c, a->kv_cache, 1L << 31, d, d, 64, box_rows,
                                                                "mla_attention", "kv cache");
@@ -76,9 +70,7 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     p.o_part = (float *)scratch;
     p.ml_part = (float2 *)(scratch + parts * (size_t)a->L * 4);
 
-    // On sm_90a: 64 heads a CTA for many heads, 16 for the rest (mla_attention_wgmma*.cu), a
-    // shape choice too; the same partials and merge arithmetic (both merge some tokens
-    // themselves).
+    // On sm_90a: 64 heads a CTA or 16 (mla_absorbed_h64/h16_sm90.cu), a shape choice too.
     p.merged_max_n = 0;
     p.pairs_stored = false;
     const bool wgmma64 = mla_wgmma_supported(c, a, split_size);
@@ -91,16 +83,13 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
     else
         mla_mma_split_launch(c, &p);
     if (p.nsplit <= p.merged_max_n) return;  // every token merged by the split kernel
-    // The wgmma kernels' partials were stored with evict_last (mla_merge.cuh). The 16-head
-    // kernel's tokens of more than two splits merge in split pairs: stored by it, or formed
-    // here where it took single splits as units.
+    // The 16-head kernel's tokens of more than two splits merge in split pairs (MLA.md).
     const bool form = wgmma16 && !p.pairs_stored && p.nsplit > 2;
     const int token_parts = p.pairs_stored ? (p.nsplit + 1) / 2 : p.nsplit;
     mla_merge_launch(c, &p, wgmma64 || wgmma16, form, token_parts);
 }
 
-// A backend that schedules its own splits (kv_split_size) gets them: the kernel stays a fixed
-// function of (position, split size), and the backend owns whether that size is invariant.
+// A backend's own split size (kv_split_size) is taken: the backend owns its invariance.
 void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a) {
     mla_attention_launch(cuda_ctx_of(ops), a, mla_split_size(a));
 }

@@ -1,9 +1,5 @@
-// kernels/cuda/mla_merge.cu — the split-KV merge kernel: a token's split partials into its
-// output, in the order of mla_merge.cuh.
-// The op: mla_attention.cu (kernel choice, split size and count, launches); split kernels:
-// mla_absorbed_mma.cu (mma.sync, any device), mla_absorbed_h64_sm90.cu and
-// mla_absorbed_h16_sm90.cu (sm_90a), mla_absorbed_generic.cu (odd shapes); the split-KV
-// merge: mla_merge.cu (kernel) and mla_merge.cuh (its steps); the design: MLA.md.
+// kernels/cuda/mla_merge.cu — the split-KV merge kernel (its steps: mla_merge.cuh).
+// Launcher mla_attention.cu, mma.sync mla_absorbed_mma.cu, merge mla_merge.cu, generic mla_absorbed_generic.cu.
 #include <cuda_runtime.h>   // dim3
 #include <math.h>           // fmaxf, INFINITY
 
@@ -13,40 +9,26 @@
 #include "mla_attention.cuh"  // mla_params, mla_merge_launch
 #include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_load4
 
-// One block per (token, head) merges the token's own n splits, n fixed by the token's
-// position alone; thread tid owns columns 4 tid .. 4 tid + 3:
+// A block a (token, head), its n splits (n from its position); reduction order:
 //   m = max over s of m_s                                         (exact in any order)
 //   for s = 0 .. n - 1 ascending: w = e^(m_s - m), d = fma(l_s, w, d), o = fma(o_s, w, o)
 //   out = bf16(o * (1 / d))
-// or, for the 16-head kernel's tokens of n > 2 splits, the same over the split pairs of
-// mla_merge.cuh's tree: read as that kernel stored them (p.pairs_stored), or formed here from
-// its splits (FORM), in the same operations.
-// Every thread computes m and d itself from the (m_s, l_s) pairs (broadcast loads): no fold
-// across threads and no barrier. The merge runs after the split grid has ended, so its time is
-// a chain of load latencies: the partials' loads go out CHUNK at a time, and a token of up to
-// CHUNK partials waits for memory once. CHUNK (even: a chunk holds whole pairs) follows the
-// grid's partial count (registers, so blocks per SM); the order of the sums does not depend
-// on it. Tokens of at most merged_max_n splits were merged by the split kernel, in these
-// operations.
+// or, for the 16-head kernel past two splits, the same over split pairs, stored by it or
+// formed here (FORM). Loads go out CHUNK at a time; the sums' order does not depend on it.
 #define MERGE_THREADS 128
-// HINTED: the partials are a wgmma kernel's, stored with L2's evict_last policy, so read with
-// evict_first (mla_merge.cuh); the mma.sync kernel's are read plainly, in their own instantiation
-// (a policy chosen at run time on every path took CHUNK = 16 from 128 registers to 141, a block
-// fewer an SM, and B=32 L=16k 16 heads from 175.4 to 177.5 us).
+// HINTED: a wgmma kernel's partials, read evict_first; a template argument (registers).
 template <int CHUNK, bool HINTED, bool FORM>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
     static_assert(CHUNK % 2 == 0, "a chunk holds whole split pairs");
     const mla_attention_args &a = p.a;
-    // Last tokens first: the split kernels walk tokens in ascending order, so the partials
-    // written last are the ones still in L2 (H200: 128 heads 32 x 4k 135.1 -> 133.1 us).
+    // Last tokens first: the partials written last are the ones still in L2.
     const int th = (int)(gridDim.x - 1 - blockIdx.x), t = th / a.H, h = th % a.H, L = a.L, tid = threadIdx.x;
-    // The position is the split kernel's input, not its output (that kernel was launched
-    // plainly, after whatever wrote it), so it is read before waiting for the split grid.
+    // The position is the split kernel's input, not its output: read before the wait.
     const int pos = a.token_pos[t];
     pdl_wait_predecessor();  // launched while the split kernel still runs (pdl.cuh)
     const int n = mla_token_splits(pos, p.split_size, p.nsplit);
     if (n <= p.merged_max_n || 4 * tid >= L) return;
-    const bool form = FORM && n > 2;                                // pairs of splits made here
+    const bool form = FORM && n > 2;
     const int parts = p.pairs_stored && n > 2 ? (n + 1) / 2 : n;  // this token's partials
     const long base = (long)th * p.nsplit;
     const float2 *ml = p.ml_part + base;
@@ -102,8 +84,7 @@ __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) 
     out[3] = (uint16_t)(hi >> 16);
 }
 
-// The merge kernel for a grid of at most `parts` partials a token: CHUNK from it (registers, so
-// blocks per SM).
+// CHUNK from the grid's partials a token (registers, so blocks per SM).
 typedef void (*mla_merge_fn)(mla_params);
 template <bool HINTED, bool FORM>
 static mla_merge_fn mla_merge_for(int parts) {

@@ -13,7 +13,7 @@
 #include <stdio.h>    // printf
 #include <string.h>   // strcmp, memset
 
-#include "../kernels/cuda/gemm_plan.cuh"  // gemm_split_count, gemm_split_begin, gemm_plan_choose
+#include "../kernels/cuda/gemm_plan_choose.cuh"  // gemm_split_count, gemm_split_begin, gemm_plan_choose
 
 // N and K of the benchmark grid, of V2-Lite and V3 layers, and edges (one k-tile, a K tail,
 // N past the 67 column tiles no split reaches).

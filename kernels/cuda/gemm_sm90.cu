@@ -7,7 +7,7 @@
 #include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK
 #include "pdl.cuh"          // pdl_launch, pdl_wait_predecessor, pdl_release_dependent
 #include "gemm.cuh"         // gemm_problem, gemm_view, gemm_load_rows, gemm_store_pair
-#include "gemm_plan.cuh"    // gemm_plan, gemm_split_begin, GEMM_BK, the split rule
+#include "gemm_plan_choose.cuh"  // gemm_plan_choose, gemm_plan_name
 #include "mma.cuh"          // cp_async_commit, cp_async_wait
 #include "tma_map.cuh"      // tma_map_bf16_2d
 #include "l2_policy.cuh"    // l2_policy_evict_first

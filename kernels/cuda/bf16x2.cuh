@@ -5,9 +5,8 @@
 
 #include <stdint.h>         // uint32_t
 
-// Two values rounded to nearest even, lo in the low half: one cvt for both, where float_to_bf16
-// takes about eight instructions a value; a NaN keeps its payload, quieted, as float_to_bf16
-// keeps it (the hardware would write the canonical NaN).
+// Two values rounded to nearest even, lo in the low half: one cvt for both; a NaN keeps its
+// payload, quieted, as in float_to_bf16 (the hardware would write the canonical NaN).
 static __device__ __forceinline__ uint32_t bf16x2_round(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
@@ -16,19 +15,16 @@ static __device__ __forceinline__ uint32_t bf16x2_round(float lo, float hi) {
     return r;
 }
 
-// The converter alone: bf16x2_round's bits wherever neither value is a NaN (the converter and
-// float_to_bf16 agree on every other value, infinities and overflow included). For callers that
-// know their values are NaN-free: the NaN fix-ups above are about ten instructions a pair, which
-// were most of the GEMM's epilogue.
+// The converter alone: bf16x2_round's bits wherever neither value is a NaN, for callers that
+// know it (the NaN fix-ups are about ten instructions a pair).
 static __device__ __forceinline__ uint32_t bf16x2_round_no_nan(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
 
-// acc + b * 0, pair by pair: once a pair b held a NaN or an infinity, a half of acc is a NaN
-// from then on (bf16x2_any_nan). For a caller that rounds on the converter alone and, where a
-// NaN came out, rounds again with the fix-ups: one instruction a pair where those take ten.
+// acc + b * 0, pair by pair: once a b held a NaN or an infinity, a half of acc stays a NaN. For
+// callers rounding on the converter alone and again with the fix-ups where a NaN came out.
 static __device__ __forceinline__ uint32_t bf16x2_nan_track(uint32_t acc, uint32_t b) {
     uint32_t r;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(b), "r"(0u), "r"(acc));

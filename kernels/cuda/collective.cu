@@ -1,18 +1,12 @@
 // kernels/cuda/collective.cu — tensor parallelism on CUDA: one process drives T GPUs, rank r's
-// kernel set on GPU r (its stream, cuBLAS handle and scratch made on that device), one thread
-// per rank (common/rank_threads.h), the ranks joined by an NCCL communicator opened once for the
-// group with ncclCommInitAll.
+// kernel set on GPU r, one thread per rank, the ranks joined by one NCCL communicator group
+// (ncclCommInitAll).
 //
-// The invariant all-reduce does not let NCCL add: a ring or tree all-reduce adds an element in
-// an order that follows its offset and the message size (with three or more ranks), so NCCL
-// only moves the bytes (ncclAllGather of every rank's bf16 message into a [T][n] scratch) and a
-// kernel of ours adds each element as x_0 + x_1 + ... + x_{T-1} in fp32, rank order, rounded to
-// bf16 once: kernels/cpu/all_reduce.c's rule, so CPU and CUDA give the same bits for the same
-// inputs. Every rank adds the same gathered values in the same order, so every rank holds the
-// same bits. The reference set calls ncclAllReduce (reference/cuda/ref_cuda.cu).
-//
-// NVLink multicast stays off: NCCL_NVLS_ENABLE=0 is put in the environment before the first
-// communicator opens unless the user set it already, and nothing here calls cuMulticastCreate.
+// Reduction order of the all-reduce: NCCL only moves the bytes (ncclAllGather of every rank's bf16
+// message), and our kernel adds each element as x_0 + x_1 + ... + x_{T-1} in fp32, rank order,
+// rounded to bf16 once (kernels/cpu/all_reduce.c's rule): a ring or tree adds in an order that
+// follows the offset and the message size. Every rank adds the same values in the same order, so
+// all hold the same bits. NVLink multicast stays off (NCCL_NVLS_ENABLE=0 unless the user set it).
 #include <cuda_runtime.h>                 // cudaSetDevice, cudaGetDevice, cudaDeviceGetP2PAttribute
 #include <nccl.h>                         // ncclCommInitAll, ncclAllGather, ncclGetVersion
 #include <stdio.h>                        // snprintf
@@ -29,7 +23,7 @@
 #include "inv_cuda_launch.h"              // inv_cuda_all_reduce_from_rank, inv_cuda_nccl_comm
 #include "inv_cuda_ops.h"                 // inv_cuda_all_reduce, inv_cuda_all_gather_columns, ...
 
-// --- devices ---------------------------------------------------------------------------------
+// --- devices ---
 
 int inv_cuda_device_count(void) {
     int n = 0;
@@ -93,10 +87,10 @@ void inv_cuda_gpu_links(int T, char *out, int len) {
         }
 }
 
-// --- the group ---------------------------------------------------------------------------------
+// --- the group ---
 
-// Closing: each rank's thread destroys its own communicator on its own device, as T processes
-// would; one thread destroying them in turn could wait in the first for the others' quiescence.
+// Each rank's thread destroys its own communicator, as T processes would: one thread destroying
+// them in turn could wait in the first for the others.
 typedef struct {
     void *const *handles;
 } close_job;
@@ -154,7 +148,7 @@ void *inv_cuda_nccl_comm(tp_comm *comm, const char *op) {
     return h;
 }
 
-// --- all_reduce --------------------------------------------------------------------------------
+// --- all_reduce ---
 
 // out[i] = the sum over ranks of gathered[r][i], starting at rank `first` and going up (mod T);
 // with round_each_hop the partial is rounded to bf16 after every addition, as a bf16 ring does.
@@ -198,7 +192,7 @@ void inv_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
     inv_cuda_all_reduce_from_rank(ops, comm, buf, n, 0, false);
 }
 
-// --- all_gather_columns ------------------------------------------------------------------------
+// --- all_gather_columns ---
 
 __global__ void gather_range_kernel(long long *mine, long begin, long end, int rows) {
     mine[0] = begin;
@@ -229,9 +223,8 @@ __global__ void gather_unpack_kernel(float *buf, const float *recv, const long l
     }
 }
 
-// A copy, with no order to vary. The ranks' column ranges may differ (an uneven vocabulary
-// split), and NCCL's all-gather moves equal counts: the ranges are gathered first (one small
-// all-gather and a download), then every rank's columns packed to the widest range.
+// A copy, with no order to vary. Ranks' column ranges may differ and NCCL moves equal counts:
+// the ranges are gathered first, then every rank's columns packed to the widest.
 void inv_cuda_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,
                                  long col_begin, long col_end) {
     int T = tp_comm_size(comm), me = tp_comm_rank(comm);

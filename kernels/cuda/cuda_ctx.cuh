@@ -1,7 +1,6 @@
-// kernels/cuda/cuda_ctx.cuh — the state the invariant CUDA set keeps in ops_set.ctx (also the
-// ctx of every set built on it through inv_cuda_init, so the reused ops and the benchmark's
-// timer find their stream), and device scratch that grows rarely and never per call. Private
-// to kernels/cuda: other folders use inv_cuda.h and inv_cuda_launch.h.
+// kernels/cuda/cuda_ctx.cuh — the state the invariant CUDA set keeps in ops_set.ctx (shared by
+// every set built on it through inv_cuda_init), and device scratch that grows rarely, never per
+// call. Private to kernels/cuda: other folders use inv_cuda.h and inv_cuda_launch.h.
 #ifndef INVAR_KERNELS_CUDA_CUDA_CTX_CUH
 #define INVAR_KERNELS_CUDA_CUDA_CTX_CUH
 
@@ -13,37 +12,36 @@
 #include "../../common/check.h"        // invar_die, invar_calloc, INVAR_EXIT_*
 #include "../../common/cuda_check.cuh" // CUDA_CHECK, CUDA_CHECK_LAUNCH, CUBLAS_CHECK
 
-// Named scratch slots. Each grows to the largest size asked for and is kept.
+// Scratch slots, each grown to the largest size asked for and kept.
 enum cuda_scratch_slot {
     SCRATCH_MLA_PARTIAL,    // split-KV partial outputs (fp32) and their max / sum
     SCRATCH_MOE_LISTS,      // per-expert row lists and offsets
     SCRATCH_MOE_GATE_UP,    // compact [rows, 2I] bf16
     SCRATCH_MOE_ACT,        // compact [rows, I] bf16
     SCRATCH_ALL_REDUCE,     // every rank's message, [T][n] bf16, gathered before the sum
-    SCRATCH_GATHER_SEND,    // all_gather_columns: this rank's columns, packed
-    SCRATCH_GATHER_RECV,    // all_gather_columns: every rank's packed columns
+    SCRATCH_GATHER_SEND,    // all_gather_columns: this rank's packed columns
+    SCRATCH_GATHER_RECV,    // all_gather_columns: every rank's
     SCRATCH_GATHER_RANGES,  // all_gather_columns: every rank's (begin, end, rows)
-    SCRATCH_GEMM_PARTIAL,   // split-K GEMM: [splits][M][N] fp32 partials (gemm_sm90.cu)
-    SCRATCH_GEMM_ARRIVALS,  // split-K GEMM: per-tile arrival counts, zero between launches
-    SCRATCH_GEMM_HANDOFF,   // stream-K GEMM: each CTA's handed-over chain state (fp32)
-    SCRATCH_GEMM_HANDOFF_READY,  // stream-K GEMM: its ready flags, zero between launches
-    SCRATCH_GEMM_TOTALS,    // split-K GEMM, 128 x 256 cta path: each CTA's running total (fp32)
+    SCRATCH_GEMM_PARTIAL,   // split-K partials, fp32
+    SCRATCH_GEMM_ARRIVALS,  // split-K arrival counts, zero between launches
+    SCRATCH_GEMM_HANDOFF,   // stream-K chain states
+    SCRATCH_GEMM_HANDOFF_READY,  // their ready flags, zero between launches
+    SCRATCH_GEMM_TOTALS,    // 128 x 256 cta path's running totals
     SCRATCH_SLOTS
 };
 
-#define CUDA_SMEM_KERNELS 64  // more kernels than this still work, re-raising every call
+#define CUDA_SMEM_KERNELS 64  // more still work, re-raising every call
 
 typedef struct {
     cudaStream_t stream;    // all work of the set goes here
     int device;
     int num_sms;
-    size_t smem_optin;      // most dynamic shared memory one block may opt into
+    size_t smem_optin;      // most dynamic shared memory a block may opt into
     size_t l2_bytes;        // the L2 cache's size
     bool wgmma;             // compute capability 9.0: the sm_90a code (wgmma) runs here
     bool pdl;               // compute capability >= 9.0: programmatic dependent launch (pdl.cuh)
-    void *tensor_map_encode; // the driver's cuTensorMapEncodeTiled (NULL: no TMA loads)
-    // The kernels whose dynamic shared memory limit this context has raised, and to what:
-    // cudaFuncSetAttribute once per kernel, not once per call (cuda_kernel_smem).
+    void *tensor_map_encode; // cuTensorMapEncodeTiled (NULL: no TMA)
+    // kernels whose shared memory limit this context has raised (cuda_kernel_smem)
     struct { const void *kernel; size_t bytes; } smem_set[CUDA_SMEM_KERNELS];
     int smem_set_count;
     void *scratch[SCRATCH_SLOTS];
@@ -52,17 +50,16 @@ typedef struct {
 
 static inline cuda_ctx *cuda_ctx_of(ops_set *ops) { return (cuda_ctx *)ops->ctx; }
 
-// Returns scratch slot `slot` with at least `bytes`; grows (synchronizing first) only when a
-// call needs more than any call before it.
+// Scratch slot `slot` with at least `bytes`; grows (synchronizing first) only past every size
+// asked before.
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what);
-// The same, zero-filled whenever it grows (kernels that leave it zero can rely on zeros).
+// The same, zero-filled whenever it grows.
 void *cuda_scratch_zeroed(cuda_ctx *c, int slot, size_t bytes, const char *what);
 
-// Lets `kernel` launch with `bytes` of dynamic shared memory (cudaFuncSetAttribute), calling
-// the runtime only the first time a kernel needs more than before.
+// Lets `kernel` launch with `bytes` of dynamic shared memory, asking the runtime only for more.
 void cuda_kernel_smem(cuda_ctx *c, const void *kernel, size_t bytes, const char *op);
 
-// Context setup shared by both sets: device probe, stream, properties. Exits when no device.
+// Device probe, stream, properties; exits when no device.
 void cuda_ctx_init(cuda_ctx *c, const char *set_name);
 void cuda_ctx_free(cuda_ctx *c);
 

@@ -10,7 +10,7 @@
 
 static unsigned blocks_for(long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
-// --- embedding ---------------------------------------------------------------------------------
+// --- embedding ---
 
 __global__ void embedding_kernel(uint16_t *out, const uint16_t *table, const int32_t *ids, int T, int D) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -26,7 +26,7 @@ void inv_cuda_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int32_
     CUDA_CHECK_LAUNCH("embedding");
 }
 
-// --- residual add ------------------------------------------------------------------------------
+// --- residual add ---
 
 __global__ void residual_add_kernel(uint16_t *x, const uint16_t *y, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -39,7 +39,7 @@ void inv_cuda_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
     CUDA_CHECK_LAUNCH("residual_add");
 }
 
-// --- SiLU and multiply -------------------------------------------------------------------------
+// --- SiLU and multiply ---
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
@@ -58,7 +58,7 @@ void inv_cuda_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int 
     CUDA_CHECK_LAUNCH("silu_mul");
 }
 
-// --- KV-cache write ----------------------------------------------------------------------------
+// --- KV-cache write ---
 
 // One block per token; a negative slot is a padding token and writes nothing.
 __global__ void kv_cache_write_kernel(uint16_t *cache, const uint16_t *c_kv, long ld_c_kv,

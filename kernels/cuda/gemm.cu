@@ -1,19 +1,15 @@
-// kernels/cuda/gemm.cu — the batch-invariant GEMM: bf16 in, fp32 accumulate on tensor cores.
-// This is the portable kernel (mma.sync, sm_80 and later); on sm_90a devices gemm_launch hands
-// every product to gemm_sm90.cu's wgmma kernel instead.
+// kernels/cuda/gemm.cu — the batch-invariant GEMM's portable kernel: bf16 in, fp32 accumulate on
+// tensor cores (mma.sync, sm_80 and later); on sm_90a gemm_launch hands every product to the
+// wgmma kernels (gemm_sm90.cu).
 //
-// The reduction order of one output element y[m][n] is the chain
-//     acc = 0;  for k0 = 0, 16, 32, ... < K:  acc = mma_m16n8k16(acc, x[m][k0:k0+16], w[n][k0:k0+16])
-// with k0 ascending and nothing else: one MMA instruction shape, k-slots in natural order,
-// no split-K (gemm_plan.cuh's split rule is the sm_90a kernel's), a zero-filled tail. Tile
-// sizes (BM, BN, BK), warp layout and pipeline depth only
-// decide which thread carries which chain and when its operands arrive, never the chain, so
-// the three configurations below produce identical bits for any row at any M (tests check it
-// bitwise). The launcher picks one by shape only to keep the GPU busy:
-//   skinny  (M <= 16, or M <= 64 with L2-sized weights): 16 x 32 tiles, BK 128, 6 stages —
-//           streams weights at small M
+// Reduction order of y[m][n]: the chain  acc = 0; for k0 = 0, 16, 32, ... < K: acc =
+// mma_m16n8k16(acc, x[m][k0:+16], w[n][k0:+16])  with k0 ascending: one instruction shape, no
+// split-K, a zero-filled tail. Tiles, warp layout and pipeline depth decide only which thread
+// carries a chain and when its operands arrive, so the three configurations give identical bits at
+// any M; the launcher picks one by shape to keep the GPU busy:
+//   skinny  (M <= 16, or M <= 64 with L2-sized weights): 16 x 32 tiles, BK 128, 6 stages
 //   medium  (tiles of 128 would not fill the GPU): 64 x 64 tiles
-//   large   128 x 128 tiles, 8 warps — the compute-bound shape
+//   large   128 x 128 tiles, 8 warps
 #include <cuda_runtime.h>   // dim3
 #include <stdint.h>         // uint32_t, int32_t
 #include <stdio.h>          // snprintf
@@ -27,7 +23,7 @@
 
 #define SMEM_PAD 8  // bf16 per row: row strides of 16B * odd keep ldmatrix conflict-free
 
-// --- the kernel ----------------------------------------------------------------------------
+// --- the kernel ---
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool ALIGNED>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
@@ -120,7 +116,7 @@ gemm_kernel(gemm_problem p) {
         }
 }
 
-// --- launch ----------------------------------------------------------------------------------
+// --- launch ---
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
 static void launch_config(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {
@@ -143,8 +139,7 @@ static void launch_config(cuda_ctx *c, const gemm_problem *p, int batch, bool al
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-// cp.async needs every 8-element chunk 16-byte aligned; otherwise the scalar loader fills
-// the same shared-memory tiles (same chain, slower).
+// cp.async needs 16-byte aligned chunks; else the scalar loader fills the same tiles.
 static bool loads_aligned(const gemm_problem *p, int batch) {
     return p->K % 8 == 0 && p->ldx % 8 == 0 && p->ldw % 8 == 0 && aligned16(p->x) && aligned16(p->w) &&
            (batch <= 1 || p->group_offsets || (p->stride_x % 8 == 0 && p->stride_w % 8 == 0)) &&
@@ -161,7 +156,7 @@ void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op) 
     }
     long large_tiles = (long)((p->M + 127) / 128) * ((p->N + 127) / 128) * batch;
     // Skinny also for M <= 64 when the weights fit in L2: its 4 row-blocks then re-read them
-    // from L2 (the medium tiles give too few CTAs there: 134 us vs 43 us at M=16, 1536x7168).
+    // from L2 (the medium tiles give too few CTAs there).
     const bool weights_in_l2 = (double)p->N * p->K * 2.0 * (p->group_offsets ? 1 : batch) <= 48e6;
     if (p->M <= 16 || (p->M <= 64 && weights_in_l2))
         launch_config<16, 32, 128, 16, 8, 6>(c, p, batch, aligned, op);

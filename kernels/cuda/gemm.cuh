@@ -10,10 +10,9 @@
 #include "gemm_plan.cuh"   // gemm_plan
 #include "mma.cuh"         // cp_async16
 
-// y[z][m][n] = sum_k x[z][m][k] * w[z][n][k] for z < batch. In grouped mode
-// (group_offsets != NULL) z is a group (an expert): its rows are the compact indices
-// group_offsets[z] .. group_offsets[z+1] (device memory), x's row for compact row i is
-// x_rows[i] (or i), y's row y_rows[i] (or i), and only w moves by stride_w per group.
+// y[z][m][n] = sum_k x[z][m][k] * w[z][n][k] for z < batch. Grouped (group_offsets): z is an
+// expert owning compact rows group_offsets[z] .., gathered from x_rows[i] and scattered to
+// y_rows[i] (NULL: i); only w moves by stride_w per group.
 typedef struct {
     void *y;
     bool y_f32;
@@ -27,16 +26,13 @@ typedef struct {
     const int32_t *y_rows;
 } gemm_problem;
 
-// batch: products (dense) or groups (grouped). Every configuration the launcher may pick
-// reduces each element in the same order (gemm.cu; on sm_90a gemm_plan.cuh), so the choice
-// may depend on shape.
-// On an sm_90a device the kernel is gemm_sm90.cu's (wgmma), elsewhere gemm.cu's (mma.sync):
-// one instruction shape per device, so one reduction order per device.
+// batch: products (dense) or groups (grouped). On sm_90a the wgmma kernels (gemm_sm90.cu),
+// elsewhere gemm.cu's mma.sync one: one reduction order per device, whatever the shape picks.
 void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op);
 
 // The Hopper kernel; `aligned`: every 8-element chunk of x and w is 16-byte aligned.
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op);
-// What gemm_sm90_launch runs for p: split count, tile, split mode, load path (gemm_plan.cuh).
+// What gemm_sm90_launch runs for p (gemm_plan.cuh).
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned);
 
 // What one CTA of product (or group) z reads and writes.
@@ -64,11 +60,9 @@ __device__ __forceinline__ gemm_view gemm_view_of(const gemm_problem &p, int z) 
     return v;
 }
 
-// Rows [row0, row0+ROWS) x k [k0, k0+BK) of a row-major bf16 matrix into a shared tile whose
-// 16-byte chunk c of tile row r sits at dst_of(r, c) (each kernel has its own layout). Rows
-// at or past row_end and k at or past K become zeros: zero products leave every valid chain
-// as it is. ALIGNED: 16-byte cp.async (K % 8 == 0, so a chunk is all in or all out); else
-// element by element into the same places.
+// Rows [row0, row0+ROWS) x k [k0, k0+BK) of a row-major bf16 matrix into a shared tile, chunk
+// c of row r at dst_of(r, c). Rows from row_end and k from K become zeros, which leave every
+// valid chain as it is. ALIGNED: 16-byte cp.async (K % 8 == 0); else element by element.
 template <int ROWS, int BK, int THREADS, bool ALIGNED, class DstOf>
 __device__ __forceinline__ void gemm_load_rows(DstOf dst_of, const uint16_t *g, long ld, int row0, int row_end,
                                                const int32_t *rows, int k0, int K) {
@@ -89,9 +83,7 @@ __device__ __forceinline__ void gemm_load_rows(DstOf dst_of, const uint16_t *g, 
 }
 
 // The GEMM's one rounding to bf16, two values at a time (lo in the low half): every output path
-// of both GEMM kernels rounds through here, so a row's bits cannot depend on which path stored
-// it. The hardware's converter (bf16x2.cuh; float_to_bf16's eight instructions a value had
-// bound the large-M epilogue).
+// of both GEMM kernels rounds through here, so a row's bits cannot depend on the path.
 __device__ __forceinline__ uint32_t gemm_round_bf16x2(float lo, float hi) { return bf16x2_round(lo, hi); }
 // The same where the caller has checked that no value is a NaN (gemm_warp_has_nan): same bits.
 template <bool NAN_FREE>
@@ -99,9 +91,8 @@ __device__ __forceinline__ uint32_t gemm_round_bf16x2(float lo, float hi) {
     return NAN_FREE ? bf16x2_round_no_nan(lo, hi) : bf16x2_round(lo, hi);
 }
 
-// Whether any lane of the warp holds a NaN among its NI x F values: one fma a value (x * 0 + p
-// keeps p for every finite x and is a NaN for a NaN or an infinity; an infinity only sends the
-// warp to the NaN-aware rounding for nothing). Every lane of the warp must call it.
+// Whether any lane of the warp holds a NaN among its NI x F values (x * 0 + p: a NaN for a NaN
+// or an infinity, which only costs the NaN-aware rounding). Every lane must call it.
 template <int NI, int F>
 __device__ __forceinline__ bool gemm_warp_has_nan(const float (&v)[NI][F]) {
     float probe[8] = {};  // eight independent chains, not one of NI F dependent fmas

@@ -1,29 +1,25 @@
-// kernels/cuda/gemm_plan.cuh — the sm_90a GEMM's reduction order and split-K rule, and the words
-// of its plans (tiles, split modes, load paths); gemm_plan_choose.cuh picks a product's plan.
-// The contract (every M gives a row the same bits) fixes each output element's reduction:
-//     KT = ceil(K / 64) k-tiles, cut into S = gemm_split_count(N, K) splits at k-tile
-//     boundaries gemm_split_begin(s, S, KT); split s is the chain
-//         p_s = 0;  for k0 ascending in its k-tiles:  p_s = wgmma_m64nNk16(p_s, x[m][k0:+16], w[n][k0:+16])
-//     and the result is ((p_0 + p_1) + p_2) + ... in split order, fp32, from p_0 itself (a
-//     total from -0 is exact; from +0 an exact -0 would become +0). Every width N gives an
-//     element the same bits: it reads only its own row, column and accumulator.
-// S depends on (N, K) only: never on M, so a row's chains do not change with the batch, nor on
-// the device's SM count. The rest of a plan decides only who computes a chain and when.
+// kernels/cuda/gemm_plan.cuh — the sm_90a GEMM's reduction order, split-K rule and plan words;
+// gemm_plan_choose.cuh picks a product's plan.
+// The reduction of y[m][n]: KT = ceil(K / 64) k-tiles cut into S = gemm_split_count(N, K) splits
+// at gemm_split_begin(s, S, KT); split s is the chain
+//     p_s = 0;  for k0 ascending in its k-tiles:  p_s = wgmma_m64nNk16(p_s, x[m][k0:+16], w[n][k0:+16])
+// and y = ((p_0 + p_1) + p_2) + ... in split order, fp32 (a total from -0 keeps p_0's bits).
+// Every width N gives an element the same bits (it reads only its row, column and accumulator).
+// S depends on (N, K) only, never on M (a row's chains must not change with the batch) nor on
+// the device. The rest of a plan decides only who computes a chain and when.
 #ifndef INVAR_KERNELS_CUDA_GEMM_PLAN_CUH
 #define INVAR_KERNELS_CUDA_GEMM_PLAN_CUH
 
 #include <stdbool.h>  // bool
 
 #define GEMM_BK 64                  // k per k-tile: one 128-byte swizzle row of bf16
-#define GEMM_SPLIT_TARGET_CTAS 132  // CTAs the splits aim to fill: a constant (an H200's SMs)
-#define GEMM_SPLIT_TILE_N 128       // columns per CTA the rule counts (the 64 x 128 tile's)
-#define GEMM_SPLIT_MIN_KTILES 6     // a split at least as long as the small tile's 6-stage
-                                    // pipeline, so its loads are all in flight at once
+#define GEMM_SPLIT_TARGET_CTAS 132  // CTAs the splits fill: a constant, not the device's
+#define GEMM_SPLIT_TILE_N 128       // columns a CTA, for the rule
+#define GEMM_SPLIT_MIN_KTILES 6     // a split at least as long as the 6-stage pipeline
 #define GEMM_SPLIT_MAX 32           // bounds the partials' scratch and the reduce's loop
 
-// The split count: the most splits whose ceil(N / 128) column tiles times S stay within one
-// wave of the target (a second wave, mostly empty, would cost more than shorter chains save), as
-// K allows with splits of at least GEMM_SPLIT_MIN_KTILES k-tiles.
+// The most splits whose column tiles times S fill at most one wave of the target (a second wave,
+// mostly empty, costs more than shorter chains save), each at least GEMM_SPLIT_MIN_KTILES long.
 static inline int gemm_split_count(int N, int K) {
     const int col_tiles = (N + GEMM_SPLIT_TILE_N - 1) / GEMM_SPLIT_TILE_N;
     const int k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
@@ -34,8 +30,8 @@ static inline int gemm_split_count(int N, int K) {
     return splits < 1 ? 1 : splits;
 }
 
-// First k-tile of split s (s = splits gives KT): even cuts of floor or ceil KT / splits. 32-bit
-// arithmetic is exact (s <= GEMM_SPLIT_MAX + 1, KT <= 2^25) and cheaper in a kernel.
+// First k-tile of split s (s = splits gives KT): even cuts. 32-bit arithmetic is exact here
+// (s <= GEMM_SPLIT_MAX + 1, KT <= 2^25) and cheaper in a kernel.
 #ifdef __CUDACC__
 __host__ __device__
 #endif
@@ -66,8 +62,7 @@ typedef struct {
     int stream_k_rounds;  // with stream_k: whole rounds of round robin first
 } gemm_plan;
 
-// The order CTAs take tiles in: down GEMM_TILE_GROUP_M row tiles, then across, so a wave reads
-// each weight tile from HBM once per 8 row tiles, not once per row tile.
+// Tiles down GEMM_TILE_GROUP_M row tiles, then across: a weight tile read once per 8 row tiles.
 #define GEMM_TILE_GROUP_M 8
 #ifdef __CUDACC__
 __host__ __device__
@@ -94,21 +89,21 @@ static inline void gemm_tile_of(int linear, int m_tiles, int n_tiles, int *m_til
 // the first copy costs more than its producer warp saves.
 #define GEMM_SPLIT_GRID_PERSISTENT_MIN_M 48
 
-// 128 x 256 tiles walk every split from this split length, their running total in L2 (no
-// registers left for it): a fold's 128 KB each way is small against 64 k-tiles of 48 KB.
+// 128 x 256 tiles walk every split from this split length, the total in L2 (no registers left):
+// a fold's 128 KB each way is small against 64 k-tiles of 48 KB.
 #define GEMM_SPLIT_L2_TOTAL_MIN_KTILES 64
 
 // Past M = 64, split CTAs needing two waves lose to one CTA walking its splits this short.
 #define GEMM_SPLIT_CTA_MAX_KTILES 64
 
-// Stream-K order (GEMM.md): taken where round robin's last round is thin and the weights come
-// from HBM once either way (one row tile, or weights within this many bytes, which stay in L2).
+// Stream-K order (GEMM.md) where round robin's last round is thin and the weights come from HBM
+// once either way (one row tile, or weights within this many bytes).
 #define GEMM_STREAM_K_MAX_W_BYTES (16L << 20)
 // The 128 x 256 S = 1 tail in stream-K order: where its weights stay in L2 and each unit has
 // enough k-tiles to pay for its hand-overs.
 #define GEMM_STREAM_K_TAIL_MAX_W_BYTES (32L << 20)
 #define GEMM_STREAM_K_TAIL_MIN_KTILES 32
-// The weight tiles units [first, units) walk through, a new one at every change of column tile.
+// The weight tiles units [first, units) walk through (a new one at each column tile change).
 static inline long gemm_tail_weight_tiles(long first, long units, int m_tiles, int n_tiles) {
     long tiles = 0;
     int prev = -1;
@@ -130,12 +125,12 @@ static inline bool gemm_stream_k(long units, int num_sms, int M, int N, int K) {
     return units > num_sms && gemm_last_round_thin(units, num_sms) && weights_once;
 }
 
-// Tiles of bm x bn over a batch of M x N products: the work units of a plan, whose waves decide.
+// Tiles of bm x bn over a batch of M x N products: a plan's work units.
 static inline long gemm_tile_count(int M, int N, int batch, int bm, int bn) {
     return (long)((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
 }
 
-// Waves of `units` one-CTA work units over num_sms SMs, the last one counted whole.
+// Waves of `units` over num_sms SMs, the last counted whole.
 static inline long gemm_waves(long units, int num_sms) { return (units + num_sms - 1) / num_sms; }
 
 // The cta path stages its epilogue up to this many k-tiles (ws_stages_epilogue); longer walks

@@ -1,7 +1,7 @@
 // kernels/cuda/gemm_plan_choose.cuh — which plan a product runs: tile, split mode, load path and
 // stream-K order, from its shape and the SM count. Each choice decides only who computes a chain
 // and when; the chains and the order of their sums are gemm_plan.cuh's, so none changes a bit.
-// The costs and thresholds were tuned by measurement (kernels/cuda/GEMM.md).
+// Costs and thresholds tuned by measurement (kernels/cuda/GEMM.md).
 #ifndef INVAR_KERNELS_CUDA_GEMM_PLAN_CHOOSE_CUH
 #define INVAR_KERNELS_CUDA_GEMM_PLAN_CHOOSE_CUH
 
@@ -15,7 +15,7 @@
 #define GEMM_CTA_KTILE_COST_128_STAGED 37
 #define GEMM_CTA_KTILE_COST_144 47
 #define GEMM_CTA_KTILE_COST_192 60
-// Whole waves of 128-row tiles of `cols` columns, in tenths, times the time a k-tile of one takes.
+// Whole waves of 128-row tiles of `cols` columns, in tenths, times a k-tile's time.
 static inline long gemm_cta_wave_cost(int M, int N, int batch, int cols, int num_sms, int ktile_cost) {
     return gemm_waves(gemm_tile_count(M, N, batch, 128, cols), num_sms) * 10 * ktile_cost;
 }
@@ -25,8 +25,7 @@ static inline enum gemm_tile gemm_cta_wide_tile(int M, int N, int K, int batch, 
     const long tenths = even_share ? units * 10 / num_sms : gemm_waves(units, num_sms) * 10;
     enum gemm_tile best = TILE_128x128;
     long best_cost = tenths * (gemm_cta_long_walk(K) ? GEMM_CTA_KTILE_COST_128 : GEMM_CTA_KTILE_COST_128_STAGED);
-    // 96 and 144 columns on one dense product's long walks only (where their cost was measured),
-    // 144 where N is a multiple of it; each taken where it costs less than the best before it.
+    // 96 and 144 columns on one product's long walks only (where measured), 144 where N allows.
     const bool long_walk = batch == 1 && gemm_cta_long_walk(K);
     const struct { enum gemm_tile tile; int cols, ktile_cost; bool allowed; } others[] = {
         {TILE_128x192, 192, GEMM_CTA_KTILE_COST_192, true},
@@ -59,10 +58,9 @@ static inline bool gemm_one_wave_192(int M, int N, int batch, int splits, int nu
            gemm_tile_count(M, N, 1, 64, 192) <= num_sms;
 }
 
-// The 128 x 256 S = 1 stream-K tail (gemm_plan_choose): the whole rounds of round robin before
-// it, or -1 where round robin throughout is kept. A tail needs two rounds or more, a thin last
-// round that idles at least a tenth of the whole, a full row group, units of at least
-// GEMM_STREAM_K_TAIL_MIN_KTILES k-tiles, and the tail's weights in L2 (GEMM_STREAM_K_TAIL_*).
+// The 128 x 256 S = 1 stream-K tail: the rounds of round robin before it, or -1 for none. It
+// needs two rounds, a thin last one idling a tenth of the whole, a full row group, long units
+// and the tail's weights in L2.
 static inline int gemm_stream_k_tail_rounds(int M, int N, int K, int num_sms) {
     const long units = gemm_tile_count(M, N, 1, 128, 256);
     const long last_round = units % num_sms, m_tiles = (M + 127) / 128, rounds = units / num_sms + 1;
@@ -144,10 +142,8 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
     return pl;
 }
 
-// tma: dense products whose rows TMA can read (one, or a batch at strides TMA can step; no
-// gathered rows, aligned, a driver entry point). num_sms: the device's, for the tile choice and
-// the stream-K order only. Splits on separate CTAs (GRID) for one product only: the partials'
-// scratch holds one.
+// tma: dense products whose rows TMA can read. num_sms: the device's (tiles and order only).
+// GRID splits for one product only: the partials' scratch holds one.
 static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     gemm_plan pl = gemm_plan_tiles(M, N, K, batch, aligned, tma, num_sms);
     if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel

@@ -1,22 +1,24 @@
-// kernels/cuda/gemm_sm90.cu — the sm_90a GEMM's launch: a plan (gemm_plan.cuh) to the kernel that runs it.
+// kernels/cuda/gemm_sm90.cu — the sm_90a GEMM's launch: a plan (gemm_plan_choose.cuh) to the
+// kernel instantiation that runs it (gemm_sm90_kernels.cuh). The reduction order is gemm_plan.cuh's
+// on every path; nothing here changes a bit, only who computes a chain and when.
 #include <cuda.h>           // CUtensorMap
 #include <cuda_runtime.h>   // dim3
-#include <stdint.h>         // uint8_t, uint16_t, uint64_t
+#include <stdint.h>         // uintptr_t
 
-#include "../bf16.h"        // float_to_bf16
-#include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK
-#include "pdl.cuh"          // pdl_launch, pdl_wait_predecessor, pdl_release_dependent
-#include "gemm.cuh"         // gemm_problem, gemm_view, gemm_load_rows, gemm_store_pair
-#include "gemm_plan_choose.cuh"  // gemm_plan_choose, gemm_plan_name
-#include "mma.cuh"          // cp_async_commit, cp_async_wait
-#include "tma_map.cuh"      // tma_map_bf16_2d
-#include "l2_policy.cuh"    // l2_policy_evict_first
-#include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d/3d(_hint), sw128_offset, fence_proxy_async
+#include "../bf16.h"
+#include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK_LAUNCH
+#include "pdl.cuh"          // pdl_launch
+#include "gemm.cuh"         // gemm_problem, gemm_sm90_plan, gemm_sm90_launch
+#include "gemm_plan_choose.cuh"     // gemm_plan_choose, gemm_plan_name
+#include "mma.cuh"
+#include "tma_map.cuh"      // tma_map_bf16_2d, tma_map_bf16_3d
+#include "l2_policy.cuh"
+#include "wgmma.cuh"
 #include "gemm_sm90_epilogue.cuh"   // epilogue_stage_bytes, stages_epilogue, ws_* staging rules
 #include "gemm_sm90_split_sum.cuh"  // gemm_split_out, gemm_handoff
-#include "gemm_sm90_kernels.cuh"    // gemm_sm90_ws_kernel, gemm_sm90_kernel, gemm_split_reduce_kernel, gemm_x_box_rows
+#include "gemm_sm90_kernels.cuh"    // the kernels, gemm_x_box_rows
 
-// --- launch ----------------------------------------------------------------------------------
+// --- launch ---
 
 // grid.z: the products (or groups), or with SPLIT_GRID the splits of the one product.
 // SPLIT_GRID: split_out says where the tiles' last CTAs write the sum.
@@ -41,19 +43,10 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
     CUDA_CHECK_LAUNCH(op);
 }
 
-// The warp-specialized kernel over dense products (TMA; one, or a batch): at most one CTA per
-// SM, each walking its share of the work units, round robin or (stream_k, where there are more
-// units than CTAs) in stream-K order.
-//
-// Every tile compiles the vector and staged epilogues (store_tile's VEC; each checks the
-// output's alignment at run time). Until 2026-12-02 the 64 x 128 tile at M <= 64 ran a kernel with
-// the pair stores alone, which cost more than the wider kernel's code, not less: at M = 64 its
-// pair stores went out at each unit's end while the next unit's copies waited, and the 64 x 128
-// deferred TMA stores took that off (H200, dev build, medians of three, us: 24576 x 1536 M = 64
-// 31.6 -> 25.6, 21888 x 2048 36.3 -> 30.3, 102400 x 2048 120.2 -> 110.6, 36864 x 7168 139.8 -> 134.4;
-// M = 16 0-5% faster, M = 1 within 0.3 us).
-// pl: the plan (gemm_plan_choose) whose tile and split mode the template arguments are: its
-// split count and stream-K order.
+// The persistent kernel over dense products (TMA; one, or a batch): at most one CTA per SM,
+// walking its share of the work units round robin or in stream-K order. Every tile compiles the
+// vector and staged epilogues, each checking the output's alignment at run time. pl: the plan
+// whose tile and split mode the template arguments are.
 template <int CW, int NI, int STAGES, int SPLIT, int WN = 128>
 static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_plan &pl, const char *op) {
     constexpr int BM = 64 * CW, BN = WN * NI;
@@ -68,15 +61,13 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_
     if (units > 0x7fffffffL)
         invar_die(INVAR_EXIT_INPUT, "%s: M=%d N=%d batch=%d: too many tiles", op, p->M, p->N, batch);
     const unsigned grid = (unsigned)(units < c->num_sms ? units : c->num_sms);
-    // Stream-K order walks whole chains (never GRID splits), on 128-column instructions only
-    // (gemm_plan_choose never asks it of the 192-column tiles).
+    // Stream-K order walks whole register chains on 128-column instructions only.
     constexpr bool CAN_STREAM = SPLIT != SPLIT_GRID && WN == 128 && !ws_total_in_l2(SPLIT, NI, WN);
     gemm_handoff ho = {};
     if (ws_total_in_l2(SPLIT, NI, WN))
         ho.totals = (float4 *)cuda_scratch(c, SCRATCH_GEMM_TOTALS, (size_t)grid * CW * 128 * NI * WN / 2 * sizeof(float),
                                            "gemm split-K running totals");
-    // rounds of round robin first (gemm_plan.stream_k_rounds), so many that more units than CTAs
-    // are left for the stream-K order
+    // whole rounds of round robin first, so that more units than CTAs are left for stream-K
     const long rr_units = (long)pl.stream_k_rounds * grid;
     if (CAN_STREAM && pl.stream_k && units - rr_units > grid) {
         ho.rr_units = (int)rr_units;
@@ -86,49 +77,43 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_
         ho.ready = (unsigned *)cuda_scratch_zeroed(c, SCRATCH_GEMM_HANDOFF_READY, (size_t)grid * CW * 4 * sizeof(unsigned),
                                                    "gemm stream-K ready flags");
     }
-    // 3-D maps: a batched product's matrices are the third coordinate (strides multiples of 8:
-    // tma_possible).
+    // 3-D maps: a batched product's matrices are the third coordinate.
     const CUtensorMap tx =
         tma_map_bf16_3d(c, p->x, batch, p->M, p->K, p->ldx, p->stride_x, GEMM_BK, gemm_x_box_rows(p->M, BM), op, "x");
     const CUtensorMap tw = tma_map_bf16_3d(c, p->w, batch, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
-    // The staged bf16 epilogue by TMA stores (store_tile_tma): rows the map can address (16-byte
-    // aligned, strides multiples of 8 elements) and not scattered through y_rows.
+    // The staged bf16 epilogue by TMA stores: rows the map can address (16-byte aligned, strides
+    // multiples of 8 elements), not scattered through y_rows.
     const bool tma_store = WN % 64 == 0 && SPLIT != SPLIT_GRID && staged && !p->y_f32 && !p->y_rows &&
                            ((uintptr_t)p->y & 15u) == 0 && p->ldy % 8 == 0 && (batch == 1 || p->stride_y % 8 == 0);
     const CUtensorMap ty =
         tma_store ? tma_map_bf16_3d(c, p->y, batch, p->M, p->N, p->ldy, p->stride_y, 64, 16, op, "y") : CUtensorMap{};
-    // Round robin runs a kernel compiled without the stream-K code: with it in, and unused, the
-    // 128 x 128 cta kernel ran 12-15% slower (H200: 3072 x 2048 at M = 4096 107.6 -> 122.8 us).
-    // The TMA-store kernels (ws_has_tma_kernel) wherever the TMA stores are taken, round robin, and
-    // in stream-K order at S = 1 (SK_TMA: its deferred stores carried over the
-    // hand-overs); elsewhere a tile that stages only there (128 x 192 on the cta path) does not.
+    // Round robin runs a kernel compiled without the stream-K code (unused, it still slowed the cta
+    // kernel). The TMA-store kernels wherever the TMA stores are taken, round robin, and in stream-K
+    // order at S = 1 (SK_TMA: the deferred stores carried over the hand-overs).
     const bool tma_only = HAS_TMA_KERNEL && tma_store && !ho.state;
     if (!tma_only) staged = ws_stages_epilogue(SPLIT, NI, WN, k_tiles, false);
     constexpr bool SK_TMA = HAS_TMA_KERNEL && CAN_STREAM && SPLIT == SPLIT_NONE;
     const bool sk_tma = ho.state && tma_store && SK_TMA;
-    if ((tma_only || sk_tma) && !staged)  // a TMA-store kernel writes its output through the stage alone
+    if ((tma_only || sk_tma) && !staged)  // a TMA-store kernel needs its stage
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm TMA-store kernel launched without its stage", op);
     auto k = sk_tma   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, SK_TMA, SK_TMA>
              : ho.state   ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, CAN_STREAM, false>
              : tma_only ? gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, false, HAS_TMA_KERNEL>
                         : gemm_sm90_ws_kernel<CW, NI, WN, STAGES, SPLIT, false, false>;
-    // The attribute allows the most this kernel ever asks for (a launch may ask less): one
-    // lowered for an unstaged launch would fail a staged one that another cuda_ctx on the same
-    // device believes it has already allowed.
+    // The attribute allows the most this kernel ever asks for: lowered for an unstaged launch it
+    // would fail a staged one that another cuda_ctx believes it has allowed.
     cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, WN, tma_only) ? STAGE_SMEM : 0), op);
     const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
     k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tma_store, tx, tw, ty);
     CUDA_CHECK_LAUNCH(op);
 }
 
-// SPLIT_GRID: the splits' fp32 partials into scratch (a BM x BN tile per split and tile), then
-// their sum in split order into y; in blocks of rows so the scratch stays under
-// GEMM_SPLIT_SCRATCH_BYTES (rows are independent: the blocks change no bits).
+// SPLIT_GRID: the splits' fp32 partials into scratch, then their sum in split order into y; in
+// blocks of rows so the scratch stays under GEMM_SPLIT_SCRATCH_BYTES (rows are independent).
 #define GEMM_SPLIT_SCRATCH_BYTES (256L << 20)
-// WS (pl.grid_persistent): the split CTAs are the warp-specialized kernel's work units, else one
-// gemm_sm90_kernel CTA each (64 x 128 below GEMM_SPLIT_GRID_PERSISTENT_MIN_M). pl.sum_last_cta
-// (gemm_sm90_kernel only): each tile's last CTA sums, else gemm_split_reduce_kernel does,
-// launched as a programmatic dependent.
+// WS (pl.grid_persistent): the split CTAs are the persistent kernel's units, else one
+// gemm_sm90_kernel CTA each. pl.sum_last_cta: each tile's last CTA sums, else
+// gemm_split_reduce_kernel, launched as a programmatic dependent.
 template <int WGS, int NI, int STAGES, bool WS, int WN = 128>
 static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, const gemm_plan &pl, const char *op) {
     constexpr int BM = 64 * WGS, BN = WN * NI;
@@ -169,9 +154,8 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, const gemm_pla
     }
 }
 
-// Dense products, one or a batch of them at strides that are multiples of 8 (aligned) and not
-// zero (a batch sharing its x or w stays on cp.async: a 3-D map's stride 0 is not a layout the
-// driver's documentation promises): grouped products gather their rows, which TMA cannot.
+// Dense products, one or a batch at strides that are multiples of 8 and not zero (a 3-D map's
+// stride 0 is not a layout the driver promises); grouped products gather rows, which TMA cannot.
 static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
     const bool strided = batch == 1 || (p->stride_x != 0 && p->stride_w != 0);
     return aligned && strided && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
@@ -186,11 +170,7 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     const int S = pl.splits;
     if (pl.mode == SPLIT_GRID && batch != 1)
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
-    // Every (load, tile, mode) gemm_plan_choose can return; 128 x 256 IN_CTA on TMA only (its
-    // running total in L2), 128 x 128 and the 72-, 96- and 144-column tiles only IN_CTA, 128 x 192
-    // IN_CTA or GRID on the persistent kernel, 64 x 128 GRID on either kernel, 64 x 192 only on
-    // the persistent one at S = 1 (one unit a CTA: its TMA stores at the unit's end, no next unit
-    // to defer them into; 6 slots of 32 KB).
+    // Every (load, tile, mode) gemm_plan_choose can return (test_gemm_plan checks the list).
 #define GEMM_CASE(LOAD, TILE, MODE) (pl.load == (LOAD) && pl.tile == (TILE) && pl.mode == (MODE))
     if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID) && !pl.grid_persistent) launch_split_grid<1, 1, 6, false>(c, p, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_64x128, SPLIT_GRID)) launch_split_grid<1, 1, 8, true>(c, p, pl, op);

@@ -1,61 +1,40 @@
-// kernels/cuda/gemm_sm90_epilogue.cuh — the sm_90a GEMM's epilogues: which one a tile takes, and its stores.
+// kernels/cuda/gemm_sm90_epilogue.cuh — the sm_90a GEMM's epilogues: which one a tile takes, and
+// its stores.
 #ifndef INVAR_KERNELS_CUDA_GEMM_SM90_EPILOGUE_CUH
 #define INVAR_KERNELS_CUDA_GEMM_SM90_EPILOGUE_CUH
 
 #include <cuda.h>           // CUtensorMap
 #include <stdint.h>         // uint8_t, uint16_t, uint32_t
 
-#include "gemm.cuh"         // gemm_problem, gemm_store_pair, gemm_round_bf16x2, gemm_warp_has_nan
+#include "gemm.cuh"         // gemm_problem, gemm_store_pair, gemm_round_bf16x2
 #include "gemm_plan.cuh"    // SPLIT_*, GEMM_CTA_STAGED_MAX_KTILES
-#include "wgmma.cuh"        // INVAR_WGMMA, stmatrix_x4, tma_store_3d, bulk_*, fence_proxy_async
+#include "wgmma.cuh"        // stmatrix_x4, tma_store_3d, bulk_*
 
-// Shared memory per consumer warp for the staged epilogue: 16 rows x WN columns (one wgmma
-// instruction's) of bf16 (store_tile_staged), which also holds the 16 x 64 fp32 pieces of
-// store_tile_staged_f32; the split CTAs (SPLIT_GRID) write fp32 partials only and take those 4 KB.
+// Shared memory a consumer warp for the staged epilogue: 16 x WN bf16, or a 16 x 64 fp32 piece
+// (split CTAs).
 #define GEMM_STAGE_F32_BYTES (16 * 64 * 4)
 __host__ __device__ constexpr int epilogue_stage_bytes(int split, int wn) {
     return split == SPLIT_GRID ? GEMM_STAGE_F32_BYTES : 16 * wn * 2;
 }
 
-// Whether a kernel stages its epilogue (VEC: its vector epilogue is compiled, always on the
-// persistent kernel, on gemm_sm90_kernel's two-warpgroup tiles only): with S = 1, where
-// the epilogue was about 7 us a 128 x 256 tile (H200: 24576 x 64 at M = 4096, a one-k-tile
-// product, 199 -> 99 us), and for the fp32 partials of split CTAs on the persistent kernel (from
-// M = 48), which write one tile each after a walk of a few k-tiles.
+// Whether gemm_sm90_kernel stages its epilogue (VEC: two-warpgroup tiles): at S = 1 and for
+// split CTAs' fp32 partials, tiles written once after a short walk.
 __host__ __device__ constexpr bool stages_epilogue(int split, bool vec) {
     return vec && (split == SPLIT_NONE || split == SPLIT_GRID);
 }
 
-// The persistent kernel's cta path (SPLIT_IN_CTA: 64 x 128 and 128 x 128 tiles; 128 x 192 below)
-// stages it too where its tiles are short, at most GEMM_CTA_STAGED_MAX_KTILES k-tiles (a
-// threshold of its own: that it equals GEMM_SPLIT_CTA_MAX_KTILES is measurement, not rule).
-// There the unstaged epilogue's 1500 instructions a warp were a quarter of a tile's (ncu, 3072 x
-// 2048 at M = 4096) and staging took 8-9% off (H200: 99.4 -> 90.9 us; 2048 x 2048 M = 8192 130.2
-// -> 120.3).
-// Longer tiles ran 1.5-3% slower with the 32 KB reserved (1536 x 7168 M = 4096 138.9 -> 143.2,
-// 7168 x 16384 M = 256 97.1 -> 98.7; kernels/cuda/NOTES.md). fp32 outputs reserve it unused.
-// The 128 x 192 tile stages on the cta path only in its TMA-store kernel (ws_has_tma_kernel): its
-// 192 floats of accumulators and running total leave too few registers for the lanes' staged
-// stores (ptxas: 148 bytes of spills at 240 a thread; 108 with the branch-free fold), and the
-// TMA stores compiled beside its other epilogues cost its long walks 2% (1536 x 7168 at M = 4096,
-// 126.6 -> 129.1 us). In that kernel it stages at every K: its TMA stores beat the vector stores
-// on the long walks too (H200, medians of three: 1536 x 7168 M = 4096 / 8192 128.6 / 255.7 ->
-// 122.7 / 245.9 us, 576 x 7168 M = 16384 203.0 -> 194.1). The 72-, 96- and 144-column tiles never
-// stage: the stages' layouts take 64-column pieces.
-// GEMM_CTA_STAGED_MAX_KTILES: gemm_plan.cuh (the tile rule weighs it).
+// The cta path stages on short walks (GEMM_CTA_STAGED_MAX_KTILES); 128 x 192 only in its TMA-store
+// kernel (no registers for the lanes' staged stores); 72, 96 and 144 columns never (the stages take
+// 64-column pieces).
 __host__ __device__ constexpr bool ws_can_stage(int split, int wn, bool tma_only) {
     return wn == 128 || split != SPLIT_IN_CTA || (wn == 192 && tma_only);
 }
-// The 128 x 256 tile on the cta path: its 128 accumulators a thread leave no registers for a
-// running total, which waits in L2 scratch instead (gemm_sm90_ws_kernel, fold_split_l2).
+// 128 x 256 on the cta path: no registers left for a running total, which waits in L2 instead.
 __host__ __device__ constexpr bool ws_total_in_l2(int split, int ni, int wn) {
     return split == SPLIT_IN_CTA && ni * wn == 256;
 }
-// The tiles with a kernel of their own for the TMA-store epilogue (gemm_sm90_ws_kernel's
-// TMA_ONLY, which compiles no other epilogue; the launcher takes it wherever the TMA stores are
-// taken, round robin, and at S = 1 in stream-K order too): those that defer their stores into the
-// next unit, every 128-column instruction's (64 x 128 and 128 x 256, the cta path's 128 x 128),
-// and the 128 x 192 tile of the cta path, which can stage only there.
+// The tiles with a TMA-store kernel of their own (TMA_ONLY, no other epilogue, so the deferred
+// pairs do not spill).
 __host__ __device__ constexpr bool ws_has_tma_kernel(int split, int wn) {
     return split != SPLIT_GRID && (wn == 128 || (split == SPLIT_IN_CTA && wn == 192));
 }
@@ -67,9 +46,8 @@ static bool ws_stages_epilogue(int split, int ni, int wn, int k_tiles, bool tma_
 }
 
 #if INVAR_WGMMA
-// Lane q of each quad ends with out[t] = what lane t of the quad held in v[q]: a 4 x 4
-// transpose across the quad. The indices are run-time values, so selects, not array indexing,
-// keep everything in registers. Every lane of the warp must call it.
+// Lane q of each quad ends with out[t] = lane t's v[q]: a 4 x 4 transpose across the quad, by
+// selects so everything stays in registers. Every lane must call it.
 __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
     const int lane = threadIdx.x % 32, q = lane & 3;
     auto pick = [&](int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
@@ -85,36 +63,17 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&v)[4]) {
     for (int t = 0; t < 4; t++) v[t] = out[t];
 }
 
-// Epilogue of one warp: its 16 rows from row0 (rows at or past row_end skipped) by NI * WN
-// columns from n0, in the accumulator layout of wgmma.cuh; one rounding to bf16, or none (fp32
-// output, and every SPLIT_GRID partial). With VEC, a quad's four lanes, which hold 2 columns
-// each of 8-column blocks j, transpose over 4 blocks so each lane holds one block's 8 columns
-// and writes them in one 16-byte store (two for fp32), not 8 separate ones (at large M the
-// pair stores cost about as much as the main loop). Tiles that end past N and unaligned outputs
-// store pair by pair (except on the persistent kernel's TMA stores, store_tile_tma, which the
-// copy engine clips at N). VEC = false compiles the pair stores alone: gemm_sm90_kernel's
-// one-warpgroup (64-row) instantiations, the small-M split CTAs and the cp.async and scalar
-// loads at any M, where a CTA writes one tile and the longer vector code cost more than it saved
-// (kernels/cuda/NOTES.md); the persistent kernel compiles VEC everywhere.
-//
-// With `stage` (this warp's epilogue_stage_bytes(split, WN) of shared memory, where
-// stages_epilogue or, on the persistent kernel, ws_stages_epilogue) the output goes through
-// shared memory instead, fp32 by store_tile_staged_f32, bf16 here:
-// stmatrix writes the rounded fragments as 16-byte rows, and each lane reads back and stores 16
-// bytes, a warp writing two whole 256-byte row pieces an instruction: about 130 instructions a
-// lane per 16 x 128 piece, against about 900 with the transposes and the software rounding
-// they replaced (the epilogue was instruction-bound). fp32 output keeps the transposes on the cta
-// path (F32_STAGE false below) and where no stage is reserved.
-// One block of a warp's 16 x WN values (res[i] of the epilogues below) rounded to bf16 pairs:
-// pairs[q] holds values 2q and 2q + 1 of the accumulator layout. NAN_FREE: no value of the warp
-// is a NaN (gemm_warp_has_nan), so the converter alone rounds.
+// Epilogue of one warp: 16 rows from row0 (none from row_end on) by NI * WN columns from n0; one
+// rounding to bf16 (gemm_round_bf16x2, the same on every path) or none (fp32, partials). The paths
+// differ only in how the bits travel: pair stores, VEC's quad transposes (16-byte stores), a
+// shared-memory stage (fewer instructions: the epilogue is instruction-bound) or the copy engine.
+// round_pairs: values 2q, 2q + 1 into pairs[q]; NAN_FREE: the converter alone rounds.
 template <int WN, bool NAN_FREE>
 __device__ __forceinline__ void round_pairs(const float (&v)[WN / 2], uint32_t (&pairs)[WN / 4]) {
 #pragma unroll
     for (int q = 0; q < WN / 4; q++) pairs[q] = gemm_round_bf16x2<NAN_FREE>(v[2 * q], v[2 * q + 1]);
 }
-// The pairs into a stage by stmatrix: chunk j (8 columns) of stage row r at at(r, j), the
-// stage's own layout.
+// The pairs into a stage by stmatrix, chunk j of row r at at(r, j).
 template <int WN, class At>
 __device__ __forceinline__ void stage_pairs(const uint32_t (&pairs)[WN / 4], At at) {
     const int lane = threadIdx.x % 32;
@@ -132,8 +91,8 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
                                                   const float (&res)[NI][WN / 2], uint8_t *stage) {
     const int lane = threadIdx.x % 32;
     constexpr int CHUNKS = WN / 8;  // 16-byte chunks (8 columns) a stage row
-    // chunk c of stage row r at r * 2 WN + ((c ^ (r % 8)) * 16): the 8 rows of one stmatrix
-    // matrix, and the 32 chunks a warp reads back at once, fall in distinct banks.
+    // chunk c of stage row r at r * 2 WN + ((c ^ (r % 8)) * 16): stmatrix's rows and the read-back
+    // fall in distinct banks.
     auto at = [&](int r, int c) { return stage + r * (2 * WN) + ((c ^ (r & 7)) << 4); };
 #pragma unroll
     for (int i = 0; i < NI; i++) {
@@ -154,14 +113,9 @@ __device__ __forceinline__ void store_tile_staged(const gemm_problem &p, char *y
     }
 }
 
-// The staged bf16 epilogue written by the copy engine (the persistent kernel, where the output
-// has a tensor map: gemm_sm90_ws_kernel's tma_store), one block of 16 rows x WN columns from
-// (row0, col0): once the stage's earlier boxes have been read, the warp writes its rounded pairs
-// into it in the map's 128-byte swizzle layout, a 16 x 64 box in each 2 KB, and lane 0 issues a
-// TMA store a box without waiting for it, so the copy engine writes while the warp goes on.
-// The same bf16 values as store_tile_staged's; rows and columns past the tensor are not
-// written. H200 (ncu, 4096 x 512 at M = 8192, 128 x 256 tiles): the epilogue of reading the stage
-// back and storing from every lane was about 2 us a unit, as much as 3 k-tiles.
+// The staged bf16 epilogue by the copy engine: after the stage's last boxes are read, the warp
+// writes its pairs in the map's swizzle layout (a 16 x 64 box a 2 KB) and lane 0 issues a TMA store
+// a box without waiting; the copy engine clips at the tensor's edge.
 template <int WN>
 __device__ __forceinline__ void tma_store_block(const CUtensorMap *tmap_y, uint8_t *stage, const uint32_t (&pairs)[WN / 4],
                                                 int row0, int col0, int b) {
@@ -181,12 +135,8 @@ __device__ __forceinline__ void tma_store_block(const CUtensorMap *tmap_y, uint8
     }
     __syncwarp();  // converged again before the caller's next warp-wide instruction (wgmma_wait)
 }
-// A warp's NI blocks one after another: with NI = 2 the second waits at once for the first's
-// read (a second stage does not fit beside 128 x 256's four slots), which is why the 128 x 256
-// tiles defer theirs into the next unit's first k-tiles instead (gemm_sm90_ws_kernel), in
-// stream-K order too; every other 128-column tile defers its too (64 x 128 at S = 1 since
-// 02d3bd7, in stream-K order as well; the cta path's 64 x 128 and 128 x 128), so the tensor pipe
-// and the next unit's copies run through them.
+// NI blocks in turn: the second waits for the first's read (no room for a second stage), hence the
+// deferred stores (DEFER).
 template <int NI, int WN, bool NAN_FREE>
 __device__ __forceinline__ void store_tile_tma_rounded(const CUtensorMap *tmap_y, uint8_t *stage, int row0, int n0, int b,
                                                        const float (&res)[NI][WN / 2]) {
@@ -205,19 +155,14 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmap_y, uint8_
     else store_tile_tma_rounded<NI, WN, true>(tmap_y, stage, row0, n0, b, res);
 }
 
-// fp32 output through the same stage, 16 rows x 64 columns (4 KB) at a time: each lane writes
-// its two columns of each 8-column block with one 8-byte store, then reads back 16 bytes and
-// stores them, a warp writing two whole 256-byte row pieces an instruction. The transposes this
-// replaces cost a split CTA past M = 64 about as much as its walk (1536 x 7168 at M = 256: 132
-// tiles of 128 x 256, 10 k-tiles each; ncu: SM throughput 20%, memory 45%).
+// fp32 output through the same stage, 16 x 64 at a time: 8-byte writes, 16-byte reads and stores.
 template <int NI, int WN>
 __device__ __forceinline__ void store_tile_staged_f32(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                                       const float (&res)[NI][WN / 2], uint8_t *stage) {
     static_assert(epilogue_stage_bytes(SPLIT_NONE, WN) >= GEMM_STAGE_F32_BYTES, "a 16 x 64 fp32 piece fits");
     const int lane = threadIdx.x % 32, q = lane & 3, r = lane >> 2;
-    // 16-byte chunk c (4 columns) of stage row rr at rr * 256 + ((c ^ 2 (rr % 4)) * 16): a
-    // half-warp's 8-byte writes (4 rows, 8 chunks) and a quarter-warp's 16-byte reads (8 chunks
-    // of one row) each fall in distinct banks.
+    // chunk c (4 columns) of row rr at rr * 256 + ((c ^ 2 (rr % 4)) * 16): writes and reads fall in
+    // distinct banks.
     auto at = [&](int rr, int c) { return stage + rr * 256 + ((c ^ ((rr & 3) << 1)) << 4); };
 #pragma unroll
     for (int i = 0; i < NI; i++)
@@ -244,8 +189,8 @@ __device__ __forceinline__ void store_tile_staged_f32(const gemm_problem &p, cha
         }
 }
 
-// F32_STAGE: store_tile_staged_f32 compiled in (not on the cta path, whose running total it
-// made the 64 x 128 kernel spill; its fp32 outputs keep the transposes).
+// F32_STAGE: store_tile_staged_f32 compiled in (not on the cta path: beside its running total it
+// spilled).
 template <int NI, bool VEC, int WN = 128, bool F32_STAGE = true>
 __device__ __forceinline__ void store_tile(const gemm_problem &p, char *y, int row0, int row_end, int n0,
                                            const float (&res)[NI][WN / 2], uint8_t *stage = nullptr) {

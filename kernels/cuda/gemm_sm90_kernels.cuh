@@ -1,30 +1,14 @@
 // kernels/cuda/gemm_sm90_kernels.cuh — the batch-invariant GEMM on Hopper (sm_90a): warpgroup MMA.
 //
-// The reduction order of one output element is gemm_plan.cuh's: split s of S = f(N, K) is the
-// chain  p_s = 0; for k0 ascending in its k-tiles: p_s = wgmma_m64n128k16(p_s, ...)  and the
-// result ((p_0 + p_1) + ...) in split order (S = 1: p_0, the chain over all of K). One k16 step
-// (128 columns an instruction, or 72, 96, 144 or 192 on the tiles of those widths: the same
-// per-element arithmetic), the K tail zero-filled. A tile is 1 or 2 warpgroups' rows (BM = 64 or
-// 128) by 72, 96, 128, 144, 192 or 256 columns; its CTA walks every split itself (SPLIT_NONE,
-// SPLIT_IN_CTA: a running total in registers, from -0) or computes one split and writes its fp32 partial (SPLIT_GRID, summed
-// in split order by the tile's last CTA to finish, or by gemm_split_reduce_kernel). Which of
-// these the launcher picks, and how the tiles were loaded, only decide who carries a chain and
-// when its operands arrive, never the chain or the order of the sums, so a row has the same
-// bits at every M
-// (tests/test_cuda_ops.c checks it bitwise).
-//
-// Two kernels carry the chains, loading into STAGES shared-memory slots in the 128-byte
-// swizzle layout wgmma reads:
-//   gemm_sm90_ws_kernel  dense products with 16-byte aligned rows (TMA), one or a batch of them
-//                        (3-D tensor maps, the product the third coordinate): warp-specialized
-//                        and persistent, a producer warpgroup issuing tensor copies on full/empty
-//                        mbarriers, consumer warpgroups walking work units (every dense plan
-//                        except the 64 x 128 split CTAs below M = 48, which run one unit each
-//                        and measured faster as gemm_sm90_kernel CTAs).
-//   gemm_sm90_kernel     one tile per CTA; TMA issued by one thread STAGES-1 k-tiles ahead
-//                        (the small-M split CTAs), or cp.async for everything else (MoE experts
-//                        gather their rows through x_rows; unaligned strides): every thread
-//                        copies 16-byte chunks (or single values), STAGES-2 ahead.
+// Reduction order (gemm_plan.cuh's, in every kernel here): split s of S = gemm_split_count(N, K) is
+// the chain p_s = 0; for k0 ascending in its k-tiles: p_s = wgmma_m64nNk16(p_s, ...), the K tail
+// zero-filled; y = ((p_0 + p_1) + ...) in split order (S = 1: p_0). A CTA walks every split of its
+// tile (SPLIT_NONE, SPLIT_IN_CTA: a running total from -0) or computes one split's fp32 partial
+// (SPLIT_GRID). Kernel, tile and load path decide only who carries a chain and when, so a row has
+// the same bits at every M.
+//   gemm_sm90_ws_kernel       dense products with aligned rows (TMA): persistent, warp-specialized
+//   gemm_sm90_kernel          one tile a CTA: small-M split CTAs (TMA); cp.async or scalar loads
+//   gemm_split_reduce_kernel  SPLIT_GRID's sum where no last CTA adds the partials
 #ifndef INVAR_KERNELS_CUDA_GEMM_SM90_KERNELS_CUH
 #define INVAR_KERNELS_CUDA_GEMM_SM90_KERNELS_CUH
 
@@ -33,32 +17,25 @@
 
 #include "gemm.cuh"         // gemm_problem, gemm_view, gemm_load_rows
 #include "gemm_plan.cuh"    // gemm_split_begin, gemm_tile_of, GEMM_BK, SPLIT_*, LOAD_*
-#include "gemm_sm90_epilogue.cuh"   // store_tile*, round_pairs, tma_store_block, the staging rules
-#include "gemm_sm90_split_sum.cuh"  // fold_split*, split_finish_tile, gemm_split_out, gemm_handoff, hand_out, start_chain
+#include "gemm_sm90_epilogue.cuh"   // store_tile*, round_pairs, tma_store_block
+#include "gemm_sm90_split_sum.cuh"  // fold_split*, split_finish_tile, hand_out, start_chain
 #include "l2_policy.cuh"    // l2_policy_evict_first
 #include "mma.cuh"          // cp_async_commit, cp_async_wait
 #include "pdl.cuh"          // pdl_release_dependent, pdl_wait_predecessor
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d/3d(_hint), sw128_offset, setmaxnreg_*
 
-// The rows of x a TMA k-tile asks for: the tile's BM, or M where M is smaller (one m-tile). The
-// copy engine's time goes by a box's rows, read or not: at M = 1 a 64-row box's 63 zero-filled
-// rows took 7-18% of the wide shapes' time, at M = 16 0.4-12% (H200, 64 -> M rows, medians of three
-// runs, us: 102400 x 2048 M = 1 129.4 -> 106.3, M = 16 125.6 -> 110.2; 129280 x 7168 M = 1 471.7
-// -> 428.4; 36864 x 7168 M = 1 145.4 -> 132.2; 21888 x 2048 M = 1 34.0 -> 30.0; at M = 64 none).
-// The slot's rows past M keep whatever they held; they feed only output rows past M (row m of a
-// product reads row m of x alone), which no epilogue stores, so no bit of a stored row depends
-// on them.
+// The rows of x a TMA k-tile asks for: BM, or M where smaller (the copy engine's time goes by a
+// box's rows). The slot's rows past M keep stale values that feed only rows past M, which no
+// epilogue stores.
 __host__ __device__ constexpr int gemm_x_box_rows(int M, int bm) { return M >= 1 && M < bm ? M : bm; }
-// What a k-tile's two copies write into its slot (the slot's full barrier expects it): the x box
-// and bn rows of W, GEMM_BK elements each.
+// The bytes a k-tile's two copies write into its slot.
 __host__ __device__ constexpr uint32_t gemm_k_tile_tx_bytes(int M, int bm, int bn) {
     return (uint32_t)(gemm_x_box_rows(M, bm) + bn) * GEMM_BK * 2;
 }
 
 #if INVAR_WGMMA
-// One k-tile of the chain: 4 k16 steps, NI instructions of WN columns each (acc[i] holds WN / 2
-// floats a thread). a_lo, b_lo: the low descriptor words of the tiles (wgmma_desc_sw128_lo); a
-// k16 step is 32 bytes on, a block of WN rows WN x 128 bytes.
+// One k-tile of the chain: 4 k16 steps, NI instructions of WN columns; a_lo, b_lo: the tiles' low
+// descriptor words.
 template <int NI, int WN = 128>
 __device__ __forceinline__ void mma_k_tile(float (&acc)[NI][WN / 2], uint32_t a_lo, uint32_t b_lo) {
 #pragma unroll
@@ -78,30 +55,14 @@ __device__ __forceinline__ void mma_k_tile(float (&acc)[NI][64], const uint8_t *
 }
 #endif
 
-// --- the warp-specialized persistent kernel (dense products, TMA) ---------------------------
-//
-// Warpgroups 0..CW-1 are the consumers, 64 rows each; warpgroup CW is the producer: one of its
-// threads issues every TMA copy. A whole warpgroup, because registers are shared per SM
-// quadrant: the producer gives its registers back (setmaxnreg 24; 56 with one consumer) so each
-// consumer thread may hold 240 (248 with one): the cta path of 128-column tiles carries two
-// chains and a running total (64 + 64 + 64 a thread; 72 + 72 + 72 at 144 columns), the 128 x 192
-// one 96 + 96, the 128 x 256 one 128 accumulators (its total in L2). A 12-warp CTA (CW = 2)
-// launches at 168 registers a thread at most (384 x 168 of the SM's 64 K), so there the budgets
-// fill that pool exactly, 128 x 24 + 256 x 240 = 384 x 168, the 168 ptxas gives every thread at
-// launch (1 CTA per SM); an 8-warp CTA (CW = 1) launches at 248 (256 x 248 registers hold
-// 128 x 56 + 128 x 248: the producer keeps 56 since its weight copies' cache hint, at 40 the
-// stream-K kernels spilled). tests/gpu_gemm_check.sh fails if ptxas reports other counts: a
-// smaller one would leave setmaxnreg.inc waiting forever.
-// STAGES slots, each with a `full` barrier (completed by the copy engine) and an `empty` barrier
-// (each consumer warp arrives once its wgmma have read the slot), so the producer runs up to
-// STAGES k-tiles ahead of the consumers with no block-wide barrier, and across work units: while
-// the consumers store one tile the next tile's operands arrive. At most one CTA per SM; CTA b
-// takes work units b, b + gridDim.x, ..., or with `ho` an even share of their k-tiles in
-// stream-K order (gemm_plan.cuh). A unit is a BM x BN tile (SPLIT_GRID: a tile and one
-// split, split-major so a wave's CTAs read the same k range), tiles in gemm_tile_of's order. Each
-// unit's chains, and the order its splits are added, are exactly gemm_sm90_kernel's: the two
-// kernels give the same bits. staged (ws_stages_epilogue): the epilogue goes through
-// epilogue_stage_bytes(WN) a consumer warp, past the slots.
+// The persistent kernel. Warpgroups 0..CW-1 are the consumers, 64 rows each; warpgroup CW the
+// producer, one thread of which issues every TMA copy, and which gives its registers back
+// (setmaxnreg: registers are shared per SM quadrant) so each consumer thread may hold 240 (248 with
+// one consumer). The budgets fill exactly what the CTA launched with, else setmaxnreg.inc waits
+// forever (tests/ptxas_budgets.sh). STAGES slots with `full` and `empty` barriers let the producer
+// run ahead across work units. CTA b takes units b, b + gridDim.x, ..., or with `ho` an even share
+// of their k-tiles (stream-K). A unit is a tile (SPLIT_GRID: and one split); its chains and sums
+// are gemm_sm90_kernel's, so both kernels give the same bits.
 template <int CW, int NI, int WN, int STAGES, int SPLIT, bool STREAM, bool TMA_ONLY>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
 gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_tiles, gemm_handoff ho, bool staged,
@@ -122,16 +83,15 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 
     if constexpr (SPLIT == SPLIT_GRID) pdl_release_dependent();  // the reduce may start up now
     const int KT = (p.K + GEMM_BK - 1) / GEMM_BK, tiles = m_tiles * n_tiles;
-    // Products one after another (SPLIT_GRID runs one product), each unit of a product a tile,
-    // or with SPLIT_GRID a tile and a split.
+    // Each unit of a product a tile, with SPLIT_GRID a tile and a split.
     const int per_product = SPLIT == SPLIT_GRID ? tiles * splits : tiles, units = batch * per_product;
-    // A piece of work: k-tiles [kt_begin, kt_end) of a unit; hand_out: the unit's first k-tiles,
-    // whose state goes to the next CTA; take_over: its last ones, from the state of the previous.
+    // k-tiles [kt_begin, kt_end) of a unit; hand_out: its head, handed to the next CTA; take_over:
+    // its tail, continued from the previous CTA's state.
     struct unit { int b, m0, n0, split, kt_begin, kt_end; bool hand_out, take_over; };
     auto unit_at = [&](int u) {
         unit work;
         int m_tile, n_tile;
-        work.b = batch == 1 ? 0 : u / per_product;  // (a division less before the first copy)
+        work.b = batch == 1 ? 0 : u / per_product;
         u -= work.b * per_product;
         work.split = SPLIT == SPLIT_GRID ? u / tiles : 0;
         gemm_tile_of(u - work.split * tiles, m_tiles, n_tiles, &m_tile, &n_tile);
@@ -142,11 +102,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         work.hand_out = work.take_over = false;
         return work;
     };
-    // This CTA's pieces, in the order it computes them. Round robin: units blockIdx.x,
-    // + gridDim.x, ... Stream-K (ho.state, never SPLIT_GRID): first ho.rr_units / gridDim.x
-    // rounds of round robin, then (the launcher guarantees more units left than CTAs) the k-tiles
-    // [lo, hi) of the remaining units laid end to end, the head of the unit it ends inside first,
-    // then its whole units, then the tail of the unit it starts inside.
+    // This CTA's pieces in order: round robin, or rr_units / gridDim.x rounds of it and then
+    // k-tiles [lo, hi) of the remaining units laid end to end (head, whole units, tail).
     constexpr bool stream = STREAM;
     static_assert(!STREAM || SPLIT != SPLIT_GRID, "stream-K order walks whole chains, never GRID splits");
     const int rr_pieces = stream ? ho.rr_units / (int)gridDim.x : 0;
@@ -188,16 +145,10 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     if (threadIdx.x >= CW * 128) {
         setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x != CW * 128) return;
-        // The k-tiles this CTA issues go to slot 0, 1, .., STAGES - 1, 0, ..; `slot_round` counts
-        // the passes over the slots, whose parity the barriers track (counters rather than a
-        // k-tile index divided by STAGES: at STAGES = 6 a division in the loop).
+        // Slot counters rather than a division of the k-tile index by STAGES.
         int slot = 0;
         uint32_t slot_round = 0;
-        // One row tile (M <= BM): every weight byte is read once, so its lines are the first L2
-        // gives up, and x's stay. Past it the row tiles a wave computes share each weight tile
-        // through L2, and the copies carry no hint. H200, dev builds, medians of three, us: M = 64
-        // 24576 x 1536 25.6 -> 25.0, 21888 x 2048 28.7 -> 28.2, 102400 x 2048 111.0 -> 109.8,
-        // 36864 x 7168 134.7 -> 132.5; M = 1 0-0.9 us; x copies kept in L2 (evict_last) gained nothing.
+        // One row tile: each weight byte is read once, so L2 gives its lines up first.
         for (int j = 0; j < pieces; j++) {
             const unit work = piece_at(j);
             for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
@@ -206,7 +157,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 uint8_t *s = smem + slot * STAGE_BYTES;
                 mbar_expect_tx(&full[slot], stage_tx);
                 tma_load_3d(s, &tmap_x, &full[slot], kt * GEMM_BK, work.m0, work.b);
-                if (m_tiles == 1)  // (the policy made at each copy: one held across the loop spilled)
+                if (m_tiles == 1)  // a policy per copy: one held across the loop spilled
                     tma_load_3d_hint(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b,
                                      l2_policy_evict_first());
                 else tma_load_3d(s + A_BYTES, &tmap_w, &full[slot], kt * GEMM_BK, work.n0, work.b);
@@ -228,22 +179,15 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     // IN_CTA's running total: in registers, or for 128 x 256 tiles in this CTA's L2 scratch
     constexpr bool TOTAL_L2 = ws_total_in_l2(SPLIT, NI, WN), TOTAL = SPLIT == SPLIT_IN_CTA && !TOTAL_L2;
     static_assert(!TOTAL_L2 || !STREAM, "stream-K hands over register chains only");
-    // The cta path of tiles up to 144 columns carries two chains a thread (acc, acc2: consecutive
-    // splits alternate), so a split's fold into the running total waits only for its own last
-    // wgmma, retired by the next split's first wgmma_wait<1>, while the next split's wgmma run;
-    // with one chain the fold waited for every wgmma (wgmma_wait<0>) and the tensor pipe idled
-    // through the fold and the restart. H200, 128 x 128 tiles: 1536 x 7168 M = 1024 47.9 -> 45.3
-    // us, 3072 x 2048 M = 4096 86.8 -> 82.6, 2048 x 2048 M = 8192 113.7 -> 108.6 (64 x 128, 576 x
-    // 7168 M = 1024: no change). The 128 x 192 tile's 96 + 96 + 96 values do not fit, and the
-    // stream-K order's hand-over code beside two chains spilled: those fold the old way.
+    // The cta path up to 144 columns carries two chains (acc, acc2: splits alternate), so a split's
+    // fold waits only for its own last wgmma while the next split's run. 128 x 192 and stream-K do
+    // not fit two.
     constexpr bool TWO_CHAINS = TOTAL && WN != 192 && !STREAM;
     float acc[NI][WN / 2];
     float acc2[TWO_CHAINS ? NI : 1][WN / 2];
     float total[TOTAL ? NI : 1][WN / 2];
-    // Slots in the producer's order; prev_slot is the one whose release waits for the next
-    // k-tile's wgmma_wait<1>. The descriptors of slot 0's tiles (this warpgroup's rows of A)
-    // are built once and stepped by their low word: cw taken from lane 0 so the compiler knows
-    // it is the same across the warp and keeps them in uniform registers.
+    // prev_slot's release waits for the next k-tile's wgmma_wait<1>. Descriptors built once from
+    // lane 0's cw stay in uniform registers.
     int slot = 0, prev_slot = 0;
     uint32_t slot_round = 0;
     const int cw_uniform = __shfl_sync(0xffffffffu, cw, 0);
@@ -253,16 +197,10 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     uint8_t *const stage = ws_can_stage(SPLIT, WN, TMA_ONLY) && staged
                                ? smem + STAGES * STAGE_BYTES + (cw * 4 + warp) * epilogue_stage_bytes(SPLIT, WN)
                                : nullptr;
-    // The 128-column instructions' TMA-store epilogue, deferred: a unit ends by rounding its sum
-    // into bf16 pairs (WN / 4 registers a block a thread: 64 beside the next unit's 128
-    // accumulators at 128 x 256), and the next unit stores them a block a k-tile, each after
-    // issuing that k-tile's wgmma, so the tensor pipe runs through the stores; with the blocks
-    // stored at the unit's end it idled through them, and 128 x 256's second waited for the copy
-    // engine to read the first. `pending_next`: the next block of `pending` to store, NI when none
-    // is. Blocks a unit had too few k-tiles to store go out at its end, the CTA's last unit's
-    // after the loop. Only in the TMA_ONLY kernel (the other epilogues compiled beside the
-    // pending pairs spilled 350-730 bytes), which is launched with tma_store and a stage only; the
-    // cta path's 128-column tiles store in their first split's k-tiles only (TWO_CHAINS below).
+    // The 128-column TMA-store epilogue, deferred: a unit ends by rounding its sum into bf16 pairs,
+    // and the next unit stores them a block a k-tile after issuing its wgmma, so the tensor pipe
+    // runs through the stores. `pending_next`: the next block to store (NI: none). Only in the
+    // TMA_ONLY kernel: beside other epilogues the pairs spilled.
     static_assert(!TMA_ONLY || (ws_has_tma_kernel(SPLIT, WN) && (!STREAM || SPLIT == SPLIT_NONE)), "a TMA-store kernel: stream-K order only at S = 1");
     constexpr bool DEFER = TMA_ONLY && WN == 128;
     uint32_t pending[DEFER ? NI : 1][WN / 4];
@@ -270,9 +208,8 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     auto store_pending = [&](int i) {  // block i of the pending output (i a constant after unrolling)
         if constexpr (DEFER) tma_store_block<WN>(&tmap_y, stage, pending[i], pending_row0, pending_n0 + i * WN, pending_b);
     };
-    // One k-tile of a chain into `chain`: wait for the slot, issue its wgmma, retire the
-    // previous k-tile's (wgmma_wait<1>) and free that slot (none before the piece's first).
-    // may_store = false (a constant where it is called) keeps the pending pairs out of that loop.
+    // One k-tile: wait for the slot, issue its wgmma, retire the previous k-tile's and free its
+    // slot.
     auto k_tile = [&](float (&chain)[NI][WN / 2], int kt, int kt_begin, bool may_store = true) {
         mbar_wait(&full[slot], slot_round & 1u);
         const uint32_t slot_lo = (uint32_t)slot * (STAGE_BYTES >> 4);  // in descriptor units
@@ -307,18 +244,12 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
                 }
         }
         if constexpr (TWO_CHAINS) {
-            // A whole unit (round robin): split s into acc (s even) or acc2 (s odd); split s - 1
-            // goes into the total once split s's first k-tile has retired its wgmma, which
-            // leaves its chain zeroed for split s + 1.
+            // A whole unit: split s into acc (s even) or acc2 (s odd), split s - 1 folded once
+            // split s's first k-tile has retired it.
             int kt = 0;
             if constexpr (DEFER) {
-                // Split 0 on its own, the last unit's pending pairs stored in its first k-tile,
-                // then drained: only there are they live, beside acc alone (stored anywhere in
-                // the pair loop below they stayed live through it, beside acc, acc2 and the
-                // total: 4 bytes of spills at 128 x 128, 12 at 64 x 128). Drains per unit:
-                // 1 + ceil((S - 1) / 2) against ceil(S / 2), the same at odd S (5 on 2048 and
-                // 3072 x 2048, where it was measured), one more at even S (2 on 7168 x 2048, 4 on
-                // 4096 x 2048: not measured).
+                // Split 0 alone, storing the last unit's pending pairs, then drained: elsewhere
+                // they spilled.
 #pragma unroll 1
                 for (const int end = gemm_split_begin(1, splits, KT); kt < end; kt++) k_tile(acc, kt, 0);
                 wgmma_wait<0>();
@@ -338,11 +269,9 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 #pragma unroll 1
                 for (kt++; kt < end; kt++) k_tile(chain, kt, 0, false);
             };
-            // Splits in pairs, each pair drained at the loop's back edge and the odd last split
-            // before the paths merge: where ptxas cannot tell on every path which chain a
-            // pending wgmma group writes, it serializes every wgmma of the kernel (C7514,
-            // C7515). One drain per two splits. With DEFER the pairs start at split 1 (in acc2,
-            // split 0 waiting in acc for its fold): the same chain for every split.
+            // Splits in pairs, drained at the back edge and before the paths merge: where ptxas
+            // cannot tell which chain a pending wgmma writes, it serializes every wgmma (C7514,
+            // C7515).
             int s = DEFER ? 1 : 0;
             auto &pair_first = *[&] {  // the chain of a pair's first split, and of its second
                 if constexpr (DEFER) return &acc2;
@@ -371,8 +300,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             if (splits & 1) fold_split<NI, WN>(total, acc);
             else fold_split<NI, WN>(total, acc2);
         } else if constexpr (TOTAL_L2) {
-            // A whole unit (round robin), split after split into acc, each folded into the
-            // total in L2 after its last wgmma; then the sum back into acc for the epilogue.
+            // A whole unit, split after split into acc, each folded into the L2 total; then the sum back.
             int kt = 0;
 #pragma unroll 1
             for (int s = 0; s < splits; s++) {
@@ -392,8 +320,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             if constexpr (TOTAL && stream)
                 while (gemm_split_begin(split + 1, splits, KT) <= work.kt_begin) split++;
             int split_end = TOTAL ? gemm_split_begin(split + 1, splits, KT) : work.kt_end;
-            // Not unrolled: a peeled first k-tile copied the accumulators while its wgmma were
-            // in flight, and ptxas serialized them (warning C7514 on a 64 x 128 GRID instantiation).
+            // Not unrolled: a peeled first k-tile made ptxas serialize the wgmma (C7514).
 #pragma unroll 1
             for (int kt = work.kt_begin; kt < work.kt_end; kt++) {
                 k_tile(acc, kt, work.kt_begin);
@@ -424,7 +351,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
             const bool nan = gemm_warp_has_nan(res);
 #pragma unroll
             for (int i = 0; i < NI; i++) {
-                if (pending_next <= i) store_pending(i);  // the last unit's, where this one had too few k-tiles
+                if (pending_next <= i) store_pending(i);  // the last unit's, if not yet stored
                 if (nan) round_pairs<WN, false>(res[i], pending[i]);
                 else round_pairs<WN, true>(res[i], pending[i]);
             }
@@ -437,8 +364,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         } else {
             char *const y = SPLIT == SPLIT_GRID ? (char *)p.y + (long)work.split * p.stride_y * 4
                                                 : (char *)p.y + (long)work.b * p.stride_y * (p.y_f32 ? 4 : 2);
-            // (the TMA-store kernels take every launch with tma_store but the cta path's in
-            // stream-K order and the 64 x 192 tile's, which has no TMA-store kernel)
+            // (cta path in stream-K order, and 64 x 192: no TMA-store kernel)
             if constexpr (WN % 64 == 0 && SPLIT != SPLIT_GRID &&
                           ((STREAM && SPLIT != SPLIT_NONE) || !ws_has_tma_kernel(SPLIT, WN))) {
                 if (tma_store && stage) {  // bf16 by the copy engine (store_tile_tma)
@@ -455,7 +381,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
         for (int i = 0; i < NI; i++)
             if (pending_next <= i) store_pending(i);
     }
-    if (tma_store && lane == 0) bulk_wait_all();  // no TMA store outlives the CTA's shared memory
+    if (tma_store && lane == 0) bulk_wait_all();  // no TMA store outlives the shared memory
 #else
     (void)staged;
     (void)tma_store;
@@ -471,10 +397,10 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 #endif
 }
 
-// --- the one-tile-per-CTA kernel (small-M split CTAs; cp.async and scalar loads) -----------
+// --- the one-tile-per-CTA kernel (small-M split CTAs; cp.async and scalar loads) ---
 
-// splits: gemm_split_count(N, K) (1 with SPLIT_NONE). SPLIT_GRID: p.y is the fp32 partials
-// [splits][M][ldy = N], split blockIdx.z's at p.y + blockIdx.z * stride_y floats.
+// SPLIT_GRID: p.y is the fp32 partials [splits][M][N], split blockIdx.z's at p.y + blockIdx.z *
+// stride_y.
 template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
 __global__ void __launch_bounds__(WGS * 128, 1)
 gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __grid_constant__ CUtensorMap tmap_x,
@@ -493,7 +419,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     int m_tile, n_tile;
     gemm_tile_of((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, &m_tile, &n_tile);
     const int m0 = v.row_begin + m_tile * BM, n0 = n_tile * BN;
-    if (m0 >= v.row_end) return;  // grouped: this group has fewer rows than the grid allows
+    if (m0 >= v.row_end) return;  // grouped: a group with fewer rows
     char *const y = SPLIT == SPLIT_GRID ? v.y + (long)blockIdx.z * p.stride_y * 4 : v.y;
 
     const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32;
@@ -509,8 +435,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     const int kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z + 1, splits, KT) : KT;
     const int n_kt = kt_end - kt_begin;
 
-    // SPLIT_IN_CTA: the split being accumulated, the k-tile it ends before, and the total of
-    // the splits before it (-0 + p_0 = p_0, then total + p_s: gemm_plan.cuh's order).
+    // SPLIT_IN_CTA: the current split, where it ends, and the total of the splits before it.
     float total[SPLIT == SPLIT_IN_CTA ? NI : 1][64];
 #pragma unroll
     for (int i = 0; i < (SPLIT == SPLIT_IN_CTA ? NI : 1); i++)
@@ -568,8 +493,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
 #pragma unroll
         for (int s = 0; s < STAGES - 2; s++) load_stage(s);
         for (int j = 0; j < n_kt; j++) {
-            // Stage j has landed for every thread; every warpgroup has retired k-tile j-2
-            // (wait<1> below), so its slot may be refilled.
+            // Stage j has landed; k-tile j-2 is retired, so its slot may be refilled.
             cp_async_wait<STAGES - 3>();
             fence_proxy_async();
             __syncthreads();
@@ -605,10 +529,8 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
 #endif
 }
 
-// SPLIT_GRID's second pass after the split CTAs (past GEMM_SPLIT_LAST_CTA_MAX_M rows, where one
-// more launch is cheap against the product): y[m][n] = ((p_0 + p_1) + p_2) + ... over the partials
-// [splits][M][N], split order, one rounding to bf16 (or none for fp32 output). 4 consecutive
-// columns per thread; the partials' rows are N floats, so VEC4 needs N % 4 == 0.
+// SPLIT_GRID's second pass: y = ((p_0 + p_1) + p_2) + ... over the partials, split order, one
+// rounding. VEC4 needs N % 4 == 0.
 template <bool VEC4>
 __global__ void __launch_bounds__(256)
 gemm_split_reduce_kernel(const float *__restrict__ partials, int splits, int M, int N, void *y, long ldy, bool y_f32) {

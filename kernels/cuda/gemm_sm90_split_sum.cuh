@@ -1,4 +1,6 @@
-// kernels/cuda/gemm_sm90_split_sum.cuh — the sm_90a GEMM's split-K sums and the stream-K hand-off.
+// kernels/cuda/gemm_sm90_split_sum.cuh — the sm_90a GEMM's split-K sums, all in split order
+// ((p_0 + p_1) + p_2) + ...: one CTA's running total (registers or L2), the split CTAs'
+// partials, and the stream-K hand-off of a chain's state.
 #ifndef INVAR_KERNELS_CUDA_GEMM_SM90_SPLIT_SUM_CUH
 #define INVAR_KERNELS_CUDA_GEMM_SM90_SPLIT_SUM_CUH
 
@@ -8,14 +10,11 @@
 #include "wgmma.cuh"        // INVAR_WGMMA, wgmma_hold
 
 #if INVAR_WGMMA
-// The running total's start: -0, so that folding p_0 into it gives p_0's bits exactly
-// (-0 + x = x for every x, +0 and -0 included; +0 would turn an exact -0 into +0), and every
-// fold is the same add with no first-split branch (the branch made ptxas spill the cta path's
-// second chain: two copies of the total).
+// The running total's start: -0, so folding p_0 into it gives p_0's bits exactly (-0 + x = x; +0
+// would turn an exact -0 into +0), with no first-split branch (it made ptxas spill).
 #define GEMM_TOTAL_START (-0.0f)
 
-// SPLIT_IN_CTA at the last k-tile of a split: total += acc, acc = 0 for a later split's chain.
-// The split's last wgmma must have written acc (retired by a wgmma_wait).
+// SPLIT_IN_CTA after a split's last wgmma has retired: total += acc, acc = 0.
 template <int NI, int WN = 128>
 __device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&acc)[NI][WN / 2]) {
 #pragma unroll
@@ -27,36 +26,23 @@ __device__ __forceinline__ void fold_split(float (&total)[NI][WN / 2], float (&a
             total[i][e] += acc[i][e];
             acc[i][e] = 0.0f;
         }
-    // The zeros are written here, not sunk by the compiler to the chain's next wgmma (inside
-    // another chain's wgmma stage, where ptxas would serialize them all: C7515).
+    // The zeros are written here, not sunk into the next chain's wgmma (ptxas would serialize them:
+    // C7515).
 #pragma unroll
     for (int i = 0; i < NI; i++) wgmma_hold(acc[i]);
 }
 
-// The same fold with the running total in L2 (ws_total_in_l2): this consumer thread's float4
-// piece c of it at totals[(blockIdx.x PIECES + c) threads + threadIdx.x] (a warp's 16-byte
-// pieces adjacent), this CTA's alone, so only the thread's own program order is needed between
-// its stores and its loads. Split 0 stores p_0 as it is (the -0 start's exact result), every
-// later split total + p_s, each restarting acc at 0; after the last, load_total_l2 brings the sum
-// back for the epilogue. A fold moves 128 KB a CTA each way, which pays for long splits only
-// (gemm_plan.cuh, GEMM_SPLIT_L2_TOTAL_MIN_KTILES). The last sum goes out and back rather than
-// staying in acc: adding loaded values into the live accumulators before the epilogue made ptxas
-// spill them (12 to 900 bytes, however the loads were grouped), loading into zeroed ones does not.
-// A later split's fold loads TOTAL_L2_LOADS_IN_FLIGHT pieces of the total before it stores any:
-// __stcg clobbers memory, so written piece by piece (load, add, store), no load issued before
-// the previous piece's store: one L2 round trip a piece, 32 a fold (H200, one run, 7168 x 16384
-// at M = 1024 / 4096: 362 / 1348 us piece by piece, 349 / 1306 four at a time, 345 / 1290 with
-// the loads left out). Eight at a time spill (108 bytes beside the 128 accumulators and the
-// deferred stores' 64 pairs). The first batch (`head`, total_l2_head) is loaded before the
-// split's last wgmma are drained, so its round trip runs under the drain: 0.6-0.8% at 7168 x
-// 16384 / 18432, M = 1024 and 4096 (H200, medians of three: 344.8 -> 342.3 us, 1427.0 -> 1416.7).
+// The same fold with the running total in L2 (ws_total_in_l2): this thread's float4 pieces, this
+// CTA's alone, so program order orders its stores and loads. Split 0 stores p_0, later splits total
+// + p_s; load_total_l2 brings the sum back into zeroed accumulators (adding into live ones
+// spilled). Loads are batched ahead of the stores (__stcg clobbers memory), the first batch issued
+// before the drain.
 #define TOTAL_L2_LOADS_IN_FLIGHT 4
 template <int NI, int WN>
 __device__ __forceinline__ float4 *total_l2_of(float4 *totals, int threads) {
     return totals + ((long)blockIdx.x * (NI * WN / 8) * threads + threadIdx.x);
 }
-// fold_split_l2's first batch of loads (pieces 0 .. TOTAL_L2_LOADS_IN_FLIGHT - 1), unused when
-// `first` (nothing stored yet: zeros, no load).
+// fold_split_l2's first batch of loads (zeros when `first`).
 template <int NI, int WN>
 __device__ __forceinline__ void total_l2_head(float4 *totals, int threads, bool first,
                                               float4 (&head)[TOTAL_L2_LOADS_IN_FLIGHT]) {
@@ -115,19 +101,11 @@ __device__ __forceinline__ void load_total_l2(float4 *totals, int threads, float
 }
 #endif
 
-// --- SPLIT_GRID's sum: ((p_0 + p_1) + p_2) + ... in split order, one rounding --------------------
+// --- SPLIT_GRID's sum: ((p_0 + p_1) + p_2) + ... in split order, one rounding ---
 
-// The partials [splits][per_split] at flat index i .. i + W - 1 (one row of [M][N]: W = 4 needs
-// N % 4 == 0), summed in split order and stored to y as bf16 (or fp32). Shared by the last CTA
-// of a tile (gemm_sm90_kernel) and gemm_split_reduce_kernel: one order on both. __ldcg: other
-// CTAs wrote the partials, so read them from L2, never from a stale L1 line.
-// The partials are loaded SPLIT_SUM_LOADS_IN_FLIGHT splits at a time, then added in split order.
-// Loaded and added one split after another, the loads sat between the dependent adds in program
-// order (__ldcg is a volatile asm, kept in order) and were not hoisted: about one L2 round trip a
-// split, in series (H200, medians of three, M = 1 / 16 / 64 / 256: 576 x 7168, S = 18, 12.1 / 13.0
-// / 15.4 / 17.8 -> 9.7 / 10.6 / 13.2 / 15.9 us; 1536 x 7168, S = 11, 14.3 / 15.3 / 18.1 / 23.8 ->
-// 12.7 / 13.7 / 16.5 / 23.0; 8 or 32 at a time within the runs' spread). The reduce kernel's
-// four-column version takes 86 registers for it (32 before): fewer threads, more loads each.
+// The partials [splits][per_split] at flat index i .. i + W - 1, summed in split order and stored
+// as bf16 (or fp32): one function for the tile's last CTA and the reduce kernel, so one order.
+// __ldcg: never a stale L1 line. Loads batched ahead of the adds, so they do not run in series.
 #define SPLIT_SUM_LOADS_IN_FLIGHT 16
 template <int W>
 __device__ __forceinline__ void split_sum_store(const float *partials, long per_split, int splits, long i, int N,
@@ -161,10 +139,8 @@ __device__ __forceinline__ void split_sum_store(const float *partials, long per_
     }
 }
 
-// Where gemm_sm90_kernel's SPLIT_GRID CTAs put the sum: each CTA writes its split's partial,
-// then counts itself in its tile's arrival counter; the one that arrives last adds the
-// partials in split order (split_sum_store) and resets the counter, so no second kernel is
-// launched (at small M, where these CTAs run, that launch cost about as much as the product).
+// Where gemm_sm90_kernel's split CTAs put the sum: each counts itself in its tile's arrival counter
+// after writing its partial; the last adds the partials and resets the counter (no second launch).
 struct gemm_split_out {
     void *y;
     long ldy;
@@ -174,10 +150,8 @@ struct gemm_split_out {
 };
 
 #if INVAR_WGMMA
-// The CTA of tile `tile` (rows m0 .., columns n0 ..) after storing its partial: returns once
-// its partial is counted; the last of the tile's `splits` CTAs also writes the tile's sum
-// (S x rows x 512 bytes from L2 through one SM: quick for a few rows, which is why
-// GEMM_SPLIT_LAST_CTA_MAX_M is small).
+// After storing its partial: the tile's last CTA also writes the sum (one SM: a few rows only,
+// GEMM_SPLIT_LAST_CTA_MAX_M).
 template <int BM, int BN, int THREADS>
 __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const gemm_split_out &out, int splits,
                                                   int tile, int m0, int n0) {
@@ -206,13 +180,11 @@ __device__ __forceinline__ void split_finish_tile(const gemm_problem &p, const g
 }
 #endif
 
-// --- stream-K order: a chain handed from one CTA to the next (gemm_plan.cuh) ----------------
+// --- stream-K order: a chain handed from one CTA to the next (gemm_plan.cuh) ---
 
-// Where the persistent kernel's CTAs hand their cut units over: CTA c's consumer thread t keeps
-// its state (NS floats: the accumulators, then IN_CTA's running total) at
-// state[(c * NS + e) * threads + t] (a warp's lanes adjacent: coalesced), and each consumer warp w raises
-// ready[c * warps + w] once its part is stored. Only warp w of CTA c + 1 reads it, and puts the
-// flag back to 0 for the next launch. state == NULL: the round-robin walk.
+// Stream-K hand-off (gemm_plan.cuh): CTA c's consumer thread t keeps its state (the accumulators,
+// then IN_CTA's running total) at state[(c * NS + e) * threads + t], and warp w raises ready[c *
+// warps + w]; warp w of CTA c + 1 reads it and resets the flag. state == NULL: round robin.
 struct gemm_handoff {
     float *state;
     unsigned *ready;
@@ -238,8 +210,7 @@ __device__ __forceinline__ unsigned *handoff_flag(const gemm_handoff &ho, long c
     return &ho.ready[cta * (threads / 32) + warp_id];
 }
 
-// This warp's part of the chain state, stored exactly, then announced. Every lane's stores are
-// ordered before the flag by its own fence and the warp barrier.
+// This warp's part of the chain state, stored exactly, then announced after a fence.
 template <int NI, bool TOTAL, int WN, int NT = TOTAL ? NI : 0, int F = WN / 2>
 __device__ __forceinline__ void hand_out(const gemm_handoff &ho, const float (&acc)[NI][F],
                                          const float (&total)[TOTAL ? NI : 1][F], int threads, int warp_id) {
@@ -257,9 +228,8 @@ __device__ __forceinline__ void hand_out(const gemm_handoff &ho, const float (&a
     if (threadIdx.x % 32 == 0) flag_release(handoff_flag(ho, blockIdx.x, threads, warp_id), 1u);
 }
 
-// The state the same warp of CTA blockIdx.x - 1 handed out, once it is there (take: else zeros,
-// a fresh chain): the registers continue its chain exactly. Branch-free: with the loads under a
-// branch ptxas serialized the wgmma that follow (C7515).
+// The state the same warp of CTA blockIdx.x - 1 handed out (take; else a fresh chain). Branch-free:
+// with the loads under a branch ptxas serialized the wgmma (C7515).
 template <int NI, bool TOTAL, int WN, int NT = TOTAL ? NI : 0, int F = WN / 2>
 __device__ __forceinline__ void start_chain(const gemm_handoff &ho, bool take, float (&acc)[NI][F],
                                             float (&total)[TOTAL ? NI : 1][F], int threads, int warp_id) {

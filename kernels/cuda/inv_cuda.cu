@@ -10,7 +10,7 @@
 #include "inv_cuda_launch.h" // inv_cuda_stream, inv_cuda_*_with_*
 #include "inv_cuda_ops.h"   // inv_cuda_* ops, rmsnorm_launch, mla_attention_launch, logprobs_launch
 
-// --- context ---------------------------------------------------------------------------------
+// --- context ---
 
 void cuda_ctx_init(cuda_ctx *c, const char *set_name) {
     char why[256];
@@ -76,7 +76,7 @@ void cuda_kernel_smem(cuda_ctx *c, const void *kernel, size_t bytes, const char 
     if (i == c->smem_set_count) c->smem_set_count++;
 }
 
-// --- device probe ------------------------------------------------------------------------------
+// --- device probe ---
 
 size_t inv_cuda_l2_bytes(ops_set *ops) { return cuda_ctx_of(ops)->l2_bytes; }
 
@@ -116,7 +116,7 @@ bool inv_cuda_device_available(char *why, int why_len) {
     return true;
 }
 
-// --- memory ------------------------------------------------------------------------------------
+// --- memory ---
 
 void *inv_cuda_alloc(ops_set *ops, size_t bytes, const char *what) {
     (void)ops;
@@ -154,7 +154,7 @@ void inv_cuda_sync(ops_set *ops) {
     CUDA_CHECK("sync", cudaStreamSynchronize(cuda_ctx_of(ops)->stream));
 }
 
-// --- the set -------------------------------------------------------------------------------------
+// --- the set ---
 
 void inv_cuda_fini(ops_set *ops) {
     if (!ops->ctx) return;
@@ -211,7 +211,7 @@ void inv_cuda_init(ops_set *ops, const char *set_name) {
     ops->open_group = inv_cuda_open_group;
 }
 
-// --- for sets built on this one (inv_cuda_launch.h) ---------------------------------------------
+// --- for sets built on this one (inv_cuda_launch.h) ---
 
 cudaStream_t inv_cuda_stream(const ops_set *ops) { return ((const cuda_ctx *)ops->ctx)->stream; }
 

@@ -1,6 +1,6 @@
-// kernels/cuda/inv_cuda_launch.h — what a CUDA set built on the invariant one (inv_cuda_init)
-// may use of kernels/cuda besides its ops: the set's stream and SM count, and the invariant
-// kernels with a parameter the invariant set fixes and another set picks from the batch.
+// kernels/cuda/inv_cuda_launch.h — what a CUDA set built on the invariant one may use besides
+// its ops: the stream, and kernels with a parameter the invariant set fixes and another set
+// picks from the batch.
 #ifndef INVAR_KERNELS_CUDA_INV_CUDA_LAUNCH_H
 #define INVAR_KERNELS_CUDA_INV_CUDA_LAUNCH_H
 
@@ -19,22 +19,18 @@ int inv_cuda_num_sms(const ops_set *ops);
 // RMSNorm with `threads` per row's block (the invariant set always uses 256).
 void inv_cuda_rmsnorm_with_block(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
                                  const bf16 *w, int M, int D, float eps, int threads);
-// MLA attention with KV splits of `split_size` positions from position 0 (the invariant set
-// passes a constant; the reference set one derived from the batch).
+// MLA attention with KV splits of `split_size` positions from position 0.
 void inv_cuda_mla_attention_with_split(ops_set *ops, const mla_attention_args *a, int split_size);
-// Log-softmax, sampling and top-k with `threads` per row (a multiple of 32, <= 1024; the
-// invariant set always uses 1024).
+// Log-softmax, sampling and top-k with `threads` per row (the invariant set uses 1024).
 void inv_cuda_logprobs_with_block(ops_set *ops, const logprobs_args *a, int threads);
 
-// The all-reduce over NCCL with the sum's order as a parameter: every rank's message gathered,
-// then element i summed from rank `first` up (mod T) in fp32, rounded to bf16 after every hop
-// when round_each_hop (as a bf16 ring does), else once. The invariant set passes 0, false.
+// The all-reduce with the sum's order as a parameter: element i summed from rank `first` up
+// (mod T) in fp32, rounded after every hop when round_each_hop, else once (invariant: 0, false).
 void inv_cuda_all_reduce_from_rank(ops_set *ops, tp_comm *comm, bf16 *buf, long n, int first,
                                    bool round_each_hop);
 // Rank comm's NCCL communicator (an ncclComm_t), exiting with `op` named when none is attached.
 void *inv_cuda_nccl_comm(tp_comm *comm, const char *op);
-// A set's device made current for a call from any thread (destroying a rank's set, say), and
-// the caller's device given back: int prev = inv_cuda_enter(ops); ...; inv_cuda_leave(prev);
+// A set's device made current for a call from any thread, then the caller's given back.
 int inv_cuda_enter(ops_set *ops);
 void inv_cuda_leave(int previous);
 

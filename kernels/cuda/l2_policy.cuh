@@ -1,7 +1,5 @@
-// kernels/cuda/l2_policy.cuh — L2 cache policies (createpolicy) for the loads and stores that say
-// where their lines should wait: a hint about L2, never about which bytes arrive. Valid on every
-// target this build has (sm_90a and compute_90), so kernels outside wgmma.cuh's sm_90a block
-// (the MLA merge) use them too.
+// kernels/cuda/l2_policy.cuh — L2 cache policies (createpolicy): a hint about where lines wait
+// in L2, never about which bytes arrive. Valid on sm_90a and compute_90 alike.
 #ifndef INVAR_KERNELS_CUDA_L2_POLICY_CUH
 #define INVAR_KERNELS_CUDA_L2_POLICY_CUH
 

@@ -9,7 +9,7 @@
 #include "gemm.cuh"          // gemm_problem, gemm_launch
 #include "inv_cuda_ops.h"    // inv_cuda_moe_*, inv_cuda_silu_mul
 
-// --- route -------------------------------------------------------------------------------------
+// --- route ---
 
 #define ROUTE_THREADS 256
 #define ROUTE_MAX_GROUPS 64
@@ -112,7 +112,7 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
     CUDA_CHECK_LAUNCH("moe_route");
 }
 
-// --- experts -----------------------------------------------------------------------------------
+// --- experts ---
 
 // Per-expert row lists, in ascending (token, slot) order: thread e scans every (t, j) entry in
 // order, so the lists are the same on every run. offsets[E] = rows listed.
@@ -174,7 +174,7 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     gemm_launch(c, &d, a->E, "moe_experts down");
 }
 
-// --- combine -----------------------------------------------------------------------------------
+// --- combine ---
 
 // out[t][d] = bf16( sum_j w[t,j] * e[t*k+j][d] ), j ascending, products and sums rounded
 // separately (no FMA contraction), as the CPU sets.

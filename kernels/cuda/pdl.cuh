@@ -1,8 +1,6 @@
-// kernels/cuda/pdl.cuh — programmatic dependent launch (sm_90+): a kernel that only consumes
-// its predecessor's output (a merge, a split-K reduce) is launched while the predecessor still
-// runs, so its launch and block start-up overlap the predecessor's tail instead of following
-// it. Changes no arithmetic: the dependent waits for the whole predecessor grid (and its
-// memory) before it reads anything the predecessor writes, and before it writes anything.
+// kernels/cuda/pdl.cuh — programmatic dependent launch (sm_90+): a kernel that only consumes its
+// predecessor's output starts while the predecessor runs, overlapping its launch with the tail.
+// No arithmetic changes: it waits for the whole predecessor grid before touching memory.
 #ifndef INVAR_KERNELS_CUDA_PDL_CUH
 #define INVAR_KERNELS_CUDA_PDL_CUH
 
@@ -10,25 +8,22 @@
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK
 
-// In the dependent kernel, before its first global memory access: blocks until every
-// predecessor grid has completed and its writes are visible. A no-op when launched plainly.
+// In the dependent, before its first global access: waits for the predecessor grids' writes.
 static __device__ __forceinline__ void pdl_wait_predecessor() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
-// In the predecessor: this block no longer holds the dependent back (it may be scheduled once
-// every block of this grid has said so or exited). Safe anywhere: the dependent's
-// pdl_wait_predecessor still waits for this grid's completion.
+// In the predecessor: this block no longer holds the dependent back. Safe anywhere: the
+// dependent still waits for this grid's completion.
 static __device__ __forceinline__ void pdl_release_dependent() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
-// Launches k<<<grid, block, smem, c->stream>>>(args...) as a programmatic dependent of the
-// stream's previous kernel where the device supports it (c->pdl), plainly elsewhere.
+// k<<<grid, block, smem, c->stream>>>(args...) as a programmatic dependent where c->pdl.
 template <typename... KernelArgs, typename... Args>
 static void pdl_launch(cuda_ctx *c, void (*k)(KernelArgs...), dim3 grid, dim3 block, size_t smem, const char *op,
                        Args... args) {

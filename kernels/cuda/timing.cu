@@ -13,12 +13,10 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// The stream holds here until the host has queued every timed repetition (NVBench's "blocking
-// kernel"). Without it the host queues an event, then fn's launches a few microseconds later;
-// the GPU, idle, stamps the event at once and waits, so a kernel shorter than the host's launch
-// path was timed as that path. Held, the repetitions run back to back and the events bracket
-// GPU time only, for every set alike. The hold gives up after timeout_ns (fn must not wait
-// for the GPU: a synchronizing call would wait for the hold) and says so in *timed_out.
+// The stream holds here until the host has queued every timed repetition: otherwise the idle GPU
+// stamps the first event at once and a kernel shorter than the host's launch path is timed as that
+// path. Held, the events bracket GPU time only. The hold gives up after timeout_ns (fn must not
+// wait for the GPU) and says so in *timed_out.
 #define TIMING_HOLD_NS 2000000000LL  // 2 s: far above the host's queueing of any repetitions here
 __global__ void timing_hold_kernel(const volatile int *release, int *timed_out, long long timeout_ns) {
     long long start, now;
@@ -39,8 +37,8 @@ double cuda_time_median_ms(ops_set *ops, void (*fn)(void *arg, int rep), void *a
     for (int i = 0; i < warmup; i++) fn(arg, i);
     cudaEvent_t *ev = (cudaEvent_t *)invar_malloc(sizeof(cudaEvent_t) * 2 * (size_t)reps, "timing events");
     for (int i = 0; i < 2 * reps; i++) CUDA_CHECK("bench", cudaEventCreate(&ev[i]));
-    // flag[0]: the host's release; flag[1]: the hold timed out. Mapped host memory, so the
-    // held kernel sees the host's write without a copy (which would queue behind the hold).
+    // flag[0]: the host's release; flag[1]: timed out. Mapped host memory: a copy would queue
+    // behind the hold.
     int *flag = NULL, *flag_dev = NULL;
     CUDA_CHECK("bench: timing flag", cudaHostAlloc((void **)&flag, 2 * sizeof(int), cudaHostAllocMapped));
     CUDA_CHECK("bench: timing flag", cudaHostGetDevicePointer((void **)&flag_dev, flag, 0));
@@ -92,16 +90,12 @@ double cuda_copy_bandwidth_gbs(ops_set *ops, size_t bytes) {
     return 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
 }
 
-// --- a plain read: the floor under a memory-bound kernel --------------------------------------
+// --- a plain read: the floor under a memory-bound kernel ---
 
-// How fast this device reads `bytes` once, timed like the kernels (held stream, events, the
-// inputs rotated): what a GEMM at M <= 64 or an MLA decode could reach if it did nothing but
-// read its weights or cache. Grid-stride 16-byte loads, READ_UNROLL in flight a thread, all
-// blocks in one window of the buffer: on an H200 this beat bulk copies into shared memory by
-// 1.5-4.5 points of copy up to 151 MB and came within 2 above (interleaved chunks; kernels/cuda/
-// NOTES.md, "What a read of the weights takes"). The loads feed a XOR of every
-// 32-bit word (the bytes before the first 16-byte boundary and after the last as zero-padded
-// words at their offset), so none can be dropped and a test can check that all were read.
+// How fast this device reads `bytes` once, timed like the kernels: what a GEMM at small M or an MLA
+// decode could reach if it did nothing but read its weights or cache. Grid-stride 16-byte loads,
+// READ_UNROLL in flight a thread (faster than bulk copies into shared memory), feeding a XOR of
+// every 32-bit word so no load can be dropped and a test can check all were read.
 #define READ_UNROLL 4
 #define READ_THREADS 256
 #define READ_BLOCKS_PER_SM 8
@@ -185,7 +179,7 @@ unsigned cuda_read_xor(ops_set *ops, const void *p, size_t bytes) {
     return x;
 }
 
-// --- the per-op profile's events ---------------------------------------------------------------
+// --- the per-op profile's events ---
 
 struct cuda_event_log {
     cuda_ctx *c;

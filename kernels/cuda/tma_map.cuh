@@ -13,13 +13,11 @@
 CUtensorMap tma_map_bf16_2d(cuda_ctx *c, const void *base, long rows, long cols, long ld, int box_cols, int box_rows,
                             const char *op, const char *what);
 // The same for a matrix streamed through: no L2 promotion, so a box's 128-byte row asks L2 for
-// those 128 bytes, not the aligned 256 around them (the 16-head MLA decode's cache on an H200:
-// 1-3% faster on the rows that read more than L2 holds, B=1 L=16k 0.8% slower; why, not
-// established).
+// those 128 bytes, not the aligned 256 around them.
 CUtensorMap tma_map_bf16_2d_stream(cuda_ctx *c, const void *base, long rows, long cols, long ld, int box_cols,
                                    int box_rows, const char *op, const char *what);
-// `batch` such matrices, matrix b at base + b * batch_stride elements (a multiple of 8; any
-// order against ld: the batched GEMMs' heads lie inside a token's row). Boxes hold one matrix.
+// `batch` such matrices, matrix b at base + b * batch_stride elements (a multiple of 8). Boxes
+// hold one matrix.
 CUtensorMap tma_map_bf16_3d(cuda_ctx *c, const void *base, long batch, long rows, long cols, long ld,
                             long batch_stride, int box_cols, int box_rows, const char *op, const char *what);
 

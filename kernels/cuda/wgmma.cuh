@@ -1,14 +1,9 @@
-// kernels/cuda/wgmma.cuh — Hopper (sm_90a) building blocks: the GEMM's warpgroup MMA (its one
-// instruction shape on H100/H200, the shared-memory operand descriptor, the fences) and the TMA
-// copies completing on mbarriers that the GEMM and the many-head MLA kernel load with.
-//
-// Operands are K-major bf16 tiles stored in the 128-byte swizzle layout: row r of a tile
-// (64 bf16 = 128 bytes) at r*128, its 16-byte chunk c at chunk (c ^ (r % 8)); groups of 8 rows
-// 1024 bytes apart. Tiles start on 1024-byte boundaries (the swizzle reads address bits 7-9).
-//
-// Accumulator fragment of m64nNk16 (f32), thread = 32*w + 4*r + q of the warpgroup:
-//   d[4j+0], d[4j+1]: row 16w + r,     cols 8j + 2q, 8j + 2q + 1
-//   d[4j+2], d[4j+3]: row 16w + r + 8, the same cols
+// kernels/cuda/wgmma.cuh — Hopper (sm_90a) building blocks: warpgroup MMA, its shared-memory
+// operand descriptors and fences, and TMA copies completing on mbarriers.
+// Operands: K-major bf16 tiles in the 128-byte swizzle layout (row r at r*128, its 16-byte chunk c
+// at chunk c ^ (r % 8)), starting on 1024-byte boundaries. Accumulator fragment of m64nNk16 (f32),
+// thread = 32w + 4r + q of the warpgroup: d[4j], d[4j+1] at row 16w + r, cols 8j + 2q, + 1;
+// d[4j+2], d[4j+3] at row 16w + r + 8, the same cols.
 #ifndef INVAR_KERNELS_CUDA_WGMMA_CUH
 #define INVAR_KERNELS_CUDA_WGMMA_CUH
 
@@ -17,8 +12,7 @@
 #include "../ops.h"  // mla_attention_args
 #include "mma.cuh"   // smem_addr, cp_async16, cp_async_commit
 
-// The device code below exists only in the sm_90a pass; elsewhere the kernels that use it
-// compile to nothing and the launcher never picks them (cuda_ctx.wgmma).
+// Only in the sm_90a pass; elsewhere its kernels compile to nothing and are never picked.
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define INVAR_WGMMA 1
 #else
@@ -31,15 +25,10 @@ __device__ __forceinline__ int sw128_offset(int row, int chunk) {
 }
 
 #if INVAR_WGMMA
-// Descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading
-// byte offset >> 4 in 16-29 (unused for swizzled K-major tiles: 1), stride byte offset >> 4 in
-// 32-45 (8 rows x 128 B = 1024), swizzle mode in 62-63 (1 = 128 B).
-// wgmma_desc_sw128_lo: the same descriptor from its low word (address and leading byte
-// offset), which alone moves with the address: a loop keeps lo = (uint32_t)wgmma_desc_sw128(base)
-// and adds byte offsets >> 4 to it (no carry leaves bits 0-13 while the tile stays in the
-// 256 KB the field spans), one integer add a descriptor where rebuilding it from a pointer took
-// five. An MN-major descriptor (wgmma_desc_sw128_mn) has the same high word, so its low word
-// is rebuilt here too.
+// Descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13, leading byte
+// offset >> 4 in 16-29 (1), stride byte offset >> 4 in 32-45 (1024), swizzle 128 B in 62-63.
+// wgmma_desc_sw128_lo rebuilds it from its low word, the only part that moves with the address: a
+// loop steps the low word by one add.
 __device__ __forceinline__ uint64_t wgmma_desc_sw128_lo(uint32_t lo) {
     return (uint64_t)lo | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
@@ -48,11 +37,8 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *tile) {
     return wgmma_desc_sw128_lo(((addr & 0x3FFFFu) >> 4) | (1u << 16));
 }
 
-// Descriptor of an MN-major ("transposed") operand in the same layout, e.g. a KV tile
-// [positions][dims] read with the dims as M or N: the contiguous direction is M/N, 64 values
-// per 128-byte row; `mn_block_bytes` apart lie the next 64 of them (leading byte offset: a
-// TMA box further), and K steps a 128-byte row, 8 rows (one swizzle atom) being 1024 bytes
-// (stride byte offset). PTX ISA, "Matrix Descriptor Format" / "Strides", MN-major layouts.
+// An MN-major ("transposed") operand in the same layout: 64 M/N values a row, the next 64
+// `mn_block_bytes` on.
 __device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(const void *tile, uint32_t mn_block_bytes) {
     uint64_t addr = smem_addr(tile);
     return ((addr & 0x3FFFF) >> 4) | ((uint64_t)(mn_block_bytes >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
@@ -64,17 +50,16 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// Per-warpgroup register budgets (a warp-specialized CTA: the producer lowers its own, the
-// consumers raise theirs into what it freed; ptxas compiles the code after each to its
-// budget). Every warp of the warpgroup executes it. An increase the CTA's pool cannot grant
-// waits forever: the budgets must add up to at most what the CTA launched with.
+// Per-warpgroup register budgets of a warp-specialized CTA (the producer lowers, the consumers
+// raise into what it freed). Every warp of the warpgroup executes it; an increase the CTA's pool
+// cannot grant waits forever.
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
-// Shared memory written by the generic proxy (cp.async, st.shared) becomes visible to wgmma,
-// which reads through the async proxy, only after this fence in each writing thread.
+// Generic-proxy writes to shared memory (cp.async, st.shared) become visible to wgmma only after
+// this fence in each writing thread.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // Keeps the compiler from moving accumulator reads or writes across a wgmma fence or wait.
@@ -90,9 +75,8 @@ __device__ __forceinline__ void wgmma_hold(uint32_t (&a)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+r"(a[i])::"memory");
 }
 
-// Accumulator operands of an inline wgmma: d[i] .. d[i + N - 1] read and written ("+f", the
-// chain continues) or written only ("=f", scale-d = 0 starts it), in the order of the
-// instruction's register list.
+// Accumulator operands of an inline wgmma: read and written ("+f", the chain continues) or written
+// only ("=f", scale-d = 0 starts it).
 #define WGMMA_ACC4(d, i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
 #define WGMMA_ACC16(d, i) WGMMA_ACC4(d, i), WGMMA_ACC4(d, (i) + 4), WGMMA_ACC4(d, (i) + 8), WGMMA_ACC4(d, (i) + 12)
 #define WGMMA_ACC32(d, i) WGMMA_ACC16(d, i), WGMMA_ACC16(d, (i) + 16)
@@ -100,9 +84,8 @@ __device__ __forceinline__ void wgmma_hold(uint32_t (&a)[N]) {
 #define WGMMA_OUT16(d, i) WGMMA_OUT4(d, i), WGMMA_OUT4(d, (i) + 4), WGMMA_OUT4(d, (i) + 8), WGMMA_OUT4(d, (i) + 12)
 #define WGMMA_OUT32(d, i) WGMMA_OUT16(d, i), WGMMA_OUT16(d, (i) + 16)
 
-// The PTX of one K-major x K-major bf16 wgmma into fp32 accumulators, d = A(64x16) * B(Nx16)ᵀ
-// (+ d when the SCALE operand is nonzero): REGS the accumulators' operand list, A, B and SCALE
-// the operand numbers after it.
+// One K-major bf16 wgmma into fp32, d = A(64x16) * B(Nx16)ᵀ (+ d when SCALE is nonzero): REGS the
+// accumulators' list, A, B and SCALE the operand numbers after it.
 #define WGMMA_SS_BF16(N, REGS, A, B, SCALE)                                              \
     "{\n"                                                                                \
     ".reg .pred p;\n"                                                                    \
@@ -147,16 +130,14 @@ __device__ __forceinline__ void wgmma_m64n96k16_bf16(float (&d)[48], uint64_t de
                  : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// d += A(64x16, desc_a) * B(144x16, desc_b)ᵀ: the same per-element arithmetic over 144 columns
-// (576 = 4 x 144: DeepSeek's compressed KV width in whole tiles).
+// d += A(64x16, desc_a) * B(144x16, desc_b)ᵀ: the same per-element arithmetic over 144 columns.
 __device__ __forceinline__ void wgmma_m64n144k16_bf16(float (&d)[72], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(WGMMA_SS_BF16(144, WGMMA_REGS72, 72, 73, 74)
                  : WGMMA_ACC32(d, 0), WGMMA_ACC32(d, 32), WGMMA_ACC4(d, 64), WGMMA_ACC4(d, 68)
                  : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// d += A(64x16, desc_a) * B(72x16, desc_b)ᵀ: the same per-element arithmetic over 72 columns
-// (576 = 8 x 72).
+// d += A(64x16, desc_a) * B(72x16, desc_b)ᵀ: the same over 72 columns.
 __device__ __forceinline__ void wgmma_m64n72k16_bf16(float (&d)[36], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(WGMMA_SS_BF16(72, WGMMA_REGS36, 36, 37, 38)
                  : WGMMA_ACC32(d, 0), WGMMA_ACC4(d, 32)
@@ -175,24 +156,22 @@ __device__ __forceinline__ void wgmma_k16_bf16(float (&d)[WN / 2], uint64_t desc
     else wgmma_m64n192k16_bf16(d, desc_a, desc_b);
 }
 
-// Four 8 x 8 bf16 matrices in the mma fragment layout (lane 4r + q holds row r, columns 2q and
-// 2q + 1 of each, as one bf16 pair in m0..m3) into shared memory: lanes 8k .. 8k + 7 give the
-// addresses of matrix k's rows 0..7 (16 bytes each).
+// Four 8 x 8 bf16 matrices in the mma fragment layout into shared memory: lanes 8k .. 8k + 7 give
+// the addresses of matrix k's rows.
 __device__ __forceinline__ void stmatrix_x4(const void *row, uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)), "r"(m0),
                  "r"(m1), "r"(m2), "r"(m3)
                  : "memory");
 }
 
-// The same four matrices transposed on the way: lanes 8k .. 8k + 7 give the addresses of rows
-// 0..7 of matrix k's transpose, row i holding column i of the fragment's matrix (rows 0..7).
+// The same four matrices transposed on the way.
 __device__ __forceinline__ void stmatrix_x4_trans(const void *row, uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)),
                  "r"(m0), "r"(m1), "r"(m2), "r"(m3)
                  : "memory");
 }
 
-// --- TMA (cp.async.bulk.tensor) completing on an mbarrier -------------------------------------
+// --- TMA (cp.async.bulk.tensor) completing on an mbarrier ---
 
 __device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
@@ -211,8 +190,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
         "@!done bra WAIT_AGAIN;\n"
         "}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
 }
-// One arrival. For a slot wgmma read: call it after the wgmma_wait that retired those reads
-// (the arrival orders this thread's own accesses only).
+// One arrival; for a slot wgmma read, after the wgmma_wait that retired those reads.
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
@@ -223,8 +201,7 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const void *tmap, uint64_
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
         ::"r"(smem_addr(dst)), "l"(tmap), "r"(inner), "r"(outer), "r"(smem_addr(bar)) : "memory");
 }
-// The same with an L2 cache policy (l2_policy.cuh): where the bytes stay in L2, not
-// which bytes arrive.
+// The same with an L2 cache policy (l2_policy.cuh).
 __device__ __forceinline__ void tma_load_2d_hint(void *dst, const void *tmap, uint64_t *bar, int inner, int outer,
                                                  uint64_t policy) {
     asm volatile(
@@ -250,11 +227,11 @@ __device__ __forceinline__ void tma_load_3d_hint(void *dst, const void *tmap, ui
         : "memory");
 }
 
-// --- TMA stores (cp.async.bulk.tensor, shared to global, in bulk async-groups) -----------------
+// --- TMA stores (cp.async.bulk.tensor, shared to global, in bulk async-groups) ---
 
-// The box at (inner, outer) of matrix `batch` of a 3-D tensor map from shared memory (in the
-// map's swizzle layout); elements outside the tensor are not written. The issuing thread's
-// stores form a group at bulk_commit, which only that thread can wait for.
+// The box at (inner, outer) of matrix `batch` of a 3-D tensor map from shared memory; elements
+// outside the tensor are not written. The thread's stores form a group at bulk_commit that only it
+// can wait for.
 __device__ __forceinline__ void tma_store_3d(const void *tmap, const void *src, int inner, int outer, int batch) {
     asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
                  ::"l"(tmap), "r"(smem_addr(src)), "r"(inner), "r"(outer), "r"(batch) : "memory");
@@ -266,11 +243,9 @@ __device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bu
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #endif
 
-// --- MLA: Q of one token's head group into the swizzled layout ---------------------------------
-// HEADS heads x (L = 512 latent, R = 64 rope) values, box d / 64 holding dims d .. d + 63 of
-// every head (HEADS x 128 bytes), by the CTA's THREADS threads: 16-byte cp.async pieces (one
-// commit group; the caller waits) when `aligned` (mla_q_aligned), value by value otherwise.
-// The two wgmma MLA kernels (64 and 16 heads a CTA) load Q this way.
+// --- MLA: Q of one token's head group into the swizzled layout ---
+// HEADS heads x (512 latent + 64 rope) values, box d / 64 holding dims d .. d + 63 of every head:
+// 16-byte cp.async pieces (one commit group; the caller waits) when `aligned`, else value by value.
 template <int HEADS, int THREADS>
 __device__ __forceinline__ void mla_load_q_sw128(const mla_attention_args &a, bool aligned, int t, int h0, uint8_t *sQ) {
     constexpr int L = 512, D = 576, BOX = HEADS * 128;

@@ -1,5 +1,5 @@
 // tests/test_gemm_plan.c — the sm_90a GEMM's split rule and plan choice
-// (kernels/cuda/gemm_plan.cuh) on the host, over a grid of shapes, batches, load paths and SM
+// (kernels/cuda/gemm_plan.cuh, gemm_plan_choose.cuh) on the host, over a grid of shapes, batches, load paths and SM
 // counts: the split count never depends on M or the SM count, the splits cut K the same way
 // every time, and every plan is one gemm_sm90_launch has a kernel for. The GPU tests can only
 // run the shapes they run on the GPU they have; these run on every `make check`.
@@ -149,7 +149,7 @@ static gemm_plan expect_plan(int M, int N, int K, int sms, const char *name) {
 }
 
 // Stream-K order where round robin's last round would be thin and the weights are read once
-// either way (H200, 132 SMs; the cases of gemm_plan.cuh's comment), round robin elsewhere.
+// either way (H200, 132 SMs; the shapes the rule was measured on), round robin elsewhere.
 static void stream_k_where_the_last_round_is_thin(void **state) {
     (void)state;
     static const struct { int M, N, K; bool stream_k; const char *name; } cases[] = {
@@ -209,7 +209,7 @@ static void stream_k_tail_after_round_robin(void **state) {
 
 // S = 1 past M = 128: 128 x 192 tiles in place of 128 x 256 where their whole waves, each column
 // 4% dearer, cost less than the 128 x 256 plan's (its stream-K tail counted as its fractional
-// waves, 15% dearer): the cells measured on the H200 (gemm_plan.cuh, gemm_dense_192_cheaper).
+// waves, 15% dearer): the cells measured on the H200 (gemm_plan_choose.cuh, gemm_dense_192_cheaper).
 static void dense_192_where_its_waves_cost_less(void **state) {
     (void)state;
     static const struct { int M, N, K; const char *name; } cases[] = {
@@ -256,8 +256,8 @@ static void one_wave_of_64x192_at_small_m(void **state) {
 }
 
 // The 64 x 128 split CTAs: the last CTA sums up to M = 4, plain CTAs below M = 48, units of the
-// persistent kernel from there, before and past M = 64 (H200, the rule's measurements in
-// gemm_plan.cuh).
+// persistent kernel from there, before and past M = 64 (H200, the shapes the rule was measured
+// on).
 static void split_ctas_on_the_persistent_kernel_from_m_48(void **state) {
     (void)state;
     static const struct { int M, N, K; const char *name; } cases[] = {

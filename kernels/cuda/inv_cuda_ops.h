@@ -35,7 +35,7 @@ void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a);
 void mla_attention_generic_launch(cuda_ctx *c, const mla_attention_args *a, int split_size);
 // 64 heads a CTA on sm_90a (mla_absorbed_h64_sm90.cu): whether it takes this shape (never
 // anything about the batch), and its launch writing the split partials o_part [T][H][nsplit][L]
-// and ml_part [T][H][nsplit] in mla_attention.cu's format.
+// and ml_part [T][H][nsplit] in the layout mla_merge.cu's merge reads.
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size);
 // Q's rows in 16-byte pieces (cp.async) rather than value by value (mla_attention.cu).
 bool mla_q_aligned(const mla_attention_args *a);

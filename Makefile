@@ -105,7 +105,16 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libinvar.a
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -fsanitize=fuzzer $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-tests: $(TESTS) $(FUZZ_REPLAY)
+# The plugin ABI's test plugins (tests/plugins/test_plugin.c): one shared object per variant.
+TEST_PLUGINS := rmsnorm_invariant rmsnorm_split_small rmsnorm_split_small_honest crash \
+                bad_abi_version bad_null_table bad_device bad_claim create_fails no_entry
+TEST_PLUGIN_SO := $(TEST_PLUGINS:%=$(BUILD)/plugins/%.so)
+
+$(BUILD)/plugins/%.so: tests/plugins/test_plugin.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fPIC -shared -DTEST_PLUGIN_$* $< -o $@ -lm
+
+tests: $(TESTS) $(FUZZ_REPLAY) $(TEST_PLUGIN_SO)
 
 # Installs missing libraries when root; otherwise prints the command. Headers already present
 # (system or DEPS_PREFIX) mean nothing to do.

@@ -217,6 +217,8 @@ cudaStream_t inv_cuda_stream(const ops_set *ops) { return ((const cuda_ctx *)ops
 
 int inv_cuda_num_sms(const ops_set *ops) { return ((const cuda_ctx *)ops->ctx)->num_sms; }
 
+int inv_cuda_device(const ops_set *ops) { return ((const cuda_ctx *)ops->ctx)->device; }
+
 void inv_cuda_rmsnorm_with_block(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
                                  const bf16 *w, int M, int D, float eps, int threads) {
     rmsnorm_launch(cuda_ctx_of(ops), out, ld_out, x, ld_x, w, M, D, eps, threads);

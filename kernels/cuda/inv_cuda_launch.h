@@ -15,6 +15,8 @@ extern "C" {
 // Every kernel of the set runs on this stream (cuBLAS too, where a set uses it).
 cudaStream_t inv_cuda_stream(const ops_set *ops);
 int inv_cuda_num_sms(const ops_set *ops);
+// The CUDA device ordinal the set runs on.
+int inv_cuda_device(const ops_set *ops);
 
 // RMSNorm with `threads` per row's block (the invariant set always uses 256).
 void inv_cuda_rmsnorm_with_block(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,

@@ -1,0 +1,114 @@
+// tests/plugins/test_plugin.c — the CPU plugins the plugin ABI's tests load (kernels/invar_plugin.h).
+// One source, one shared object per variant: the Makefile defines TEST_PLUGIN_<variant>.
+//   rmsnorm_invariant            an invariant RMSNorm, claimed invariant: must pass
+//   rmsnorm_split_small          splits each row's sum in two when M < 8, claimed invariant: its
+//                                claim must FAIL
+//   rmsnorm_split_small_honest   the same, not claimed: a negative control that must be caught
+//   crash                        the invariant RMSNorm, but a null write from M = 64 up
+//   bad_abi_version, bad_null_table, bad_device, bad_claim, create_fails, no_entry: refused loads
+#include <math.h>                      // sqrtf
+#include <stddef.h>                    // NULL
+#include <stdlib.h>                    // malloc, free
+
+#include "../../kernels/bf16.h"        // bf16_to_float, float_to_bf16, bf16_round
+#include "../../kernels/invar_plugin.h" // invar_plugin, INVAR_PLUGIN_ABI_VERSION
+
+#if defined(TEST_PLUGIN_rmsnorm_split_small) || defined(TEST_PLUGIN_rmsnorm_split_small_honest)
+#define SPLIT_SMALL 1
+#else
+#define SPLIT_SMALL 0
+#endif
+
+// The rank's state: only there to show that each call gets what create returned.
+typedef struct {
+    int rank;
+    int calls;
+} plugin_state;
+
+static void *state_create(int rank, int device) {
+    (void)device;
+#ifdef TEST_PLUGIN_create_fails
+    (void)rank;
+    return NULL;
+#else
+    plugin_state *s = malloc(sizeof *s);
+    if (s) *s = (plugin_state){.rank = rank};
+    return s;
+#endif
+}
+
+static void state_destroy(void *state) { free(state); }
+
+// sum of x² over [begin, end) in index order.
+static float sum_squares(const bf16 *x, int begin, int end) {
+    float sum = 0.0f;
+    for (int k = begin; k < end; k++) {
+        float v = bf16_to_float(x[k]);
+        float v2 = v * v;
+        sum += v2;
+    }
+    return sum;
+}
+
+// Hugging Face's RMSNorm; a stride of 0 means dense (ops.h).
+static void rmsnorm(const invar_plugin_call *c, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                    const bf16 *w, int M, int D, float eps) {
+    ((plugin_state *)c->state)->calls++;
+    if (ld_out == 0) ld_out = D;
+    if (ld_x == 0) ld_x = D;
+#ifdef TEST_PLUGIN_crash
+    if (M >= 64) *(volatile int *)(size_t)c->stream = 1;  // the stream is NULL on the CPU
+#endif
+    for (int m = 0; m < M; m++) {
+        const bf16 *xr = x + m * ld_x;
+        bf16 *o = out + m * ld_out;
+        // A small batch "helped" by two partial sums: another order than at M >= 8.
+        float sum = SPLIT_SMALL && M < 8 ? sum_squares(xr, 0, D / 2) + sum_squares(xr, D / 2, D)
+                                         : sum_squares(xr, 0, D);
+        float inv_rms = 1.0f / sqrtf(sum / (float)D + eps);
+        for (int i = 0; i < D; i++) {
+            float normed = bf16_round(bf16_to_float(xr[i]) * inv_rms);
+            o[i] = float_to_bf16(bf16_to_float(w[i]) * normed);
+        }
+    }
+}
+
+static const invar_plugin table = {
+#ifdef TEST_PLUGIN_bad_abi_version
+    .abi_version = INVAR_PLUGIN_ABI_VERSION + 1,
+#else
+    .abi_version = INVAR_PLUGIN_ABI_VERSION,
+#endif
+    .name = "test-rmsnorm",
+#ifdef TEST_PLUGIN_bad_device
+    .device = "cuda",
+#else
+    .device = "cpu",
+#endif
+#if defined(TEST_PLUGIN_rmsnorm_split_small_honest)
+    .invariant_claims = 0,
+#elif defined(TEST_PLUGIN_bad_claim)
+    .invariant_claims = INVAR_OP_BIT(INVAR_OP_RMSNORM) | INVAR_OP_BIT(INVAR_OP_GEMM),
+#else
+    .invariant_claims = INVAR_OP_BIT(INVAR_OP_RMSNORM),
+#endif
+    .create = state_create,
+    .destroy = state_destroy,
+    .rmsnorm = rmsnorm,
+};
+
+#ifndef TEST_PLUGIN_no_entry
+const invar_plugin *invar_plugin_entry(uint32_t host_abi_version);
+const invar_plugin *invar_plugin_entry(uint32_t host_abi_version) {
+    (void)host_abi_version;
+#ifdef TEST_PLUGIN_bad_null_table
+    return host_abi_version == 0 ? &table : NULL;  // NULL for every version invar speaks
+#else
+    return &table;
+#endif
+}
+#else
+// Exported under another name, as a C++ plugin without extern "C" would be.
+const invar_plugin *invar_plugin_entry_v1(void);
+const invar_plugin *invar_plugin_entry_v1(void) { return &table; }
+#endif

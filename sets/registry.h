@@ -25,8 +25,12 @@ const kernel_set_entry *kernel_sets(void);
 // combined so that one op alone differs from the invariant set. Cases name them like any set.
 const kernel_set_entry *kernel_set_controls(void);
 
-// The first entry of that name on any device, in either table; NULL when none.
+// The first entry of that name on any device, in either table; NULL when none. A plugin set
+// ("plugin:PATH", sets/plugin_set.h) has an entry once its plugin loads, on its own device.
 const kernel_set_entry *kernel_set_by_name(const char *set);
+// Whether a set of that name exists on some device; false with the reason in why (for a plugin
+// set, the loader's message naming the file and the symbol or field at fault).
+bool kernel_set_known(const char *set, char *why, int why_len);
 
 // Whether configs of e at tensor_parallel T run in batch-invariant mode.
 bool kernel_set_invariant_at(const kernel_set_entry *e, int tensor_parallel);

@@ -87,6 +87,7 @@ suite "invar run --resume after SIGKILL (tests/test_resume.sh)" bash tests/test_
 suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/test_model_dir.sh "$BUILD"
 suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
 suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shard.sh "$BUILD"
+suite "plugin kernel sets end to end and refused (tests/test_plugin.sh)" bash tests/test_plugin.sh "$BUILD"
 # invar serve + invar probe on 127.0.0.1: invariant passes, reference/adversarial caught, steps
 # shared, OpenAI errors, a misbehaving server, nothing listening (about 22 s on 2 cores).
 suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh "$BUILD"

@@ -547,6 +547,19 @@ bool case_model_open(const char *model, uint64_t seed, model_config *cfg, weight
     return true;
 }
 
+bool case_file_set_kernel_set(case_file *c, const char *set, char *err, int err_len) {
+    int axis = matrix_axis_find("kernel_sets");
+    matrix_list list;
+    char why[1024];
+    if (!matrix_parse_axis(axis, set, &list, why, sizeof why) || list.n != 1) {
+        snprintf(err, (size_t)err_len, "--kernel-set: %s", list.n != 1 ? "one kernel set only" : why);
+        return false;
+    }
+    list.line = 0;
+    c->axes[axis] = list;
+    return true;
+}
+
 bool case_file_set_model(case_file *c, const char *model, char *err, int err_len) {
     int axis = matrix_axis_find("models");
     matrix_list list;

@@ -83,5 +83,8 @@ bool case_model_open(const char *model, uint64_t seed, model_config *cfg, weight
 // `invar run --model NAME|DIR`: replaces the case's models with this one and checks it as the
 // case's own model is checked. False (the case unchanged) with the reason in err.
 bool case_file_set_model(case_file *c, const char *model, char *err, int err_len);
+// Replaces the case's kernel_sets with one set (`invar run --kernel-set`): a registered name or
+// plugin:PATH. False with a message when the set is unknown or its plugin cannot be loaded.
+bool case_file_set_kernel_set(case_file *c, const char *set, char *err, int err_len);
 
 #endif

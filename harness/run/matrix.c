@@ -9,7 +9,7 @@
 
 #include "../../engine/attention_backend.h" // attention_backend_by_name, attention_backends
 #include "../../engine/model_config.h"   // model_config_by_name
-#include "../../sets/registry.h"      // kernel_set_by_name
+#include "../../sets/registry.h"      // kernel_set_known
 
 // ---------------------------------------------------------------------------------------------
 // Value checks and setters, one pair per axis
@@ -38,11 +38,11 @@ static void apply_device(run_config *c, const char *v) { copy_value(c->device, v
 // Any set name the registry knows, on any device (a cuda-only set is still a valid name on a
 // CPU-only build; the runner skips its configs there).
 static bool check_kernel_set(const char *v, char *why, int why_len) {
-    if (kernel_set_by_name(v)) return true;
-    snprintf(why, (size_t)why_len, "unknown kernel set '%s'", v);
-    return false;
+    return kernel_set_known(v, why, why_len);
 }
-static void apply_kernel_set(run_config *c, const char *v) { copy_value(c->kernel_set, v); }
+static void apply_kernel_set(run_config *c, const char *v) {
+    snprintf(c->kernel_set, sizeof c->kernel_set, "%s", v);
+}
 
 static bool check_budget(const char *v, char *why, int why_len) {
     long n;
@@ -135,7 +135,7 @@ static void apply_tensor_parallel(run_config *c, const char *v) {
 // is NULL: case_file.c fills the axis from [case] model when the list is not given.
 static const matrix_axis axes[] = {
     {"devices", NULL, "cpu, cuda, auto", "cpu", check_device, apply_device},
-    {"kernel_sets", NULL, "a registered kernel set (invariant, reference, adversarial)", NULL,
+    {"kernel_sets", NULL, "a registered kernel set (invariant, reference, adversarial) or plugin:PATH", NULL,
      check_kernel_set, apply_kernel_set},
     {"models", "model", "named model configs (tiny, tiny-v2, small, v2-lite) or checkpoint "
      "directories", NULL, check_model, apply_model},
@@ -222,7 +222,8 @@ bool matrix_parse_axis(int axis, const char *text, matrix_list *out, char *why, 
         return false;
     }
     // A model may be a checkpoint directory's path; every other value is a short name.
-    int max_len = strcmp(a->key, "models") == 0 ? MATRIX_MODEL_LEN : MATRIX_VALUE_LEN;
+    bool paths = strcmp(a->key, "models") == 0 || strcmp(a->key, "kernel_sets") == 0;
+    int max_len = paths ? MATRIX_MODEL_LEN : MATRIX_VALUE_LEN;
     if (!split_list(text, max_len, out, why, why_len)) return false;
     for (int i = 0; i < out->n; i++) {
         char reason[160];

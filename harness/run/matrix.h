@@ -10,13 +10,14 @@
 
 #define MATRIX_MAX_VALUES 16  // values in one list key
 #define MATRIX_VALUE_LEN 32   // longest value, with its terminator
-#define MATRIX_MODEL_LEN 256  // longest models value (a checkpoint directory), with its terminator
+#define MATRIX_MODEL_LEN 256  // longest models or kernel_sets value (a checkpoint directory, a
+                              // plugin:PATH set), with its terminator
 #define MATRIX_MAX_AXES 16
 
 // One list as written in the case file, each value already checked by its axis.
 typedef struct {
     int n;
-    char value[MATRIX_MAX_VALUES][MATRIX_MODEL_LEN];  // MATRIX_VALUE_LEN but for models
+    char value[MATRIX_MAX_VALUES][MATRIX_MODEL_LEN];  // MATRIX_VALUE_LEN but for paths
     int line;                 // case-file line of the key; 0 when the default was taken
 } matrix_list;
 
@@ -26,7 +27,7 @@ typedef struct {
 typedef struct {
     char name[512];                    // stable and unique within the case: "cpu/invariant/..."
     char device[MATRIX_VALUE_LEN];     // cpu | cuda | auto
-    char kernel_set[MATRIX_VALUE_LEN]; // a set name of sets/registry.h
+    char kernel_set[MATRIX_MODEL_LEN]; // a set name of sets/registry.h, or plugin:PATH
     char model[MATRIX_MODEL_LEN];      // a named config of engine/model_config.h, or a checkpoint
                                        // directory (harness/run/case_file.h: case_model_open)
     char attention_backend[MATRIX_VALUE_LEN]; // a name of engine/attention_backend.h, or auto

@@ -9,6 +9,7 @@
 
 #include "../../common/check.h"  // invar_die, invar_calloc
 #include "../../sets/registry.h" // kernel_set_find, kernel_set_invariant_at, cuda_device_available
+#include "../../sets/plugin_set.h" // plugin_set_named, plugin_probe
 
 // ---------------------------------------------------------------------------------------------
 // Selection: flag > case file > environment > auto
@@ -152,7 +153,7 @@ void resolve_config(const run_config *cfg, const char *device, bool kernel_set_i
         char allowed[256];
         attention_backend_allowed(device, true, allowed, sizeof allowed);
         snprintf(why, sizeof why, "attention backend %s is not batch-invariant: refused with "
-                 "the batch-invariant kernel set %s (allowed on %s: %s)", b->name,
+                 "the batch-invariant kernel set %.100s (allowed on %s: %.200s)", b->name,
                  cfg->kernel_set, device, allowed);
         skip(out, true, why);
         return;
@@ -259,9 +260,13 @@ int resolve_merge(const run_config *configs, resolved_config *r, int n) {
 static const kernel_set_entry *kernel_set_entry_of(const case_file *c, const run_config *cfg,
                                                    const char *device) {
     const kernel_set_entry *e = kernel_set_find(cfg->kernel_set, device);
+    plugin_info info;
+    char why[1024] = "";
+    if (!e && plugin_set_named(cfg->kernel_set))  // the loader says why
+        (void)plugin_probe(cfg->kernel_set + strlen(PLUGIN_SET_PREFIX), device, &info, why, sizeof why);
     if (!e)
-        invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s", c->path,
-                  cfg->name, cfg->kernel_set, device);
+        invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s%s%s", c->path,
+                  cfg->name, cfg->kernel_set, device, why[0] ? ": " : "", why);
     return e;
 }
 

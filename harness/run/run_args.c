@@ -8,7 +8,7 @@
 #include "resolve.h"   // RESOLVE_BACKEND_ENV
 #include "../../reports/shard_id.h" // shard_id_parse
 
-#define RUN_FLAGS 9  // the table's entries, its end included
+#define RUN_FLAGS 10 // the table's entries, its end included
 
 // The table points into `a`, so it is built for each parse.
 static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
@@ -19,6 +19,10 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
          .help = "run every config with this model: a named config or a\n"
                  "checkpoint directory (config.json + safetensors);\n"
                  "overrides the case's model(s)"},
+        {.name = "--kernel-set", .metavar = "SET", .to.string = &a->kernel_set,
+         .help = "run every config on this kernel set: invariant, reference,\n"
+                 "adversarial, or plugin:PATH (a shared object implementing\n"
+                 "kernels/invar_plugin.h); overrides the case's kernel_sets"},
         {.name = "--attention-backend", .metavar = "NAME", .to.string = &a->backend,
          .help = "run every config with this backend (or auto); overrides\n"
                  "the case's attention_backends and " RESOLVE_BACKEND_ENV},
@@ -49,8 +53,9 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
     memcpy(flags, table, sizeof table);
     return (cli_command){
         .name = "invar run",
-        .usage = "invar run --case FILE [--model NAME|DIR] [--attention-backend NAME]\n"
-                 "                 [--out DIR] [--shard I/N] [--hash-weights] [-q]\n"
+        .usage = "invar run --case FILE [--model NAME|DIR] [--kernel-set SET]\n"
+                 "                 [--attention-backend NAME] [--out DIR] [--shard I/N]\n"
+                 "                 [--hash-weights] [-q]\n"
                  "       invar run --resume DIR [-q]",
         .about = "Runs every config of the case file's matrix: each prompt alone (bs=1), then all\n"
                  "prompts at each batch size and the largest batch twice, compared bit for bit.",
@@ -63,7 +68,7 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
 // What the table cannot say: one of --case and --resume, --resume with nothing but -q, and
 // --shard's I/N (parsed into a->shard; `why` holds its message).
 static const char *flags_conflict(run_args *a, char *why, size_t why_len) {
-    if (a->resume && (a->case_path || a->backend || a->model || a->out_dir || a->hash_weights ||
+    if (a->resume && (a->case_path || a->backend || a->model || a->kernel_set || a->out_dir || a->hash_weights ||
                       a->shard_text))
         return "--resume: takes the run's options from DIR/meta.csv; only -q may be added";
     if (!a->resume && !a->case_path) return "--case: required (or --resume DIR)";

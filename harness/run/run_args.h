@@ -15,7 +15,7 @@
 #define RUN_MAX_ARGS 64  // arguments of a command line read back from meta.csv
 
 typedef struct {
-    const char *case_path, *out_dir, *backend, *model, *resume;  // NULL: not given
+    const char *case_path, *out_dir, *backend, *model, *kernel_set, *resume;  // NULL: not given
     const char *shard_text;  // --shard as given; NULL: the whole matrix
     shard_id shard;          // parsed from shard_text; count 0 without --shard
     bool quiet, hash_weights;

@@ -1,8 +1,8 @@
 // tests/plugins/test_plugin.c — the CPU plugins the plugin ABI's tests load (kernels/invar_plugin.h).
 // One source, one shared object per variant: the Makefile defines TEST_PLUGIN_<variant>.
 //   rmsnorm_invariant            an invariant RMSNorm, claimed invariant: must pass
-//   rmsnorm_split_small          splits each row's sum in two when M < 8, claimed invariant: its
-//                                claim must FAIL
+//   rmsnorm_split_small          splits each row's sum in two (bf16 partials) when M < 8, claimed
+//                                invariant: its claim must FAIL
 //   rmsnorm_split_small_honest   the same, not claimed: a negative control that must be caught
 //   crash                        the invariant RMSNorm, but a null write from M = 64 up
 //   bad_abi_version, bad_null_table, bad_device, bad_claim, create_fails, no_entry: refused loads
@@ -62,9 +62,11 @@ static void rmsnorm(const invar_plugin_call *c, bf16 *out, long ld_out, const bf
     for (int m = 0; m < M; m++) {
         const bf16 *xr = x + m * ld_x;
         bf16 *o = out + m * ld_out;
-        // A small batch "helped" by two partial sums: another order than at M >= 8.
-        float sum = SPLIT_SMALL && M < 8 ? sum_squares(xr, 0, D / 2) + sum_squares(xr, D / 2, D)
-                                         : sum_squares(xr, 0, D);
+        // A small batch "helped" by splitting each row in two, the halves' sums kept in a bf16
+        // workspace: another order and another rounding than at M >= 8.
+        float sum = SPLIT_SMALL && M < 8
+                        ? bf16_round(sum_squares(xr, 0, D / 2)) + bf16_round(sum_squares(xr, D / 2, D))
+                        : sum_squares(xr, 0, D);
         float inv_rms = 1.0f / sqrtf(sum / (float)D + eps);
         for (int i = 0; i < D; i++) {
             float normed = bf16_round(bf16_to_float(xr[i]) * inv_rms);

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# tests/test_plugin.sh BUILD — plugin kernel sets end to end (kernels/invar_plugin.h): the engine
+# on a plugin's RMSNorm through a case's kernel_sets and through `invar run --kernel-set`; a claim
+# of invariance that does not hold FAILs, an unclaimed batch-variant op is caught; every refused
+# plugin exits 2 naming the file and the symbol or field. The plugins are
+# tests/plugins/test_plugin.c's variants in BUILD/plugins.
+set -u
+BUILD=${1:-build}
+invar=$(cd "$(dirname "$BUILD/invar")" && pwd)/invar
+plugins=$(cd "$BUILD/plugins" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/invar-plugin.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# Short relative paths: a case file's line holds at most 197 characters.
+mkdir -p "$work/p"
+for v in rmsnorm_invariant rmsnorm_split_small rmsnorm_split_small_honest bad_claim; do
+    ln -s "$plugins/$v.so" "$work/p/$v.so"
+done
+cat >"$work/plugins.ini" <<'EOF'
+[case]
+name = plugins
+model = tiny
+seed = 77
+
+[prompts]
+count = 8
+min_len = 4
+max_len = 40
+max_new_tokens = 6
+temperature = 0
+top_k = 5
+
+[matrix]
+devices = cpu
+kernel_sets = plugin:p/rmsnorm_invariant.so, plugin:p/rmsnorm_split_small.so, plugin:p/rmsnorm_split_small_honest.so
+batch_sizes = 1, 8
+max_num_batched_tokens = 64
+threads = 2
+EOF
+
+# row CONFIG: the config's summary.csv row
+row() { grep "^\"plugins\",\"$1\"," "$work/out/summary.csv"; }
+expect_row() {  # expect_row CONFIG EXPECTED OBSERVED VERDICT
+    local r
+    r=$(row "$1") || { fail "$1: no summary.csv row"; return; }
+    grep -q "\"$2\",\"$3\",\"$4\"" <<<"$r" || fail "$1: not expected=$2 observed=$3 $4: $r"
+}
+
+before=$fails
+(cd "$work" && "$invar" run --case plugins.ini --out out -q >run.log 2>&1)
+rc=$?
+[ "$rc" = 1 ] || { cat "$work/run.log"; fail "the plugins case exited $rc, not 1 (one claim must fail)"; }
+expect_row cpu/plugin:p/rmsnorm_invariant.so invariant invariant PASS
+expect_row cpu/plugin:p/rmsnorm_split_small.so invariant batch-variant FAIL
+expect_row cpu/plugin:p/rmsnorm_split_small_honest.so batch-variant batch-variant PASS
+[ "$fails" = "$before" ] &&
+    echo "plugins case: the invariant plugin passes, the false claim fails, the unclaimed variance is caught"
+
+# --kernel-set overrides the case's sets.
+(cd "$work" && "$invar" run --case plugins.ini --kernel-set plugin:p/rmsnorm_invariant.so --out one -q \
+    >one.log 2>&1) || { cat "$work/one.log"; fail "--kernel-set plugin:p/rmsnorm_invariant.so: not exit 0"; }
+n=$(($(wc -l <"$work/one/summary.csv") - 1))
+[ "$n" = 1 ] || fail "--kernel-set: $n configs, not 1"
+echo "--kernel-set plugin:PATH: one config, passed"
+
+# Refusals: exit 2 and a message naming the file and the symbol or field at fault.
+refused() {  # refused VARIANT TEXT
+    local out rc
+    out=$(cd "$work" && "$invar" run --case plugins.ini --kernel-set "plugin:$plugins/$1.so" --out bad -q 2>&1)
+    rc=$?
+    [ "$rc" = 2 ] || fail "$1: exit $rc, not 2"
+    grep -qF "$plugins/$1.so" <<<"$out" && grep -qF "$2" <<<"$out" ||
+        fail "$1: message lacks the file or \"$2\": $out"
+}
+refused bad_abi_version "abi_version 2, but this invar speaks version 1"
+refused bad_null_table "invar_plugin_entry returned NULL"
+refused bad_device "its ops are for cuda, not for --device cpu"
+refused bad_claim "claims gemm, which it does not provide"
+refused no_entry "no symbol invar_plugin_entry"
+refused create_fails "create(rank 0) returned NULL"
+refused no_such_plugin "cannot load it as a shared object"
+# In a case file: the file and line of the key.
+sed 's|^kernel_sets = .*|kernel_sets = invariant, plugin:p/bad_claim.so|' "$work/plugins.ini" >"$work/bad.ini"
+line=$(grep -n '^kernel_sets' "$work/bad.ini" | cut -d: -f1)
+out=$(cd "$work" && "$invar" run --case bad.ini --out bad -q 2>&1)
+rc=$?
+[ "$rc" = 2 ] && grep -qF "bad.ini:$line:" <<<"$out" && grep -qF "claims gemm" <<<"$out" ||
+    fail "bad plugin in a case file: exit $rc, message: $out"
+echo "refused plugins: 8 messages checked"
+
+[ "$fails" = 0 ] && echo "plugin sets: ok"
+[ "$fails" = 0 ]

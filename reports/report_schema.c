@@ -57,7 +57,8 @@ static const char *const kernels_names[] = {
     [KERNELS_INVARIANT] = "invariant", [KERNELS_FIRST_VARY_M] = "first_vary_M",
     [KERNELS_FIRST_VARY_ROW] = "first_vary_row", [KERNELS_FIRST_VARY_VS_M] = "first_vary_vs_M",
     [KERNELS_REL_L2_ERR] = "rel_l2_err", [KERNELS_TOL] = "tol", [KERNELS_WRITTEN] = "written",
-    [KERNELS_SECONDS] = "seconds", [KERNELS_SEED] = "seed",
+    [KERNELS_SECONDS] = "seconds", [KERNELS_SEED] = "seed", [KERNELS_SOURCE] = "source",
+    [KERNELS_NOTE] = "note",
 };
 _Static_assert(sizeof kernels_names / sizeof kernels_names[0] == KERNELS_NCOLS,
                "a kernels column without a name");

@@ -102,6 +102,11 @@ row_state kernel_row_state(const csv_table *t, int row, char *why, int len) {
         snprintf(why, (size_t)len, "skipped");
         return ROW_SKIP;
     }
+    // The kernel crashed or raised: nothing was judged at this shape.
+    if (strcasecmp(status, "CRASH") == 0 || strcasecmp(status, "ERROR") == 0) {
+        snprintf(why, (size_t)len, "%s: %s", status, kernels_get(t, row, KERNELS_NOTE));
+        return ROW_ERROR;
+    }
     if (strcasecmp(status, "FAIL") == 0) {
         if (strcasecmp(written, "no") == 0)
             snprintf(why, (size_t)len, "an output element was not written (or one outside the "

@@ -90,5 +90,44 @@ rc=$?
     fail "bad plugin in a case file: exit $rc, message: $out"
 echo "refused plugins: 8 messages checked"
 
+# invar kernels --plugin: the plugin's ops held to its claims, each op in a process of its own.
+kernels() {  # kernels VARIANT EXIT: checks it, the exit code expected
+    "$invar" kernels --plugin "$plugins/$1.so" --out "$work/k-$1" >"$work/k-$1.log" 2>&1
+    local rc=$?
+    [ "$rc" = "$2" ] || { tail -n 20 "$work/k-$1.log"; fail "kernels --plugin $1: exit $rc, not $2"; }
+}
+status_rows() {  # status_rows VARIANT STATUS: how many rmsnorm rows have that status
+    grep -c "\"rmsnorm\",\"[^\"]*\",\"$2\"" "$work/k-$1/kernels.csv"
+}
+before_kernels=$fails
+kernels rmsnorm_invariant 0
+kernels rmsnorm_split_small 1
+kernels rmsnorm_split_small_honest 0
+kernels rmsnorm_unclaimed 1
+kernels mixed 1
+kernels crash 1
+[ "$(status_rows rmsnorm_invariant ok)" -ge 4 ] || fail "rmsnorm_invariant: fewer than 4 ok rows"
+[ "$(status_rows rmsnorm_split_small VARIES)" -ge 4 ] || fail "rmsnorm_split_small: not caught at every shape"
+grep -q '"residual_add",[^,]*,"ok",.*"plugin"' "$work/k-mixed/kernels.csv" ||
+    fail "mixed: its unclaimed residual_add not checked as the plugin's"
+grep -q "never varied at any shape" "$work/k-rmsnorm_unclaimed.log" ||
+    fail "rmsnorm_unclaimed: an unclaimed op that never varied was not failed"
+grep -q '"rmsnorm","D=512","CRASH",.*"plugin","the check died of signal 11' "$work/k-crash/kernels.csv" ||
+    fail "crash: no CRASH row for rmsnorm at its first shape"
+grep -q '"gemm","(all shapes)","SKIP",.*"invariant","not provided by the plugin"' "$work/k-crash/kernels.csv" ||
+    fail "crash: the ops it does not provide are not reported as the invariant set's"
+"$invar" report render "$work/k-crash" >/dev/null 2>&1 && grep -q '<error' "$work/k-crash/junit.xml" ||
+    fail "crash: the CRASH row is no <error> in junit.xml"
+"$invar" kernels --plugin "$plugins/bad_device.so" --device cpu --out "$work/k-bad" >/dev/null 2>"$work/k-bad.log"
+[ $? = 2 ] && grep -qF "$plugins/bad_device.so" "$work/k-bad.log" ||
+    fail "kernels --plugin bad_device --device cpu: not exit 2 naming the file"
+# A CUDA plugin where CUDA cannot run: a visible SKIP, never a pass.
+"$invar" kernels --plugin "$plugins/bad_device.so" --out "$work/k-cuda" >"$work/k-cuda.log" 2>&1
+if [ $? = 0 ] && ! "$invar" kernels --device cuda --op residual_add --quick --out "$work/k-probe" 2>&1 | grep -q '^ok'; then
+    grep -q '^SKIP: cuda kernel checks' "$work/k-cuda.log" || fail "a CUDA plugin without a GPU: no SKIP line"
+fi
+[ "$fails" = "$before_kernels" ] &&
+    echo "invar kernels --plugin: claims held, the unclaimed variant caught, a crash is a CRASH row"
+
 [ "$fails" = 0 ] && echo "plugin sets: ok"
 [ "$fails" = 0 ]

@@ -5,14 +5,21 @@
 #include <inttypes.h>               // PRIu64
 #include <limits.h>                 // PATH_MAX
 #include <stdio.h>                  // printf, fprintf, FILE
+#include <errno.h>                  // errno, EINTR
+#include <spawn.h>                  // posix_spawn
 #include <stdlib.h>                 // free
+#include <sys/wait.h>               // waitpid, WIFSIGNALED, WTERMSIG
+#include <unistd.h>                 // environ, unlink
 #include <string.h>                 // memcmp, strcmp
 
 #include "../commands.h"            // cmd_kernels
 #include "../../common/check.h"    // invar_die, invar_malloc
 #include "../../sets/registry.h" // kernel_sets, kernel_set_create, cuda_device_available, cuda_device_count
+#include "../../sets/plugin_set.h" // plugin_set_is, plugin_set_claims, plugin_set_op_source
 #include "../../reports/csv_report.h" // csv_report_open, csv_report_row, csv_report_close
-#include "../../reports/report_schema.h" // kernels_header, KERNELS_*
+#include "../../reports/report_schema.h" // kernels_header, kernels_get, KERNELS_*
+#include "../../reports/csv_read.h"  // csv_table_read, csv_table_free
+#include "../../reports/row_verdict.h" // kernel_row_state
 #include "../cli_args.h"            // cli_parse, cli_usage_error
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
@@ -42,8 +49,22 @@ const int kernel_check_exhaustive_batch_sizes_count =
 // --- seeds -----------------------------------------------------------------------------------
 
 
-// Whether a non-invariant set's op is a negative control that must be caught varying.
+// The plugin op a checker op runs (gemm_f32 is gemm's fp32 store); -1 for ops no plugin provides.
+static int plugin_op_of(const op_entry *op) {
+    return plugin_op_by_name(strcmp(op->name, "gemm_f32") == 0 ? "gemm" : op->name);
+}
+
+// Whether the set vouches for this op's invariance: a built-in set as a whole, a plugin op by op
+// (its claims), so a plugin's invariant and non-invariant ops are judged side by side.
+static bool expects_invariant(const ops_set *ops, const op_entry *op) {
+    if (plugin_set_is(ops)) return plugin_set_claims(ops, (enum invar_plugin_op)plugin_op_of(op));
+    return ops->batch_invariant;
+}
+
+// Whether a non-invariant set's op is a negative control that must be caught varying. A plugin's
+// unclaimed op must, unless the op is order-free by nature (the reference sets' may-be-stable).
 static bool reference_must_vary(const op_entry *op, const ops_set *ops) {
+    if (plugin_set_is(ops)) return !expects_invariant(ops, op) && op->reference != REF_MAY_BE_STABLE;
     enum ref_expectation e = ops->adversarial ? op->adversarial : op->reference;
     return e == REF_MUST_VARY || (e == REF_MUST_VARY_ON_CPU && strcmp(ops->device, "cpu") == 0);
 }
@@ -241,7 +262,7 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     // a reduction whose order changes between small and large M, but whose fp32 difference is
     // rounded away in most rows, shows in some row of thousands, not in four probes. Skipped
     // for a non-invariant set already caught or allowed to be stable (the pass is not free).
-    if (r->invariant && (ops->batch_invariant || reference_must_vary(op, ops)))
+    if (r->invariant && (expects_invariant(ops, op) || reference_must_vary(op, ops)))
         small_batches_of_largest(c, big, shape_seed, pool, batch, seeds, r);
     op_case_close(c);
     free(alone);
@@ -252,8 +273,8 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     free(pool_at);
 
     r->accurate = r->err <= r->tol;
-    r->pass = r->accurate && r->written && (r->invariant || !ops->batch_invariant);
-    if (shape->must_vary && !ops->batch_invariant && reference_must_vary(op, ops) && r->invariant)
+    r->pass = r->accurate && r->written && (r->invariant || !expects_invariant(ops, op));
+    if (shape->must_vary && !expects_invariant(ops, op) && reference_must_vary(op, ops) && r->invariant)
         r->pass = false;  // the negative control, required at this very shape
 }
 
@@ -276,7 +297,7 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
     int checked = 0;
     for (int i = 0; shapes[i].label; i++) {
         if (!shape_selected(&shapes[i], o)) continue;
-        if (shapes[i].invariant_sets_only && !ops->batch_invariant) continue;
+        if (shapes[i].invariant_sets_only && !expects_invariant(ops, op)) continue;
         int gpus = is_cuda(ops) && shapes[i].devices > 1 ? cuda_device_count() : 0;
         if (is_cuda(ops) && shapes[i].devices > gpus && shapes[i].devices > 1) {
             char why[128];
@@ -301,7 +322,7 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
         if (o->on_shape) o->on_shape(o->user, ops, op, &shapes[i], &r);
     }
     summary->accurate = summary->err <= summary->tol;
-    if (!ops->batch_invariant && reference_must_vary(op, ops) && summary->invariant)
+    if (!expects_invariant(ops, op) && reference_must_vary(op, ops) && summary->invariant)
         summary->pass = false;  // the negative control never triggered
     return checked;
 }
@@ -316,12 +337,14 @@ typedef struct {
 } report;
 
 static const char *expectation(const ops_set *ops, const op_entry *op) {
-    if (ops->batch_invariant) return "stable";
+    if (expects_invariant(ops, op)) return "stable";
     return reference_must_vary(op, ops) ? "must vary" : "may be stable";
 }
 
 static void write_row(report *rep, const ops_set *ops, const op_entry *op, const char *shape,
                       const char *status, const check_result *r, double seconds) {
+    const char *source = plugin_set_is(ops) ? plugin_set_op_source(ops, (enum invar_plugin_op)plugin_op_of(op))
+                                            : ops->name;
     char vary_M[16], vary_pos[16], vary_vs[16], err[32], tol[32], secs[32], seed[32];
     snprintf(vary_M, sizeof vary_M, "%d", r->first_vary_M);
     snprintf(vary_pos, sizeof vary_pos, "%d", r->first_vary_pos);
@@ -338,7 +361,8 @@ static void write_row(report *rep, const ops_set *ops, const op_entry *op, const
         [KERNELS_FIRST_VARY_ROW] = r->invariant ? "" : vary_pos,
         [KERNELS_FIRST_VARY_VS_M] = r->invariant ? "" : vary_vs, [KERNELS_REL_L2_ERR] = err,
         [KERNELS_TOL] = tol, [KERNELS_WRITTEN] = r->written ? "yes" : "no",
-        [KERNELS_SECONDS] = secs, [KERNELS_SEED] = seed,
+        [KERNELS_SECONDS] = secs, [KERNELS_SEED] = seed, [KERNELS_SOURCE] = source,
+        [KERNELS_NOTE] = "",
     };
     char why[PATH_MAX + 128];
     if (!csv_report_row(rep->csv, fields, why, sizeof why))
@@ -365,10 +389,10 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     report *rep = user;
     const char *status = !r->accurate || !r->written ? "FAIL" : r->invariant ? "ok" : "VARIES";
     const char *note = "";
-    if (!r->pass && r->invariant && !ops->batch_invariant) {
+    if (!r->pass && r->invariant && !expects_invariant(ops, op)) {
         status = "FAIL";
         note = "  <- must vary at this shape";
-    } else if (!r->invariant && ops->batch_invariant) note = "  <- must be stable";
+    } else if (!r->invariant && expects_invariant(ops, op)) note = "  <- must be stable";
     else if (!r->invariant) note = "  (expected of a non-invariant set)";
     print_line(status, ops, op, shape->label, r, note);
     write_row(rep, ops, op, shape->label, status, r, host_seconds() - rep->shape_start);
@@ -423,9 +447,165 @@ static int check_shape_label(const cli_command *cmd, const op_entry *op, const c
     return code;
 }
 
+// Every op of one set (a plugin set: the ops it provides), its rows written as they finish.
+static void check_set(report *rep, const char *set, const char *device, int threads, const op_entry *only,
+                      const check_opts *o) {
+    ops_set *ops = kernel_set_create(set, device, threads);
+    if (!ops) invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot create set %s on %s", set, device);
+    for (const op_entry *op = op_table(); op->name; op++) {
+        if (only && only != op) continue;
+        if (plugin_set_is(ops) && strcmp(plugin_set_op_source(ops, (enum invar_plugin_op)plugin_op_of(op)), "plugin") != 0)
+            continue;  // the invariant set's, reported by the parent
+        check_result summary;
+        rep->shape_start = host_seconds();
+        int n = kernel_check_op(ops, op, o, &summary);
+        const bool never_varied = n > 0 && !expects_invariant(ops, op) && reference_must_vary(op, ops) && summary.invariant;
+        if (never_varied && o->shape_label) {
+            // one shape cannot judge a control meant over the whole list (must_vary shapes
+            // still are, in kernel_check_shape)
+            printf("NOTE   %-9s %-4s %-14s %-22s never varied at this shape; the negative control over "
+                   "every shape is judged without --shape\n", ops->name, ops->device, op->name, o->shape_label);
+        } else if (never_varied) {
+            // The negative control: a reference reduction nobody caught varying.
+            printf("FAIL   %-9s %-4s %-14s %-22s never varied at any shape: the checker "
+                   "would miss a non-invariant kernel\n", ops->name, ops->device, op->name,
+                   "(all shapes)");
+            write_row(rep, ops, op, "(all shapes)", "FAIL", &summary, 0.0);
+            rep->failed++;
+        }
+    }
+    ops->destroy(ops);
+}
+
+// --- a plugin's ops, each in a process of its own ---------------------------------------------
+// A plugin may crash or leave a sticky CUDA error: each op it provides is checked by a child
+// `invar kernels --in-process` started before this process touches CUDA, its rows copied here
+// as they are, and a child that dies leaves a CRASH row at the shape it was on.
+
+typedef struct {
+    const char *path, *device, *out;
+    const plugin_info *info;
+    const check_opts *o;
+    int threads;
+} plugin_run;
+
+// The first shape of op's list the child did not report: the one it was checking.
+static const char *shape_in_progress(const plugin_run *p, const op_entry *op, bool claimed,
+                                     const csv_table *done) {
+    const op_shape *shapes = p->o->shapes ? p->o->shapes
+                             : strcmp(p->device, "cuda") == 0 ? op->cuda_shapes : op->cpu_shapes;
+    for (int i = 0; shapes[i].label; i++) {
+        if (!shape_selected(&shapes[i], p->o) || (shapes[i].invariant_sets_only && !claimed)) continue;
+        bool reported = false;
+        for (int r = 0; done && r < done->nrows && !reported; r++)
+            reported = strcmp(kernels_get(done, r, KERNELS_SHAPE), shapes[i].label) == 0;
+        if (!reported) return shapes[i].label;
+    }
+    return "(after its last shape)";
+}
+
+// Copies the child's rows into the report, counting them as the report's readers will.
+static void copy_rows(report *rep, const csv_table *t) {
+    for (int r = 0; t && r < t->nrows; r++) {
+        const char *fields[KERNELS_NCOLS];
+        for (int c = 0; c < KERNELS_NCOLS; c++) fields[c] = kernels_get(t, r, (kernels_column)c);
+        char why[PATH_MAX + 128];
+        if (!csv_report_row(rep->csv, fields, why, sizeof why)) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why);
+        switch (kernel_row_state(t, r, why, sizeof why)) {
+        case ROW_PASS: rep->passed++; break;
+        case ROW_SKIP: rep->skipped++; break;
+        default: rep->failed++; break;
+        }
+    }
+}
+
+static void plugin_row(report *rep, const plugin_run *p, const op_entry *op, const char *shape,
+                       const char *status, const char *source, const char *note) {
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, rep->seed);
+    char set[PATH_MAX + 16];
+    snprintf(set, sizeof set, "%s%s", PLUGIN_SET_PREFIX, p->path);
+    const char *fields[KERNELS_NCOLS] = {
+        [KERNELS_SET] = set, [KERNELS_DEVICE] = p->device, [KERNELS_OP] = op->name,
+        [KERNELS_SHAPE] = shape, [KERNELS_STATUS] = status, [KERNELS_EXPECT] = "",
+        [KERNELS_INVARIANT] = "", [KERNELS_FIRST_VARY_M] = "", [KERNELS_FIRST_VARY_ROW] = "",
+        [KERNELS_FIRST_VARY_VS_M] = "", [KERNELS_REL_L2_ERR] = "", [KERNELS_TOL] = "",
+        [KERNELS_WRITTEN] = "", [KERNELS_SECONDS] = "0.000", [KERNELS_SEED] = seed,
+        [KERNELS_SOURCE] = source, [KERNELS_NOTE] = note,
+    };
+    char why[PATH_MAX + 128];
+    if (!csv_report_row(rep->csv, fields, why, sizeof why)) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why);
+}
+
+// Runs the child for one op and copies what it wrote; a CRASH row when it died.
+static void check_plugin_op(report *rep, const plugin_run *p, const op_entry *op) {
+    char dir[PATH_MAX], seed[32], threads[16];
+    if (snprintf(dir, sizeof dir, "%s/ops/%s", p->out, op->name) >= (int)sizeof dir)
+        invar_die(INVAR_EXIT_INPUT, "kernels: --out %s: path too long", p->out);
+    snprintf(seed, sizeof seed, "%" PRIu64, p->o->seed);
+    snprintf(threads, sizeof threads, "%d", p->threads);
+    const char *argv[24] = {"invar", "kernels", "--in-process", "--plugin", p->path, "--device", p->device,
+                            "--op", op->name, "--out", dir, "--seed", seed, "--threads", threads};
+    int argc = 15;
+    if (p->o->quick) argv[argc++] = "--quick";
+    if (p->o->exhaustive) argv[argc++] = "--exhaustive";
+    if (p->o->shape_label) {
+        argv[argc++] = "--shape";
+        argv[argc++] = p->o->shape_label;
+    }
+    argv[argc] = NULL;
+    char kernels_csv[PATH_MAX + 16];
+    snprintf(kernels_csv, sizeof kernels_csv, "%s/kernels.csv", dir);
+    (void)unlink(kernels_csv);  // a row left by an earlier run must not read as this one's
+    fflush(stdout);
+    pid_t pid;
+    int err = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, (char *const *)argv, environ);
+    if (err) invar_die(INVAR_EXIT_SYSTEM, "kernels: starting the check of %s: posix_spawn: %s", op->name, strerror(err));
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) invar_die(INVAR_EXIT_SYSTEM, "kernels: waitpid: %s", strerror(errno));
+    char why[PATH_MAX + 128];
+    csv_table *t = csv_table_read(kernels_csv, true, why, sizeof why);
+    copy_rows(rep, t);
+    bool died = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 1);
+    if (died) {
+        char note[256];
+        if (WIFSIGNALED(status))
+            snprintf(note, sizeof note, "the check died of signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+        else
+            snprintf(note, sizeof note, "the check exited %d (output above)", WEXITSTATUS(status));
+        bool claimed = (p->info->claims & INVAR_OP_BIT(plugin_op_of(op))) != 0;
+        const char *shape = shape_in_progress(p, op, claimed, t);
+        printf("CRASH  %-9s %-4s %-14s %-22s %s\n", "plugin", p->device, op->name, shape, note);
+        fflush(stdout);
+        plugin_row(rep, p, op, shape, "CRASH", "plugin", note);
+        rep->failed++;
+    }
+    csv_table_free(t);
+}
+
+// Every op of the table a plugin check names: those the plugin provides checked in children,
+// the others reported as the invariant set's.
+static void check_plugin(report *rep, const plugin_run *p, const op_entry *only) {
+    for (const op_entry *op = op_table(); op->name; op++) {
+        if (only && only != op) continue;
+        int pop = plugin_op_of(op);
+        if (pop < 0 || !(p->info->provided & INVAR_OP_BIT(pop))) {
+            printf("SKIP   %-9s %-4s %-14s %-22s not provided by the plugin: the invariant set's\n", "plugin",
+                   p->device, op->name, "(all shapes)");
+            plugin_row(rep, p, op, "(all shapes)", "SKIP", "invariant", "not provided by the plugin");
+            rep->skipped++;
+            continue;
+        }
+        check_plugin_op(rep, p, op);
+    }
+}
+
 int cmd_kernels(int argc, char **argv) {
     // NULL: not given; defaults after parsing.
     const char *device = NULL, *set = NULL, *op_name = NULL, *out = NULL, *shape_label = NULL;
+    const char *plugin = NULL;
+    bool in_process = false;
     check_opts o = {.seed = 20240611};
     int threads = 0;
     const cli_flag flags[] = {
@@ -438,6 +618,14 @@ int cmd_kernels(int argc, char **argv) {
                  "one kernel path under a debugger or compute-sanitizer"},
         {.name = "--set", .metavar = "invariant|reference|adversarial|all", .to.string = &set,
          .help = "the kernel sets of this name (default all)"},
+        {.name = "--plugin", .metavar = "PATH", .to.string = &plugin,
+         .help = "check a plugin's ops (kernels/invar_plugin.h) instead of the sets: each\n"
+                 "op it provides in a process of its own, held to its claims (a claimed\n"
+                 "op must be stable, an unclaimed one must be caught varying); a crash is\n"
+                 "a CRASH row and the other ops are still judged"},
+        {.name = "--in-process", .kind = CLI_SWITCH, .to.on = &in_process,
+         .help = "with --plugin: check its ops in this process (what each child of a\n"
+                 "--plugin check runs; no crash isolation)"},
         {.name = "--out", .metavar = "DIR", .to.string = &out,
          .help = "where kernels.csv goes (default " DEFAULT_KERNELS_OUT ")"},
         {.name = "--quick", .kind = CLI_SWITCH, .to.on = &o.quick,
@@ -464,6 +652,18 @@ int cmd_kernels(int argc, char **argv) {
     if (rc != CLI_GO_ON) return rc;
     if (o.quick && o.exhaustive)
         return cli_usage_error(&cmd, "--quick and --exhaustive: pick one");
+    if (plugin && set) return cli_usage_error(&cmd, "--set and --plugin: a plugin check checks the plugin's set");
+    if (in_process && !plugin) return cli_usage_error(&cmd, "--in-process: only with --plugin");
+    plugin_info info;
+    if (plugin) {
+        char why[1200];
+        const char *asked = device && strcmp(device, "all") != 0 ? device : NULL;
+        if (!plugin_probe(plugin, asked, &info, why, sizeof why)) {
+            fprintf(stderr, "invar: error: %s\n", why);
+            return INVAR_EXIT_INPUT;
+        }
+        device = info.device;
+    }
     if (!device) device = "all";
     if (!set) set = "all";
     if (!out) out = DEFAULT_KERNELS_OUT;
@@ -518,33 +718,21 @@ int cmd_kernels(int argc, char **argv) {
         rep.skipped += skipped;
     }
 
-    for (const kernel_set_entry *e = kernel_sets(); e->set; e++) {
-        if (!matches(set, e->set) || !matches(device, e->device)) continue;
-        if (strcmp(e->device, "cuda") == 0 && !have_cuda) continue;
-        ops_set *ops = kernel_set_create(e->set, e->device, threads);
-        if (!ops) invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot create set %s on %s", e->set,
-                            e->device);
-        for (const op_entry *op = op_table(); op->name; op++) {
-            if (only && only != op) continue;
-            check_result summary;
-            rep.shape_start = host_seconds();
-            int n = kernel_check_op(ops, op, &o, &summary);
-            const bool never_varied = n > 0 && !ops->batch_invariant && reference_must_vary(op, ops) && summary.invariant;
-            if (never_varied && shape_label) {
-                // one shape cannot judge a control meant over the whole list (must_vary shapes
-                // still are, in kernel_check_shape)
-                printf("NOTE   %-9s %-4s %-14s %-22s never varied at this shape; the negative control over "
-                       "every shape is judged without --shape\n", ops->name, ops->device, op->name, shape_label);
-            } else if (never_varied) {
-                // The negative control: a reference reduction nobody caught varying.
-                printf("FAIL   %-9s %-4s %-14s %-22s never varied at any shape: the checker "
-                       "would miss a non-invariant kernel\n", ops->name, ops->device, op->name,
-                       "(all shapes)");
-                write_row(&rep, ops, op, "(all shapes)", "FAIL", &summary, 0.0);
-                rep.failed++;
-            }
+    if (plugin && !in_process) {
+        if (strcmp(device, "cpu") == 0 || have_cuda) {
+            plugin_run p = {.path = plugin, .device = device, .out = out, .info = &info, .o = &o, .threads = threads};
+            check_plugin(&rep, &p, only);
         }
-        ops->destroy(ops);
+    } else if (plugin) {
+        char name[PATH_MAX + 16];
+        snprintf(name, sizeof name, "%s%s", PLUGIN_SET_PREFIX, plugin);
+        check_set(&rep, name, device, threads, only, &o);
+    } else {
+        for (const kernel_set_entry *e = kernel_sets(); e->set; e++) {
+            if (!matches(set, e->set) || !matches(device, e->device)) continue;
+            if (strcmp(e->device, "cuda") == 0 && !have_cuda) continue;
+            check_set(&rep, e->set, e->device, threads, only, &o);
+        }
     }
     if (!csv_report_close(rep.csv, why_csv, sizeof why_csv))
         invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why_csv);

@@ -1,19 +1,29 @@
 // tests/plugins/test_plugin.c — the CPU plugins the plugin ABI's tests load (kernels/invar_plugin.h).
 // One source, one shared object per variant: the Makefile defines TEST_PLUGIN_<variant>.
 //   rmsnorm_invariant            an invariant RMSNorm, claimed invariant: must pass
+//   rmsnorm_unclaimed            the same, not claimed: an unclaimed op is held to vary, so FAILs
 //   rmsnorm_split_small          splits each row's sum in two (bf16 partials) when M < 8, claimed
 //                                invariant: its claim must FAIL
 //   rmsnorm_split_small_honest   the same, not claimed: a negative control that must be caught
+//   mixed                        rmsnorm_split_small's RMSNorm claimed, and an unclaimed residual add:
+//                                the claim must FAIL though the set as a whole claims nothing
 //   crash                        the invariant RMSNorm, but a null write from M = 64 up
 //   bad_abi_version, bad_null_table, bad_device, bad_claim, create_fails, no_entry: refused loads
 #include <math.h>                      // sqrtf
 #include <stddef.h>                    // NULL
 #include <stdlib.h>                    // malloc, free
 
+#ifndef TEST_PLUGIN_mixed
+#define MAYBE_UNUSED __attribute__((unused))
+#else
+#define MAYBE_UNUSED
+#endif
+
 #include "../../kernels/bf16.h"        // bf16_to_float, float_to_bf16, bf16_round
 #include "../../kernels/invar_plugin.h" // invar_plugin, INVAR_PLUGIN_ABI_VERSION
 
-#if defined(TEST_PLUGIN_rmsnorm_split_small) || defined(TEST_PLUGIN_rmsnorm_split_small_honest)
+#if defined(TEST_PLUGIN_rmsnorm_split_small) || defined(TEST_PLUGIN_rmsnorm_split_small_honest) || \
+    defined(TEST_PLUGIN_mixed)
 #define SPLIT_SMALL 1
 #else
 #define SPLIT_SMALL 0
@@ -75,6 +85,12 @@ static void rmsnorm(const invar_plugin_call *c, bf16 *out, long ld_out, const bf
     }
 }
 
+// x = bf16(x + y): order-free, so an unclaimed one may be stable.
+MAYBE_UNUSED static void residual_add(const invar_plugin_call *c, bf16 *x, const bf16 *y, long n) {
+    (void)c;
+    for (long i = 0; i < n; i++) x[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+}
+
 static const invar_plugin table = {
 #ifdef TEST_PLUGIN_bad_abi_version
     .abi_version = INVAR_PLUGIN_ABI_VERSION + 1,
@@ -87,7 +103,7 @@ static const invar_plugin table = {
 #else
     .device = "cpu",
 #endif
-#if defined(TEST_PLUGIN_rmsnorm_split_small_honest)
+#if defined(TEST_PLUGIN_rmsnorm_split_small_honest) || defined(TEST_PLUGIN_rmsnorm_unclaimed)
     .invariant_claims = 0,
 #elif defined(TEST_PLUGIN_bad_claim)
     .invariant_claims = INVAR_OP_BIT(INVAR_OP_RMSNORM) | INVAR_OP_BIT(INVAR_OP_GEMM),
@@ -97,6 +113,9 @@ static const invar_plugin table = {
     .create = state_create,
     .destroy = state_destroy,
     .rmsnorm = rmsnorm,
+#ifdef TEST_PLUGIN_mixed
+    .residual_add = residual_add,
+#endif
 };
 
 #ifndef TEST_PLUGIN_no_entry

@@ -22,10 +22,11 @@ CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Werror
 OPT      ?= -O2 -g
 # No -ffast-math anywhere: reassociation would change reduction orders behind our back.
-CFLAGS_ALL := $(CSTD) $(WARN) $(OPT) -pthread -MMD -MP
+# -fPIC: the same objects make build/invar and build/libinvar.so (the Python bridge loads it).
+CFLAGS_ALL := $(CSTD) $(WARN) $(OPT) -pthread -MMD -MP -fPIC
 LDLIBS   := -lcsv -lcjson -linih -lxxhash -lmicrohttpd -lcurl -lm -pthread
 DEPS_PKGS := libcmocka-dev libcsv-dev libcjson-dev libinih-dev libxxhash-dev libxml2-utils \
-             libmicrohttpd-dev libcurl4-openssl-dev
+             libmicrohttpd-dev libcurl4-openssl-dev python3-numpy
 
 ifneq ($(DEPS_PREFIX),)
 DEPS_LIBDIR := $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
@@ -45,7 +46,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 
 ifeq ($(CUDA),1)
 CFLAGS_ALL += -DINVAR_CUDA -I$(CUDA_HOME)/include
-NVFLAGS  := -std=c++17 -O3 -lineinfo -DINVAR_CUDA -MMD -MP \
+NVFLAGS  := -std=c++17 -O3 -lineinfo -DINVAR_CUDA -MMD -MP -Xcompiler -fPIC \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
             -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
 # NCCL (tensor parallelism on CUDA) is required with CUDA: nccl.h and libnccl under CUDA_HOME
@@ -75,7 +76,7 @@ FUZZ_NAMES := $(filter-out replay,$(basename $(notdir $(wildcard tests/fuzz/*.c)
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 
 .PHONY: all deps check run bench clean tests nightly sanitize fuzz gpu-sanitize mutants
-all: $(BUILD)/invar
+all: $(BUILD)/invar $(BUILD)/libinvar.so
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -92,6 +93,10 @@ $(BUILD)/libinvar.a: $(LIB_OBJ)
 # OPT on the link lines too: a sanitizer build (make sanitize) must link its runtime.
 $(BUILD)/invar: $(BUILD)/harness/main.o $(BUILD)/libinvar.a
 	$(CC) $(OPT) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# Every object but main's, for programs that link invar (harness/invar_lib.h: the Python bridge).
+$(BUILD)/libinvar.so: $(LIB_OBJ)
+	$(CC) $(OPT) -shared $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libinvar.a
 	$(CC) $(OPT) $(LDFLAGS) $^ -lcmocka $(LDLIBS) -o $@
@@ -124,6 +129,8 @@ deps:
 	  if [ ! -f /usr/include/$$h ] && [ ! -f "$(DEPS_PREFIX)/usr/include/$$h" ]; then missing="$$missing $$h"; fi; \
 	done; \
 	command -v xmllint >/dev/null 2>&1 || [ -n "$(DEPS_PREFIX)" ] || missing="$$missing xmllint"; \
+	{ [ -n "$(DEPS_PREFIX)" ] || [ ! -x /usr/bin/python3 ] || /usr/bin/python3 -c 'import numpy' 2>/dev/null; } || \
+	  missing="$$missing numpy"; \
 	if [ -n "$$missing" ]; then \
 	  echo "deps: missing:$$missing"; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

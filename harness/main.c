@@ -1,18 +1,4 @@
-// harness/main.c — the invar CLI: dispatches to a subcommand (harness/commands.h).
-#include "cli_args.h"  // cli_dispatch, cli_subcommand
-#include "commands.h"  // cmd_run, cmd_kernels, cmd_bench, cmd_model, cmd_report,
-                       // cmd_serve, cmd_probe
+// harness/main.c — the invar program: the commands of harness/invar_cli.c.
+#include "invar_lib.h"  // invar_cli
 
-int main(int argc, char **argv) {
-    static const cli_subcommand commands[] = {
-        {"run", cmd_run, "run a case file's matrix: bs=1 vs bs=N, bitwise (--case FILE [--out DIR])"},
-        {"kernels", cmd_kernels, "check every registered op for batch invariance and accuracy"},
-        {"bench", cmd_bench, "benchmark invariant kernels against the reference set"},
-        {"model", cmd_model, "model utilities: write a synthetic checkpoint, check a checkpoint"},
-        {"report", cmd_report, "reports: render JUnit/Markdown, redraw plots, diff against a baseline"},
-        {"serve", cmd_serve, "an OpenAI-compatible server over invar's engine (--model M --kernel-set S)"},
-        {"probe", cmd_probe, "test a running OpenAI-compatible server: bs=1 vs bs=N, bitwise (--url URL --case FILE)"},
-        {0},
-    };
-    return cli_dispatch("invar", commands, argc, argv);
-}
+int main(int argc, char **argv) { return invar_cli(argc, argv); }

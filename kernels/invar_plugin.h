@@ -51,12 +51,16 @@ enum invar_plugin_op {
 #define INVAR_OP_BIT(op) ((uint64_t)1 << (op))
 
 // Passed to every op: the plugin's state for this rank and where to run.
-typedef struct {
+typedef struct invar_plugin_call invar_plugin_call;
+struct invar_plugin_call {
     void *state;   // what create returned for this rank (NULL without create)
     int rank;      // tensor-parallel rank; 0 outside tensor parallelism
     int device;    // CUDA device ordinal; -1 on the CPU
     void *stream;  // the cudaStream_t to enqueue on; NULL on the CPU
-} invar_plugin_call;
+    // An op that cannot do its work says why here and returns: the kernel checker reports an
+    // ERROR row for that op and shape and goes on; a run stops with the message.
+    void (*fail)(const invar_plugin_call *c, const char *message);
+};
 
 typedef struct {
     uint32_t abi_version;       // INVAR_PLUGIN_ABI_VERSION of the header the plugin was built with
@@ -93,6 +97,13 @@ typedef struct {
 
 // host_abi_version: the loading invar's INVAR_PLUGIN_ABI_VERSION (a plugin may serve several).
 typedef const invar_plugin *(*invar_plugin_entry_fn)(uint32_t host_abi_version);
+
+// For code that links invar as a library (libinvar.so: the Python bridge): a table built at run
+// time, registered under `name`, is the plugin set "plugin:NAME" for invar_cli's commands (as a
+// shared object's path would be). False, with the reason in err, for a table invar_plugin_entry
+// would refuse, or a name already taken.
+// (harness/invar_lib.h: invar_cli runs a command.)
+bool invar_plugin_register(const char *name, const invar_plugin *table, char *err, int err_len);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>                          // dlopen, dlsym, dlclose, dlerror
 #include <stdarg.h>                         // va_list
+#include <stddef.h>                         // offsetof
 #include <stdio.h>                          // snprintf, vsnprintf
 #include <string.h>                         // strcmp, strncmp
 
@@ -23,11 +24,28 @@ static const char *const op_names[INVAR_OP_COUNT] = {
 typedef struct {
     ops_set ops;
     void (*base_destroy)(ops_set *ops);  // the invariant set's context teardown
-    void *dl;
+    void *dl;                            // NULL for a registered table
     const invar_plugin *plugin;
     invar_plugin_call call;
     char name[sizeof PLUGIN_SET_PREFIX + 4096];
+    bool collect_errors;                 // keep an op's failure for the checker, not exit
+    bool failed;
+    char error[512];
+    const char *failed_op;
 } plugin_set;
+
+// Tables registered by code that links invar as a library (invar_plugin_register): the plugin
+// registry, looked up by name before any shared object.
+#define REGISTERED_MAX 16
+static char registered_names[REGISTERED_MAX][256];
+static const invar_plugin *registered_tables[REGISTERED_MAX];
+static int registered_count;
+
+static const invar_plugin *registered_table(const char *name) {
+    for (int i = 0; i < registered_count; i++)
+        if (strcmp(registered_names[i], name) == 0) return registered_tables[i];
+    return NULL;
+}
 
 int plugin_op_by_name(const char *name) {
     for (int i = 0; i < INVAR_OP_COUNT; i++)
@@ -64,16 +82,53 @@ static bool fail(char *err, int err_len, const char *fmt, ...) {
     return false;
 }
 
-// dlopen and the table's checks; on success *dl holds the handle and *out the table.
+// What is wrong with a table for `device` (NULL: any); "" when nothing.
+static void table_problem(const invar_plugin *p, const char *device, char *why, size_t len) {
+    why[0] = '\0';
+    if (!p) {
+        snprintf(why, len, "returned NULL");
+    } else if (p->abi_version != INVAR_PLUGIN_ABI_VERSION) {
+        snprintf(why, len, "abi_version %u, but this invar speaks version %u (rebuild the "
+                 "plugin against this kernels/invar_plugin.h)", p->abi_version, INVAR_PLUGIN_ABI_VERSION);
+    } else if (!p->device || (strcmp(p->device, "cpu") != 0 && strcmp(p->device, "cuda") != 0)) {
+        snprintf(why, len, "device \"%s\": not cpu or cuda", p->device ? p->device : "(null)");
+    } else if (device && strcmp(p->device, device) != 0) {
+        snprintf(why, len, "device \"%s\": its ops are for %s, not for --device %s", p->device,
+                 p->device, device);
+    } else if (!p->name || !p->name[0]) {
+        snprintf(why, len, "name: empty");
+    } else if (provided_ops(p) == 0) {
+        snprintf(why, len, "provides no op (every op pointer is NULL)");
+    } else if (p->invariant_claims & ~provided_ops(p)) {
+        uint64_t extra = p->invariant_claims & ~provided_ops(p);
+        int op = 0;
+        while (op < 64 && !(extra >> op & 1)) op++;
+        if (op < INVAR_OP_COUNT)
+            snprintf(why, len, "invariant_claims: claims %s, which it does not provide", op_names[op]);
+        else
+            snprintf(why, len, "invariant_claims: bit %d names no op", op);
+    }
+}
+
+// The table of plugin PATH (a registered name, else a shared object) and its checks; on success
+// *dl holds the handle (NULL for a registered table) and *out the table.
 static bool plugin_open(const char *path, const char *device, void **dl, const invar_plugin **out,
                         char *err, int err_len) {
     *dl = NULL;
+    char why[256];
+    const invar_plugin *p = registered_table(path);
+    if (p) {
+        table_problem(p, device, why, sizeof why);
+        if (why[0]) return fail(err, err_len, "plugin %s: %s", path, why);
+        *out = p;
+        return true;
+    }
     dlerror();
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        const char *why = dlerror();
+        const char *reason = dlerror();
         return fail(err, err_len, "plugin %s: cannot load it as a shared object: %s", path,
-                    why ? why : "dlopen failed");
+                    reason ? reason : "dlopen failed");
     }
     dlerror();
     void *sym = dlsym(h, INVAR_PLUGIN_ENTRY_NAME);
@@ -84,39 +139,30 @@ static bool plugin_open(const char *path, const char *device, void **dl, const i
     }
     invar_plugin_entry_fn entry;
     memcpy(&entry, &sym, sizeof entry);  // object to function pointer, as POSIX allows
-    const invar_plugin *p = entry(INVAR_PLUGIN_ABI_VERSION);
-    const char *bad = NULL;
-    char why[256] = "";
-    if (!p) {
-        bad = "returned NULL";
-    } else if (p->abi_version != INVAR_PLUGIN_ABI_VERSION) {
-        snprintf(why, sizeof why, "abi_version %u, but this invar speaks version %u (rebuild the "
-                 "plugin against this kernels/invar_plugin.h)", p->abi_version, INVAR_PLUGIN_ABI_VERSION);
-    } else if (!p->device || (strcmp(p->device, "cpu") != 0 && strcmp(p->device, "cuda") != 0)) {
-        snprintf(why, sizeof why, "device \"%s\": not cpu or cuda", p->device ? p->device : "(null)");
-    } else if (device && strcmp(p->device, device) != 0) {
-        snprintf(why, sizeof why, "device \"%s\": its ops are for %s, not for --device %s", p->device,
-                 p->device, device);
-    } else if (!p->name || !p->name[0]) {
-        snprintf(why, sizeof why, "name: empty");
-    } else if (provided_ops(p) == 0) {
-        snprintf(why, sizeof why, "provides no op (every op pointer is NULL)");
-    } else if (p->invariant_claims & ~provided_ops(p)) {
-        uint64_t extra = p->invariant_claims & ~provided_ops(p);
-        int op = 0;
-        while (op < 64 && !(extra >> op & 1)) op++;
-        if (op < INVAR_OP_COUNT)
-            snprintf(why, sizeof why, "invariant_claims: claims %s, which it does not provide",
-                     op_names[op]);
-        else
-            snprintf(why, sizeof why, "invariant_claims: bit %d names no op", op);
-    }
-    if (bad || why[0]) {
+    p = entry(INVAR_PLUGIN_ABI_VERSION);
+    table_problem(p, device, why, sizeof why);
+    if (why[0]) {
         dlclose(h);
-        return fail(err, err_len, "plugin %s: %s %s", path, INVAR_PLUGIN_ENTRY_NAME, bad ? bad : why);
+        return fail(err, err_len, "plugin %s: %s %s", path, INVAR_PLUGIN_ENTRY_NAME, why);
     }
     *dl = h;
     *out = p;
+    return true;
+}
+
+bool plugin_is_registered(const char *path) { return registered_table(path) != NULL; }
+
+bool invar_plugin_register(const char *name, const invar_plugin *table, char *err, int err_len) {
+    char why[256];
+    if (!name || !name[0] || strlen(name) >= sizeof registered_names[0])
+        return fail(err, err_len, "plugin table: a name of 1 to %zu characters", sizeof registered_names[0] - 1);
+    if (registered_table(name)) return fail(err, err_len, "plugin %s: the name is taken", name);
+    if (registered_count == REGISTERED_MAX)
+        return fail(err, err_len, "plugin %s: more than %d tables registered", name, REGISTERED_MAX);
+    table_problem(table, NULL, why, sizeof why);
+    if (why[0]) return fail(err, err_len, "plugin %s: table %s", name, why);
+    snprintf(registered_names[registered_count], sizeof registered_names[0], "%s", name);
+    registered_tables[registered_count++] = table;
     return true;
 }
 
@@ -128,7 +174,7 @@ bool plugin_probe(const char *path, const char *device, plugin_info *info, char 
     snprintf(info->device, sizeof info->device, "%s", p->device);
     info->provided = provided_ops(p);
     info->claims = p->invariant_claims;
-    dlclose(dl);
+    if (dl) dlclose(dl);
     return true;
 }
 
@@ -137,45 +183,65 @@ bool plugin_probe(const char *path, const char *device, plugin_info *info, char 
 static const invar_plugin_call *call_of(ops_set *ops) { return &((plugin_set *)ops)->call; }
 static const invar_plugin *plugin_of(ops_set *ops) { return ((plugin_set *)ops)->plugin; }
 
+// invar_plugin_call.fail: the call is the set's own, so the set is found from it. The first
+// message of a call is kept.
+static void plugin_fail(const invar_plugin_call *c, const char *message) {
+    plugin_set *s = (plugin_set *)((char *)c - offsetof(plugin_set, call));
+    if (s->failed) return;
+    s->failed = true;
+    snprintf(s->error, sizeof s->error, "%s", message ? message : "(no message)");
+}
+
+// After an op: a failure ends a run (the engine has no row to put it in), or waits for the
+// checker.
+static void after(ops_set *ops, const char *op) {
+    plugin_set *s = (plugin_set *)ops;
+    if (!s->failed) return;
+    if (!s->failed_op) s->failed_op = op;
+    if (!s->collect_errors)
+        invar_die(INVAR_EXIT_SYSTEM, "plugin %s: %s failed: %s", s->name + sizeof PLUGIN_SET_PREFIX - 1, op,
+                  s->error);
+}
+
 static void tr_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int32_t *ids, int T, int D) {
-    plugin_of(ops)->embedding(call_of(ops), out, table, ids, T, D);
+    plugin_of(ops)->embedding(call_of(ops), out, table, ids, T, D); after(ops, "embedding");
 }
 static void tr_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x, const bf16 *w,
                        int M, int D, float eps) {
-    plugin_of(ops)->rmsnorm(call_of(ops), out, ld_out, x, ld_x, w, M, D, eps);
+    plugin_of(ops)->rmsnorm(call_of(ops), out, ld_out, x, ld_x, w, M, D, eps); after(ops, "rmsnorm");
 }
-static void tr_gemm(ops_set *ops, const gemm_args *a) { plugin_of(ops)->gemm(call_of(ops), a); }
+static void tr_gemm(ops_set *ops, const gemm_args *a) { plugin_of(ops)->gemm(call_of(ops), a); after(ops, "gemm"); }
 static void tr_rope(ops_set *ops, bf16 *x, long ld_token, long ld_head, int T, int H, int R,
                     const int32_t *pos, const float *cos, const float *sin, bool interleave) {
-    plugin_of(ops)->rope(call_of(ops), x, ld_token, ld_head, T, H, R, pos, cos, sin, interleave);
+    plugin_of(ops)->rope(call_of(ops), x, ld_token, ld_head, T, H, R, pos, cos, sin, interleave); after(ops, "rope");
 }
 static void tr_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
-    plugin_of(ops)->residual_add(call_of(ops), x, y, n);
+    plugin_of(ops)->residual_add(call_of(ops), x, y, n); after(ops, "residual_add");
 }
 static void tr_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int I) {
-    plugin_of(ops)->silu_mul(call_of(ops), out, gate_up, M, I);
+    plugin_of(ops)->silu_mul(call_of(ops), out, gate_up, M, I); after(ops, "silu_mul");
 }
 static void tr_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, long ld_c_kv,
                               const bf16 *k_pe, long ld_k_pe, const int32_t *slot, int T, int L, int R) {
-    plugin_of(ops)->kv_cache_write(call_of(ops), kv_cache, c_kv, ld_c_kv, k_pe, ld_k_pe, slot, T, L, R);
+    plugin_of(ops)->kv_cache_write(call_of(ops), kv_cache, c_kv, ld_c_kv, k_pe, ld_k_pe, slot, T, L, R); after(ops, "kv_cache_write");
 }
 static void tr_mla_attention(ops_set *ops, const mla_attention_args *a) {
-    plugin_of(ops)->mla_attention(call_of(ops), a);
+    plugin_of(ops)->mla_attention(call_of(ops), a); after(ops, "mla_attention");
 }
 static void tr_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
-    plugin_of(ops)->mha_prefill(call_of(ops), a);
+    plugin_of(ops)->mha_prefill(call_of(ops), a); after(ops, "mha_prefill");
 }
 static void tr_merge_attention(ops_set *ops, const merge_attention_args *a) {
-    plugin_of(ops)->merge_attention(call_of(ops), a);
+    plugin_of(ops)->merge_attention(call_of(ops), a); after(ops, "merge_attention");
 }
-static void tr_moe_route(ops_set *ops, const moe_route_args *a) { plugin_of(ops)->moe_route(call_of(ops), a); }
+static void tr_moe_route(ops_set *ops, const moe_route_args *a) { plugin_of(ops)->moe_route(call_of(ops), a); after(ops, "moe_route"); }
 static void tr_moe_experts(ops_set *ops, const moe_experts_args *a) {
-    plugin_of(ops)->moe_experts(call_of(ops), a);
+    plugin_of(ops)->moe_experts(call_of(ops), a); after(ops, "moe_experts");
 }
 static void tr_moe_combine(ops_set *ops, const moe_combine_args *a) {
-    plugin_of(ops)->moe_combine(call_of(ops), a);
+    plugin_of(ops)->moe_combine(call_of(ops), a); after(ops, "moe_combine");
 }
-static void tr_logprobs(ops_set *ops, const logprobs_args *a) { plugin_of(ops)->logprobs(call_of(ops), a); }
+static void tr_logprobs(ops_set *ops, const logprobs_args *a) { plugin_of(ops)->logprobs(call_of(ops), a); after(ops, "logprobs"); }
 
 // Each provided op's trampoline in place of the invariant set's.
 static void install_ops(ops_set *ops, const invar_plugin *p) {
@@ -203,10 +269,24 @@ static void plugin_set_destroy(ops_set *ops) {
     if (s->plugin->destroy) s->plugin->destroy(s->call.state);
     void *dl = s->dl;
     s->base_destroy(ops);  // the invariant set's: its context, and the struct holding ops first
-    dlclose(dl);
+    if (dl) dlclose(dl);
 }
 
 bool plugin_set_is(const ops_set *ops) { return ops && ops->destroy == plugin_set_destroy; }
+
+void plugin_set_collect_errors(ops_set *ops, bool collect) {
+    if (plugin_set_is(ops)) ((plugin_set *)ops)->collect_errors = collect;
+}
+
+bool plugin_set_take_error(ops_set *ops, char *buf, int len) {
+    if (!plugin_set_is(ops)) return false;
+    plugin_set *s = (plugin_set *)ops;
+    if (!s->failed) return false;
+    snprintf(buf, (size_t)len, "%s: %s", s->failed_op ? s->failed_op : "an op", s->error);
+    s->failed = false;
+    s->failed_op = NULL;
+    return true;
+}
 
 const char *plugin_set_op_source(const ops_set *ops, enum invar_plugin_op op) {
     if (!plugin_set_is(ops) || op < 0 || op >= INVAR_OP_COUNT) return "invariant";
@@ -225,7 +305,7 @@ ops_set *plugin_set_create(const char *path, const char *device, int threads, in
     if (!plugin_open(path, device, &dl, &p, err, (int)sizeof err)) invar_die(INVAR_EXIT_INPUT, "%s", err);
 #ifndef INVAR_CUDA
     if (strcmp(device, "cpu") != 0) {
-        dlclose(dl);
+        if (dl) dlclose(dl);
         invar_die(INVAR_EXIT_INPUT, "plugin %s: its ops are for %s, and invar was built without CUDA", path,
                   device);
     }
@@ -246,12 +326,13 @@ ops_set *plugin_set_create(const char *path, const char *device, int threads, in
     s->dl = dl;
     s->plugin = p;
     s->call.rank = rank;
+    s->call.fail = plugin_fail;
     snprintf(s->name, sizeof s->name, "%s%s", PLUGIN_SET_PREFIX, path);
     if (p->create) {
         s->call.state = p->create(rank, s->call.device);
         if (!s->call.state) {
             s->base_destroy(ops);
-            dlclose(dl);
+            if (dl) dlclose(dl);
             invar_die(INVAR_EXIT_INPUT, "plugin %s: create(rank %d) returned NULL", path, rank);
         }
     }

@@ -20,7 +20,11 @@ typedef struct {
 
 // Whether a set name names a plugin ("plugin:PATH"); the path follows the prefix.
 bool plugin_set_named(const char *set);
+// Whether PATH is a table registered in this process (invar_plugin_register), not a file.
+bool plugin_is_registered(const char *path);
 
+// PATH is a name registered with invar_plugin_register (kernels/invar_plugin.h), else a shared
+// object's path.
 // Loads PATH and checks its table for `device` ("cpu" or "cuda"; NULL: any): false, with a
 // message naming the file and the symbol or field at fault, when it is not a shared object,
 // lacks INVAR_PLUGIN_ENTRY_NAME, returns NULL, was built for another ABI version or device,
@@ -34,6 +38,10 @@ ops_set *plugin_set_create(const char *path, const char *device, int threads, in
 
 // For a set made by plugin_set_create (false / "invariant" for any other set):
 bool plugin_set_is(const ops_set *ops);
+// An op's failure (invar_plugin_call.fail) ends the process unless collected: the kernel
+// checker collects, and takes each failure with its op's name after a shape ("OP: message").
+void plugin_set_collect_errors(ops_set *ops, bool collect);
+bool plugin_set_take_error(ops_set *ops, char *buf, int len);
 // "plugin" when the plugin provides op, else "invariant" (the fallback).
 const char *plugin_set_op_source(const ops_set *ops, enum invar_plugin_op op);
 bool plugin_set_claims(const ops_set *ops, enum invar_plugin_op op);

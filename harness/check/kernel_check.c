@@ -342,7 +342,7 @@ static const char *expectation(const ops_set *ops, const op_entry *op) {
 }
 
 static void write_row(report *rep, const ops_set *ops, const op_entry *op, const char *shape,
-                      const char *status, const check_result *r, double seconds) {
+                      const char *status, const check_result *r, double seconds, const char *note) {
     const char *source = plugin_set_is(ops) ? plugin_set_op_source(ops, (enum invar_plugin_op)plugin_op_of(op))
                                             : ops->name;
     char vary_M[16], vary_pos[16], vary_vs[16], err[32], tol[32], secs[32], seed[32];
@@ -362,7 +362,7 @@ static void write_row(report *rep, const ops_set *ops, const op_entry *op, const
         [KERNELS_FIRST_VARY_VS_M] = r->invariant ? "" : vary_vs, [KERNELS_REL_L2_ERR] = err,
         [KERNELS_TOL] = tol, [KERNELS_WRITTEN] = r->written ? "yes" : "no",
         [KERNELS_SECONDS] = secs, [KERNELS_SEED] = seed, [KERNELS_SOURCE] = source,
-        [KERNELS_NOTE] = "",
+        [KERNELS_NOTE] = note,
     };
     char why[PATH_MAX + 128];
     if (!csv_report_row(rep->csv, fields, why, sizeof why))
@@ -387,6 +387,15 @@ static void print_line(const char *status, const ops_set *ops, const op_entry *o
 static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shape *shape,
                      const check_result *r) {
     report *rep = user;
+    char error[600];
+    if (plugin_set_take_error(ops, error, sizeof error)) {  // nothing it wrote can be judged
+        printf("ERROR  %-9s %-4s %-14s %-22s %s\n", ops->name, ops->device, op->name, shape->label, error);
+        fflush(stdout);
+        write_row(rep, ops, op, shape->label, "ERROR", r, host_seconds() - rep->shape_start, error);
+        rep->failed++;
+        rep->shape_start = host_seconds();
+        return;
+    }
     const char *status = !r->accurate || !r->written ? "FAIL" : r->invariant ? "ok" : "VARIES";
     const char *note = "";
     if (!r->pass && r->invariant && !expects_invariant(ops, op)) {
@@ -395,7 +404,7 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     } else if (!r->invariant && expects_invariant(ops, op)) note = "  <- must be stable";
     else if (!r->invariant) note = "  (expected of a non-invariant set)";
     print_line(status, ops, op, shape->label, r, note);
-    write_row(rep, ops, op, shape->label, status, r, host_seconds() - rep->shape_start);
+    write_row(rep, ops, op, shape->label, status, r, host_seconds() - rep->shape_start, "");
     if (r->pass) rep->passed++;
     else rep->failed++;
     rep->shape_start = host_seconds();
@@ -408,7 +417,7 @@ static void on_skip(void *user, ops_set *ops, const op_entry *op, const op_shape
     printf("SKIP   %-9s %-4s %-14s %-22s %s\n", ops->name, ops->device, op->name, shape->label,
            why);
     fflush(stdout);
-    write_row(rep, ops, op, shape->label, "SKIP", &none, 0.0);
+    write_row(rep, ops, op, shape->label, "SKIP", &none, 0.0, "");
     rep->skipped++;
     rep->shape_start = host_seconds();
 }
@@ -452,6 +461,7 @@ static void check_set(report *rep, const char *set, const char *device, int thre
                       const check_opts *o) {
     ops_set *ops = kernel_set_create(set, device, threads);
     if (!ops) invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot create set %s on %s", set, device);
+    plugin_set_collect_errors(ops, true);  // a failing op is an ERROR row, the others go on
     for (const op_entry *op = op_table(); op->name; op++) {
         if (only && only != op) continue;
         if (plugin_set_is(ops) && strcmp(plugin_set_op_source(ops, (enum invar_plugin_op)plugin_op_of(op)), "plugin") != 0)
@@ -470,7 +480,7 @@ static void check_set(report *rep, const char *set, const char *device, int thre
             printf("FAIL   %-9s %-4s %-14s %-22s never varied at any shape: the checker "
                    "would miss a non-invariant kernel\n", ops->name, ops->device, op->name,
                    "(all shapes)");
-            write_row(rep, ops, op, "(all shapes)", "FAIL", &summary, 0.0);
+            write_row(rep, ops, op, "(all shapes)", "FAIL", &summary, 0.0, "");
             rep->failed++;
         }
     }
@@ -663,6 +673,7 @@ int cmd_kernels(int argc, char **argv) {
             return INVAR_EXIT_INPUT;
         }
         device = info.device;
+        in_process |= plugin_is_registered(plugin);  // a table in this process: no child can call it
     }
     if (!device) device = "all";
     if (!set) set = "all";

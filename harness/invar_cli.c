@@ -1,0 +1,20 @@
+// harness/invar_cli.c — the invar commands, one table (harness/invar_lib.h): main.c's program,
+// and libinvar.so's invar_cli for programs that link it.
+#include "invar_lib.h"
+#include "cli_args.h"  // cli_dispatch, cli_subcommand
+#include "commands.h"  // cmd_run, cmd_kernels, cmd_bench, cmd_model, cmd_report,
+                       // cmd_serve, cmd_probe
+
+int invar_cli(int argc, char **argv) {
+    static const cli_subcommand commands[] = {
+        {"run", cmd_run, "run a case file's matrix: bs=1 vs bs=N, bitwise (--case FILE [--out DIR])"},
+        {"kernels", cmd_kernels, "check every registered op for batch invariance and accuracy"},
+        {"bench", cmd_bench, "benchmark invariant kernels against the reference set"},
+        {"model", cmd_model, "model utilities: write a synthetic checkpoint, check a checkpoint"},
+        {"report", cmd_report, "reports: render JUnit/Markdown, redraw plots, diff against a baseline"},
+        {"serve", cmd_serve, "an OpenAI-compatible server over invar's engine (--model M --kernel-set S)"},
+        {"probe", cmd_probe, "test a running OpenAI-compatible server: bs=1 vs bs=N, bitwise (--url URL --case FILE)"},
+        {0},
+    };
+    return cli_dispatch("invar", commands, argc, argv);
+}

@@ -88,6 +88,12 @@ suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/te
 suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
 suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shard.sh "$BUILD"
 suite "plugin kernel sets end to end and refused (tests/test_plugin.sh)" bash tests/test_plugin.sh "$BUILD"
+if { command -v python3 >/dev/null && python3 -c 'import numpy' 2>/dev/null; } ||
+   { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; }; then
+    suite "the Python bridge over numpy (tests/test_bridge.sh)" bash tests/test_bridge.sh "$BUILD"
+else
+    skip_suite "the Python bridge: no python3 with numpy (Debian: python3-numpy)"
+fi
 # invar serve + invar probe on 127.0.0.1: invariant passes, reference/adversarial caught, steps
 # shared, OpenAI errors, a misbehaving server, nothing listening (about 22 s on 2 cores).
 suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh "$BUILD"

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# tests/test_bridge.sh BUILD — the Python bridge (python/invar_bridge) over numpy: Python functions
+# judged by invar's kernel checker through BUILD/libinvar.so (an invariant RMSNorm passes, a
+# batch-variant one is caught or fails its claim, an exception is an ERROR row, numpy's own
+# matmul judged as it is) and the engine run on one. Skipped, with a line, without a python3
+# that has numpy.
+set -u
+BUILD=${1:-build}
+py=""
+for p in python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
+done
+if [ -z "$py" ]; then
+    echo "SKIP: the Python bridge: no python3 with numpy (Debian: python3-numpy)"
+    exit 0
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+export PYTHONPATH="$here/../python:$here/bridge" INVAR_LIB
+INVAR_LIB=$(cd "$BUILD" && pwd)/libinvar.so
+work=$(mktemp -d "${TMPDIR:-/tmp}/invar-bridge.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# The bf16 helpers round as kernels/bf16.h does: to nearest even, NaN kept quiet.
+"$py" - <<'EOF' || fail "bf16 helpers"
+import numpy as np, invar_bridge as ib
+# 1 + 1/256 and 1 + 3/256 are ties: to the even neighbour, 1.0 and 1 + 2/128.
+f = np.array([1.0, 1.00390625, 1.01171875, -2.5, np.inf], dtype=np.float32)
+bits = np.array([0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80], dtype=np.uint16)
+got = ib.f32_to_bf16(f)
+assert (got == bits).all(), [hex(v) for v in got]
+nan = ib.f32_to_bf16(np.array([np.nan], dtype=np.float32))[0]
+assert (nan & 0x7F80) == 0x7F80 and (nan & 0x7F) != 0 and (nan & 0x40), hex(nan)
+assert (ib.bf16_to_f32(bits[:4]) == np.array([1.0, 1.0, 1.015625, -2.5], dtype=np.float32)).all()
+EOF
+
+bridge() {  # bridge EXPECTED_EXIT NAME ARGS...: python3 -m invar_bridge ARGS, exit code checked
+    local want=$1 name=$2 command=$3
+    shift 3
+    "$py" -m invar_bridge "$command" --out "$work/$name" "$@" >"$work/$name.log" 2>&1
+    local rc=$?
+    [ "$rc" = "$want" ] || { tail -n 15 "$work/$name.log"; fail "$name: exit $rc, not $want"; }
+}
+rows() { grep -c "\"$2\"" "$work/$1/kernels.csv" 2>/dev/null; }  # rows NAME STATUS
+
+bridge 0 rms kernels --op rmsnorm --fn np_kernels:rmsnorm
+[ "$(rows rms ok)" -ge 4 ] || fail "rms: fewer than 4 ok rows"
+bridge 1 split_claimed kernels --op rmsnorm --fn np_kernels:rmsnorm_split_small
+grep -q 'must be stable' "$work/split_claimed.log" || fail "split_claimed: its variance was not held against its claim"
+bridge 0 split_honest kernels --op rmsnorm --fn np_kernels:rmsnorm_split_small --not-invariant
+[ "$(rows split_honest VARIES)" -ge 1 ] || fail "split_honest: never caught varying"
+bridge 1 broken kernels --op gemm --quick --fn np_kernels:broken
+grep -q '"ERROR",.*"plugin","gemm: RuntimeError: no kernel for this shape"' "$work/broken/kernels.csv" ||
+    fail "broken: the exception is no ERROR row with its message"
+bridge 2 missing kernels --op gemm --fn np_kernels:no_such_function
+bridge 0 rows kernels --op gemm --fn np_kernels:matmul_rows
+[ "$(rows rows ok)" -ge 5 ] || fail "rows: fewer than 5 ok rows (every gemm shape, strided and batched ones too)"
+# numpy's matmul, judged as it is: either verdict, but a verdict for every shape.
+"$py" -m invar_bridge kernels --op gemm --fn np_kernels:matmul --out "$work/matmul" >"$work/matmul.log" 2>&1
+rc=$?
+n=$(($(wc -l <"$work/matmul/kernels.csv") - 1))
+{ [ "$rc" -le 1 ] && [ "$n" -ge 5 ]; } || fail "numpy matmul: exit $rc, $n rows"
+echo "numpy matmul: exit $rc, $(grep -c '"ok"' "$work/matmul/kernels.csv") of $n shapes stable ($("$py" -c 'import numpy; print("numpy", numpy.__version__)'))"
+# The engine with its RMSNorm from Python.
+bridge 0 engine run --case cases/ci.ini --op rmsnorm --fn np_kernels:rmsnorm -- -q
+grep -q '"plugin:python:rmsnorm#1",.*"PASS"' "$work/engine/summary.csv" || fail "engine: the Python RMSNorm config did not pass"
+
+[ "$fails" = 0 ] && echo "the Python bridge: ok"
+[ "$fails" = 0 ]

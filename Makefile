@@ -119,6 +119,16 @@ $(BUILD)/plugins/%.so: tests/plugins/test_plugin.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -fPIC -shared -DTEST_PLUGIN_$* $< -o $@ -lm
 
+# CUDA plugins (tests/plugins/cuda_plugin.cu): on its stream, and on the default stream (races).
+ifeq ($(CUDA),1)
+TEST_PLUGIN_SO += $(BUILD)/plugins/cuda_rmsnorm_stream.so $(BUILD)/plugins/cuda_rmsnorm_default_stream.so
+$(BUILD)/plugins/cuda_%.so: tests/plugins/cuda_plugin.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++20 -O2 -shared -cudart shared -Xcompiler -fPIC,-Wall,-Wextra,-Werror -Werror all-warnings \
+	  -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
+	  -DTEST_PLUGIN_cuda_$* $< -o $@
+endif
+
 tests: $(TESTS) $(FUZZ_REPLAY) $(TEST_PLUGIN_SO)
 
 # Installs missing libraries when root; otherwise prints the command. Headers already present

@@ -57,6 +57,12 @@ fi
 
 suite "invar kernels --device cpu" "$BUILD/invar" kernels --device cpu --out "$REPORT/kernels/cpu"
 if [ "$gpu" = 1 ]; then
+    suite "CUDA plugins: the call's stream vs the default stream (tests/test_plugin_cuda.sh)" \
+        bash tests/test_plugin_cuda.sh "$BUILD"
+else
+    skip_suite "CUDA plugins (tests/test_plugin_cuda.sh): $no_gpu"
+fi
+if [ "$gpu" = 1 ]; then
     # One suite per op (each its own kernels.csv): they run side by side, and each says its time.
     # The three longest (over 75 s whole on an H200 beside the others) run one suite per set.
     for op in $("$BUILD/invar" kernels --help | sed -n 's/^ops: //p'); do

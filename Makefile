@@ -75,7 +75,7 @@ TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_NAMES := $(filter-out replay,$(basename $(notdir $(wildcard tests/fuzz/*.c))))
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 
-.PHONY: all deps check run bench clean tests nightly sanitize fuzz gpu-sanitize mutants
+.PHONY: all deps check run bench bench-page clean tests nightly sanitize fuzz gpu-sanitize mutants
 all: $(BUILD)/invar $(BUILD)/libinvar.so
 
 $(BUILD)/%.o: %.c
@@ -228,6 +228,14 @@ nightly: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/invar bench --device cuda --out $(BUILD)/bench
+
+# The bench results page, kernels/cuda/BENCH.md, from the runs filed in results/bench/;
+# BENCH_RUN=DIR files the run in DIR first (`make bench-page BENCH_RUN=build/bench` after
+# `make bench`), as results/bench/<date>_<device>_<commit>/.
+BENCH_RUN ?=
+bench-page: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/invar report bench results/bench $(if $(BENCH_RUN),--add $(BENCH_RUN)) --out kernels/cuda/BENCH.md
 
 clean:
 	rm -rf $(BUILD)

@@ -21,9 +21,14 @@
 // Inputs
 // ---------------------------------------------------------------------------------------------
 
-enum { T_SUMMARY, T_KERNELS, T_GEMM, T_MLA, T_META, N_TABLES };
+// The bench's tables compared, T_GEMM to T_TP_DECODE (a folder of `invar bench --out`, as
+// results/bench/ keeps them, has those and meta.csv only). bench_decode_ops.csv is left out: a
+// profile of one step, its small ops' times too noisy to hold a threshold.
+enum { T_SUMMARY, T_KERNELS, T_GEMM, T_MLA, T_DECODE, T_TP_ALL_REDUCE, T_TP_DECODE, T_META,
+       N_TABLES };
 static const char *const table_files[N_TABLES] = {
-    "summary.csv", "kernels.csv", "bench_gemm.csv", "bench_mla.csv", "meta.csv",
+    "summary.csv", "kernels.csv", "bench_gemm.csv", "bench_mla.csv", "bench_decode.csv",
+    "bench_tp_all_reduce.csv", "bench_tp_decode.csv", "meta.csv",
 };
 
 typedef struct {
@@ -87,7 +92,7 @@ static bool report_dir_load(report_dir *d, const char *dir, char *err, int len) 
     }
     if (!any) {
         snprintf(err, (size_t)len, "%s: no report CSV (summary.csv, kernels.csv, bench_gemm.csv, "
-                 "bench_mla.csv)", dir);
+                 "bench_mla.csv, bench_decode.csv, bench_tp_*.csv)", dir);
         return false;
     }
     const char *const *summary = summary_header(), *const *kernels = kernels_header();
@@ -218,8 +223,10 @@ static const char *const measurement_words[] = {
     "per", "speedup", "ratio", "pct", "percent", "reps", "iters", "iterations", "warmup", "runs",
     "err", "error", "util", "utilization", "frac", "fraction", "sol", "peak", "samples", NULL,
 };
+// The GEMM rows' split count and plan describe the code under test: a changed plan is what a
+// diff should time against the old one, not a new row.
 static const char *const non_key_names[] = {"seed", "date", "host", "commit", "note", "notes",
-                                            NULL};
+                                            "splits", "plan", NULL};
 // A column with one of these words describes the device, not the code under test (invar bench's
 // floor_read_*: a plain read of the same bytes): neither a key nor compared, so a noisy floor
 // repeated down a run's rows never counts as slower rows.
@@ -401,6 +408,13 @@ static void checks_of(const report_dir *b, const report_dir *n, int table, FILE 
 
 int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pct, bool partial,
                   FILE *console, diff_result *out, char *err, int len) {
+    return baseline_diff_to(base_dir, new_dir, NULL, threshold_pct, partial, console, out, err,
+                            len);
+}
+
+int baseline_diff_to(const char *base_dir, const char *new_dir, const char *md_path,
+                     double threshold_pct, bool partial, FILE *console, diff_result *out,
+                     char *err, int len) {
     diff_result r = {0};
     if (out) *out = r;
     report_dir b = {0}, n = {0};
@@ -424,7 +438,7 @@ int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pc
     if (!md_f) invar_die(INVAR_EXIT_SYSTEM, "diff: open_memstream failed");
     checks_of(&b, &n, T_SUMMARY, md_f, console, &r);
     checks_of(&b, &n, T_KERNELS, md_f, console, &r);
-    for (int t = T_GEMM; t <= T_MLA; t++) {
+    for (int t = T_GEMM; t <= T_TP_DECODE; t++) {
         if (b.t[t] && n.t[t]) {
             diff_bench(md_f, console, table_files[t], b.t[t], n.t[t], threshold_pct, &r);
         } else if (b.t[t] || n.t[t]) {
@@ -469,8 +483,9 @@ int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pc
 
     char path[PATH_MAX];
     report_file rf;
-    bool ok = report_path(path, sizeof path, new_dir, "diff.md");
-    if (!ok) snprintf(err, (size_t)len, "%s/diff.md: path too long", new_dir);
+    bool ok = md_path ? snprintf(path, sizeof path, "%s", md_path) < (int)sizeof path
+                      : report_path(path, sizeof path, new_dir, "diff.md");
+    if (!ok) snprintf(err, (size_t)len, "%s: path too long", md_path ? md_path : new_dir);
     ok = ok && report_file_open(&rf, path, err, len);
     if (ok) {
         fprintf(rf.f, "# invar: changes since the baseline\n\n");

@@ -2,9 +2,11 @@
 // baseline (last night's report directory). Configs (summary.csv) and kernel checks
 // (kernels.csv) that passed before and fail now are regressions; fixed, still failing, now
 // skipped, new and vanished ones are listed too. Benchmark rows (bench_gemm.csv,
-// bench_mla.csv) are matched by their key columns (every column that is not a measurement:
-// set, op, M, N, K, ...); their medians ("median" columns, else the time columns: *_us, *_ms,
-// ...) are compared, and one more than the threshold slower is a regression.
+// bench_mla.csv, bench_decode.csv, bench_tp_*.csv) are matched by their key columns (every
+// column that is not a measurement: set, op, M, N, K, ...); their medians ("median" columns,
+// else the time and rate columns: *_us, *_ms, *_tok_s, ...) are compared, and one more than
+// the threshold slower is a regression. Either directory may be a bench folder alone
+// (`invar bench --out DIR`, results/bench/).
 // Console lines, and NEW_DIR/diff.md (temporary name, then rename).
 #ifndef INVAR_REPORTS_BASELINE_DIFF_H
 #define INVAR_REPORTS_BASELINE_DIFF_H
@@ -35,6 +37,12 @@ typedef struct {
 // (naming the file) for 2 and 3. console may be NULL.
 int baseline_diff(const char *base_dir, const char *new_dir, double threshold_pct, bool partial,
                   FILE *console, diff_result *out, char *err, int len);
+
+// As baseline_diff, with the Markdown written to md_path (NULL: NEW_DIR/diff.md), so two bench
+// folders kept in the repository (results/bench/) are diffed without writing into either.
+int baseline_diff_to(const char *base_dir, const char *new_dir, const char *md_path,
+                     double threshold_pct, bool partial, FILE *console, diff_result *out,
+                     char *err, int len);
 
 // Whether a benchmark column is a key (true) or a measurement (false): a column is a
 // measurement when a word of its name (split at '_') is a unit or statistic (median, ms,

@@ -11,7 +11,7 @@
 // whose total exceeds twice the 60 MB L2. Beside each GEMM (N, K) and MLA row, the floor its
 // memory-bound cases are read against: a plain read of its weights or cache, timed the same way
 // (read us, the CSVs' floor_read_* columns: a reference read, the start of a launch included,
-// not a proven bound). Writes DIR/bench_gemm.csv and DIR/bench_mla.csv;
+// not a proven bound). Writes DIR/bench_gemm.csv and DIR/bench_mla.csv, and last DIR/meta.csv;
 // with two GPUs also the tensor-parallel rows (harness/bench/bench_tp.h).
 //
 // Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
@@ -28,6 +28,7 @@
 #include "../../sets/registry.h" // kernel_set_create, cuda_device_available
 #include "bench_decode.h"        // bench_decode
 #include "bench_inputs.h"        // bench_gemm_run_at, bench_l2_copies, BENCH_L2_BYTES
+#include "bench_meta.h"          // bench_meta_write
 #include "bench_tp.h"            // bench_tp
 #include "../cli_args.h"         // cli_parse
 #include "../commands.h"         // cmd_bench
@@ -497,6 +498,7 @@ int cmd_bench(int argc, char **argv) {
         static const int cpu_batches[] = {1, 8};
         host_make_dirs(out_dir);
         bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, profile, out_dir);
+        bench_meta_write(out_dir, "cpu", argc, argv);
         return 0;
     }
     char why[256];
@@ -505,7 +507,9 @@ int cmd_bench(int argc, char **argv) {
         return explicit_device ? INVAR_EXIT_INPUT : 0;
     }
 #ifdef INVAR_CUDA
-    return run_bench(out_dir, quick, only, profile, &shapes);
+    rc = run_bench(out_dir, quick, only, profile, &shapes);
+    if (rc == 0) bench_meta_write(out_dir, "cuda", argc, argv);
+    return rc;
 #else
     (void)out_dir;
     (void)quick;

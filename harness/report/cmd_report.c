@@ -1,12 +1,15 @@
-// harness/report/cmd_report.c — `invar report render|plot|diff`: the final reports of a report
-// directory, redrawn from its CSVs, and the diff against a baseline (harness/commands.h).
+// harness/report/cmd_report.c — `invar report render|plot|diff|merge|bench`: the final reports of
+// a report directory, redrawn from its CSVs, the diff against a baseline, and the bench results
+// page (harness/commands.h).
 #include "../commands.h"
 
 #include <stdbool.h>                    // bool
 #include <math.h>                       // INFINITY
 #include <stdio.h>                      // printf, fprintf
 
-#include "../../reports/baseline_diff.h" // baseline_diff, BASELINE_DIFF_DEFAULT_THRESHOLD
+#include "../../reports/baseline_diff.h" // baseline_diff_to, BASELINE_DIFF_DEFAULT_THRESHOLD
+#include "../../reports/bench_page.h" // bench_page_file, bench_page_write
+#include "../../reports/report_file.h" // report_file_open, report_file_commit
 #include "../../reports/render.h"       // report_render_dir
 #include "../cli_args.h"                // cli_parse, cli_dispatch
 #include "../host.h"                    // host_make_dirs
@@ -49,7 +52,7 @@ static int render_plots(int argc, char **argv) {
 }
 
 static int diff(int argc, char **argv) {
-    const char *base = NULL, *new_dir = NULL;
+    const char *base = NULL, *new_dir = NULL, *md_path = NULL;
     double threshold = BASELINE_DIFF_DEFAULT_THRESHOLD;
     bool partial = false;
     const cli_flag flags[] = {
@@ -61,6 +64,9 @@ static int diff(int argc, char **argv) {
          .min = 0, .max = INFINITY, .show_default = true,
          .help = "a benchmark median slower by more than PERCENT is a\n"
                  "regression"},
+        {.name = "--md", .metavar = "FILE", .to.string = &md_path,
+         .help = "write the Markdown to FILE, not NEW_DIR/diff.md (two bench\n"
+                 "folders kept in results/bench/ stay as filed)"},
         {.name = "--partial", .kind = CLI_SWITCH, .to.on = &partial,
          .help = "NEW_DIR covers only part of the matrix: a config or check\n"
                  "of BASE_DIR missing from NEW_DIR is no regression"},
@@ -73,7 +79,10 @@ static int diff(int argc, char **argv) {
                  "NEW_DIR/diff.md. A config or check of BASE_DIR missing from NEW_DIR is a\n"
                  "regression, unless --partial or NEW_DIR is one shard's report (its meta.csv\n"
                  "has a shard row: invar run --shard I/N). An unreadable summary.csv or kernels.csv (no\n"
-                 "config/op or verdict column, no rows) is exit 2.",
+                 "config/op or verdict column, no rows) is exit 2. Either directory may be a bench\n"
+                 "folder (invar bench --out DIR, results/bench/*): bench_gemm.csv, bench_mla.csv,\n"
+                 "bench_decode.csv and bench_tp_*.csv rows matched by shape, their times and\n"
+                 "tokens/s compared.",
         .flags = flags,
         .epilogue = "exit: 0 no regression, 1 a regression, 2 bad input or usage, 3 a file could\n"
                     "not be written",
@@ -81,8 +90,10 @@ static int diff(int argc, char **argv) {
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_GO_ON) return rc;
     char err[2048];
-    int code = baseline_diff(base, new_dir, threshold, partial, stdout, NULL, err, sizeof err);
+    int code = baseline_diff_to(base, new_dir, md_path, threshold, partial, stdout, NULL, err,
+                                sizeof err);
     if (code >= 2) fprintf(stderr, "invar report diff: error: %s\n", err);
+    else if (md_path) printf("wrote %s\n", md_path);
     else printf("wrote %s/diff.md\n", new_dir);
     return code;
 }
@@ -124,12 +135,74 @@ static int merge(int argc, char **argv) {
     return code;
 }
 
+static int bench(int argc, char **argv) {
+    const char *dir = NULL, *add = NULL, *out = NULL;
+    const cli_flag flags[] = {
+        {.name = "RESULTS_DIR", .to.string = &dir, .required = true,
+         .help = "the folder of filed bench runs (results/bench)"},
+        {.name = "--add", .metavar = "RUN_DIR", .to.string = &add,
+         .help = "first file the run in RUN_DIR (`invar bench --out RUN_DIR`):\n"
+                 "its meta.csv and bench_*.csv copied to\n"
+                 "RESULTS_DIR/<date>_<device>_<commit>/"},
+        {.name = "--out", .metavar = "FILE", .to.string = &out,
+         .help = "write the page to FILE (kernels/cuda/BENCH.md) instead of\n"
+                 "standard output"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar report bench",
+        .about = "The bench results page from the runs filed in RESULTS_DIR: the newest run's\n"
+                 "tables first (GEMM invariant/cuBLAS per cell and geomean, MLA decode share of\n"
+                 "copy, end-to-end decode tokens/s, tensor-parallel and op-profile rows), then\n"
+                 "one summary line per older run.",
+        .flags = flags,
+        .epilogue = "exit: 0 done, 2 bad input or usage (a run filed already), 3 a file could\n"
+                    "not be written",
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    char err[2048];
+    if (add) {
+        char made[4096];
+        int code = bench_page_file(add, dir, made, (int)sizeof made, err, (int)sizeof err);
+        if (code != 0) {
+            fprintf(stderr, "invar report bench: error: %s\n", err);
+            return code;
+        }
+        fprintf(out ? stdout : stderr, "filed %s as %s\n", add, made);
+    }
+    if (!out) {
+        int code = bench_page_write(dir, stdout, err, (int)sizeof err);
+        if (code != 0) fprintf(stderr, "invar report bench: error: %s\n", err);
+        return code;
+    }
+    report_file rf;
+    if (!report_file_open(&rf, out, err, (int)sizeof err)) {
+        fprintf(stderr, "invar report bench: error: %s\n", err);
+        return 3;
+    }
+    int code = bench_page_write(dir, rf.f, err, (int)sizeof err);
+    if (code != 0) {
+        fclose(rf.f);
+        remove(rf.tmp);
+        fprintf(stderr, "invar report bench: error: %s\n", err);
+        return code;
+    }
+    if (!report_file_commit(&rf, err, (int)sizeof err)) {
+        fprintf(stderr, "invar report bench: error: %s\n", err);
+        return 3;
+    }
+    printf("wrote %s\n", out);
+    return 0;
+}
+
 int cmd_report(int argc, char **argv) {
     static const cli_subcommand subs[] = {
         {"render", render_all, "junit.xml, summary.md and plots of a report directory"},
         {"plot", render_plots, "the plots of a report directory only"},
         {"diff", diff, "regressions of a report directory against a baseline"},
         {"merge", merge, "the reports of a matrix's shards merged into one"},
+        {"bench", bench, "the bench results page from the filed bench runs"},
         {0},
     };
     return cli_dispatch("invar report", subs, argc, argv);

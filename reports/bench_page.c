@@ -1,0 +1,452 @@
+// reports/bench_page.c — filed bench runs and the page made from them (reports/bench_page.h).
+#include "bench_page.h"
+
+#include <ctype.h>             // isalnum, tolower
+#include <dirent.h>            // opendir, readdir, closedir
+#include <errno.h>             // errno, EEXIST
+#include <limits.h>            // PATH_MAX
+#include <math.h>              // exp, log
+#include <stdbool.h>           // bool
+#include <stdlib.h>            // free, qsort
+#include <string.h>            // strcmp, strlen, strncmp, strerror
+#include <sys/stat.h>          // mkdir, stat, S_ISDIR
+
+#include "../common/check.h"   // invar_calloc, invar_realloc
+#include "csv_read.h"          // csv_table_read, csv_get, csv_number
+#include "report_file.h"       // report_path
+#include "run_meta.h"          // run_meta_get
+
+// The bench's files, as harness/bench/ names them.
+enum { F_GEMM, F_MLA, F_DECODE, F_TP_ALL_REDUCE, F_TP_DECODE, F_DECODE_OPS, N_FILES };
+static const char *const bench_files[N_FILES] = {
+    "bench_gemm.csv", "bench_mla.csv", "bench_decode.csv", "bench_tp_all_reduce.csv",
+    "bench_tp_decode.csv", "bench_decode_ops.csv",
+};
+
+// The memory-bound MLA rows the bench's summary line judges the decode kernel by: 16 heads and
+// a cache larger than twice an H200's 60 MiB L2 (harness/bench/bench_inputs.h's BENCH_L2_BYTES;
+// reports/ may not include harness/). A cache row is the 512 latent and 64 rope values in bf16.
+#define MLA_MEMORY_BOUND_BYTES (2.0 * 60.0 * 1024 * 1024)
+#define MLA_ROW_BYTES ((512.0 + 64.0) * 2.0)
+
+typedef struct {
+    char name[256];
+    char path[PATH_MAX];
+    csv_table *meta, *t[N_FILES];
+} bench_run;
+
+static void run_free(bench_run *r) {
+    csv_table_free(r->meta);
+    for (int i = 0; i < N_FILES; i++) csv_table_free(r->t[i]);
+}
+
+static bool run_load(bench_run *r, const char *dir, const char *name, char *err, int len) {
+    snprintf(r->name, sizeof r->name, "%s", name);
+    char file[PATH_MAX];
+    if (!report_path(r->path, sizeof r->path, dir, name) ||
+        !report_path(file, sizeof file, r->path, "meta.csv")) {
+        snprintf(err, (size_t)len, "%s/%s: path too long", dir, name);
+        return false;
+    }
+    err[0] = '\0';
+    r->meta = csv_table_read(file, true, err, len);
+    if (!r->meta) return false;  // err[0] == '\0': not a run folder
+    for (int i = 0; i < N_FILES; i++) {
+        if (!report_path(file, sizeof file, r->path, bench_files[i])) return false;
+        r->t[i] = csv_table_read(file, true, err, len);
+        if (!r->t[i] && err[0]) return false;
+    }
+    return true;
+}
+
+// Newest first: meta.csv's date_utc, then the folder's name.
+static int newest_first(const void *a, const void *b) {
+    const bench_run *x = a, *y = b;
+    int c = strcmp(run_meta_get(y->meta, "date_utc"), run_meta_get(x->meta, "date_utc"));
+    return c ? c : strcmp(y->name, x->name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Filing a run
+// ---------------------------------------------------------------------------------------------
+
+static bool copy_file(const char *from, const char *to, char *err, int len) {
+    FILE *in = fopen(from, "rb");
+    if (!in) {
+        snprintf(err, (size_t)len, "%s: cannot open: %s", from, strerror(errno));
+        return false;
+    }
+    FILE *out = fopen(to, "wb");
+    if (!out) {
+        snprintf(err, (size_t)len, "%s: cannot create: %s", to, strerror(errno));
+        fclose(in);
+        return false;
+    }
+    char buf[65536];
+    size_t n;
+    bool ok = true;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    ok = ok && !ferror(in);
+    if (fclose(out) != 0) ok = false;
+    fclose(in);
+    if (!ok) snprintf(err, (size_t)len, "%s: copying %s failed", to, from);
+    return ok;
+}
+
+static bool is_bench_csv(const char *name) {
+    size_t n = strlen(name);
+    return strncmp(name, "bench_", 6) == 0 && n > 10 && strcmp(name + n - 4, ".csv") == 0;
+}
+
+int bench_page_file(const char *run_dir, const char *results_dir, char *made, int made_len,
+                    char *err, int len) {
+    char path[PATH_MAX];
+    if (!report_path(path, sizeof path, run_dir, "meta.csv")) {
+        snprintf(err, (size_t)len, "%s: path too long", run_dir);
+        return 2;
+    }
+    csv_table *meta = csv_table_read(path, false, err, len);
+    if (!meta) return 2;
+    // 2026-12-04T23:10:00Z -> 2026-12-04; "NVIDIA H200" -> nvidia-h200; the commit's first 10
+    // hex digits, and -dirty when the tree had changes.
+    char date[16] = "", slug[64] = "", commit[32] = "";
+    snprintf(date, sizeof date, "%.10s", run_meta_get(meta, "date_utc"));
+    const char *device = run_meta_get(meta, "device"), *full = run_meta_get(meta, "invar_commit");
+    size_t n = 0;
+    for (const char *p = device; *p && n + 1 < sizeof slug; p++) {
+        if (isalnum((unsigned char)*p)) slug[n++] = (char)tolower((unsigned char)*p);
+        else if (n > 0 && slug[n - 1] != '-') slug[n++] = '-';
+    }
+    while (n > 0 && slug[n - 1] == '-') n--;
+    slug[n] = '\0';
+    snprintf(commit, sizeof commit, "%.10s%s", full, strstr(full, "-dirty") ? "-dirty" : "");
+    bool bad = strlen(date) != 10 || !slug[0] || !commit[0];
+    if (bad) snprintf(err, (size_t)len, "%s: no date_utc, device or invar_commit row", path);
+    csv_table_free(meta);
+    if (bad) return 2;
+
+    char name[128];
+    snprintf(name, sizeof name, "%s_%s_%s", date, slug, commit);
+    if (!report_path(made, made_len, results_dir, name)) {
+        snprintf(err, (size_t)len, "%s/%s: path too long", results_dir, name);
+        return 2;
+    }
+    if (mkdir(results_dir, 0777) != 0 && errno != EEXIST) {
+        snprintf(err, (size_t)len, "%s: cannot create: %s", results_dir, strerror(errno));
+        return 3;
+    }
+    DIR *d = opendir(run_dir);
+    if (!d) {
+        snprintf(err, (size_t)len, "%s: cannot open: %s", run_dir, strerror(errno));
+        return 2;
+    }
+    // The CSVs first, so a run without any is refused before a folder exists.
+    char names[N_FILES * 4][256];
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d)) && count < N_FILES * 4;)
+        if (is_bench_csv(e->d_name) && strlen(e->d_name) < sizeof names[0])
+            snprintf(names[count++], sizeof names[0], "%s", e->d_name);
+    closedir(d);
+    if (count == 0) {
+        snprintf(err, (size_t)len, "%s: no bench_*.csv: not an `invar bench --out` folder", run_dir);
+        return 2;
+    }
+    if (mkdir(made, 0777) != 0) {
+        const int why = errno;
+        snprintf(err, (size_t)len, "%s: %s", made,
+                 why == EEXIST ? "filed already (a run of this day, device and commit)"
+                               : strerror(why));
+        return why == EEXIST ? 2 : 3;
+    }
+    char from[PATH_MAX], to[PATH_MAX];
+    for (int i = -1; i < count; i++) {
+        const char *file = i < 0 ? "meta.csv" : names[i];
+        if (!report_path(from, sizeof from, run_dir, file) ||
+            !report_path(to, sizeof to, made, file)) {
+            snprintf(err, (size_t)len, "%s/%s: path too long", made, file);
+            return 3;
+        }
+        if (!copy_file(from, to, err, len)) return 3;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The page
+// ---------------------------------------------------------------------------------------------
+
+// Markdown table cell text: '|' escaped, newlines as spaces.
+static void md(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputs("\\|", f);
+        else fputc(*s == '\n' ? ' ' : *s, f);
+    }
+}
+
+// The geometric mean of the GEMM rows' cuBLAS-over-invariant ratio; 0 without rows.
+static double gemm_geomean(const csv_table *t, int *rows) {
+    double log_sum = 0;
+    *rows = 0;
+    for (int r = 0; t && r < t->nrows; r++) {
+        double v;
+        if (!csv_number(csv_get(t, r, "ratio_inv_over_ref"), &v) || v <= 0) continue;
+        log_sum += log(v);
+        (*rows)++;
+    }
+    return *rows ? exp(log_sum / *rows) : 0;
+}
+
+static bool mla_memory_bound(const csv_table *t, int r) {
+    double b, c, h;
+    return csv_number(csv_get(t, r, "batch"), &b) && csv_number(csv_get(t, r, "context"), &c) &&
+           csv_number(csv_get(t, r, "heads"), &h) && h == 16 &&
+           b * c * MLA_ROW_BYTES > MLA_MEMORY_BOUND_BYTES;
+}
+
+// The invariant kernel's lowest share of copy over the memory-bound rows; negative without one.
+static double mla_lowest(const csv_table *t) {
+    double lowest = -1;
+    for (int r = 0; t && r < t->nrows; r++) {
+        double v;
+        if (mla_memory_bound(t, r) && csv_number(csv_get(t, r, "inv_pct_copy"), &v) &&
+            (lowest < 0 || v < lowest))
+            lowest = v;
+    }
+    return lowest;
+}
+
+// One run in a line: GEMM geomean, MLA's lowest share, the decode ratios by batch.
+static void summary_line(FILE *f, const bench_run *r) {
+    int rows;
+    const char *sep = "";
+    double geo = gemm_geomean(r->t[F_GEMM], &rows);
+    if (rows) {
+        fprintf(f, "GEMM geomean invariant/cuBLAS %.3f (%d rows)", geo, rows);
+        sep = "; ";
+    }
+    double lowest = mla_lowest(r->t[F_MLA]);
+    if (lowest >= 0) {
+        fprintf(f, "%sMLA decode lowest share of copy %.1f%%", sep, lowest);
+        sep = "; ";
+    }
+    const csv_table *d = r->t[F_DECODE];
+    if (d && d->nrows) {
+        fprintf(f, "%sdecode tokens/s invariant/reference", sep);
+        for (int i = 0; i < d->nrows; i++)
+            fprintf(f, "%s %s", i ? "," : "", csv_get(d, i, "ratio"));
+        fputs(" (batch", f);
+        for (int i = 0; i < d->nrows; i++) fprintf(f, "%s %s", i ? "," : "", csv_get(d, i, "batch"));
+        fputs(")", f);
+        sep = "; ";
+    }
+    if (!sep[0]) fputs("no GEMM, MLA or decode rows", f);
+}
+
+static void describe(FILE *f, const bench_run *r) {
+    const char *date = run_meta_get(r->meta, "date_utc"), *dev = run_meta_get(r->meta, "device");
+    const char *commit = run_meta_get(r->meta, "invar_commit");
+    fprintf(f, "%.10s, ", date);
+    md(f, dev[0] ? dev : "-");
+    fprintf(f, ", invar %.10s%s", commit, strstr(commit, "-dirty") ? "-dirty" : "");
+}
+
+// A table of the columns of t named in cols (header labels in labels); a column the file lacks
+// is left out. mark_row, when not NULL, adds " *" to the first cell of the rows it accepts.
+static void write_table(FILE *f, const csv_table *t, const char *const *cols,
+                        const char *const *labels, bool (*mark_row)(const csv_table *, int)) {
+    int idx[16], n = 0;
+    const char *lab[16];
+    for (int i = 0; cols[i] && n < 16; i++) {
+        int c = csv_col(t, cols[i]);
+        if (c < 0) continue;
+        idx[n] = c;
+        lab[n++] = labels[i];
+    }
+    if (n == 0) return;
+    for (int i = 0; i < n; i++) fprintf(f, "| %s ", lab[i]);
+    fputs("|\n", f);
+    for (int i = 0; i < n; i++) fputs(i < 1 ? "| --- " : "| ---: ", f);
+    fputs("|\n", f);
+    for (int r = 0; r < t->nrows; r++) {
+        for (int i = 0; i < n; i++) {
+            fputs("| ", f);
+            md(f, csv_at(t, r, idx[i]));
+            if (i == 0 && mark_row && mark_row(t, r)) fputs(" *", f);
+            fputc(' ', f);
+        }
+        fputs("|\n", f);
+    }
+    fputc('\n', f);
+}
+
+// GEMM: N x K down, M across, cuBLAS time over the invariant time in each cell.
+static void write_gemm(FILE *f, const csv_table *t) {
+    int rows;
+    double geo = gemm_geomean(t, &rows);
+    fprintf(f, "### GEMM: invariant speed over cuBLAS\n\n"
+               "cuBLAS time / invariant time per shape (above 1: the invariant GEMM is faster); "
+               "geometric mean over the %d rows: **%.3f**. Times, TFLOP/s, split counts and plans: "
+               "bench_gemm.csv.\n\n", rows, geo);
+    const char *ms[32];
+    int nm = 0;
+    for (int r = 0; r < t->nrows && nm < 32; r++) {
+        const char *m = csv_get(t, r, "M");
+        int i = 0;
+        while (i < nm && strcmp(ms[i], m) != 0) i++;
+        if (i == nm) ms[nm++] = m;
+    }
+    fputs("| N x K |", f);
+    for (int i = 0; i < nm; i++) fprintf(f, " M=%s |", ms[i]);
+    fputs("\n| --- |", f);
+    for (int i = 0; i < nm; i++) fputs(" ---: |", f);
+    fputs("\n", f);
+    for (int r = 0; r < t->nrows; r++) {
+        const char *N = csv_get(t, r, "N"), *K = csv_get(t, r, "K");
+        bool seen = false;
+        for (int q = 0; q < r && !seen; q++)
+            seen = strcmp(csv_get(t, q, "N"), N) == 0 && strcmp(csv_get(t, q, "K"), K) == 0;
+        if (seen) continue;
+        fprintf(f, "| %s x %s |", N, K);
+        for (int i = 0; i < nm; i++) {
+            const char *cell = "–";
+            for (int q = r; q < t->nrows; q++)
+                if (strcmp(csv_get(t, q, "N"), N) == 0 && strcmp(csv_get(t, q, "K"), K) == 0 &&
+                    strcmp(csv_get(t, q, "M"), ms[i]) == 0) {
+                    cell = csv_get(t, q, "ratio_inv_over_ref");
+                    break;
+                }
+            fputc(' ', f);
+            md(f, cell);
+            fputs(" |", f);
+        }
+        fputs("\n", f);
+    }
+    fputs("\n", f);
+}
+
+static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
+    fputs("## Newest run: ", f);
+    describe(f, r);
+    fputs("\n\n", f);
+    static const char *const meta_keys[] = {"date_utc", "device", "cpu_model",
+                                            "compute_capability", "driver", "cuda_runtime",
+                                            "cublas", "collective_library", "gpu_links",
+                                            "invar_commit", "host", "command_line", NULL};
+    fprintf(f, "Folder `%s/%s`.\n\n| meta.csv | |\n| --- | --- |\n", results_dir, r->name);
+    for (int i = 0; meta_keys[i]; i++) {
+        const char *v = run_meta_get(r->meta, meta_keys[i]);
+        // "-": a field this device has not (a CPU run's driver); the CPU model only for one
+        if (!v[0] || strcmp(v, "-") == 0 ||
+            (i == 2 && strcmp(run_meta_get(r->meta, "device"), "cpu") != 0))
+            continue;
+        fprintf(f, "| %s | ", meta_keys[i]);
+        md(f, v);
+        fputs(" |\n", f);
+    }
+    fputs("\nSummary: ", f);
+    summary_line(f, r);
+    fputs(".\n\n", f);
+
+    if (r->t[F_GEMM] && r->t[F_GEMM]->nrows) write_gemm(f, r->t[F_GEMM]);
+    if (r->t[F_MLA] && r->t[F_MLA]->nrows) {
+        fprintf(f, "### MLA decode: share of the device-to-device copy bandwidth\n\n"
+                   "Bytes moved over time, as a share of the measured copy bandwidth. Rows "
+                   "marked * are memory-bound (16 heads, a cache over twice L2): their lowest "
+                   "invariant share is **%.1f%%**.\n\n", mla_lowest(r->t[F_MLA]));
+        static const char *const cols[] = {"batch", "context", "heads", "inv_pct_copy",
+                                           "ref_pct_copy", "inv_us", "ref_us", "inv_tflops",
+                                           "floor_read_pct_copy", NULL};
+        static const char *const labels[] = {"batch", "context", "heads", "invariant % of copy",
+                                             "reference % of copy", "invariant us",
+                                             "reference us", "invariant TFLOP/s",
+                                             "plain read % of copy", NULL};
+        write_table(f, r->t[F_MLA], cols, labels, mla_memory_bound);
+    }
+    static const char *const decode_cols[] = {"device", "model", "T", "batch", "prompt_len",
+                                              "new_tokens", "invariant_tok_s", "reference_tok_s",
+                                              "ratio", NULL};
+    static const char *const decode_labels[] = {"device", "model", "ranks", "batch", "prompt",
+                                                "new tokens", "invariant tok/s",
+                                                "reference tok/s", "ratio", NULL};
+    if (r->t[F_DECODE] && r->t[F_DECODE]->nrows) {
+        fputs("### End-to-end decode: tokens/s\n\n", f);
+        write_table(f, r->t[F_DECODE], decode_cols, decode_labels, NULL);
+    }
+    if (r->t[F_TP_ALL_REDUCE] && r->t[F_TP_ALL_REDUCE]->nrows) {
+        fputs("### Tensor parallel: all-reduce against NCCL\n\n", f);
+        static const char *const cols[] = {"T", "tokens", "elements", "invariant_us", "nccl_us",
+                                           "ratio", NULL};
+        static const char *const labels[] = {"ranks", "tokens", "elements", "invariant us",
+                                             "NCCL us", "ratio", NULL};
+        write_table(f, r->t[F_TP_ALL_REDUCE], cols, labels, NULL);
+    }
+    if (r->t[F_TP_DECODE] && r->t[F_TP_DECODE]->nrows) {
+        fputs("### Tensor parallel: decode tokens/s\n\n", f);
+        write_table(f, r->t[F_TP_DECODE], decode_cols, decode_labels, NULL);
+    }
+    if (r->t[F_DECODE_OPS] && r->t[F_DECODE_OPS]->nrows) {
+        fputs("### One decode step op by op (`--profile`)\n\n", f);
+        static const char *const cols[] = {"device", "batch", "op", "calls_per_step",
+                                           "invariant_us", "reference_us", NULL};
+        static const char *const labels[] = {"device", "batch", "op", "calls a step",
+                                             "invariant us", "reference us", NULL};
+        write_table(f, r->t[F_DECODE_OPS], cols, labels, NULL);
+    }
+}
+
+int bench_page_write(const char *results_dir, FILE *f, char *err, int len) {
+    DIR *d = opendir(results_dir);
+    if (!d) {
+        snprintf(err, (size_t)len, "%s: cannot open: %s", results_dir, strerror(errno));
+        return 2;
+    }
+    bench_run *runs = NULL;
+    int n = 0, cap = 0, code = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[PATH_MAX];
+        struct stat st;
+        if (!report_path(path, sizeof path, results_dir, e->d_name) || stat(path, &st) != 0 ||
+            !S_ISDIR(st.st_mode))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            runs = invar_realloc(runs, (size_t)cap * sizeof *runs, "bench runs");
+        }
+        memset(&runs[n], 0, sizeof runs[n]);
+        if (run_load(&runs[n], results_dir, e->d_name, err, len)) {
+            n++;
+        } else {
+            run_free(&runs[n]);
+            if (err[0]) {  // a CSV that does not parse; a folder without meta.csv is skipped
+                code = 2;
+                break;
+            }
+        }
+    }
+    closedir(d);
+    if (code == 0) {
+        qsort(runs, (size_t)n, sizeof *runs, newest_first);
+        fprintf(f, "# Bench results\n\n"
+                   "Generated by `invar report bench %s` (`make bench-page`) from the bench runs "
+                   "filed there; do not edit by hand. A run is filed with `invar bench --out DIR` "
+                   "then `invar report bench %s --add DIR`; `invar report diff A B` compares two "
+                   "run folders.\n\n", results_dir, results_dir);
+        if (n == 0) {
+            fputs("No bench results yet: no run folder has been filed.\n", f);
+        } else {
+            write_newest(f, results_dir, &runs[0]);
+            if (n > 1) fputs("## Older runs\n\n", f);
+            for (int i = 1; i < n; i++) {
+                fprintf(f, "- `%s`: ", runs[i].name);
+                describe(f, &runs[i]);
+                fputs(": ", f);
+                summary_line(f, &runs[i]);
+                fputs("\n", f);
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) run_free(&runs[i]);
+    free(runs);
+    return code;
+}

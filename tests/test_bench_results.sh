@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# tests/test_bench_results.sh BUILD — bench results as data: `invar bench` writes meta.csv beside
+# its CSVs, `invar report bench --add` files a run as results/bench/<date>_<device>_<commit>/,
+# `invar report bench` writes the page from the filed runs (the fixtures' page must equal
+# tests/fixtures/bench_page.md; the committed kernels/cuda/BENCH.md must be results/bench's page,
+# so a filed run without its page fails here), and `invar report diff` reads two run folders:
+# exit 1 on a row slower than the threshold, 0 above it, writing nothing into either folder.
+# The fixtures (tests/fixtures/bench_results/) are hand-written, not measurements. About 5 s.
+set -u
+BUILD=${1:-build}
+INVAR="$(cd "$(dirname "$BUILD/invar")" && pwd)/invar"
+[ -x "$INVAR" ] || { echo "FAIL: $INVAR not built"; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/invar-bench-results.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+fixtures=tests/fixtures/bench_results
+old=$fixtures/2026-01-01_fixture-gpu_aaaaaaaaaa
+new=$fixtures/2026-01-02_fixture-gpu_bbbbbbbbbb
+
+# The page of the fixtures, newest run first, the older one as a summary line.
+"$INVAR" report bench "$fixtures" >"$work/page.md" || fail "report bench $fixtures: exit $?"
+diff -u tests/fixtures/bench_page.md "$work/page.md" || fail "the fixtures' page differs from tests/fixtures/bench_page.md"
+grep -q 'geometric mean over the 6 rows: \*\*0.984\*\*' "$work/page.md" || fail "no GEMM geomean 0.984"
+grep -q '^- `2026-01-01_fixture-gpu_aaaaaaaaaa`: .*GEMM geomean invariant/cuBLAS 1.000' "$work/page.md" ||
+    fail "no summary line for the older run"
+echo "ok: report bench $fixtures: the newest run's tables, one line for the older"
+
+# The committed page is the page of the committed runs.
+"$INVAR" report bench results/bench --out "$work/BENCH.md" >/dev/null || fail "report bench results/bench: exit $?"
+diff -u kernels/cuda/BENCH.md "$work/BENCH.md" ||
+    fail "kernels/cuda/BENCH.md is not results/bench's page: run make bench-page and commit it"
+echo "ok: kernels/cuda/BENCH.md is results/bench's page"
+
+# No run yet: the page says so.
+mkdir "$work/empty"
+"$INVAR" report bench "$work/empty" | grep -q '^No bench results yet' || fail "an empty folder's page"
+echo "ok: no runs: 'No bench results yet'"
+
+# Filing: a run folder (the newer fixture as `invar bench --out` left it) under its date,
+# device slug and commit; the same run again is exit 2; a folder without meta.csv is exit 2.
+mkdir "$work/run" "$work/results"
+cp "$new"/*.csv "$work/run/"
+"$INVAR" report bench "$work/results" --add "$work/run" --out "$work/filed.md" >/dev/null ||
+    fail "report bench --add: exit $?"
+filed="$work/results/2026-01-02_fixture-gpu_bbbbbbbbbb"
+for f in "$new"/*.csv; do
+    cmp -s "$f" "$filed/$(basename "$f")" || fail "$filed/$(basename "$f") is not a copy of $f"
+done
+"$INVAR" report bench "$work/results" --add "$work/run" >"$work/again.log" 2>&1
+[ $? = 2 ] && grep -q 'filed already' "$work/again.log" || { cat "$work/again.log"; fail "filing twice is not exit 2"; }
+rm "$work/run/meta.csv"
+"$INVAR" report bench "$work/results" --add "$work/run" >"$work/nometa.log" 2>&1
+[ $? = 2 ] && grep -q 'meta.csv' "$work/nometa.log" || { cat "$work/nometa.log"; fail "a run without meta.csv is not exit 2"; }
+echo "ok: report bench --add files a run once, as DATE_DEVICE_COMMIT"
+
+# The diff of two run folders: the 10% slower GEMM row is a regression at 5%, not at 15%.
+"$INVAR" report diff "$old" "$new" --md "$work/diff.md" >"$work/diff.log" 2>&1
+rc=$?
+[ "$rc" = 1 ] || { cat "$work/diff.log"; fail "report diff of the fixtures: exit $rc, not 1"; }
+grep -q '+10.0%  N=576 K=7168 M=64  inv_us' "$work/diff.log" || { cat "$work/diff.log"; fail "the slower row is not named"; }
+grep -q '| N=576 K=7168 M=64 | inv_us | 11.22 | 12.34 | +10.0% |' "$work/diff.md" || fail "diff.md lacks the slower row"
+"$INVAR" report diff "$old" "$new" --md "$work/diff15.md" --threshold 15 >"$work/diff15.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] || { cat "$work/diff15.log"; fail "report diff --threshold 15: exit $rc, not 0"; }
+[ ! -e "$new/diff.md" ] && [ ! -e "$old/diff.md" ] || fail "report diff --md wrote into a run folder"
+echo "ok: report diff of two run folders: exit 1 at 5%, 0 at 15%, nothing written into them"
+
+# A real run on this machine: `invar bench --device cpu` writes meta.csv, and it files.
+"$INVAR" bench --device cpu --quick --out "$work/cpu" >"$work/cpu.log" 2>&1 || { cat "$work/cpu.log"; fail "bench --device cpu: exit $?"; }
+grep -q '^"device","cpu"$' "$work/cpu/meta.csv" && grep -q '^"command_line","bench --device cpu --quick' "$work/cpu/meta.csv" ||
+    fail "bench's meta.csv lacks the device or the command line"
+"$INVAR" report bench "$work/cpu-results" --add "$work/cpu" >"$work/cpu-page.md" 2>/dev/null || fail "filing the cpu run: exit $?"
+ls -d "$work/cpu-results/"*_cpu_* >/dev/null 2>&1 || fail "the cpu run is not filed as DATE_cpu_COMMIT"
+grep -q '^### End-to-end decode: tokens/s' "$work/cpu-page.md" || fail "the cpu run's page has no decode table"
+echo "ok: bench --device cpu writes meta.csv; the run files and pages"
+echo "test_bench_results: ok"

@@ -317,6 +317,16 @@ static void diff_bench(FILE *md_f, FILE *console, const char *file, const csv_ta
             fprintf(console, "%s: no median or time column in both files; not compared\n", file);
         return;
     }
+    // The row's own ratio against the reference set (bench_gemm.csv's ratio_inv_over_ref,
+    // bench_decode.csv's ratio), shown beside a flagged time: whether the reference moved too.
+    int ratio_new = -1, ratio_base = -1;
+    for (int c = 0; c < now->ncols && ratio_new < 0; c++) {
+        static const char *const ratio_word[] = {"ratio", NULL};
+        if (has_word(now->header[c], ratio_word) && csv_col(base, now->header[c]) >= 0) {
+            ratio_new = c;
+            ratio_base = csv_col(base, now->header[c]);
+        }
+    }
     bool *matched = invar_calloc((size_t)base->nrows + 1, sizeof *matched, "diff bench rows");
     int slower = 0, faster = 0, unmatched = 0;
     char key[1024];
@@ -343,9 +353,10 @@ static void diff_bench(FILE *md_f, FILE *console, const char *file, const csv_ta
                 int *count = pass == 0 ? &slower : &faster;
                 if ((*count)++ == 0) {
                     fprintf(md_f, "### %s: %s than %.3g%% (median)\n\n"
-                                  "| row | median | before | now | change in time |\n"
-                                  "|---|---|---:|---:|---:|\n",
-                            file, pass == 0 ? "slower" : "faster", threshold);
+                                  "| row | median | before | now | change in time | %s |\n"
+                                  "|---|---|---:|---:|---:|---:|\n",
+                            file, pass == 0 ? "slower" : "faster", threshold,
+                            ratio_new < 0 ? "" : now->header[ratio_new]);
                     if (console)
                         fprintf(console, "%s: %s than %.3g%%:\n", file,
                                 pass == 0 ? "slower" : "faster", threshold);
@@ -353,9 +364,16 @@ static void diff_bench(FILE *md_f, FILE *console, const char *file, const csv_ta
                 key_text(&m, now, rn, key, sizeof key);
                 fputs("| ", md_f);
                 md(md_f, key);
-                fprintf(md_f, " | %s | %.4g | %.4g | %+.1f%% |\n", col, vb, vn, pct);
+                fprintf(md_f, " | %s | %.4g | %.4g | %+.1f%% | ", col, vb, vn, pct);
+                char ratio[160] = "";
+                if (ratio_new >= 0)
+                    snprintf(ratio, sizeof ratio, "%s -> %s", csv_at(base, rb, ratio_base),
+                             csv_at(now, rn, ratio_new));
+                md(md_f, ratio);
+                fputs(" |\n", md_f);
                 if (console)
-                    fprintf(console, "  %+6.1f%%  %s  %s: %.4g -> %.4g\n", pct, key, col, vb, vn);
+                    fprintf(console, "  %+6.1f%%  %s  %s: %.4g -> %.4g%s%s%s\n", pct, key, col, vb,
+                            vn, ratio[0] ? " (" : "", ratio, ratio[0] ? ")" : "");
             }
         }
         if ((pass == 0 ? slower : faster) > 0) fputs("\n", md_f);

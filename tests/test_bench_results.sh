@@ -57,7 +57,7 @@ echo "ok: report bench --add files a run once, as DATE_DEVICE_COMMIT"
 "$INVAR" report diff "$old" "$new" --md "$work/diff.md" >"$work/diff.log" 2>&1
 rc=$?
 [ "$rc" = 1 ] || { cat "$work/diff.log"; fail "report diff of the fixtures: exit $rc, not 1"; }
-grep -q '+10.0%  N=576 K=7168 M=64  inv_us' "$work/diff.log" || { cat "$work/diff.log"; fail "the slower row is not named"; }
+grep -q "+10.0%  N=576 K=7168 M=64  inv_us: 11.22 -> 12.34 (1.000 -> 0.909)" "$work/diff.log" || { cat "$work/diff.log"; fail "the slower row is not named"; }
 grep -q '| N=576 K=7168 M=64 | inv_us | 11.22 | 12.34 | +10.0% |' "$work/diff.md" || fail "diff.md lacks the slower row"
 "$INVAR" report diff "$old" "$new" --md "$work/diff15.md" --threshold 15 >"$work/diff15.log" 2>&1
 rc=$?

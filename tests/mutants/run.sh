@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/mutants/run.sh — the mutation suite (`make mutants`): plants each tests/mutants/*.patch
 # in a scratch copy of the tree, rebuilds what the patch touches, and runs checks cheapest
-# first until one fails. Prints one line per mutant and a closing count with the catch rate.
+# first until one fails. Prints one line per mutant and a closing count with the catch rate,
+# then rewrites tests/mutants/LEDGER.md from the state files (tests/mutants/ledger.sh).
 #
 #   MUTANTS=a,b          only these mutants (names without .patch)
 #   MUTANTS_FRESH=1      judge again the mutants already judged (state in build-mutants/state)
@@ -31,10 +32,12 @@ mkdir -p "$state" || { echo "mutants: cannot create $state"; exit 2; }
 # the patch relative to the repository root, i.e. to the real tree).
 export GIT_CEILING_DIRECTORIES="$out"
 
-gpu=0
+gpu=0 gpu_name="no GPU"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     gpu=1
+    gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 fi
+where="$(uname -n) ($(nproc 2>/dev/null || echo '?') cores, $gpu_name)"  # a verdict's host, in the ledger
 
 # shellcheck source=tests/mutants/header.sh
 . "$here/header.sh"  # header, header_problem
@@ -273,8 +276,10 @@ for p in "${patches[@]}"; do
     sync_base "${dev:-cpu}"
     t0=$SECONDS
     judge "$p"
-    echo "$LINE [$((SECONDS - t0)) s]"
-    printf '%s\n%s\n%s\n' "$sum" "$VERDICT" "$LINE" >"$st"
+    secs=$((SECONDS - t0))
+    echo "$LINE [$secs s]"
+    # sum, verdict, line, then where and how long: what tests/mutants/ledger.sh writes LEDGER.md from
+    printf '%s\n%s\n%s\n%s\n%s\n' "$sum" "$VERDICT" "$LINE" "$secs" "$where, $(date -u +%Y-%m-%d)" >"$st"
     count[$VERDICT]=$((${count[$VERDICT]:-0} + 1))
     cls="$(header "$p" device)/$(header "$p" class)"
     [ "$VERDICT" = caught ] && class_caught[$cls]=$((${class_caught[$cls]:-0} + 1))
@@ -291,4 +296,5 @@ rate="n/a"
 echo "$caught caught, $survived survived, $skipped skipped" \
      "(${count[invalid]:-0} invalid, ${count[equivalent]:-0} equivalent not counted);" \
      "catch rate $rate; $((SECONDS - start)) s"
+bash "$here/ledger.sh" "$state" "$here/LEDGER.md"
 [ "$survived" = 0 ] && [ "${count[invalid]:-0}" = 0 ]

@@ -94,6 +94,9 @@ suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/te
 suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
 suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shard.sh "$BUILD"
 suite "plugin kernel sets end to end and refused (tests/test_plugin.sh)" bash tests/test_plugin.sh "$BUILD"
+suite "kernels/README.md's example as written (tests/doc_example.sh)" bash tests/doc_example.sh "$BUILD"
+suite "bench results as data (tests/test_bench_results.sh)" bash tests/test_bench_results.sh "$BUILD"
+suite "mutation ledger (tests/test_mutant_ledger.sh)" bash tests/test_mutant_ledger.sh
 if { command -v python3 >/dev/null && python3 -c 'import numpy' 2>/dev/null; } ||
    { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; }; then
     suite "the Python bridge over numpy (tests/test_bridge.sh)" bash tests/test_bridge.sh "$BUILD"

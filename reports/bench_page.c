@@ -107,7 +107,7 @@ int bench_page_file(const char *run_dir, const char *results_dir, char *made, in
     }
     csv_table *meta = csv_table_read(path, false, err, len);
     if (!meta) return 2;
-    // 2026-12-04T23:10:00Z -> 2026-12-04; "NVIDIA H200" -> nvidia-h200; the commit's first 10
+    // YYYY-MM-DDThh:mm:ssZ -> YYYY-MM-DD; "NVIDIA H200" -> nvidia-h200; the commit's first 10
     // hex digits, and -dirty when the tree had changes.
     char date[16] = "", slug[64] = "", commit[32] = "";
     snprintf(date, sizeof date, "%.10s", run_meta_get(meta, "date_utc"));

@@ -7,9 +7,9 @@
 # Reports inside cuBLAS/cuBLASLt's kernels are not invar's to fix and are left out of the
 # verdict by kernel name (they are printed, counted, and kept in the log):
 #   splitKreduce  cuBLASLt's split-K reduction reads workspace it did not initialise
-#                 (initcheck: ~474,000 reports on the H200, 2026-11)
-#   nvjet / gemm / gemv / xmma / cutlass / cublas  cuBLAS's own GEMM kernels (racecheck: 2
-#                 errors, 624 hazards, inside nvjet_sm90_*_splitK_* on the H200, 2026-11-30)
+#                 (initcheck reports by the hundred thousand on the H200)
+#   nvjet / gemm / gemv / xmma / cutlass / cublas  cuBLAS's own GEMM kernels (racecheck reports
+#                 errors and hazards inside nvjet_sm90_*_splitK_* on the H200)
 # Without a CUDA device: a visible SKIP, exit 0.
 set -u
 BUILD=${1:-build}

@@ -176,7 +176,7 @@ static void stream_k_where_the_last_round_is_thin(void **state) {
 
 // The 128 x 256 S = 1 tiles: round robin, then the last 1-1.33 rounds in stream-K order, where
 // the tail's weights stay in L2, a unit has >= 32 k-tiles and the last round idles >= a tenth of
-// the whole (GEMM_STREAM_K_TAIL_*; H200, 132 SMs, the cases measured on 2026-12-02). The plan
+// the whole (GEMM_STREAM_K_TAIL_*, tuned on the H200's 132 SMs). The plan
 // takes the tail where the 128 x 192 tiles would not cost less (dense_192_where_its_waves_cost_less).
 static void stream_k_tail_after_round_robin(void **state) {
     (void)state;
@@ -304,7 +304,7 @@ static void tile_order_covers_every_tile_once(void **state) {
 
 // The cta path's tile by its waves and the time a k-tile of it takes (gemm_cta_wide_tile: 128 x
 // 96, 128 x 128, 128 x 144 or 128 x 192; gemm_cta_narrow_wins: 64 x 96 for 64 x 128, 64 x 72 where
-// N allows; H200, 132 SMs, the grid's cells measured on 2026-12-01), the 128 x 192 split CTAs
+// N allows; tuned on the H200's 132 SMs), the 128 x 192 split CTAs
 // where 128 x 256 would leave more columns empty, and the 128 x 256 cta path (its running total
 // in L2) where the splits are long.
 static void wide_cta_tile_where_it_saves_waves(void **state) {
@@ -341,7 +341,7 @@ static void wide_cta_tile_where_it_saves_waves(void **state) {
                                               // 102 of 64 x 96 one
         {1024, 640, 7168, "64x128/cta"},      // 640 columns: 7 tiles of 96 would leave 32 empty
         {256, 3072, 2048, "64x128/cta"},      // 32 k-tiles: 64 x 128 stages its epilogue, 64 x 96
-                                              // cannot (12.2 against 13.4 us)
+                                              // cannot, and staging wins on short walks
         {1024, 576, 2048, "64x128/cta"},      // the same against 64 x 72
         {1024, 320, 4096, "64x128/cta"},      // 64 k-tiles, the last staged walk
         {1024, 320, 4160, "64x96/cta"},       // 65: 36 units of 64 x 96 against 27 of 64 x 128

@@ -246,7 +246,7 @@ static int on_key(void *user, const char *section, const char *key, const char *
         int axis = matrix_axis_find(key);
         if (axis >= 0) {
             if (!remember(s, section, key)) return 0;
-            char why[256];
+            char why[1200];
             if (!matrix_parse_axis(axis, value, &s->c->axes[axis], why, sizeof why)) {
                 fail_at(s, s->line, "[matrix] %s: bad list: %s", key, why);
                 return 0;

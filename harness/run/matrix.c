@@ -226,7 +226,7 @@ bool matrix_parse_axis(int axis, const char *text, matrix_list *out, char *why, 
     int max_len = paths ? MATRIX_MODEL_LEN : MATRIX_VALUE_LEN;
     if (!split_list(text, max_len, out, why, why_len)) return false;
     for (int i = 0; i < out->n; i++) {
-        char reason[160];
+        char reason[1024];  // a plugin's refusal names its path
         if (!a->check(out->value[i], reason, sizeof reason)) {
             if (a->allowed) snprintf(why, (size_t)why_len, "%s (allowed: %s)", reason, a->allowed);
             else snprintf(why, (size_t)why_len, "%s", reason);

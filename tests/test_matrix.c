@@ -176,7 +176,7 @@ static void expands_every_combination_once(void **state) {
         assert_string_equal(lists[dev].value[c->axis_index[dev]], c->device);
         // Names are unique and carry the varying axes only.
         for (long j = 0; j < k; j++) assert_string_not_equal(cfg[j].name, c->name);
-        char expect[160];
+        char expect[512];
         snprintf(expect, sizeof expect, "%s/%s/max_num_batched_tokens=%d/chunked_prefill=%s",
                  c->device, c->kernel_set, c->max_num_batched_tokens,
                  c->chunked_prefill ? "on" : "off");

@@ -1,8 +1,6 @@
-// harness/bench/bench.c — `invar bench`: the invariant CUDA kernels against the reference set
-// (cuBLAS, split-count MLA), timed with CUDA events.
-//
-//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode|tp] [--profile]
-//               [--shape N:K:M | B:C:H ...]
+// harness/bench/bench.c — the CUDA half of `invar bench` (bench.h; the command line is
+// cmd_bench.c): the invariant CUDA kernels against the reference set (cuBLAS, split-count MLA),
+// timed with CUDA events.
 //
 // GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, after
 // measuring the device-to-device copy bandwidth that the MLA numbers are compared with (or only
@@ -13,10 +11,6 @@
 // (read us, the CSVs' floor_read_* columns: a reference read, the start of a launch included,
 // not a proven bound). Writes DIR/bench_gemm.csv and DIR/bench_mla.csv, and last DIR/meta.csv;
 // with two GPUs also the tensor-parallel rows (harness/bench/bench_tp.h).
-//
-// Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
-// --device cuda was asked for explicitly (the caller wanted numbers and gets none).
-#include <errno.h>               // errno, ERANGE
 #include <math.h>                // exp, log, sqrt
 #include <stdint.h>              // uint16_t, uint64_t, int32_t
 #include <stdio.h>               // printf, fprintf, fopen
@@ -26,12 +20,10 @@
 #include "../../kernels/bf16.h"  // float_to_bf16, invar_mix64, invar_uniform
 #include "../../common/check.h" // invar_die, invar_malloc
 #include "../../sets/registry.h" // kernel_set_create, cuda_device_available
+#include "bench.h"               // bench_shapes, bench_cuda
 #include "bench_decode.h"        // bench_decode
 #include "bench_inputs.h"        // bench_gemm_run_at, bench_l2_copies, BENCH_L2_BYTES
-#include "bench_meta.h"          // bench_meta_write
 #include "bench_tp.h"            // bench_tp
-#include "../cli_args.h"         // cli_parse
-#include "../commands.h"         // cmd_bench
 #include "../host.h"             // host_make_dirs
 #ifdef INVAR_CUDA
 #include "../../kernels/cuda/cuda_timing.h" // cuda_time_median_ms, cuda_copy_bandwidth_gbs, cuda_read_median_ms
@@ -51,79 +43,16 @@ typedef struct {
 
 // --- shapes: the grids, or the --shape rows -----------------------------------------------------
 
-#define BENCH_MAX_SHAPES 96      // the GEMM grid's 84 rows fit
-#define BENCH_MAX_SHAPE_FLAGS 64  // --shape values
-#define MLA_BLOCK 64              // the MLA rows' cache block: a context is whole blocks
 #define MLA_LATENT 512            // the MLA rows' latent (L) and rope (R) dims: DeepSeek's
 #define MLA_ROPE 64
 #define MLA_SPLIT 512             // the invariant set's split size, for the partials' scratch
 
-// GEMM rows (N, K, M) or MLA rows (batch, context, heads), in the order they run.
-typedef struct {
-    int v[BENCH_MAX_SHAPES][3];
-    int n;
-} bench_shapes;
-
-static void shapes_add(bench_shapes *s, int a, int b, int c) {
+void bench_shapes_add(bench_shapes *s, int a, int b, int c) {
     if (s->n == BENCH_MAX_SHAPES) invar_die(INVAR_EXIT_SYSTEM, "bench: more than %d rows", BENCH_MAX_SHAPES);
     s->v[s->n][0] = a;
     s->v[s->n][1] = b;
     s->v[s->n][2] = c;
     s->n++;
-}
-
-// "A:B:C", three decimal integers, field i in [1, max[i]], into out; false with what is wrong
-// in err otherwise. names: the three fields' names for the message.
-static bool parse_shape(const char *text, const char *const names[3], const long max[3], int out[3], char *err,
-                        size_t err_len) {
-    const char *p = text;
-    for (int i = 0; i < 3; i++) {
-        char *end = NULL;
-        errno = 0;
-        long v = (*p >= '0' && *p <= '9') ? strtol(p, &end, 10) : -1;
-        const bool too_long = errno == ERANGE;  // more digits than a long holds
-        if (v < 0 || end == p || (i < 2 ? *end != ':' : *end != '\0')) {
-            snprintf(err, err_len, "--shape: '%s' is not %s:%s:%s (three positive integers)", text, names[0],
-                     names[1], names[2]);
-            return false;
-        }
-        if (too_long || v < 1 || v > max[i]) {
-            if (too_long)
-                snprintf(err, err_len, "--shape: '%s': %s is out of range [1, %ld]", text, names[i], max[i]);
-            else
-                snprintf(err, err_len, "--shape: '%s': %s = %ld is out of range [1, %ld]", text, names[i], v, max[i]);
-            return false;
-        }
-        out[i] = (int)v;
-        p = end + 1;
-    }
-    return true;
-}
-
-// The --shape values for section `only` ("gemm" or "mla") into s; false with what is wrong in
-// err when one is malformed or the section takes none.
-static bool parse_shapes(const cli_list *list, const char *only, bench_shapes *s, char *err, size_t err_len) {
-    s->n = 0;
-    if (list->n == 0) return true;
-    if (!only || (strcmp(only, "gemm") != 0 && strcmp(only, "mla") != 0)) {
-        snprintf(err, err_len, "--shape: needs --only gemm (N:K:M) or --only mla (batch:context:heads)");
-        return false;
-    }
-    const bool gemm = strcmp(only, "gemm") == 0;
-    static const char *const gemm_names[3] = {"N", "K", "M"}, *const mla_names[3] = {"batch", "context", "heads"};
-    static const long gemm_max[3] = {1L << 20, 1L << 20, 1L << 16}, mla_max[3] = {4096, 1L << 20, 1024};
-    for (int i = 0; i < list->n; i++) {
-        int v[3];
-        if (!parse_shape(list->item[i], gemm ? gemm_names : mla_names, gemm ? gemm_max : mla_max, v, err, err_len))
-            return false;
-        if (!gemm && v[1] % MLA_BLOCK != 0) {
-            snprintf(err, err_len, "--shape: '%s': context = %d is not a multiple of the %d-position cache block",
-                     list->item[i], v[1], MLA_BLOCK);
-            return false;
-        }
-        shapes_add(s, v[0], v[1], v[2]);
-    }
-    return true;
 }
 
 #ifdef INVAR_CUDA
@@ -140,14 +69,14 @@ static bench_shapes gemm_grid(void) {
     bench_shapes s = {.n = 0};
     for (size_t i = 0; i < sizeof gemm_nk / sizeof gemm_nk[0]; i++)
         for (size_t j = 0; j < sizeof gemm_m / sizeof gemm_m[0]; j++)
-            shapes_add(&s, gemm_nk[i][0], gemm_nk[i][1], gemm_m[j]);
+            bench_shapes_add(&s, gemm_nk[i][0], gemm_nk[i][1], gemm_m[j]);
     return s;
 }
 static bench_shapes mla_grid(void) {
     bench_shapes s = {.n = 0};
     for (int bi = 0; bi < 3; bi++)
         for (int ci = 0; ci < 3; ci++)
-            for (int hi = 0; hi < 2; hi++) shapes_add(&s, mla_batches[bi], mla_contexts[ci], mla_heads[hi]);
+            for (int hi = 0; hi < 2; hi++) bench_shapes_add(&s, mla_batches[bi], mla_contexts[ci], mla_heads[hi]);
     return s;
 }
 
@@ -169,7 +98,7 @@ static double mla_row_bytes(int B, int ctx, int H) {
     const double row = (MLA_LATENT + MLA_ROPE) * 2.0, kv = (double)B * ctx * row;
     const double q_out = (double)B * H * (row + MLA_LATENT * 2.0);
     const double partials = (double)B * H * ceil(ctx / (double)MLA_SPLIT) * (MLA_LATENT * 4.0 + 8.0);
-    return bench_l2_copies(kv) * (kv + (double)B * (ctx / MLA_BLOCK) * 4) + q_out + partials;
+    return bench_l2_copies(kv) * (kv + (double)B * (ctx / BENCH_MLA_BLOCK) * 4) + q_out + partials;
 }
 
 // Every --shape row fits the device's free memory (with 512 MB to spare), or exit 2 naming the
@@ -302,7 +231,7 @@ static int mla_seed_index(int B, int ctx, int H, int r) {
 static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const bench_shapes *shapes, double copy_gbs,
                         csv_report *csv) {
     double worst_pct = -1.0;
-    const int L = MLA_LATENT, R = MLA_ROPE, BS = MLA_BLOCK;
+    const int L = MLA_LATENT, R = MLA_ROPE, BS = BENCH_MLA_BLOCK;
     printf("\n%5s %7s %5s %10s %10s %8s %8s %7s %7s %8s %8s %8s %8s\n", "batch", "context", "heads", "inv us", "ref us",
            "inv GB/s", "ref GB/s", "inv %cp", "ref %cp", "inv TF/s", "ref TF/s", "read us", "read %cp");
     for (int r = 0; r < shapes->n; r++) {
@@ -381,7 +310,7 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
 }
 
 
-static int run_bench(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes) {
+int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
     ops_set *inv = kernel_set_create("invariant", "cuda", 0);
     ops_set *ref = kernel_set_create("reference", "cuda", 0);
@@ -442,79 +371,13 @@ static int run_bench(const char *out_dir, bool quick, const char *only, bool pro
     ref->destroy(ref);
     return 0;
 }
-#endif
-
-int cmd_bench(int argc, char **argv) {
-    // NULL: not given; defaults after parsing.
-    const char *device = NULL, *out_dir = NULL, *only = NULL;
-    bool quick = false, profile = false;
-    const char *shape_items[BENCH_MAX_SHAPE_FLAGS];
-    cli_list shape_list = {shape_items, 0, BENCH_MAX_SHAPE_FLAGS};
-    const cli_flag flags[] = {
-        {.name = "--device", .choices = "cuda|cpu", .to.string = &device,
-         .help = "cuda (the default; a SKIP without a device, exit 2 when\n"
-                 "asked for) or cpu"},
-        {.name = "--out", .metavar = "DIR", .to.string = &out_dir,
-         .help = "where bench_gemm.csv, bench_mla.csv, bench_decode.csv go\n"
-                 "(default build/bench)"},
-        {.name = "--quick", .kind = CLI_SWITCH, .to.on = &quick,
-         .help = "fewer repetitions (CI smoke run)"},
-        {.name = "--profile", .kind = CLI_SWITCH, .to.on = &profile,
-         .help = "after the decode rates, one decode step's time op by op on\n"
-                 "each set (bench_decode_ops.csv): where invariance costs time"},
-        {.name = "--only", .choices = "gemm|mla|decode|tp", .to.string = &only,
-         .help = "one section (a kernel developer's tuning loop); the copy\n"
-                 "ceiling always runs. tp: the all-reduce and decode at T = 1, 2\n"
-                 "(needs two GPUs; a SKIP line otherwise)"},
-        {.name = "--shape", .kind = CLI_STRINGS, .to.strings = &shape_list, .metavar = "N:K:M|B:C:H",
-         .help = "only this row of the section, repeatable (up to 64, in\n"
-                 "order): --only gemm takes N:K:M (e.g. 1536:7168:1), --only\n"
-                 "mla batch:context:heads (the context a multiple of 64;\n"
-                 "e.g. 32:4096:16); timed as the grid's rows are; a row the\n"
-                 "device's memory cannot hold is exit 2"},
-        {0},
-    };
-    const cli_command cmd = {
-        .name = "invar bench",
-        .about = "cuda: GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS),\n"
-                 "      then end-to-end decode tokens/s of the v2-lite-shaped model at batch 1,\n"
-                 "      32, 128.\n"
-                 "cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.",
-        .flags = flags,
-    };
-    int rc = cli_parse(&cmd, argc, argv);
-    if (rc != CLI_GO_ON) return rc;
-    bool explicit_device = device != NULL;
-    if (!device) device = "cuda";
-    if (!out_dir) out_dir = "build/bench";
-    bench_shapes shapes;
-    char err[256];
-    if (!parse_shapes(&shape_list, only, &shapes, err, sizeof err)) return cli_usage_error(&cmd, "%s", err);
-    if (shapes.n && strcmp(device, "cpu") == 0)
-        return cli_usage_error(&cmd, "--shape: times the CUDA kernels; --device cpu runs the decode only");
-    if (strcmp(device, "cpu") == 0) {
-        // Kernel timings are CUDA-event based; on the CPU only the end-to-end number is taken,
-        // on the CI-sized model.
-        static const int cpu_batches[] = {1, 8};
-        host_make_dirs(out_dir);
-        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, profile, out_dir);
-        bench_meta_write(out_dir, "cpu", argc, argv);
-        return 0;
-    }
-    char why[256];
-    if (!cuda_device_available(why, (int)sizeof why)) {
-        printf("SKIP: no CUDA device: %s\n", why);
-        return explicit_device ? INVAR_EXIT_INPUT : 0;
-    }
-#ifdef INVAR_CUDA
-    rc = run_bench(out_dir, quick, only, profile, &shapes);
-    if (rc == 0) bench_meta_write(out_dir, "cuda", argc, argv);
-    return rc;
 #else
+int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes) {
     (void)out_dir;
     (void)quick;
     (void)only;
     (void)profile;
+    (void)shapes;
     return INVAR_EXIT_INPUT;  // unreachable: without CUDA no device is available
-#endif
 }
+#endif

@@ -70,4 +70,18 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
 int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
                     check_result *summary);
 
+// Whether the set vouches for op's invariance: a built-in set as a whole, a plugin set op by op.
+bool kernel_check_expects_invariant(const ops_set *ops, const op_entry *op);
+// Whether a set's op not vouched for is a negative control that must be caught varying.
+bool kernel_check_must_vary(const op_entry *op, const ops_set *ops);
+// The plugin ABI's op a checker op runs (gemm_f32 is gemm's fp32 store); -1 for ops no plugin
+// provides (kernels/invar_plugin.h).
+int kernel_check_plugin_op(const op_entry *op);
+// The list of M when the caller gave none: --quick's, --exhaustive's or the default.
+void kernel_check_default_batch_sizes(const check_opts *o, const int **Ms, int *n);
+// Whether o selects a shape of a list (--shape, --quick, --exhaustive).
+bool kernel_check_shape_selected(const op_shape *s, const check_opts *o);
+// The shapes of a list (ended by a NULL label) that o selects (--shape, --quick, --exhaustive).
+int kernel_check_count_shapes(const op_shape *shapes, const check_opts *o);
+
 #endif

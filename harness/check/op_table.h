@@ -7,13 +7,12 @@
 // row's output bytes. Everything shared by the rows (weights, tables) comes from the shape.
 //
 // Registering an op is one line in op_table.c's table, OP_ENTRY(name, ...); the op itself (its
-// shapes, buffers, row inputs, call and oracle) is a section in harness/check/ops/ (op_section.h).
+// shapes, buffers, row inputs, call and oracle) is a section in harness/check/ops/ (op_section.h),
+// run the way every op is (op_run.h).
 #ifndef INVAR_HARNESS_OP_TABLE_H
 #define INVAR_HARNESS_OP_TABLE_H
 
 #include <stdbool.h>           // bool
-#include <stddef.h>            // size_t
-#include <stdint.h>            // uint64_t
 #include "../../kernels/ops.h" // ops_set, enum moe_topk_method
 
 // What a non-invariant set (reference, or adversarial) is expected to do with an op.
@@ -71,7 +70,6 @@ typedef struct {
 } op_shape;
 
 typedef struct op_section op_section;  // harness/check/ops/op_section.h
-typedef struct op_case op_case;        // one op at one shape on one set: shared inputs
 
 typedef struct {
     const char *name;             // --op NAME
@@ -88,20 +86,5 @@ typedef struct {
 const op_entry *op_table(void);
 // The entry named `name`; NULL when none.
 const op_entry *op_table_find(const char *name);
-
-// Builds the shape's shared inputs on ops's device (seeded: same seed, same inputs).
-op_case *op_case_open(const op_entry *op, ops_set *ops, const op_shape *shape, uint64_t seed);
-// Bytes of one row's output as the checker compares it (gaps included, left poisoned).
-size_t op_case_row_bytes(const op_case *c);
-// Runs the op once on M rows, row j built from row_seeds[j]; outputs are poisoned before
-// and downloaded after, out receiving M * row_bytes bytes. Returns false when an output
-// element was left unwritten or an element outside the outputs was written.
-bool op_case_run(op_case *c, int M, const uint64_t *row_seeds, void *out);
-// rel-L2 error of one row's output against the float64 oracle (kernels/f64/f64.h).
-double op_case_error(op_case *c, uint64_t row_seed, const void *row_out);
-// op_case_error of n rows (errs[i] for rows[i] made from seeds[i]), side by side on the case's
-// row pool: the float64 oracle of a long row can take longer than the batch that made it.
-void op_case_errors(op_case *c, int n, const uint64_t *seeds, const void *const *rows, double *errs);
-void op_case_close(op_case *c);
 
 #endif

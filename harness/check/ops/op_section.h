@@ -1,6 +1,6 @@
 // harness/check/ops/op_section.h — how an op of the kernel checker is written (harness/check/op_table.h).
 //
-// An op section declares its buffers and gives four functions; harness/check/op_table.c does the
+// An op section declares its buffers and gives four functions; harness/check/op_run.c does the
 // rest for every op alike: allocates each buffer for M rows, builds row j's inputs from its
 // seed, poisons every output byte (0xFF), uploads, calls the op, syncs, downloads, checks that
 // every output element was written and that every gap (ld > width) and unused slot was not,
@@ -18,7 +18,7 @@
 
 #include <stdbool.h>           // bool
 #include <stdint.h>            // int32_t, uint64_t
-#include "../op_table.h"       // op_case, op_shape, ops_set, bf16
+#include "../op_run.h"         // op_case, op_entry, op_shape, ops_set, bf16
 #include "../../../common/thread_pool.h" // thread_pool, thread_pool_fn
 
 #define OP_POISON 0xFF  // every output byte before a run: bf16 0xFFFF / fp32 NaN / int32 -1
@@ -124,7 +124,7 @@ void op_distinct_ids(int32_t *ids, int k, int n, op_rng *r);
 // A random permutation of [0, n).
 void op_shuffle(int32_t *perm, int n, op_rng *r);
 
-// --- the sections (harness/ops/*.c), registered by op_table.c --------------------------------
+// --- the sections (harness/check/ops/*.c), registered by op_table.c --------------------------
 
 extern const op_section gemm_op, gemm_f32_op;   // ops/gemm.c
 extern const op_shape gemm_cpu_shapes[], gemm_cuda_shapes[];

@@ -1,0 +1,26 @@
+// harness/bench/bench.h — the CUDA half of `invar bench` (harness/bench/bench.c): the GEMM and
+// MLA grids or the --shape rows, the decode and tensor-parallel sections; the command line is
+// cmd_bench.c.
+#ifndef INVAR_HARNESS_BENCH_H
+#define INVAR_HARNESS_BENCH_H
+
+#include <stdbool.h>  // bool
+
+#define BENCH_MAX_SHAPES 96  // the GEMM grid's 84 rows fit
+#define BENCH_MLA_BLOCK 64   // the MLA rows' cache block: a context is whole blocks
+
+// GEMM rows (N, K, M) or MLA rows (batch, context, heads), in the order they run.
+typedef struct {
+    int v[BENCH_MAX_SHAPES][3];
+    int n;
+} bench_shapes;
+
+// Appends a row; more than BENCH_MAX_SHAPES is fatal.
+void bench_shapes_add(bench_shapes *s, int a, int b, int c);
+
+// Times the sections (only: "gemm", "mla", "decode", "tp", or NULL for all) on the CUDA device
+// into out_dir; shapes->n > 0: those rows instead of the section's grid. Returns the exit code
+// (2 when a --shape row does not fit the device). Call only when a CUDA device is available.
+int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes);
+
+#endif

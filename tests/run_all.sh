@@ -47,6 +47,10 @@ else
     unit_and_replay_suites "$BUILD"
 fi
 suite "mutation patches still apply (tests/mutants/check_apply.sh)" bash tests/mutants/check_apply.sh
+# The include directions between the rooms, after its own negative control (planted wrong-way
+# includes must be caught).
+layering() { bash tests/layering.sh --self-test && bash tests/layering.sh; }
+suite "include directions between the rooms (tests/layering.sh)" layering
 # The warp-specialized kernels' register counts at launch (a wrong one hangs their setmaxnreg):
 # ptxas alone, so wherever nvcc is, GPU or not.
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -74,10 +74,6 @@ const char *order_op_name(order_op op) {
     return op < ORDER_OPS ? names[op] : "?";
 }
 
-const char *order_log_unobservable_why(const order_log *log, order_op op) {
-    return log->unobservable[op] && log->why[op] ? log->why[op] : "";
-}
-
 const char *order_log_describe(const order_log *log, char *buf, int len) {
     static const struct {
         order_status status;

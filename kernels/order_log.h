@@ -50,8 +50,6 @@ typedef enum {
 
 order_status order_log_status(const order_log *log, order_op op);
 const char *order_op_name(order_op op);
-// The reason given with order_log_note_unobservable, or "".
-const char *order_log_unobservable_why(const order_log *log, order_op op);
 
 // "one order only: mla_attention, moe_combine; changed order: rmsnorm; not observable: gemm
 // (why)" — the ops that ran, by what the log saw of their orders. Returns buf.

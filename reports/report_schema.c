@@ -71,7 +71,6 @@ int summary_col(const csv_table *t, summary_column c) { return csv_col(t, summar
 int divergence_col(const csv_table *t, divergence_column c) {
     return csv_col(t, divergence_names[c]);
 }
-int kernels_col(const csv_table *t, kernels_column c) { return csv_col(t, kernels_names[c]); }
 
 const char *summary_get(const csv_table *t, int row, summary_column c) {
     return csv_get(t, row, summary_names[c]);

@@ -61,6 +61,5 @@ const char *kernels_get(const csv_table *t, int row, kernels_column c);
 // The index of the column in a table read back, or -1.
 int summary_col(const csv_table *t, summary_column c);
 int divergence_col(const csv_table *t, divergence_column c);
-int kernels_col(const csv_table *t, kernels_column c);
 
 #endif

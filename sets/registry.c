@@ -73,8 +73,6 @@ static const kernel_set_entry *plugin_entry(const char *set, const char *device,
 
 const kernel_set_entry *kernel_sets(void) { return entries; }
 
-const kernel_set_entry *kernel_set_controls(void) { return controls; }
-
 const kernel_set_entry *kernel_set_by_name(const char *set) {
     if (plugin_set_named(set)) return plugin_entry(set, NULL, NULL, 0);
     for (const kernel_set_entry *e = entries; e->set; e++)

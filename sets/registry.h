@@ -20,13 +20,11 @@ typedef struct {
 // The sets `invar kernels` checks op by op, terminated by an entry whose set is NULL.
 const kernel_set_entry *kernel_sets(void);
 
-// Engine-level negative controls, NULL-terminated: sets made only of ops that kernel_sets()
-// already has (so the kernel checker, which checks ops, has nothing new to check in them),
-// combined so that one op alone differs from the invariant set. Cases name them like any set.
-const kernel_set_entry *kernel_set_controls(void);
-
-// The first entry of that name on any device, in either table; NULL when none. A plugin set
-// ("plugin:PATH", sets/plugin_set.h) has an entry once its plugin loads, on its own device.
+// The first entry of that name on any device, in kernel_sets() or among the engine-level
+// negative controls (sets made only of ops kernel_sets() already has, combined so that one op
+// alone differs from the invariant set: the kernel checker has nothing new to check in them,
+// cases name them like any set); NULL when none. A plugin set ("plugin:PATH",
+// sets/plugin_set.h) has an entry once its plugin loads, on its own device.
 const kernel_set_entry *kernel_set_by_name(const char *set);
 // Whether a set of that name exists on some device; false with the reason in why (for a plugin
 // set, the loader's message naming the file and the symbol or field at fault).

@@ -4,7 +4,8 @@
 
 #include <stdio.h>                  // snprintf
 #include <stdlib.h>                 // free
-#include <string.h>                 // memcmp, strcmp
+#include <string.h>                 // memcmp, strcmp, strlen
+#include <xxhash.h>                 // XXH3_64bits
 
 #include "op_run.h"                 // op_case_open, op_case_run, op_case_errors
 #include "../../common/check.h"    // invar_die, invar_malloc
@@ -53,12 +54,6 @@ bool kernel_check_must_vary(const op_entry *op, const ops_set *ops) {
     if (plugin_set_is(ops)) return !kernel_check_expects_invariant(ops, op) && op->reference != REF_MAY_BE_STABLE;
     enum ref_expectation e = ops->adversarial ? op->adversarial : op->reference;
     return e == REF_MUST_VARY || (e == REF_MUST_VARY_ON_CPU && strcmp(ops->device, "cpu") == 0);
-}
-
-static uint64_t hash_name(const char *s) {
-    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
 }
 
 // Row seeds. Probes are the rows checked alone; pool row j is the filler at position j of
@@ -178,7 +173,7 @@ static void oracle_flush(oracle_queue *q, check_result *r) {
 void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
                         int shape_index, const check_opts *o, check_result *r) {
     *r = (check_result){.invariant = true, .written = true, .tol = op->tol};
-    uint64_t shape_seed = invar_mix64(o->seed ^ hash_name(op->name) ^
+    uint64_t shape_seed = invar_mix64(o->seed ^ XXH3_64bits(op->name, strlen(op->name)) ^
                                       invar_mix64(0x5a9e + (uint64_t)shape_index));
     op_case *c = op_case_open(op, ops, shape, shape_seed);
     size_t rb = op_case_row_bytes(c);

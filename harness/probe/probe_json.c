@@ -10,6 +10,7 @@
 #include <stdlib.h>              // malloc, free, strtof, strtod, strtol, qsort
 #include <string.h>              // strncmp, strlen
 
+#include <xxhash.h>              // XXH3_64bits
 #include <cjson/cJSON.h>         // cJSON_ParseWithLength, cJSON_GetObjectItemCaseSensitive, ...
 
 #include "../../common/check.h"  // invar_fail
@@ -71,11 +72,9 @@ static bool read_logprob(const cJSON *v, float *out, probe_notes *notes) {
     return true;
 }
 
-// FNV-1a of the text, in 31 bits so it can never read as the missing-token -1.
+// A hash of the text, in 31 bits so it can never read as the missing-token -1.
 static int32_t text_token(const char *s) {
-    uint32_t h = 2166136261u;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-    return (int32_t)(h & 0x7fffffff);
+    return (int32_t)(XXH3_64bits(s, strlen(s)) & 0x7fffffff);
 }
 
 // A token's name, as the tokens array and top_logprobs' keys give it: "token_id:N" or a bare

@@ -8,12 +8,11 @@
 #include <stdlib.h>              // free, realloc
 #include <string.h>              // memset, memcpy
 
-#include "../kernels/bf16.h"     // invar_mix64
 #include "../common/check.h"    // invar_die, invar_malloc, invar_calloc
 #include "kv_cache.h"            // kv_cache_*
 #include "scheduler.h"           // scheduler_*, sched_item
 #include "tp_part.h"             // tp_part, tp_range, tp_part_make, tp_part_local_config
-#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "../common/hash.h"             // invar_mix64
 
 // ---------------------------------------------------------------------------------------------
 // Weights, in the layout the forward pass wants (all device pointers)

@@ -8,9 +8,9 @@
 #include <string.h>              // strstr, strlen
 #include <xxhash.h>              // XXH64
 
-#include "../kernels/bf16.h"     // float_to_bf16, invar_mix64, invar_uniform
+#include "../kernels/bf16.h"     // float_to_bf16
 #include "../common/check.h"    // invar_die, invar_calloc
-#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "../common/hash.h"             // invar_mix64, invar_uniform
 
 typedef struct {
     model_config cfg;

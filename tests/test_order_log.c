@@ -13,10 +13,9 @@
 #include <string.h>   // strstr
 #include <time.h>     // time
 
-#include "../kernels/bf16.h"       // invar_mix64
 #include "../kernels/order_log.h"  // order_log_*
 #include "../sets/registry.h"   // kernel_set_create
-#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "../common/hash.h"             // invar_mix64
 
 static uint64_t seed;
 

@@ -13,10 +13,10 @@
 #include <stdlib.h>                 // malloc, abort
 #include <string.h>                 // memset, memcmp
 
-#include "../kernels/bf16.h"        // float_to_bf16, invar_mix64, invar_uniform
+#include "../kernels/bf16.h"        // float_to_bf16
 #include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/ops.h"         // bf16, ops_set
-#include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "../common/hash.h"             // invar_mix64, invar_uniform
 
 // ---------------------------------------------------------------------------------------------
 // Random data

@@ -17,7 +17,7 @@
 #include <stdlib.h>              // free
 #include <string.h>              // strcmp, strerror, strlen
 
-#include "../../kernels/bf16.h"  // float_to_bf16, invar_mix64, invar_uniform
+#include "../../kernels/bf16.h"  // float_to_bf16
 #include "../../common/check.h" // invar_die, invar_malloc
 #include "../../sets/registry.h" // kernel_set_create, cuda_device_available
 #include "bench.h"               // bench_shapes, bench_cuda
@@ -28,7 +28,7 @@
 #ifdef INVAR_CUDA
 #include "../../kernels/cuda/cuda_timing.h" // cuda_time_median_ms, cuda_copy_bandwidth_gbs, cuda_read_median_ms
 #include "../../kernels/cuda/inv_cuda.h"  // inv_cuda_gemm_plan_describe
-#include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "../../common/hash.h"          // invar_mix64, invar_uniform
 #endif
 
 #ifdef INVAR_CUDA

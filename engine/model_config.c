@@ -10,14 +10,22 @@
 // Named configs
 // ---------------------------------------------------------------------------------------------
 
-static void base_config(model_config *c) {
-    memset(c, 0, sizeof *c);
-    c->moe_layer_freq = 1;
+// DeepSeek-V2's routing: softmax scores, greedy top-k over all experts, the chosen weights
+// neither normalized nor scaled.
+static void v2_routing(model_config *c) {
     c->n_group = 1;
     c->topk_group = 1;
     c->topk_method = MOE_TOPK_GREEDY;
     c->scoring_func = MOE_SCORING_SOFTMAX;
+    c->norm_topk_prob = false;
     c->routed_scaling_factor = 1.0;
+}
+
+// Every preset starts here: V2 routing, plain RoPE, Hugging Face's defaults.
+static void base_config(model_config *c) {
+    memset(c, 0, sizeof *c);
+    c->moe_layer_freq = 1;
+    v2_routing(c);
     c->rms_norm_eps = 1e-6;
     c->rope_theta = 10000.0;
     c->rope_interleave = true;
@@ -33,44 +41,62 @@ static void yarn(model_config *c, double factor, int original_max) {
     c->rope_original_max_position_embeddings = original_max;
 }
 
-// CI-sized, DeepSeek-V3 flavoured: q_lora, sigmoid + group-limited routing with bias, YaRN.
-static void config_tiny(model_config *c) {
-    base_config(c);
-    c->vocab_size = 512;
-    c->hidden_size = 256;
-    c->intermediate_size = 512;
-    c->moe_intermediate_size = 128;
-    c->num_hidden_layers = 4;
-    c->num_attention_heads = 4;
-    c->q_lora_rank = 96;
-    c->kv_lora_rank = 64;
-    c->qk_nope_head_dim = 32;
-    c->qk_rope_head_dim = 16;
-    c->v_head_dim = 32;
-    c->n_routed_experts = 8;
-    c->n_shared_experts = 1;
-    c->num_experts_per_tok = 2;
-    c->first_k_dense_replace = 1;
-    c->n_group = 4;
-    c->topk_group = 2;
+// DeepSeek-V3's routing: sigmoid scores, group-limited top-k with the bias (noaux_tc), the
+// chosen weights normalized and scaled.
+static void v3_routing(model_config *c, int n_group, int topk_group, double scaling) {
+    c->n_group = n_group;
+    c->topk_group = topk_group;
     c->topk_method = MOE_TOPK_NOAUX_TC;
     c->scoring_func = MOE_SCORING_SIGMOID;
     c->norm_topk_prob = true;
-    c->routed_scaling_factor = 2.5;
+    c->routed_scaling_factor = scaling;
+}
+
+// The MoE layout: routed experts, shared experts, experts per token, and the dense layers
+// before the first MoE layer.
+static void moe(model_config *c, int routed, int shared, int per_token, int first_dense) {
+    c->n_routed_experts = routed;
+    c->n_shared_experts = shared;
+    c->num_experts_per_tok = per_token;
+    c->first_k_dense_replace = first_dense;
+}
+
+// The MLA dimensions: q_lora rank (0: q_proj), the latent (kv_lora) rank, the no-rope and rope
+// parts of a query/key head, the value head.
+static void mla(model_config *c, int q_lora, int kv_lora, int nope, int rope, int v) {
+    c->q_lora_rank = q_lora;
+    c->kv_lora_rank = kv_lora;
+    c->qk_nope_head_dim = nope;
+    c->qk_rope_head_dim = rope;
+    c->v_head_dim = v;
+}
+
+// The sizes: vocabulary, hidden, dense MLP, one routed expert, layers, attention heads.
+static void sizes(model_config *c, int vocab, int hidden, int inter, int moe_inter, int layers, int heads) {
+    c->vocab_size = vocab;
+    c->hidden_size = hidden;
+    c->intermediate_size = inter;
+    c->moe_intermediate_size = moe_inter;
+    c->num_hidden_layers = layers;
+    c->num_attention_heads = heads;
+}
+
+// CI-sized, DeepSeek-V3 flavoured: q_lora, sigmoid + group-limited routing with bias, YaRN.
+static void config_tiny(model_config *c) {
+    base_config(c);
+    sizes(c, 512, 256, 512, 128, 4, 4);
+    mla(c, 96, 64, 32, 16, 32);
+    moe(c, 8, 1, 2, 1);
+    v3_routing(c, 4, 2, 2.5);
     c->max_position_embeddings = 4096;
     yarn(c, 4.0, 1024);
 }
 
-// CI-sized, DeepSeek-V2 flavoured: q_proj (no q_lora), softmax + greedy routing, no scaling.
+// CI-sized, DeepSeek-V2 flavoured: tiny with q_proj (no q_lora), V2 routing, plain RoPE.
 static void config_tiny_v2(model_config *c) {
     config_tiny(c);
     c->q_lora_rank = 0;
-    c->n_group = 1;
-    c->topk_group = 1;
-    c->topk_method = MOE_TOPK_GREEDY;
-    c->scoring_func = MOE_SCORING_SOFTMAX;
-    c->norm_topk_prob = false;
-    c->routed_scaling_factor = 1.0;
+    v2_routing(c);
     c->rope_yarn = false;
 }
 
@@ -88,53 +114,21 @@ static void config_tiny_tp(model_config *c) {
 // Real MLA head dimensions (the 576/512 latent layout), few layers.
 static void config_small(model_config *c) {
     base_config(c);
-    c->vocab_size = 8192;
-    c->hidden_size = 1024;
-    c->intermediate_size = 2816;
-    c->moe_intermediate_size = 384;
-    c->num_hidden_layers = 3;
-    c->num_attention_heads = 16;
-    c->q_lora_rank = 384;
-    c->kv_lora_rank = 512;
-    c->qk_nope_head_dim = 128;
-    c->qk_rope_head_dim = 64;
-    c->v_head_dim = 128;
-    c->n_routed_experts = 16;
-    c->n_shared_experts = 1;
-    c->num_experts_per_tok = 4;
-    c->first_k_dense_replace = 1;
-    c->n_group = 4;
-    c->topk_group = 2;
-    c->topk_method = MOE_TOPK_NOAUX_TC;
-    c->scoring_func = MOE_SCORING_SIGMOID;
-    c->norm_topk_prob = true;
-    c->routed_scaling_factor = 2.5;
+    sizes(c, 8192, 1024, 2816, 384, 3, 16);
+    mla(c, 384, 512, 128, 64, 128);
+    moe(c, 16, 1, 4, 1);
+    v3_routing(c, 4, 2, 2.5);
     c->max_position_embeddings = 16384;
     yarn(c, 40.0, 4096);
 }
 
-// DeepSeek-V2-Lite's real dimensions (27 layers in the checkpoint; 4 here to keep runs short).
+// DeepSeek-V2-Lite's real dimensions (27 layers in the checkpoint; 4 here to keep runs short),
+// V2 routing (the base's).
 static void config_v2_lite(model_config *c) {
     base_config(c);
-    c->vocab_size = 102400;
-    c->hidden_size = 2048;
-    c->intermediate_size = 10944;
-    c->moe_intermediate_size = 1408;
-    c->num_hidden_layers = 4;
-    c->num_attention_heads = 16;
-    c->q_lora_rank = 0;
-    c->kv_lora_rank = 512;
-    c->qk_nope_head_dim = 128;
-    c->qk_rope_head_dim = 64;
-    c->v_head_dim = 128;
-    c->n_routed_experts = 64;
-    c->n_shared_experts = 2;
-    c->num_experts_per_tok = 6;
-    c->first_k_dense_replace = 1;
-    c->topk_method = MOE_TOPK_GREEDY;
-    c->scoring_func = MOE_SCORING_SOFTMAX;
-    c->norm_topk_prob = false;
-    c->routed_scaling_factor = 1.0;
+    sizes(c, 102400, 2048, 10944, 1408, 4, 16);
+    mla(c, 0, 512, 128, 64, 128);
+    moe(c, 64, 2, 6, 1);
     c->max_position_embeddings = 163840;
     yarn(c, 40.0, 4096);
 }

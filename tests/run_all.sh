@@ -4,7 +4,11 @@
 # runs merged; on a machine with a CUDA device also the CUDA kernel checks and the GPU matrix.
 # Prints one closing line "N passed, N failed, N skipped in T s" (suites, not cases). Independent
 # suites run CHECK_JOBS at a time (tests/suites.sh; default one per core): first everything that
-# reads only the build, then, after a wait, the suites that read the reports of the first.
+# reads only the build, then, after a wait, the suites that read the reports of the first. In
+# parallel each suite's closing line is printed as it ends; the whole outputs, in order, go to
+# CHECK_LOG (default BUILD/check.log), and a failed suite's output is printed again at the end.
+# Where nvcc is but BUILD is CPU-only, CHECK_CUDA_BUILD=DIR (set by `make check`) adds a suite
+# that compiles the CUDA build in DIR.
 set -u
 BUILD=${1:-build}
 REPORT="$BUILD/report"  # each report kind in its own directory: run/CASE, kernels/DEVICE
@@ -33,6 +37,20 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
     else
         gpu=1
     fi
+fi
+
+# Where nvcc is but the build checked is CPU-only (no GPU here), the CUDA build must still
+# compile: one suite, started first since it is the longest by far (minutes of nvcc on a small
+# machine; the suites below run beside it). `make check` names its directory in
+# CHECK_CUDA_BUILD (empty: the build is CUDA already, or there is no nvcc).
+if [ -n "${CHECK_CUDA_BUILD:-}" ]; then
+    # The parent make's jobserver is not passed down to this script: -j of its own.
+    cuda_build() { MAKEFLAGS=$(sed 's/--jobserver-[a-z]*=[^ ]*//g; s/\(^\| \)-j[0-9]*//g' <<<"${MAKEFLAGS:-}") \
+        make --no-print-directory -j"$(nproc 2>/dev/null || echo 2)" CUDA=1 BUILD="$CHECK_CUDA_BUILD" all tests; }
+    suite "CUDA build compiles (make CUDA=1 BUILD=$CHECK_CUDA_BUILD all tests)" cuda_build
+elif [ -z "${CHECK_CUDA_BUILD+set}" ] && [ "$gpu" != 1 ] &&
+     { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+    skip_suite "CUDA build compiles: not asked (make check asks, through CHECK_CUDA_BUILD, where nvcc is and the build is CPU-only)"
 fi
 
 if [ "$gpu" = 1 ]; then

@@ -4,26 +4,37 @@
 # SUITE_PREFIX is put before each suite's name.
 #
 # CHECK_JOBS=N runs up to N suites at once (default: the number of cores, at most 16; 1 runs
-# them one after another, streaming their output). In parallel each suite's output goes to a
-# log and is printed whole, in the order the suites were started, at the next suite_wait, so
-# the output reads as a sequential run's; every suite still says how long it took.
+# them one after another, streaming their output). In parallel each suite's closing line is
+# printed as soon as it ends, its output goes to a log, and the logs are gathered whole, in the
+# order the suites were started, into CHECK_LOG (default BUILD/check.log) at the next
+# suite_wait, so that file reads as a sequential run's; the outputs of failed suites are
+# printed again at the end (print_failures).
 passed=0 failed=0 skipped=0
 failures=()
+failed_ids=()   # the parallel logs of the failed suites, printed by print_failures
 suite_jobs=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$suite_jobs" -gt 16 ] && suite_jobs=16
 suite_dir=$(mktemp -d "${TMPDIR:-/tmp}/invar-suites.XXXXXX") || exit 2
 trap 'rm -rf "$suite_dir"' EXIT
 suite_count=0   # suites (and skips) started: their order in the output
-suite_shown=0   # of those, the ones already printed
+suite_shown=0   # of those, the ones already gathered
+if [ "$suite_jobs" -gt 1 ]; then
+    check_log=${CHECK_LOG:-${BUILD:-build}/check.log}
+    mkdir -p "$(dirname "$check_log")" && : >"$check_log" || exit 2
+    echo "suites' whole outputs, in order: $check_log"
+fi
 
-suite_verdict() {  # suite_verdict NAME OK|FAILED SECONDS: counts it and prints the closing line
+suite_closing() {  # suite_closing NAME OK|FAILED SECONDS: the closing line
+    echo "--- ${SUITE_PREFIX:-}$1: $2 in $3 s"
+}
+
+suite_count_verdict() {  # suite_count_verdict NAME OK|FAILED
     if [ "$2" = ok ]; then
         passed=$((passed + 1))
     else
         failed=$((failed + 1))
         failures+=("$1")
     fi
-    echo "--- ${SUITE_PREFIX:-}$1: $2 in $3 s"
 }
 
 suite() {  # suite NAME COMMAND...: runs one suite (in the background with CHECK_JOBS > 1)
@@ -33,7 +44,8 @@ suite() {  # suite NAME COMMAND...: runs one suite (in the background with CHECK
         echo
         echo "=== ${SUITE_PREFIX:-}$name"
         "$@" || verdict=FAILED
-        suite_verdict "$name" "$verdict" $((SECONDS - start))
+        suite_count_verdict "$name" "$verdict"
+        suite_closing "$name" "$verdict" $((SECONDS - start))
         return
     fi
     suite_count=$((suite_count + 1))
@@ -44,6 +56,7 @@ suite() {  # suite NAME COMMAND...: runs one suite (in the background with CHECK
         start=$SECONDS
         if "$@" >"$suite_dir/$id.log" 2>&1 </dev/null; then verdict=ok; else verdict=FAILED; fi
         echo "$verdict $((SECONDS - start))" >"$suite_dir/$id.verdict"
+        suite_closing "$name" "$verdict" $((SECONDS - start))  # one short line: written whole
     ) &
 }
 
@@ -54,26 +67,32 @@ skip_suite() {  # skip_suite MESSAGE: a suite that cannot run here, counted and 
         skipped=$((skipped + 1))
         return
     fi
+    echo "=== SKIP: $1"
     suite_count=$((suite_count + 1))
     printf '%s\n' "$1" >"$suite_dir/$(printf '%04d' "$suite_count").skip"
 }
 
-suite_wait() {  # suite_wait: waits for the suites started, prints them in order, counts them
+suite_wait() {  # suite_wait: waits for the suites started, gathers their logs in order, counts them
     wait
-    local id verdict seconds
+    local id verdict seconds name
     while [ "$suite_shown" -lt "$suite_count" ]; do
         suite_shown=$((suite_shown + 1))
         id=$(printf '%04d' "$suite_shown")
-        echo
         if [ -f "$suite_dir/$id.skip" ]; then
-            echo "=== SKIP: $(cat "$suite_dir/$id.skip")"
+            printf '\n=== SKIP: %s\n' "$(cat "$suite_dir/$id.skip")" >>"$check_log"
             skipped=$((skipped + 1))
             continue
         fi
-        echo "=== ${SUITE_PREFIX:-}$(cat "$suite_dir/$id.name")"
-        cat "$suite_dir/$id.log" 2>/dev/null
+        name=$(cat "$suite_dir/$id.name")
         read -r verdict seconds <"$suite_dir/$id.verdict" 2>/dev/null || { verdict=FAILED; seconds=0; }
-        suite_verdict "$(cat "$suite_dir/$id.name")" "$verdict" "$seconds"
+        {
+            echo
+            echo "=== ${SUITE_PREFIX:-}$name"
+            cat "$suite_dir/$id.log" 2>/dev/null
+            suite_closing "$name" "$verdict" "$seconds"
+        } >>"$check_log"
+        suite_count_verdict "$name" "$verdict"
+        [ "$verdict" = ok ] || failed_ids+=("$id")
     done
 }
 
@@ -92,10 +111,18 @@ unit_and_replay_suites() {  # unit_and_replay_suites BUILD [TEST]: TEST left to 
     done
 }
 
-print_failures() {
+print_failures() {  # the failed suites' whole outputs (parallel runs), then their names
     suite_wait
+    local id
+    for id in "${failed_ids[@]}"; do
+        echo
+        echo "=== ${SUITE_PREFIX:-}$(cat "$suite_dir/$id.name") (FAILED; output as in $check_log)"
+        cat "$suite_dir/$id.log" 2>/dev/null
+    done
     echo
     if [ "${#failures[@]}" -gt 0 ]; then
         printf 'failed: %s\n' "${failures[@]}"
     fi
+    [ "$suite_jobs" -gt 1 ] && echo "suites' whole outputs, in order: $check_log"
+    return 0
 }

@@ -69,6 +69,12 @@ suite "mutation patches still apply (tests/mutants/check_apply.sh)" bash tests/m
 # includes must be caught).
 layering() { bash tests/layering.sh --self-test && bash tests/layering.sh; }
 suite "include directions between the rooms (tests/layering.sh)" layering
+# Comments say the rule and one reason; measurements live in results/ (issue 58's limits).
+comment_share() {
+    python3 tests/comment_share.py --max 30 --max-lines kernels/cuda/gemm_plan.cuh=300 kernels/cuda | tail -n 1
+    test "${PIPESTATUS[0]}" = 0
+}
+suite "kernels/cuda at most 30% comment, gemm_plan.cuh at most 300 lines (tests/comment_share.py)" comment_share
 # The warp-specialized kernels' register counts at launch (a wrong one hangs their setmaxnreg):
 # ptxas alone, so wherever nvcc is, GPU or not.
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -547,16 +547,22 @@ bool case_model_open(const char *model, uint64_t seed, model_config *cfg, weight
     return true;
 }
 
-bool case_file_set_kernel_set(case_file *c, const char *set, char *err, int err_len) {
-    int axis = matrix_axis_find("kernel_sets");
-    matrix_list list;
+// One value for an axis from a command-line flag, checked as the case file's list would be.
+static bool flag_value(const char *key, const char *value, const char *flag, const char *one,
+                       matrix_list *list, char *err, int err_len) {
     char why[1024];
-    if (!matrix_parse_axis(axis, set, &list, why, sizeof why) || list.n != 1) {
-        snprintf(err, (size_t)err_len, "--kernel-set: %s", list.n != 1 ? "one kernel set only" : why);
+    if (!matrix_parse_axis(matrix_axis_find(key), value, list, why, sizeof why) || list->n != 1) {
+        snprintf(err, (size_t)err_len, "%s: %s", flag, list->n != 1 ? one : why);
         return false;
     }
-    list.line = 0;
-    c->axes[axis] = list;
+    list->line = 0;
+    return true;
+}
+
+bool case_file_set_kernel_set(case_file *c, const char *set, char *err, int err_len) {
+    matrix_list list;
+    if (!flag_value("kernel_sets", set, "--kernel-set", "one kernel set only", &list, err, err_len)) return false;
+    c->axes[matrix_axis_find("kernel_sets")] = list;
     return true;
 }
 
@@ -564,10 +570,7 @@ bool case_file_set_model(case_file *c, const char *model, char *err, int err_len
     int axis = matrix_axis_find("models");
     matrix_list list;
     char why[1024];
-    if (!matrix_parse_axis(axis, model, &list, why, sizeof why) || list.n != 1) {
-        snprintf(err, (size_t)err_len, "--model: %s", list.n != 1 ? "one model only" : why);
-        return false;
-    }
+    if (!flag_value("models", model, "--model", "one model only", &list, err, err_len)) return false;
     model_config cfg;
     if (!case_model_open(model, c->seed, &cfg, NULL, why, sizeof why)) {
         snprintf(err, (size_t)err_len, "--model: %s", why);

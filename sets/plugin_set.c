@@ -53,8 +53,9 @@ int plugin_op_by_name(const char *name) {
     return -1;
 }
 
-bool plugin_set_named(const char *set) {
-    return strncmp(set, PLUGIN_SET_PREFIX, sizeof PLUGIN_SET_PREFIX - 1) == 0;
+const char *plugin_set_path(const char *set) {
+    return strncmp(set, PLUGIN_SET_PREFIX, sizeof PLUGIN_SET_PREFIX - 1) == 0 ? set + sizeof PLUGIN_SET_PREFIX - 1
+                                                                             : NULL;
 }
 
 static uint64_t provided_ops(const invar_plugin *p) {
@@ -199,7 +200,7 @@ static void after(ops_set *ops, const char *op) {
     if (!s->failed) return;
     if (!s->failed_op) s->failed_op = op;
     if (!s->collect_errors)
-        invar_die(INVAR_EXIT_SYSTEM, "plugin %s: %s failed: %s", s->name + sizeof PLUGIN_SET_PREFIX - 1, op,
+        invar_die(INVAR_EXIT_SYSTEM, "plugin %s: %s failed: %s", plugin_set_path(s->name), op,
                   s->error);
 }
 

@@ -18,8 +18,8 @@ typedef struct {
     uint64_t claims;    // INVAR_OP_BIT of each op it claims batch-invariant
 } plugin_info;
 
-// Whether a set name names a plugin ("plugin:PATH"); the path follows the prefix.
-bool plugin_set_named(const char *set);
+// The PATH of a set named "plugin:PATH"; NULL for any other name.
+const char *plugin_set_path(const char *set);
 // Whether PATH is a table registered in this process (invar_plugin_register), not a file.
 bool plugin_is_registered(const char *path);
 

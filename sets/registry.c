@@ -7,7 +7,7 @@
 #include "../kernels/cpu/inv_cpu.h"         // inv_cpu_create
 #include "../reference/cpu/ref_cpu.h"       // ref_cpu_create, inv_ring_cpu_create
 #include "../adversarial/cpu/adv_cpu.h"     // adv_cpu_create
-#include "plugin_set.h"                     // plugin_set_named, plugin_probe, plugin_set_create
+#include "plugin_set.h"                     // plugin_set_path, plugin_probe, plugin_set_create
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/inv_cuda.h"       // inv_cuda_create, inv_cuda_device_available, inv_cuda_use_device
 #include "../reference/cuda/ref_cuda.h"     // ref_cuda_create
@@ -38,56 +38,61 @@ static const kernel_set_entry controls[] = {
 // probed: the registry's own table, filled as names are looked up (a probe loads the plugin and
 // reads its table; it builds no set).
 #define PLUGIN_ENTRIES_MAX 32
-static kernel_set_entry plugin_entries[PLUGIN_ENTRIES_MAX];
-static char plugin_entry_names[PLUGIN_ENTRIES_MAX][sizeof PLUGIN_SET_PREFIX + 4096];
-static char plugin_entry_devices[PLUGIN_ENTRIES_MAX][8];
-static int plugin_entry_count;
+static struct {
+    kernel_set_entry entry;
+    char name[sizeof PLUGIN_SET_PREFIX + 4096];
+    char device[8];
+} plugins[PLUGIN_ENTRIES_MAX];
+static int plugin_count;
 
-// The entry of plugin set `set` on `device` (NULL: the plugin's own device); NULL with the
-// plugin's refusal in why when it cannot be loaded there.
 static const kernel_set_entry *plugin_entry(const char *set, const char *device, char *why, int why_len) {
-    for (int i = 0; i < plugin_entry_count; i++)
-        if (strcmp(plugin_entry_names[i], set) == 0 && (!device || strcmp(plugin_entry_devices[i], device) == 0))
-            return &plugin_entries[i];
+    for (int i = 0; i < plugin_count; i++)
+        if (strcmp(plugins[i].name, set) == 0 && (!device || strcmp(plugins[i].device, device) == 0))
+            return &plugins[i].entry;
     plugin_info info;
     char err[1024];
-    if (!plugin_probe(set + sizeof PLUGIN_SET_PREFIX - 1, device, &info, err, (int)sizeof err)) {
-        if (why) snprintf(why, (size_t)why_len, "%s", err);
+    if (!plugin_probe(plugin_set_path(set), device, &info, err, (int)sizeof err)) {
+        snprintf(why, (size_t)why_len, "%s", err);
         return NULL;
     }
-    if (plugin_entry_count == PLUGIN_ENTRIES_MAX) {
-        if (why) snprintf(why, (size_t)why_len, "more than %d plugin sets", PLUGIN_ENTRIES_MAX);
+    if (plugin_count == PLUGIN_ENTRIES_MAX) {
+        snprintf(why, (size_t)why_len, "more than %d plugin sets", PLUGIN_ENTRIES_MAX);
         return NULL;
     }
-    int i = plugin_entry_count++;
-    snprintf(plugin_entry_names[i], sizeof plugin_entry_names[i], "%s", set);
-    snprintf(plugin_entry_devices[i], sizeof plugin_entry_devices[i], "%s", info.device);
-    plugin_entries[i] = (kernel_set_entry){
-        .set = plugin_entry_names[i],
-        .device = plugin_entry_devices[i],
+    int i = plugin_count++;
+    snprintf(plugins[i].name, sizeof plugins[i].name, "%s", set);
+    snprintf(plugins[i].device, sizeof plugins[i].device, "%s", info.device);
+    plugins[i].entry = (kernel_set_entry){
+        .set = plugins[i].name,
+        .device = plugins[i].device,
         .create = NULL,  // kernel_set_create builds it from the path
         .batch_invariant = (info.claims & info.provided) == info.provided,
     };
-    return &plugin_entries[i];
+    return &plugins[i].entry;
 }
 
 const kernel_set_entry *kernel_sets(void) { return entries; }
 
-const kernel_set_entry *kernel_set_by_name(const char *set) {
-    if (plugin_set_named(set)) return plugin_entry(set, NULL, NULL, 0);
-    for (const kernel_set_entry *e = entries; e->set; e++)
-        if (strcmp(e->set, set) == 0) return e;
-    for (const kernel_set_entry *e = controls; e->set; e++)
-        if (strcmp(e->set, set) == 0) return e;
+const kernel_set_entry *kernel_set_lookup(const char *set, const char *device, char *why, int why_len) {
+    char ignored[8];
+    if (!why) {
+        why = ignored;
+        why_len = (int)sizeof ignored;
+    }
+    if (plugin_set_path(set)) return plugin_entry(set, device, why, why_len);
+    bool named = false;
+    for (int t = 0; t < 2; t++)
+        for (const kernel_set_entry *e = t ? controls : entries; e->set; e++) {
+            if (strcmp(e->set, set) != 0) continue;
+            if (!device || strcmp(e->device, device) == 0) return e;
+            named = true;
+        }
+    if (named) snprintf(why, (size_t)why_len, "no kernel set '%s' on device %s", set, device);
+    else snprintf(why, (size_t)why_len, "unknown kernel set '%s'", set);
     return NULL;
 }
 
-bool kernel_set_known(const char *set, char *why, int why_len) {
-    if (plugin_set_named(set)) return plugin_entry(set, NULL, why, why_len) != NULL;
-    if (kernel_set_by_name(set)) return true;
-    snprintf(why, (size_t)why_len, "unknown kernel set '%s'", set);
-    return false;
-}
+const kernel_set_entry *kernel_set_by_name(const char *set) { return kernel_set_lookup(set, NULL, NULL, 0); }
 
 bool kernel_set_is_adversarial(const char *set) {
     const kernel_set_entry *e = kernel_set_by_name(set);
@@ -99,16 +104,11 @@ bool kernel_set_invariant_at(const kernel_set_entry *e, int tensor_parallel) {
 }
 
 const kernel_set_entry *kernel_set_find(const char *set, const char *device) {
-    if (plugin_set_named(set)) return plugin_entry(set, device, NULL, 0);
-    for (int t = 0; t < 2; t++)
-        for (const kernel_set_entry *e = t ? controls : entries; e->set; e++)
-            if (strcmp(e->set, set) == 0 && strcmp(e->device, device) == 0) return e;
-    return NULL;
+    return kernel_set_lookup(set, device, NULL, 0);
 }
 
 static ops_set *set_create(const char *set, const char *device, int threads, int rank) {
-    if (plugin_set_named(set))
-        return plugin_set_create(set + sizeof PLUGIN_SET_PREFIX - 1, device, threads, rank);
+    if (plugin_set_path(set)) return plugin_set_create(plugin_set_path(set), device, threads, rank);
     const kernel_set_entry *e = kernel_set_find(set, device);
     return e ? e->create(threads) : NULL;
 }

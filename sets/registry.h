@@ -26,9 +26,10 @@ const kernel_set_entry *kernel_sets(void);
 // cases name them like any set); NULL when none. A plugin set ("plugin:PATH",
 // sets/plugin_set.h) has an entry once its plugin loads, on its own device.
 const kernel_set_entry *kernel_set_by_name(const char *set);
-// Whether a set of that name exists on some device; false with the reason in why (for a plugin
-// set, the loader's message naming the file and the symbol or field at fault).
-bool kernel_set_known(const char *set, char *why, int why_len);
+// The entry of (set, device), device NULL for any; NULL with the reason in why (may be NULL):
+// an unknown name, a set not on that device, or a plugin's refusal naming its file and the
+// symbol or field at fault.
+const kernel_set_entry *kernel_set_lookup(const char *set, const char *device, char *why, int why_len);
 
 // Whether configs of e at tensor_parallel T run in batch-invariant mode.
 bool kernel_set_invariant_at(const kernel_set_entry *e, int tensor_parallel);

@@ -40,6 +40,12 @@ static const char *expectation(const ops_set *ops, const op_entry *op) {
     return kernel_check_must_vary(op, ops) ? "must vary" : "may be stable";
 }
 
+// One kernels.csv row, written as it finishes; a failed write ends the run.
+static void put_row(report *rep, const char *const fields[KERNELS_NCOLS]) {
+    char why[PATH_MAX + 128];
+    if (!csv_report_row(rep->csv, fields, why, sizeof why)) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why);
+}
+
 static void write_row(report *rep, const ops_set *ops, const op_entry *op, const char *shape,
                       const char *status, const check_result *r, double seconds, const char *note) {
     const char *source = plugin_set_is(ops) ? plugin_set_op_source(ops, (enum invar_plugin_op)kernel_check_plugin_op(op))
@@ -63,9 +69,7 @@ static void write_row(report *rep, const ops_set *ops, const op_entry *op, const
         [KERNELS_SECONDS] = secs, [KERNELS_SEED] = seed, [KERNELS_SOURCE] = source,
         [KERNELS_NOTE] = note,
     };
-    char why[PATH_MAX + 128];
-    if (!csv_report_row(rep->csv, fields, why, sizeof why))
-        invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why);
+    put_row(rep, fields);
 }
 
 static void print_line(const char *status, const ops_set *ops, const op_entry *op,
@@ -195,8 +199,7 @@ typedef struct {
 // The first shape of op's list the child did not report: the one it was checking.
 static const char *shape_in_progress(const plugin_run *p, const op_entry *op, bool claimed,
                                      const csv_table *done) {
-    const op_shape *shapes = p->o->shapes ? p->o->shapes
-                             : strcmp(p->device, "cuda") == 0 ? op->cuda_shapes : op->cpu_shapes;
+    const op_shape *shapes = kernel_check_shape_list(op, p->device, p->o);
     for (int i = 0; shapes[i].label; i++) {
         if (!kernel_check_shape_selected(&shapes[i], p->o) || (shapes[i].invariant_sets_only && !claimed)) continue;
         bool reported = false;
@@ -212,8 +215,8 @@ static void copy_rows(report *rep, const csv_table *t) {
     for (int r = 0; t && r < t->nrows; r++) {
         const char *fields[KERNELS_NCOLS];
         for (int c = 0; c < KERNELS_NCOLS; c++) fields[c] = kernels_get(t, r, (kernels_column)c);
+        put_row(rep, fields);
         char why[PATH_MAX + 128];
-        if (!csv_report_row(rep->csv, fields, why, sizeof why)) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why);
         switch (kernel_row_state(t, r, why, sizeof why)) {
         case ROW_PASS: rep->passed++; break;
         case ROW_SKIP: rep->skipped++; break;
@@ -236,8 +239,7 @@ static void plugin_row(report *rep, const plugin_run *p, const op_entry *op, con
         [KERNELS_WRITTEN] = "", [KERNELS_SECONDS] = "0.000", [KERNELS_SEED] = seed,
         [KERNELS_SOURCE] = source, [KERNELS_NOTE] = note,
     };
-    char why[PATH_MAX + 128];
-    if (!csv_report_row(rep->csv, fields, why, sizeof why)) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why);
+    put_row(rep, fields);
 }
 
 // Runs the child for one op and copies what it wrote; a CRASH row when it died.

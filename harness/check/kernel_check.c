@@ -263,6 +263,10 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
 
 static bool is_cuda(const ops_set *ops) { return strcmp(ops->device, "cuda") == 0; }
 
+const op_shape *kernel_check_shape_list(const op_entry *op, const char *device, const check_opts *o) {
+    return o->shapes ? o->shapes : strcmp(device, "cuda") == 0 ? op->cuda_shapes : op->cpu_shapes;
+}
+
 // Whether a shape of an op's list is checked: the one named by --shape, else those --quick and
 // --exhaustive select.
 bool kernel_check_shape_selected(const op_shape *s, const check_opts *o) {
@@ -278,8 +282,7 @@ int kernel_check_count_shapes(const op_shape *s, const check_opts *o) {
 
 int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
                     check_result *summary) {
-    const op_shape *shapes = o->shapes ? o->shapes : is_cuda(ops) ? op->cuda_shapes
-                                                                  : op->cpu_shapes;
+    const op_shape *shapes = kernel_check_shape_list(op, ops->device, o);
     *summary = (check_result){.invariant = true, .written = true, .pass = true, .tol = op->tol};
     int checked = 0;
     for (int i = 0; shapes[i].label; i++) {

@@ -79,6 +79,8 @@ bool kernel_check_must_vary(const op_entry *op, const ops_set *ops);
 int kernel_check_plugin_op(const op_entry *op);
 // The list of M when the caller gave none: --quick's, --exhaustive's or the default.
 void kernel_check_default_batch_sizes(const check_opts *o, const int **Ms, int *n);
+// The op's shapes on a device: o->shapes when given, else the op's list for that device.
+const op_shape *kernel_check_shape_list(const op_entry *op, const char *device, const check_opts *o);
 // Whether o selects a shape of a list (--shape, --quick, --exhaustive).
 bool kernel_check_shape_selected(const op_shape *s, const check_opts *o);
 // The shapes of a list (ended by a NULL label) that o selects (--shape, --quick, --exhaustive).

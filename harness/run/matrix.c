@@ -9,7 +9,7 @@
 
 #include "../../engine/attention_backend.h" // attention_backend_by_name, attention_backends
 #include "../../engine/model_config.h"   // model_config_by_name
-#include "../../sets/registry.h"      // kernel_set_known
+#include "../../sets/registry.h"      // kernel_set_lookup
 
 // ---------------------------------------------------------------------------------------------
 // Value checks and setters, one pair per axis
@@ -38,7 +38,7 @@ static void apply_device(run_config *c, const char *v) { copy_value(c->device, v
 // Any set name the registry knows, on any device (a cuda-only set is still a valid name on a
 // CPU-only build; the runner skips its configs there).
 static bool check_kernel_set(const char *v, char *why, int why_len) {
-    return kernel_set_known(v, why, why_len);
+    return kernel_set_lookup(v, NULL, why, why_len) != NULL;
 }
 static void apply_kernel_set(run_config *c, const char *v) {
     snprintf(c->kernel_set, sizeof c->kernel_set, "%s", v);

@@ -8,8 +8,7 @@
 #include <string.h>   // strcmp, strlen, memset
 
 #include "../../common/check.h"  // invar_die, invar_calloc
-#include "../../sets/registry.h" // kernel_set_find, kernel_set_invariant_at, cuda_device_available
-#include "../../sets/plugin_set.h" // plugin_set_named, plugin_probe
+#include "../../sets/registry.h" // kernel_set_lookup, kernel_set_invariant_at, cuda_device_available
 
 // ---------------------------------------------------------------------------------------------
 // Selection: flag > case file > environment > auto
@@ -259,14 +258,9 @@ int resolve_merge(const run_config *configs, resolved_config *r, int n) {
 // The registry's entry of (set, device): no set is built to decide a config's mode.
 static const kernel_set_entry *kernel_set_entry_of(const case_file *c, const run_config *cfg,
                                                    const char *device) {
-    const kernel_set_entry *e = kernel_set_find(cfg->kernel_set, device);
-    plugin_info info;
-    char why[1024] = "";
-    if (!e && plugin_set_named(cfg->kernel_set))  // the loader says why
-        (void)plugin_probe(cfg->kernel_set + strlen(PLUGIN_SET_PREFIX), device, &info, why, sizeof why);
-    if (!e)
-        invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s%s%s", c->path,
-                  cfg->name, cfg->kernel_set, device, why[0] ? ": " : "", why);
+    char why[1100];
+    const kernel_set_entry *e = kernel_set_lookup(cfg->kernel_set, device, why, sizeof why);
+    if (!e) invar_die(INVAR_EXIT_INPUT, "%s: config %s: %s", c->path, cfg->name, why);
     return e;
 }
 

@@ -197,7 +197,7 @@ def _register(fns, device, claims, name):
     name = f"python:{name}#{_tables}"
     table.name = name.encode()
     table.device = device.encode()
-    claimed = fns if claims is True else (claims or ())
+    claimed = fns if claims else ()
     table.invariant_claims = sum(_abi.op_bit(op) for op in claimed)
     callbacks = []
     for op, fn in fns.items():

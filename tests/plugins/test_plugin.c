@@ -13,12 +13,6 @@
 #include <stddef.h>                    // NULL
 #include <stdlib.h>                    // malloc, free
 
-#ifndef TEST_PLUGIN_mixed
-#define MAYBE_UNUSED __attribute__((unused))
-#else
-#define MAYBE_UNUSED
-#endif
-
 #include "../../kernels/bf16.h"        // bf16_to_float, float_to_bf16, bf16_round
 #include "../../kernels/invar_plugin.h" // invar_plugin, INVAR_PLUGIN_ABI_VERSION
 
@@ -85,11 +79,13 @@ static void rmsnorm(const invar_plugin_call *c, bf16 *out, long ld_out, const bf
     }
 }
 
+#ifdef TEST_PLUGIN_mixed
 // x = bf16(x + y): order-free, so an unclaimed one may be stable.
-MAYBE_UNUSED static void residual_add(const invar_plugin_call *c, bf16 *x, const bf16 *y, long n) {
+static void residual_add(const invar_plugin_call *c, bf16 *x, const bf16 *y, long n) {
     (void)c;
     for (long i = 0; i < n; i++) x[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
 }
+#endif
 
 static const invar_plugin table = {
 #ifdef TEST_PLUGIN_bad_abi_version

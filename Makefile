@@ -87,6 +87,23 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# The source tree this build comes from (common/source_id.h): its own git checkout's HEAD, with
+# -dirty when tracked files differ; "unknown" when the tree is no checkout of its own (a copy
+# inside another repository must not take that repository's commit). The stamp changes only
+# when the id does, so source_id.o is rebuilt then and only then.
+SOURCE_TOP := $(shell git rev-parse --show-toplevel 2>/dev/null)
+ifeq ($(SOURCE_TOP),$(realpath $(CURDIR)))
+SOURCE_ID := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
+endif
+SOURCE_ID := $(if $(SOURCE_ID),$(SOURCE_ID),unknown)
+$(BUILD)/source_id.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(SOURCE_ID)' | cmp -s - $@ || echo '$(SOURCE_ID)' >$@
+$(BUILD)/common/source_id.o: $(BUILD)/source_id.stamp
+$(BUILD)/common/source_id.o: CFLAGS_ALL += -DINVAR_SOURCE_ID='"$(SOURCE_ID)"'
+.PHONY: FORCE
+FORCE:
+
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@

@@ -1,6 +1,11 @@
 // harness/invar_cli.c — the invar commands, one table (harness/invar_lib.h): main.c's program,
 // and libinvar.so's invar_cli for programs that link it.
 #include "invar_lib.h"
+
+#include <stdio.h>     // printf
+#include <string.h>    // strcmp
+
+#include "../common/source_id.h"  // invar_source_id
 #include "cli_args.h"  // cli_dispatch, cli_subcommand
 #include "commands.h"  // cmd_run, cmd_kernels, cmd_bench, cmd_model, cmd_report,
                        // cmd_serve, cmd_probe
@@ -16,5 +21,9 @@ int invar_cli(int argc, char **argv) {
         {"probe", cmd_probe, "test a running OpenAI-compatible server: bs=1 vs bs=N, bitwise (--url URL --case FILE)"},
         {0},
     };
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("invar %s\n", invar_source_id());
+        return 0;
+    }
     return cli_dispatch("invar", commands, argc, argv);
 }

@@ -5,7 +5,7 @@
 #include <errno.h>             // errno
 #include <limits.h>            // PATH_MAX
 #include <stdlib.h>            // free
-#include <string.h>            // strcmp, strlen, strerror, strcspn
+#include <string.h>            // strcmp, strlen, strerror, strcspn, strrchr
 #include <strings.h>           // strcasecmp, strcasestr
 #include <sys/stat.h>          // stat, S_ISDIR
 
@@ -14,7 +14,7 @@
 #include "report_file.h"       // report_file_open, report_file_commit, report_path
 #include "report_schema.h"     // summary_header, kernels_header, summary_get
 #include "row_verdict.h"       // summary_row_state, kernel_row_state, summary_first_divergence
-#include "run_meta.h"          // run_meta_get
+#include "run_meta.h"          // run_meta_get, run_meta_verify
 #include "shard_id.h"          // shard_id_parse
 
 // ---------------------------------------------------------------------------------------------
@@ -50,8 +50,9 @@ static bool verdict_table_usable(const csv_table *t, const char *name_col,
     int col = csv_col(t, name_col);
     if (col < 0 || csv_col(t, verdict_col) < 0) {
         // The header's text is not quoted: random bytes would go to the terminal.
-        snprintf(err, (size_t)len, "%s: not a report of %s: no '%s' column in its header "
-                 "(%d column%s)", t->path, writer, col < 0 ? name_col : verdict_col, t->ncols,
+        snprintf(err, (size_t)len, "%s:1: not a %s (a report of %s): no '%s' column in its "
+                 "header (%d column%s)", t->path, strrchr(t->path, '/') ? strrchr(t->path, '/') + 1
+                 : t->path, writer, col < 0 ? name_col : verdict_col, t->ncols,
                  t->ncols == 1 ? "" : "s");
         return false;
     }
@@ -95,6 +96,12 @@ static bool report_dir_load(report_dir *d, const char *dir, char *err, int len) 
                  "bench_mla.csv, bench_decode.csv, bench_tp_*.csv)", dir);
         return false;
     }
+    // A sealed report (a finished run, a merge) must still be what invar wrote; a shard's or a
+    // merge's must be sealed.
+    const csv_table *meta = d->t[T_META];
+    bool must_be_sealed = meta && (run_meta_get(meta, "shard")[0] ||
+                                   run_meta_get(meta, "merged_shards")[0]);
+    if (meta && !run_meta_verify(dir, meta, must_be_sealed, err, len)) return false;
     const char *const *summary = summary_header(), *const *kernels = kernels_header();
     return verdict_table_usable(d->t[T_SUMMARY], summary[SUMMARY_CONFIG],
                                 summary[SUMMARY_VERDICT], "invar run", err, len) &&
@@ -412,6 +419,26 @@ static void describe(FILE *f, const char *label, const report_dir *d) {
     fputs("\n", f);
 }
 
+// The case each report ran: its summary.csv's case column (first row) and meta.csv's case
+// hash. Regressions across two different cases say nothing of a change to invar, so the diff
+// says first that the cases differ. False (why "") when both name the same case or one is not
+// known.
+static bool cases_differ(const report_dir *b, const report_dir *n, char *why, int len) {
+    why[0] = '\0';
+    const char *bc = b->t[T_SUMMARY] ? summary_get(b->t[T_SUMMARY], 0, SUMMARY_CASE) : "";
+    const char *nc = n->t[T_SUMMARY] ? summary_get(n->t[T_SUMMARY], 0, SUMMARY_CASE) : "";
+    const char *bh = run_meta_get(b->t[T_META], "case_xxh64");
+    const char *nh = run_meta_get(n->t[T_META], "case_xxh64");
+    bool hashes = bh[0] && nh[0] && strcmp(bh, "-") != 0 && strcmp(nh, "-") != 0;
+    bool names = bc[0] && nc[0];
+    if (!(hashes && strcmp(bh, nh) != 0) && !(names && strcmp(bc, nc) != 0)) return false;
+    snprintf(why, (size_t)len, "the reports are of different cases: the baseline ran case '%s' "
+             "(case_xxh64 %s), the new report case '%s' (case_xxh64 %s); the lists below compare "
+             "configs of different cases", bc[0] ? bc : "?", bh[0] ? bh : "-", nc[0] ? nc : "?",
+             nh[0] ? nh : "-");
+    return true;
+}
+
 static void checks_of(const report_dir *b, const report_dir *n, int table, FILE *md_f,
                       FILE *console, diff_result *r) {
     if (!b->t[table] || !n->t[table]) return;
@@ -454,6 +481,11 @@ int baseline_diff_to(const char *base_dir, const char *new_dir, const char *md_p
     size_t body_len = 0;
     FILE *md_f = open_memstream(&body, &body_len);
     if (!md_f) invar_die(INVAR_EXIT_SYSTEM, "diff: open_memstream failed");
+    char case_note[1024];
+    if (cases_differ(&b, &n, case_note, sizeof case_note)) {
+        fprintf(md_f, "⚠ %s.\n\n", case_note);
+        if (console) fprintf(console, "warning: %s\n", case_note);
+    }
     checks_of(&b, &n, T_SUMMARY, md_f, console, &r);
     checks_of(&b, &n, T_KERNELS, md_f, console, &r);
     for (int t = T_GEMM; t <= T_TP_DECODE; t++) {

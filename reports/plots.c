@@ -234,6 +234,21 @@ static bool invariance_matrix(plot_ctx *p, const csv_table *s, const csv_table *
         if (*cell > 1) *cell = 1;
     }
 
+    // A config that took another config's run (the same effective settings: merged_into) has no
+    // divergence rows of its own; its cells are that run's, as its verdict is.
+    for (int r = 0; r < s->nrows; r++) {
+        int from = r;
+        for (int hop = 0; hop < s->nrows; hop++) {
+            const char *into = summary_get(s, from, SUMMARY_MERGED_INTO);
+            int next = into[0] ? config_index(s, into) : -1;
+            if (next < 0 || next == from) break;
+            from = next;
+        }
+        if (from != r)
+            memcpy(&frac[(size_t)r * (size_t)ncols], &frac[(size_t)from * (size_t)ncols],
+                   (size_t)ncols * sizeof *frac);
+    }
+
     FILE *f = open_in(p, "invariance_matrix.dat", err, len);
     bool ok = f != NULL;
     size_t longest = 8;

@@ -4,7 +4,7 @@
 #include <errno.h>          // errno
 #include <limits.h>         // PATH_MAX
 #include <stdlib.h>         // free
-#include <stdio.h>          // FILE, popen, pclose, fgets, fopen, fread, snprintf
+#include <stdio.h>          // FILE, fgets, fopen, snprintf
 #include <string.h>         // strlen, strncmp, strchr, strcspn, strspn, strcat, strerror, strcmp
 #include <time.h>           // time, gmtime_r, strftime
 #include <unistd.h>         // gethostname, getcwd
@@ -12,36 +12,11 @@
 #include "csv_report.h"     // csv_row_write
 #include "report_file.h"    // report_file_open, report_file_commit
 #include "../common/file_hash.h"  // invar_file_xxh64
+#include "../common/source_id.h"  // invar_source_id
 
 // ---------------------------------------------------------------------------------------------
 // What the machine and the checkout say
 // ---------------------------------------------------------------------------------------------
-
-// First line a command prints, without its newline; "" when it fails or prints nothing.
-static void command_line_output(const char *cmd, char *buf, int len) {
-    buf[0] = '\0';
-    FILE *p = popen(cmd, "r");
-    if (!p) return;
-    if (!fgets(buf, len, p)) buf[0] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    char rest[256];
-    while (fgets(rest, sizeof rest, p)) {}  // drain, so the child never blocks on a full pipe
-    if (pclose(p) != 0) buf[0] = '\0';
-}
-
-// HEAD's commit, "-dirty" when tracked files differ from it (the report is then not exactly
-// reproducible from the commit), "unknown" outside a git checkout.
-static void git_commit(char *buf, int len) {
-    command_line_output("git rev-parse HEAD 2>/dev/null", buf, len);
-    if (!buf[0]) {
-        snprintf(buf, (size_t)len, "unknown");
-        return;
-    }
-    char dirty[64];
-    command_line_output("git status --porcelain --untracked-files=no 2>/dev/null | head -1",
-                        dirty, sizeof dirty);
-    if (dirty[0] && strlen(buf) + 7 < (size_t)len) strcat(buf, "-dirty");
-}
 
 static void cpu_model(char *buf, int len) {
     snprintf(buf, (size_t)len, "unknown");
@@ -113,7 +88,7 @@ static void put_row(FILE *f, const char *key, const char *value) {
 bool run_meta_write(const char *dir, const run_meta_input *in, char *err, int len) {
     char commit[128], date[64], host[256], cpu[256], hash[32] = "-", seed[32] = "-";
     char cwd[PATH_MAX];
-    git_commit(commit, sizeof commit);
+    snprintf(commit, sizeof commit, "%s", invar_source_id());
     time_t now = time(NULL);
     struct tm utc;
     if (now == (time_t)-1 || !gmtime_r(&now, &utc) ||
@@ -172,4 +147,84 @@ const char *run_meta_get(const csv_table *meta, const char *key) {
     for (int r = 0; meta && r < meta->nrows; r++)
         if (strcmp(csv_at(meta, r, k), key) == 0) return csv_at(meta, r, v);
     return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seal: the final report files' content hashes
+// ---------------------------------------------------------------------------------------------
+
+static const char *const sealed_files[] = {"summary.csv", "divergence.csv"};
+#define SEAL_PREFIX "xxh64:"
+
+static bool sealed_file_hash(const char *dir, const char *file, char *hex, int len, char *err,
+                             int err_len) {
+    char path[PATH_MAX];
+    if (!report_path(path, sizeof path, dir, file)) {
+        snprintf(err, (size_t)err_len, "%s/%s: path too long", dir, file);
+        return false;
+    }
+    return file_xxh64(path, hex, len, err, err_len);
+}
+
+bool run_meta_seal(const char *dir, char *err, int len) {
+    char path[PATH_MAX];
+    if (!report_path(path, sizeof path, dir, "meta.csv")) {
+        snprintf(err, (size_t)len, "%s/meta.csv: path too long", dir);
+        return false;
+    }
+    enum { NSEALED = sizeof sealed_files / sizeof sealed_files[0] };
+    char hex[NSEALED][32];
+    for (int i = 0; i < NSEALED; i++)
+        if (!sealed_file_hash(dir, sealed_files[i], hex[i], sizeof hex[i], err, len)) return false;
+    csv_table *meta = csv_table_read(path, false, err, len);
+    if (!meta) return false;
+    report_file rf;
+    if (!report_file_open(&rf, path, err, len)) {
+        csv_table_free(meta);
+        return false;
+    }
+    put_row(rf.f, "key", "value");
+    for (int r = 0; r < meta->nrows; r++) {
+        const char *key = csv_get(meta, r, "key");
+        if (strncmp(key, SEAL_PREFIX, strlen(SEAL_PREFIX)) != 0)
+            put_row(rf.f, key, csv_get(meta, r, "value"));
+    }
+    csv_table_free(meta);
+    for (int i = 0; i < NSEALED; i++) {
+        char key[64];
+        snprintf(key, sizeof key, SEAL_PREFIX "%s", sealed_files[i]);
+        put_row(rf.f, key, hex[i]);
+    }
+    return report_file_commit(&rf, err, len);
+}
+
+bool run_meta_verify(const char *dir, const csv_table *meta, bool sealed_required, char *err,
+                     int len) {
+    int k = csv_col(meta, "key");
+    for (int r = 0; r < meta->nrows; r++)
+        for (int q = 0; q < r; q++)
+            if (strcmp(csv_at(meta, r, k), csv_at(meta, q, k)) == 0) {
+                snprintf(err, (size_t)len, "%s/meta.csv:%d: %s: given twice (also line %d): "
+                         "not a meta.csv invar wrote", dir, r + 2, csv_at(meta, r, k), q + 2);
+                return false;
+            }
+    for (size_t i = 0; i < sizeof sealed_files / sizeof sealed_files[0]; i++) {
+        char key[64], hex[32];
+        snprintf(key, sizeof key, SEAL_PREFIX "%s", sealed_files[i]);
+        const char *want = run_meta_get(meta, key);
+        if (!want[0]) {
+            if (!sealed_required) continue;
+            snprintf(err, (size_t)len, "%s/meta.csv: %s: missing: the run never finished (invar "
+                     "run --resume %s), or an invar without sealed reports wrote it", dir, key,
+                     dir);
+            return false;
+        }
+        if (!sealed_file_hash(dir, sealed_files[i], hex, sizeof hex, err, len)) return false;
+        if (strcmp(hex, want) != 0) {
+            snprintf(err, (size_t)len, "%s/%s: content hash %s, meta.csv's %s says %s: the file "
+                     "was changed after invar wrote it", dir, sealed_files[i], hex, key, want);
+            return false;
+        }
+    }
+    return true;
 }

@@ -6,6 +6,9 @@
 //   then the caller's extra rows (`invar run`: "checkpoint:DIR" per checkpoint directory,
 //   harness/model/checkpoint_id.h)
 // Written at the start of a run (harness/run/cmd_run.c) and read back by the report writers.
+// At the run's end (and a merge's) it is sealed: "xxh64:summary.csv" and "xxh64:divergence.csv"
+// rows record the final files' content, so a report edited afterwards is refused by
+// `invar report merge` and `invar report diff` instead of rendered as if invar had written it.
 #ifndef INVAR_REPORTS_RUN_META_H
 #define INVAR_REPORTS_RUN_META_H
 
@@ -36,6 +39,17 @@ typedef struct {
 // Writes DIR/meta.csv (temporary name, then rename). False with the file and cause in err;
 // a case file that cannot be read is an error too.
 bool run_meta_write(const char *dir, const run_meta_input *in, char *err, int len);
+
+// Records the xxHash64 of DIR/summary.csv and DIR/divergence.csv in DIR/meta.csv (the
+// xxh64:FILE rows, replacing earlier ones: a resumed run seals again). False with the file and
+// the cause in err.
+bool run_meta_seal(const char *dir, char *err, int len);
+
+// What DIR/meta.csv (read as `meta`) says holds: no key twice, and each sealed file's content
+// still has its recorded hash. `sealed_required`: a missing xxh64:FILE row is refused too (a
+// shard merged must have finished). False with the file, the field and why in err.
+bool run_meta_verify(const char *dir, const csv_table *meta, bool sealed_required, char *err,
+                     int len);
 
 // The value of `key` in a meta.csv table (read with csv_table_read); "" when absent.
 const char *run_meta_get(const csv_table *meta, const char *key);

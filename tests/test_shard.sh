@@ -5,7 +5,9 @@
 # command line aside); `report diff` takes a shard's vanished configs for no regressions; a
 # finished shard resumes as the same shard; the merge refuses shards of different seeds,
 # commits or cases, a missing shard, a shard given twice, overlapping configs and an unfinished
-# shard, each with exit 2 naming the directory and the field. A few seconds on 2 cores;
+# shard, each with exit 2 naming the directory and the field; merge and diff refuse an edited
+# shard (a row edited to PASS, divergence.csv emptied, a config renamed, two shard rows in
+# meta.csv: the seal) and call random bytes no summary.csv. A few seconds on 2 cores;
 # KEEP=1 keeps the work directory.
 set -u
 BUILD=${1:-build}
@@ -71,8 +73,10 @@ assert len(a) == 9, f"summary.csv: {len(a) - 1} rows, expected 8"
 a, b = rows(full, "divergence.csv"), rows(merged, "divergence.csv")
 assert a == b, "divergence.csv differs"
 assert len(a) > 1, "divergence.csv has no rows: the reference set was not caught"
-# Run-specific: when and where it ran, how long it took, its command line and the shards.
-masked = ("date_utc", "host", "command_line", "working_directory", "merged_shard", "merged_shards")
+# Run-specific: when and where it ran, how long it took, its command line, the shards and the
+# seal of its files (their seconds differ).
+masked = ("date_utc", "host", "command_line", "working_directory", "merged_shard", "merged_shards",
+          "xxh64")
 def junit(d):
     out = []
     for line in open(f"{d}/junit.xml"):
@@ -138,6 +142,48 @@ refused "overlapping configs" "$work/overlap" "shard_configs" report merge "$wor
 cp -r "$work/s1" "$work/cut" && head -n 2 "$work/s1/summary.csv" >"$work/cut/summary.csv"
 refused "an unfinished shard" "$work/cut" "summary.csv" report merge "$work/m" "$work/cut" "$work/s2" "$work/s3"
 refused "a report that is no shard" "$work/full" "shard: missing" report merge "$work/m" "$work/full" "$work/s2" "$work/s3"
+# Edited shards (the seal: meta.csv's xxh64:FILE rows): refused by merge and by diff.
+python3 - "$work" <<'PY2' || fail "no shard has a batch-variant row to edit"
+import csv, shutil, sys
+work = sys.argv[1]
+for i in (1, 2, 3):
+    rows = list(csv.reader(open(f"{work}/s{i}/summary.csv", newline="")))
+    h = rows[0]
+    for r in rows[1:]:
+        if r[h.index("observed")] == "batch-variant":
+            r[h.index("observed")], r[h.index("verdict")] = "invariant", "PASS"
+            shutil.copytree(f"{work}/s{i}", f"{work}/forged")
+            with open(f"{work}/forged/summary.csv", "w", newline="") as f:
+                csv.writer(f, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+            open(f"{work}/forged.index", "w").write(str(i))
+            sys.exit(0)
+sys.exit(1)
+PY2
+forged_index=$(cat "$work/forged.index")
+others=()
+for i in 1 2 3; do [ "$i" = "$forged_index" ] || others+=("$work/s$i"); done
+refused "a row edited to PASS" "$work/forged/summary.csv" "changed after" report merge "$work/m" "$work/forged" "${others[@]}"
+refused "a row edited to PASS, diffed" "$work/forged/summary.csv" "changed after" report diff "$work/full" "$work/forged"
+for i in 1 2 3; do [ "$(wc -l <"$work/s$i/divergence.csv")" -gt 1 ] && break; done
+cp -r "$work/s$i" "$work/emptied" && head -n 1 "$work/s$i/divergence.csv" >"$work/emptied/divergence.csv"
+others=()
+for j in 1 2 3; do [ "$j" = "$i" ] || others+=("$work/s$j"); done
+refused "divergence.csv emptied to its header" "$work/emptied/divergence.csv" "changed after" report merge "$work/m" "$work/emptied" "${others[@]}"
+cp -r "$work/s1" "$work/renamed"
+sed -i '2s|^"shard","[^"]*"|"shard","cpu/not-in-the-matrix"|' "$work/renamed/summary.csv"
+grep -q 'cpu/not-in-the-matrix' "$work/renamed/summary.csv" || fail "the rename did not happen"
+refused "a config renamed outside the matrix" "$work/renamed/summary.csv" "changed after" report merge "$work/m" "$work/renamed" "$work/s2" "$work/s3"
+cp -r "$work/s1" "$work/twice" && echo '"shard","2/3"' >>"$work/twice/meta.csv"
+refused "a meta.csv with two shard rows" "$work/twice/meta.csv" "shard: given twice" report merge "$work/m" "$work/twice" "$work/s2" "$work/s3"
+refused "a meta.csv with two shard rows, diffed" "$work/twice/meta.csv" "shard: given twice" report diff "$work/full" "$work/twice"
+cp -r "$work/s1" "$work/unsealed" && sed -i '/^"xxh64:/d' "$work/unsealed/meta.csv"
+refused "a shard without its seal" "$work/unsealed/meta.csv" "xxh64:summary.csv: missing" report merge "$work/m" "$work/unsealed" "$work/s2" "$work/s3"
+cp -r "$work/s1" "$work/noise" && head -c 3000 /dev/urandom | tr -d '\000' >"$work/noise/summary.csv"
+refused "a random-bytes summary.csv" "$work/noise/summary.csv" "summary.csv" report merge "$work/m" "$work/noise" "$work/s2" "$work/s3"
+grep -q "unfinished" "$work/refused.log" && { cat "$work/refused.log"; fail "random bytes called an unfinished shard"; }
+grep -Eq "summary.csv:[0-9]+: " "$work/refused.log" || { cat "$work/refused.log"; fail "random bytes: no line named"; }
+# The merge is sealed too: its own files' hashes, none of a shard's.
+[ "$(grep -c '^"xxh64:' "$work/merged/meta.csv")" = 2 ] || fail "merged/meta.csv: not sealed once"
 refused "--shard 4/3" "--shard" "I must be from 1 to N" run --case "$work/shard.ini" --shard 4/3 --out "$work/x"
 refused "--shard 1of3" "--shard" "not I/N" run --case "$work/shard.ini" --shard 1of3 --out "$work/x"
 refused "resuming a merge" "$work/merged" "merged_shards" run --resume "$work/merged"

@@ -25,7 +25,7 @@
 #include "../../engine/model_config.h" // model_config_by_name
 #include "../../reports/render.h"    // report_render_run
 #include "../../reports/report_schema.h" // summary_header, divergence_header, divergence_get
-#include "../../reports/run_meta.h"  // run_meta_write, run_meta_get
+#include "../../reports/run_meta.h"  // run_meta_write, run_meta_get, run_meta_seal
 #include "case_file.h"               // case_file_load, case_file_set_model
 #include "../model/checkpoint_id.h"  // checkpoint_id_compute, checkpoint_id_same
 #include "../cli_args.h"             // CLI_GO_ON
@@ -449,6 +449,8 @@ int cmd_run(int argc, char **argv) {
     run_totals t = runner_run(c, configs, resolved, (int)n, &sel, &o);
     close_report(o.summary);
     close_report(o.divergence);
+    if (!run_meta_seal(out_dir, err, sizeof err))
+        invar_die(INVAR_EXIT_SYSTEM, "sealing the report in %s: %s", out_dir, err);
     // JUnit XML, Markdown and plots are rendered from the CSVs, so any old report can be
     // re-rendered with `invar report render DIR`.
     if (!report_render_run(out_dir, err, sizeof err))

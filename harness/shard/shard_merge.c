@@ -7,7 +7,7 @@
 #include <stdbool.h>                     // bool
 #include <stdio.h>                       // snprintf, vsnprintf, fprintf
 #include <stdlib.h>                      // free, qsort, realpath, strtol
-#include <string.h>                      // strcmp, strdup, strerror
+#include <string.h>                      // strcmp, strncmp, strdup, strerror
 
 #include "../../common/check.h"          // invar_calloc
 #include "../../reports/csv_read.h"      // csv_table_read, csv_get, csv_table_free
@@ -15,7 +15,7 @@
 #include "../../reports/render.h"        // report_render_run
 #include "../../reports/report_file.h"   // report_file_open, report_file_commit, report_path
 #include "../../reports/report_schema.h" // summary_header, summary_get, divergence_*
-#include "../../reports/run_meta.h"      // run_meta_get
+#include "../../reports/run_meta.h"      // run_meta_get, run_meta_verify, run_meta_seal
 #include "../../reports/shard_id.h"      // shard_id, shard_id_parse
 #include "../run/run_args.h"             // run_args_from_command_line, RUN_MAX_ARGS
 
@@ -140,6 +140,15 @@ static bool load_one(shard_report *r, const char *dir, char *err, size_t len) {
         snprintf(err, len, "%s/meta.csv: shard_configs: %s", dir, why);
         return false;
     }
+    // Random bytes or another file parse as a CSV of some header: not an unfinished shard.
+    const char *const *columns = summary_header();
+    const summary_column needed[] = {SUMMARY_CONFIG, SUMMARY_VERDICT};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++) {
+        if (summary_col(r->summary, needed[i]) >= 0) continue;
+        snprintf(err, len, "%s/summary.csv:1: not a summary.csv (a report of invar run): no '%s' "
+                 "column in its header", dir, columns[needed[i]]);
+        return false;
+    }
     if (r->summary->nrows != r->npositions) {
         snprintf(err, len, "%s/summary.csv: %d config rows where meta.csv's shard_configs lists "
                  "%d: an unfinished shard (invar run --resume %s)", dir, r->summary->nrows,
@@ -153,6 +162,8 @@ static bool load_one(shard_report *r, const char *dir, char *err, size_t len) {
             return false;
         }
     }
+    // Last: an unfinished shard is told as such above, an edited one here.
+    if (!run_meta_verify(dir, r->meta, true, err, (int)len)) return false;
     r->command_line = strdup(run_meta_get(r->meta, "command_line"));
     char *argv[RUN_MAX_ARGS];
     if (!r->command_line ||
@@ -364,9 +375,11 @@ static bool write_divergence(const shard_set *s, const char *path, char *err, si
     return ok;
 }
 
+// The shard's own rows: its place in the matrix and the seal of its files (the merge seals its
+// own).
 static bool is_shard_key(const char *key) {
     return strcmp(key, "shard") == 0 || strcmp(key, "shard_configs") == 0 ||
-           strcmp(key, "matrix_configs") == 0;
+           strcmp(key, "matrix_configs") == 0 || strncmp(key, "xxh64:", 6) == 0;
 }
 
 // Shard 1's rows (commit, case, seed, device, command line, ...) without its shard rows, then
@@ -412,6 +425,7 @@ int shard_set_write(const shard_set *s, const char *out_dir, FILE *console, char
         }
         if (!writers[f](s, path, err, err_len)) return 3;
     }
+    if (!run_meta_seal(out_dir, err, (int)err_len)) return 3;
     if (!report_render_run(out_dir, err, (int)err_len)) return 3;
     if (console)
         fprintf(console, "merged %d shards of %d configs into %s/{summary.csv,divergence.csv,"

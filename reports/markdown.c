@@ -334,14 +334,14 @@ static void write_kernels(FILE *f, const csv_table *t) {
     fputs("| verdict | set | device | op | shapes | varied at | worst rel-L2 error | time |\n"
           "|---|---|---|---|---:|---|---:|---:|\n", f);
     bool *done = invar_calloc((size_t)t->nrows + 1, sizeof *done, "markdown kernel rows");
-    int passed = 0, failed = 0, skipped = 0;
+    int passed = 0, failed = 0, skipped = 0, errored = 0;
     char why[1024];
     for (int first = 0; first < t->nrows; first++) {
         if (done[first]) continue;
         const char *set = kernels_get(t, first, KERNELS_SET);
         const char *dev = kernels_get(t, first, KERNELS_DEVICE);
         const char *op = kernels_get(t, first, KERNELS_OP);
-        int shapes = 0, varied = 0, fails = 0, skips = 0;
+        int shapes = 0, varied = 0, fails = 0, errors = 0, skips = 0;
         double worst = 0, secs = 0;
         for (int r = first; r < t->nrows; r++) {
             if (strcmp(kernels_get(t, r, KERNELS_SET), set) ||
@@ -351,7 +351,8 @@ static void write_kernels(FILE *f, const csv_table *t) {
             done[r] = true;
             shapes++;
             row_state st = kernel_row_state(t, r, why, sizeof why);
-            fails += st == ROW_FAIL || st == ROW_ERROR;
+            fails += st == ROW_FAIL;
+            errors += st == ROW_ERROR;  // a crash or an exception: nothing judged at that shape
             skips += st == ROW_SKIP;
             varied += strcasecmp(kernels_get(t, r, KERNELS_INVARIANT), "no") == 0;
             double v;
@@ -360,9 +361,10 @@ static void write_kernels(FILE *f, const csv_table *t) {
         }
         bool must_vary = strcasecmp(kernels_get(t, first, KERNELS_EXPECT), "must vary") == 0;
         if (must_vary && varied == 0) fails++;  // the negative control never triggered
-        row_state st = fails ? ROW_FAIL : skips == shapes ? ROW_SKIP : ROW_PASS;
+        row_state st = fails ? ROW_FAIL : errors ? ROW_ERROR : skips == shapes ? ROW_SKIP : ROW_PASS;
         passed += st == ROW_PASS;
         failed += st == ROW_FAIL;
+        errored += st == ROW_ERROR;
         skipped += st == ROW_SKIP;
         fprintf(f, "| %s | ", verdict_badge(st));
         cell(f, set);
@@ -375,8 +377,10 @@ static void write_kernels(FILE *f, const csv_table *t) {
         else fputs(must_vary ? "never (**must vary**)" : "never", f);
         fprintf(f, " | %.2e | %.1f s |\n", worst, secs);
     }
-    fprintf(f, "\n**%d ops: %d passed, %d failed, %d skipped**\n\n", passed + failed + skipped,
+    fprintf(f, "\n**%d ops: %d passed, %d failed, %d skipped", passed + failed + skipped + errored,
             passed, failed, skipped);
+    if (errored) fprintf(f, ", %d crashed or raised (CRASH, ERROR)", errored);
+    fputs("**\n\n", f);
     bool any = false;
     for (int r = 0; r < t->nrows; r++) {
         row_state st = kernel_row_state(t, r, why, sizeof why);

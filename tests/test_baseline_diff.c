@@ -15,6 +15,7 @@
 #include <unistd.h>   // getpid
 
 #include "../reports/baseline_diff.h"  // baseline_diff
+#include "report_gallery.h"           // gallery_summary, gallery_kernels, gallery_write_*
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // ---------------------------------------------------------------------------------------------
@@ -247,6 +248,95 @@ static void key_columns(void **state) {
         assert_false(baseline_diff_is_key_column(measures[i]));
 }
 
+// Every verdict kind against a baseline where all passed: each failing kind (FAIL batch-variant,
+// nondeterministic, error, a control not triggered; kernel FAIL, VARIES where stable, CRASH,
+// ERROR) is a regression shown with its detail, a SKIP is "now skipped"; and a baseline of
+// another case is said to be one before the lists.
+static void every_verdict_kind_and_other_cases(void **state) {
+    (void)state;
+    dirs d;
+    make_dirs(&d);
+    uint64_t seed = fresh_seed();
+    char path[256], err[1024];
+    snprintf(path, sizeof path, "%s/summary.csv", d.now);
+    assert_true(gallery_write_summary(path, "gallery", seed, err, sizeof err));
+    snprintf(path, sizeof path, "%s/kernels.csv", d.now);
+    assert_true(gallery_write_kernels(path, seed, err, sizeof err));
+    // The baseline: the same configs of the same case, all passed.
+    char text[4096];
+    int used = snprintf(text, sizeof text, "case,config,device,verdict\n");
+    for (int i = 0; i < GALLERY_SUMMARY_ROWS; i++)
+        used += snprintf(text + used, sizeof text - (size_t)used, "gallery,%s,cpu,PASS\n",
+                         gallery_summary[i].config);
+    write_file(d.base, "summary.csv", text);
+    char kernels[4096];
+    used = snprintf(kernels, sizeof kernels, "set,device,op,shape,status,expect,invariant\n");
+    int want_regressions = 0, want_skipped = 0;
+    for (int i = 0; i < GALLERY_KERNEL_ROWS; i++) {
+        const gallery_kernel_row *g = &gallery_kernels[i];
+        used += snprintf(kernels + used, sizeof kernels - (size_t)used, "%s,cpu,%s,%s,ok,%s,yes\n",
+                         g->set, g->op, g->shape, g->expect);
+        want_regressions += g->want == ROW_FAIL || g->want == ROW_ERROR;
+        want_skipped += g->want == ROW_SKIP;
+    }
+    for (int i = 0; i < GALLERY_SUMMARY_ROWS; i++) {
+        want_regressions += gallery_summary[i].want == ROW_FAIL;
+        want_skipped += gallery_summary[i].want == ROW_SKIP;
+    }
+    write_file(d.base, "kernels.csv", kernels);
+    diff_result r;
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, NULL, &r, err, sizeof err), 1);
+    assert_int_equal(r.regressions, want_regressions);
+    assert_int_equal(r.now_skipped, want_skipped);
+    assert_int_equal(r.vanished, 0);
+    assert_int_equal(r.added, 0);
+    const char *md = slurp(d.now, "diff.md");
+    assert_null(strstr(md, "different cases"));
+    for (int i = 0; i < GALLERY_KERNEL_ROWS; i++) {
+        const gallery_kernel_row *g = &gallery_kernels[i];
+        char line[512];
+        snprintf(line, sizeof line, "| `%s/cpu/%s/%s` | PASS | %s | ", g->set, g->op, g->shape,
+                 row_state_name(g->want));
+        const char *at = strstr(md, line);
+        if (g->want == ROW_FAIL || g->want == ROW_ERROR) {
+            if (!at) fail_msg("diff.md lacks the regression '%s'", line);
+            size_t n = strcspn(at, "\n");
+            if (!memmem(at, n, g->says, strlen(g->says)))
+                fail_msg("diff.md: the regression %s lacks '%s'", line, g->says);
+        }
+    }
+    for (int i = 0; i < GALLERY_SUMMARY_ROWS; i++) {
+        const gallery_summary_row *g = &gallery_summary[i];
+        char line[512];
+        snprintf(line, sizeof line, "| `gallery: %s` | PASS | %s | ", g->config,
+                 row_state_name(g->want));
+        const char *at = strstr(md, line);
+        if (g->want == ROW_FAIL && !at) fail_msg("diff.md lacks the regression '%s'", line);
+        if (g->want == ROW_FAIL && g->says[0] && !memmem(at, strcspn(at, "\n"), g->says,
+                                                         strlen(g->says)) &&
+            !memmem(at, strcspn(at, "\n"), "first divergence", 16) &&
+            !memmem(at, strcspn(at, "\n"), "request ", 8))
+            fail_msg("diff.md: the regression %s says neither '%s' nor its divergence", line,
+                     g->says);
+    }
+    // A baseline of another case ("nightly", write_summary): said before the lists.
+    const char *names[GALLERY_SUMMARY_ROWS], *verdicts[GALLERY_SUMMARY_ROWS];
+    for (int i = 0; i < GALLERY_SUMMARY_ROWS; i++) {
+        names[i] = gallery_summary[i].config;
+        verdicts[i] = "PASS";
+    }
+    write_summary(d.base, names, verdicts, GALLERY_SUMMARY_ROWS, seed);
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, NULL, &r, err, sizeof err), 1);
+    md = slurp(d.now, "diff.md");
+    const char *warning = strstr(md, "different cases"), *lists = strstr(md, "### ");
+    assert_non_null(warning);
+    assert_non_null(lists);
+    assert_true(warning < lists);
+    assert_non_null(strstr(md, "case 'nightly'"));
+    assert_non_null(strstr(md, "case 'gallery'"));
+    remove_dirs(&d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flags_regression_and_slowdown),
@@ -254,6 +344,7 @@ int main(void) {
         cmocka_unit_test(bad_input_exits_2),
         cmocka_unit_test(unreadable_report_and_vanished_configs),
         cmocka_unit_test(key_columns),
+        cmocka_unit_test(every_verdict_kind_and_other_cases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

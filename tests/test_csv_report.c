@@ -1,5 +1,7 @@
 // tests/test_csv_report.c — CSV rows parse back with libcsv's parser, are on disk before the
-// file is closed, and every failure names the file (reports/csv_report.h).
+// file is closed, and every failure names the file (reports/csv_report.h); every verdict and
+// observed kind (tests/report_gallery.h) written as CSV reads back as the same verdict
+// (reports/row_verdict.h), which every writer renders from.
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +16,9 @@
 
 #include "../reports/csv_report.h"     // csv_report_*
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "../reports/csv_read.h"       // csv_table_read
+#include "../reports/row_verdict.h"    // summary_row_state, kernel_row_state, kernel_controls
+#include "report_gallery.h"            // gallery_summary, gallery_kernels, gallery_write_*
 
 #define MAX_FIELDS 256
 #define COLS 5
@@ -135,11 +140,69 @@ static void write_failure_names_the_file(void **state) {
     assert_non_null(strstr(err, "flush failed"));
 }
 
+static void every_verdict_kind_reads_back(void **state) {
+    (void)state;
+    char dir[] = "/tmp/invar_test_csv_XXXXXX", sp[128], kp[128], err[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sp, sizeof sp, "%s/summary.csv", dir);
+    snprintf(kp, sizeof kp, "%s/kernels.csv", dir);
+    uint64_t seed = invar_mix64((uint64_t)(uintptr_t)dir ^ (uint64_t)getpid());
+    assert_true(gallery_write_summary(sp, "gallery", seed, err, sizeof err));
+    assert_true(gallery_write_kernels(kp, seed, err, sizeof err));
+    csv_table *s = csv_table_read(sp, false, err, sizeof err), *k = csv_table_read(kp, false, err,
+                                                                                  sizeof err);
+    assert_non_null(s);
+    assert_non_null(k);
+    assert_int_equal(s->nrows, GALLERY_SUMMARY_ROWS);
+    assert_int_equal(k->nrows, GALLERY_KERNEL_ROWS);
+    char why[1024];
+    for (int i = 0; i < GALLERY_SUMMARY_ROWS; i++) {
+        const gallery_summary_row *g = &gallery_summary[i];
+        assert_string_equal(csv_get(s, i, "config"), g->config);
+        assert_string_equal(csv_get(s, i, "verdict"), g->verdict);
+        assert_string_equal(csv_get(s, i, "observed"), g->observed);
+        assert_string_equal(csv_get(s, i, "note"), g->note);
+        if (summary_row_state(s, i) != g->want)
+            fail_msg("summary row %s reads back as %s, expected %s", g->config,
+                     row_state_name(summary_row_state(s, i)), row_state_name(g->want));
+        summary_reason(s, i, why, sizeof why);
+        if (g->want != ROW_PASS && g->says[0] && !strstr(why, g->says) &&
+            !strstr(g->says, "first divergence"))
+            fail_msg("summary row %s: reason '%s' lacks '%s'", g->config, why, g->says);
+        assert_int_equal(summary_first_divergence(s, i, why, sizeof why), g->first_batch[0] != 0);
+    }
+    for (int i = 0; i < GALLERY_KERNEL_ROWS; i++) {
+        const gallery_kernel_row *g = &gallery_kernels[i];
+        assert_string_equal(csv_get(k, i, "status"), g->status);
+        assert_string_equal(csv_get(k, i, "note"), g->note);
+        row_state st = kernel_row_state(k, i, why, sizeof why);
+        if (st != g->want)
+            fail_msg("kernel row %s/%s/%s (%s) reads back as %s, expected %s", g->set, g->op,
+                     g->shape, g->status, row_state_name(st), row_state_name(g->want));
+        if (g->says[0] && !strstr(why, g->says))
+            fail_msg("kernel row %s/%s: '%s' lacks '%s'", g->set, g->op, why, g->says);
+    }
+    kernel_control controls[8];
+    assert_int_equal(kernel_controls(k, controls, 8), GALLERY_CONTROLS);
+    for (int c = 0; c < GALLERY_CONTROLS; c++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s/%s", csv_get(k, controls[c].first_row, "set"),
+                 csv_get(k, controls[c].first_row, "op"));
+        assert_int_equal(controls[c].varied, strcmp(name, GALLERY_CONTROL_FAILED) != 0);
+    }
+    csv_table_free(s);
+    csv_table_free(k);
+    assert_int_equal(unlink(sp), 0);
+    assert_int_equal(unlink(kp), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rows_parse_back_before_close),
         cmocka_unit_test(open_failure_names_the_file),
         cmocka_unit_test(write_failure_names_the_file),
+        cmocka_unit_test(every_verdict_kind_reads_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

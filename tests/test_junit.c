@@ -1,6 +1,7 @@
 // tests/test_junit.c — junit.xml from report CSVs: it parses (xmllint), its counts match the
 // summary.csv and kernels.csv rows, failures carry the first divergence, and names and messages
-// are XML-escaped (reports/junit.h).
+// are XML-escaped (reports/junit.h); every verdict and observed kind (tests/report_gallery.h)
+// gets its own element.
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,7 @@
 #include "../reports/csv_report.h"    // csv_report_open, csv_report_row
 #include "../reports/junit.h"         // junit_write, junit_xml_escape
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "report_gallery.h"             // gallery_summary, gallery_kernels, gallery_write_*
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: CSV files written with the runner's own header, fields set by column name
@@ -307,12 +309,112 @@ static void missing_tables_give_an_empty_report(void **state) {
     remove_dir(dir);
 }
 
+// The child element of the testcase named `name`: "" (a pass), "failure",
+// "error" or "skipped"; its text (up to the testcase's end) into body.
+static const char *testcase_child(const char *x, const char *name, char *body, size_t len) {
+    char needle[600];
+    snprintf(needle, sizeof needle, " name=\"%s\" time=", name);
+    const char *t = strstr(x, needle);
+    if (!t) fail_msg("junit.xml has no testcase named '%s'", name);
+    assert_null(strstr(t + 1, needle));  // one testcase per row
+    // A pass closes the testcase itself: <testcase ... time="0.123"/>.
+    const char *gt = strchr(t, '>');
+    assert_non_null(gt);
+    if (gt[-1] == '/') {
+        body[0] = '\0';
+        return "";
+    }
+    const char *end = strstr(gt, "</testcase>");
+    assert_non_null(end);
+    snprintf(body, len, "%.*s", (int)(end - gt), gt);
+    static const char *const kinds[] = {"failure", "error", "skipped"};
+    for (int k = 0; k < 3; k++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "<%s ", kinds[k]);
+        if (strstr(body, tag)) return kinds[k];
+    }
+    fail_msg("testcase '%s': neither a pass nor failure/error/skipped", name);
+    return NULL;
+}
+
+// Every verdict kind of summary.csv and kernels.csv: each row's testcase has the right child
+// (a FAIL row observed nondeterministic or error, or a control not triggered, is a <failure>,
+// never <skipped>; CRASH and ERROR rows are <error>), and the counts agree.
+static void every_verdict_kind_renders(void **state) {
+    (void)state;
+    char dir[] = "/tmp/invar_test_junit_XXXXXX", sp[128], kp[128], xml[128], err[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sp, sizeof sp, "%s/summary.csv", dir);
+    snprintf(kp, sizeof kp, "%s/kernels.csv", dir);
+    snprintf(xml, sizeof xml, "%s/junit.xml", dir);
+    uint64_t seed = fresh_seed();
+    assert_true(gallery_write_summary(sp, "gallery", seed, err, sizeof err));
+    assert_true(gallery_write_kernels(kp, seed, err, sizeof err));
+    csv_table *s = csv_table_read(sp, false, err, sizeof err), *k = csv_table_read(kp, false, err,
+                                                                                  sizeof err);
+    assert_non_null(s);
+    assert_non_null(k);
+    assert_true(junit_write(xml, s, k, NULL, err, sizeof err));
+    assert_xml_parses(xml);
+    const char *x = slurp(xml);
+    static char body[8192];
+    int want[4] = {0};  // pass, failure, error, skipped
+    for (int i = 0; i < GALLERY_SUMMARY_ROWS; i++) {
+        const gallery_summary_row *g = &gallery_summary[i];
+        const char *child = testcase_child(x, g->config, body, sizeof body);
+        if (strcmp(child, g->junit) != 0)
+            fail_msg("summary row %s (verdict %s, observed %s): <%s>, expected <%s>", g->config,
+                     g->verdict, g->observed, child[0] ? child : "pass", g->junit[0] ? g->junit
+                                                                                     : "pass");
+        if (g->says[0] && !strstr(body, g->says))
+            fail_msg("summary row %s: the message lacks '%s': %s", g->config, g->says, body);
+        if (g->first_batch[0] && g->want != ROW_PASS)
+            assert_non_null(strstr(body, "first divergence: request "));
+        want[g->want == ROW_PASS ? 0 : g->want == ROW_FAIL ? 1 : g->want == ROW_ERROR ? 2 : 3]++;
+    }
+    for (int i = 0; i < GALLERY_KERNEL_ROWS; i++) {
+        const gallery_kernel_row *g = &gallery_kernels[i];
+        char name[256];
+        snprintf(name, sizeof name, "%s/%s/%s", g->set, g->op, g->shape);
+        const char *child = testcase_child(x, name, body, sizeof body);
+        if (strcmp(child, g->junit) != 0)
+            fail_msg("kernel row %s (status %s): <%s>, expected <%s>", name, g->status,
+                     child[0] ? child : "pass", g->junit[0] ? g->junit : "pass");
+        if (g->says[0] && !strstr(body, g->says))
+            fail_msg("kernel row %s: the message lacks '%s': %s", name, g->says, body);
+        want[g->want == ROW_PASS ? 0 : g->want == ROW_FAIL ? 1 : g->want == ROW_ERROR ? 2 : 3]++;
+    }
+    // The controls: reference/gemm varied (a pass), reference/rmsnorm never did (a failure).
+    const char *child = testcase_child(x, "reference/gemm: negative control (must vary at some "
+                                          "shape)", body, sizeof body);
+    assert_string_equal(child, "");
+    child = testcase_child(x, GALLERY_CONTROL_FAILED ": negative control (must vary at some "
+                              "shape)", body, sizeof body);
+    assert_string_equal(child, "failure");
+    assert_non_null(strstr(body, "never varied"));
+    want[0]++;
+    want[1]++;
+    int tests = GALLERY_SUMMARY_ROWS + GALLERY_KERNEL_ROWS + GALLERY_CONTROLS;
+    assert_int_equal(attr_int(x, "<testsuites", "tests"), tests);
+    assert_int_equal(attr_int(x, "<testsuites", "failures"), want[1]);
+    assert_int_equal(attr_int(x, "<testsuites", "errors"), want[2]);
+    assert_int_equal(attr_int(x, "<testsuites", "skipped"), want[3]);
+    assert_int_equal(occurrences(x, "<failure "), want[1]);
+    assert_int_equal(occurrences(x, "<error "), want[2]);
+    assert_int_equal(occurrences(x, "<skipped "), want[3]);
+    assert_int_equal(occurrences(x, "<testcase "), tests);
+    csv_table_free(s);
+    csv_table_free(k);
+    remove_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(counts_match_summary_rows),
         cmocka_unit_test(kernel_rows_are_testcases),
         cmocka_unit_test(escapes_nasty_names),
         cmocka_unit_test(missing_tables_give_an_empty_report),
+        cmocka_unit_test(every_verdict_kind_renders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

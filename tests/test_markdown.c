@@ -1,7 +1,8 @@
 // tests/test_markdown.c — summary.md from report CSVs: every config row is in the table with its
 // verdict, settings changed by resolution are struck through with their reason, first
 // divergences and hit rates are shown, cells cannot break the table, unknown columns are
-// ignored and missing ones left out (reports/markdown.h).
+// ignored and missing ones left out; every verdict and observed kind (tests/report_gallery.h)
+// gets its badge, and every failing row, CRASH and ERROR included, is listed (reports/markdown.h).
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include "../reports/csv_report.h"    // csv_report_open, csv_report_row
 #include "../reports/markdown.h"      // markdown_write
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "report_gallery.h"             // gallery_summary, gallery_kernels, gallery_write_*
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -176,10 +178,108 @@ static void minimal_columns_still_render(void **state) {
     remove_dir(dir);
 }
 
+static const char *badge_of(row_state s) {
+    static const char *const badges[] = {"| ✅ PASS |", "| ❌ **FAIL** |", "| ⏭️ SKIP |",
+                                         "| ⚠️ **ERROR** |"};
+    return badges[s];
+}
+
+// The kernel table's line of (set, op), into buf.
+static const char *kernel_line(const char *md, const char *set, const char *op, char *buf,
+                               size_t len) {
+    char needle[256];
+    snprintf(needle, sizeof needle, "| %s | cpu | `%s` |", set, op);
+    const char *p = strstr(md, needle);
+    if (!p) fail_msg("summary.md has no kernel table line '%s'", needle);
+    while (p > md && p[-1] != '\n') p--;
+    size_t n = strcspn(p, "\n");
+    assert_true(n < len);
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+static void every_verdict_kind_renders(void **state) {
+    (void)state;
+    char dir[] = "/tmp/invar_test_markdown_XXXXXX", sp[128], kp[128], mdp[128], err[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sp, sizeof sp, "%s/summary.csv", dir);
+    snprintf(kp, sizeof kp, "%s/kernels.csv", dir);
+    snprintf(mdp, sizeof mdp, "%s/summary.md", dir);
+    uint64_t seed = invar_mix64((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20));
+    assert_true(gallery_write_summary(sp, "gallery", seed, err, sizeof err));
+    assert_true(gallery_write_kernels(kp, seed, err, sizeof err));
+    csv_table *s = csv_table_read(sp, false, err, sizeof err), *k = csv_table_read(kp, false, err,
+                                                                                  sizeof err);
+    assert_non_null(s);
+    assert_non_null(k);
+    assert_true(markdown_write(mdp, s, k, NULL, NULL, err, sizeof err));
+    const char *md = slurp(mdp);
+    const char *failures = strstr(md, "### Failures");
+    const char *kernel_failures = strstr(md, "### Failing kernel checks");
+    assert_non_null(failures);
+    assert_non_null(kernel_failures);
+    char line[4096];
+    for (int i = 0; i < GALLERY_SUMMARY_ROWS; i++) {
+        const gallery_summary_row *g = &gallery_summary[i];
+        table_line(md, g->config, line, sizeof line);
+        if (strncmp(line, badge_of(g->want), strlen(badge_of(g->want))) != 0)
+            fail_msg("config %s (verdict %s, observed %s): '%s', expected %s", g->config,
+                     g->verdict, g->observed, line, badge_of(g->want));
+        // The observed kind is shown as written.
+        char observed[64];
+        snprintf(observed, sizeof observed, "| %s", g->observed);
+        assert_non_null(strstr(line, observed));
+        // Every failure is listed in full, with why; nothing else is.
+        char entry[300];
+        snprintf(entry, sizeof entry, "- `%s`: ", g->config);
+        const char *listed = strstr(failures, entry);
+        if (g->want == ROW_FAIL) {
+            if (!listed || listed > kernel_failures)
+                fail_msg("config %s: not in the Failures list", g->config);
+            size_t n = strcspn(listed, "\n");
+            if (g->says[0] && !memmem(listed, n, g->says, strlen(g->says)))
+                fail_msg("config %s: its Failures entry lacks '%s'", g->config, g->says);
+        } else if (listed && listed < kernel_failures) {
+            fail_msg("config %s (%s) is in the Failures list", g->config, g->verdict);
+        }
+    }
+    // The kernel table: one line per (set, op); a group with a CRASH or ERROR row is an ERROR,
+    // a control that never varied a FAIL.
+    for (int i = 0; i < GALLERY_KERNEL_ROWS; i++) {
+        const gallery_kernel_row *g = &gallery_kernels[i];
+        row_state want = g->want;
+        if (strcmp(g->set, "reference") == 0 && strcmp(g->op, "rmsnorm") == 0) want = ROW_FAIL;
+        kernel_line(md, g->set, g->op, line, sizeof line);
+        if (strncmp(line, badge_of(want), strlen(badge_of(want))) != 0)
+            fail_msg("kernel %s/%s (status %s): '%s', expected %s", g->set, g->op, g->status,
+                     line, badge_of(want));
+        char entry[300];
+        snprintf(entry, sizeof entry, "- `%s/cpu/%s/%s`: ", g->set, g->op, g->shape);
+        const char *listed = strstr(kernel_failures, entry);
+        if (g->want == ROW_FAIL || g->want == ROW_ERROR) {
+            if (!listed) fail_msg("kernel row %s: not in the failing kernel checks", entry);
+            size_t n = strcspn(listed, "\n");
+            if (!memmem(listed, n, g->says, strlen(g->says)))
+                fail_msg("kernel row %s: its entry lacks '%s'", entry, g->says);
+        } else if (listed) {
+            fail_msg("kernel row %s (%s) is listed as failing", entry, g->status);
+        }
+    }
+    assert_non_null(strstr(md, "never (**must vary**)"));
+    // 9 ops: rmsnorm, reference gemm pass; 4 fail (gemm, rope, logprobs, reference rmsnorm);
+    // moe skipped; the plugin's two crashed or raised.
+    assert_non_null(strstr(md, "**9 ops: 2 passed, 4 failed, 1 skipped, 2 crashed or raised"));
+    csv_table_free(s);
+    csv_table_free(k);
+    remove_dir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(table_shows_rows_marks_and_totals),
         cmocka_unit_test(minimal_columns_still_render),
+        cmocka_unit_test(every_verdict_kind_renders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,8 @@
 # diff` refuses unreadable reports and counts vanished configs unless --partial; top_k = 0 runs;
 # bench --profile writes one per-op table per batch and its CSV; bench --shape takes only the
 # rows asked for, and refuses malformed ones and (with a GPU) ones the device cannot hold;
-# kernels --shape checks one shape of one op and refuses a label the op's list lacks.
+# kernels --shape checks one shape of one op and refuses a label the op's list lacks; --version
+# and meta.csv's invar_commit name the build's source tree, not the current directory's.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
 # and its usage errors in one style, "invar COMMAND: FLAG: what is wrong" and a hint.
 # About 10 s on 2 cores.
@@ -256,4 +257,22 @@ mkdir -p "$work/diff-part"
 head -n 2 "$base/summary.csv" >"$work/diff-part/summary.csv"
 expect 1 "1 regression .*1 vanished" report diff "$base" "$work/diff-part"
 expect 0 "0 regressions .*--partial" report diff "$base" "$work/diff-part" --partial
+# The build's own source tree (common/source_id.h), whatever the current directory: the tree's
+# HEAD (and -dirty), "unknown" only for a tree that is no checkout of its own; meta.csv's
+# invar_commit is the same id.
+root=$(cd "$(dirname "$0")/.." && pwd)
+version=$("$INVAR" --version) || fail "invar --version exited $?"
+[ "$(cd / && "$INVAR" --version)" = "$version" ] || fail "invar --version depends on the directory"
+if head=$(git -C "$root" rev-parse HEAD 2>/dev/null) &&
+    [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
+    case $version in
+    "invar $head" | "invar $head-dirty") ;;
+    *) fail "invar --version says '$version', the tree's HEAD is $head" ;;
+    esac
+else
+    [ "$version" = "invar unknown" ] || fail "invar --version says '$version' outside a checkout"
+fi
+grep -qxF "\"invar_commit\",\"${version#invar }\"" "$base/meta.csv" ||
+    fail "$base/meta.csv: invar_commit is not '${version#invar }'"
+echo "ok: $version, in meta.csv too"
 echo "cli: OK"

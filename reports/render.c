@@ -22,10 +22,19 @@ static void free_tables(csv_table **t) {
     for (int i = 0; i < N_TABLES; i++) csv_table_free(t[i]);
 }
 
-// `run_only`: read summary.csv, divergence.csv and meta.csv only (what `invar run` writes), so
-// other CSVs in the directory (an earlier kernels.csv, bench_*.csv) are never rendered into
-// the run's junit.xml and summary.md, nor their plots touched.
-static int render(const char *dir, render_what what, bool run_only, FILE *console, char *err,
+// Which CSVs a render reads. OWN_RUN: summary.csv, divergence.csv and meta.csv only (what
+// `invar run` writes), so other CSVs in the directory (an earlier kernels.csv, bench_*.csv) are
+// never rendered into the run's junit.xml and summary.md, nor their plots touched. OWN_KERNELS:
+// kernels.csv only (what `invar kernels` writes), and no plots.
+typedef enum { OWN_ALL, OWN_RUN, OWN_KERNELS } owned;
+
+static bool reads(owned own, int table) {
+    if (own == OWN_RUN) return table == T_SUMMARY || table == T_DIVERGENCE || table == T_META;
+    if (own == OWN_KERNELS) return table == T_KERNELS;
+    return true;
+}
+
+static int render(const char *dir, render_what what, owned own, FILE *console, char *err,
                   int len) {
     struct stat st;
     errno = 0;
@@ -37,7 +46,7 @@ static int render(const char *dir, render_what what, bool run_only, FILE *consol
     csv_table *t[N_TABLES] = {0};
     bool any = false;
     for (int i = 0; i < N_TABLES; i++) {
-        if (run_only && i != T_SUMMARY && i != T_DIVERGENCE && i != T_META) continue;
+        if (!reads(own, i)) continue;
         char path[PATH_MAX];
         if (!report_path(path, sizeof path, dir, table_files[i])) {
             snprintf(err, (size_t)len, "%s: path too long", dir);
@@ -65,8 +74,9 @@ static int render(const char *dir, render_what what, bool run_only, FILE *consol
         return 2;
     }
     int drawn = 0;
-    plot_inputs in = {t[T_SUMMARY], t[T_DIVERGENCE], t[T_GEMM], t[T_MLA], .bench_foreign = run_only};
-    bool ok = plots_render(dir, &in, &drawn, err, len);
+    plot_inputs in = {t[T_SUMMARY], t[T_DIVERGENCE], t[T_GEMM], t[T_MLA],
+                      .bench_foreign = own == OWN_RUN};
+    bool ok = own == OWN_KERNELS || plots_render(dir, &in, &drawn, err, len);
     if (ok && console && drawn) fprintf(console, "wrote %d plot%s in %s\n", drawn,
                                         drawn == 1 ? "" : "s", plots_dir);
     if (ok && what == RENDER_ALL && (t[T_SUMMARY] || t[T_KERNELS])) {
@@ -84,9 +94,13 @@ static int render(const char *dir, render_what what, bool run_only, FILE *consol
 }
 
 int report_render_dir(const char *dir, render_what what, FILE *console, char *err, int len) {
-    return render(dir, what, false, console, err, len);
+    return render(dir, what, OWN_ALL, console, err, len);
 }
 
 bool report_render_run(const char *dir, char *err, int len) {
-    return render(dir, RENDER_ALL, true, NULL, err, len) == 0;
+    return render(dir, RENDER_ALL, OWN_RUN, NULL, err, len) == 0;
+}
+
+bool report_render_kernels(const char *dir, char *err, int len) {
+    return render(dir, RENDER_ALL, OWN_KERNELS, NULL, err, len) == 0;
 }

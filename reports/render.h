@@ -23,4 +23,8 @@ int report_render_dir(const char *dir, render_what what, FILE *console, char *er
 // not rendered. True when done.
 bool report_render_run(const char *dir, char *err, int len);
 
+// For `invar kernels`: junit.xml and summary.md from DIR/kernels.csv alone, as `invar run`
+// renders its own. True when done.
+bool report_render_kernels(const char *dir, char *err, int len);
+
 #endif

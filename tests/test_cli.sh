@@ -8,7 +8,9 @@
 # bench --profile writes one per-op table per batch and its CSV; bench --shape takes only the
 # rows asked for, and refuses malformed ones and (with a GPU) ones the device cannot hold;
 # kernels --shape checks one shape of one op and refuses a label the op's list lacks; --version
-# and meta.csv's invar_commit name the build's source tree, not the current directory's.
+# and meta.csv's invar_commit name the build's source tree, not the current directory's;
+# kernels writes junit.xml and summary.md, lists a VARIES row's stable and varied M, and shows
+# progress only on a terminal.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
 # and its usage errors in one style, "invar COMMAND: FLAG: what is wrong" and a hint.
 # About 10 s on 2 cores.
@@ -257,6 +259,42 @@ mkdir -p "$work/diff-part"
 head -n 2 "$base/summary.csv" >"$work/diff-part/summary.csv"
 expect 1 "1 regression .*1 vanished" report diff "$base" "$work/diff-part"
 expect 0 "0 regressions .*--partial" report diff "$base" "$work/diff-part" --partial
+# invar kernels renders junit.xml and summary.md next to kernels.csv, as invar run does; a
+# VARIES line names the M that were stable and the M that varied; progress goes to stderr only
+# when stderr is a terminal.
+"$INVAR" kernels --device cpu --set reference --op rmsnorm --quick --out "$work/kr" --threads 2 \
+    >"$work/kr.log" 2>"$work/kr.err" || { cat "$work/kr.log" "$work/kr.err"; fail "kernels --set reference --op rmsnorm exited $?"; }
+for f in junit.xml summary.md; do [ -s "$work/kr/$f" ] || fail "invar kernels wrote no $f"; done
+rows=$(($(wc -l <"$work/kr/kernels.csv") - 1))
+[ "$(grep -c '<testcase ' "$work/kr/junit.xml")" = $((rows + 1)) ] ||
+    fail "junit.xml: not one testcase per kernels.csv row and one for the negative control"
+if command -v xmllint >/dev/null; then xmllint --noout "$work/kr/junit.xml" || fail "junit.xml does not parse"; fi
+grep -q '| reference | cpu | `rmsnorm` |' "$work/kr/summary.md" || fail "summary.md has no rmsnorm row"
+python3 - "$work/kr/kernels.csv" "$work/kr.log" <<'PY2' || fail "a VARIES line does not list its stable and varied M"
+import csv, re, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["invariant"] == "no"]
+lines = [l for l in open(sys.argv[2]) if l.startswith("VARIES")]
+assert rows and len(rows) == len(lines), (len(rows), len(lines))
+for r, l in zip(rows, lines):
+    m = re.search(r"stable at M=([0-9,]+|none); varied at M=([0-9,]+)$", l.rstrip())
+    assert m, l
+    stable = set(m.group(1).split(",")) - {"none"}
+    varied = set(m.group(2).split(","))
+    assert r["first_vary_M"] in varied and not stable & varied, (l, r["first_vary_M"])
+PY2
+grep -q "shapes checked" "$work/kr.err" && fail "progress written to stderr that is not a terminal"
+if command -v script >/dev/null; then
+    script -qec "'$INVAR' kernels --device cpu --set reference --op rmsnorm --quick --out '$work/kt' --threads 2" \
+        /dev/null >"$work/kt.tty" 2>&1 </dev/null
+    grep -q "shapes checked" "$work/kt.tty" || fail "no progress on a terminal"
+    script -qec "'$INVAR' kernels --device cpu --set reference --op rmsnorm --quick --out '$work/kt' --threads 2 2>'$work/kt.err'" \
+        /dev/null >"$work/kt.tty" 2>&1 </dev/null
+    grep -q "shapes checked" "$work/kt.err" && fail "progress written to a stderr that is a file (stdout a terminal)"
+    echo "ok: invar kernels: junit.xml, summary.md, VARIES M lists, progress on a terminal only"
+else
+    echo "SKIP invar kernels progress on a terminal: no script(1)"
+fi
+
 # The build's own source tree (common/source_id.h), whatever the current directory: the tree's
 # HEAD (and -dirty), "unknown" only for a tree that is no checkout of its own; meta.csv's
 # invar_commit is the same id.

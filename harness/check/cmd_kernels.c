@@ -21,6 +21,7 @@
 #include "../../reports/report_schema.h" // kernels_header, kernels_get, KERNELS_*
 #include "../../reports/csv_read.h"  // csv_table_read, csv_table_free
 #include "../../reports/row_verdict.h" // kernel_row_state
+#include "../../reports/render.h"    // report_render_kernels
 #include "../../sets/plugin_set.h" // plugin_probe, plugin_set_is, plugin_set_op_source, plugin_set_take_error
 
 // Its own default directory: `invar run` writes build/report/run, and neither renders the other.
@@ -33,7 +34,42 @@ typedef struct {
     int passed, failed, skipped;
     uint64_t seed;
     double shape_start;
+    bool progress;       // a progress line on stderr: only when it is a terminal
+    int shapes_done;
+    double started;
 } report;
+
+// The progress line is redrawn in place ("\r", erase to the end of the line); every result line
+// on stdout clears it first, so a terminal never shows the two run together.
+static void progress_clear(const report *rep) {
+    if (!rep->progress) return;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+}
+
+static void progress_show(report *rep, const ops_set *ops, const op_entry *op, const char *shape) {
+    rep->shapes_done++;
+    if (!rep->progress) return;
+    fprintf(stderr, "\r\033[K[%d shapes checked, %.0f s: %d failed] last: %s %s %s %.40s",
+            rep->shapes_done, host_seconds() - rep->started, rep->failed, ops->name, ops->device,
+            op->name, shape);
+    fflush(stderr);
+}
+
+// "stable at M=1,2,3,4; varied at M=255,4096": which batch sizes a row varied at.
+static void M_lists(const check_result *r, char *buf, int len) {
+    int n = snprintf(buf, (size_t)len, "stable at M=");
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && n < len) n += snprintf(buf + n, (size_t)(len - n), "; varied at M=");
+        bool first = true;
+        for (int i = 0; i < r->n_M && n < len; i++) {
+            if (r->M_varied[i] != (pass == 1)) continue;
+            n += snprintf(buf + n, (size_t)(len - n), "%s%d", first ? "" : ",", r->M[i]);
+            first = false;
+        }
+        if (first && n < len) n += snprintf(buf + n, (size_t)(len - n), "none");
+    }
+}
 
 static const char *expectation(const ops_set *ops, const op_entry *op) {
     if (kernel_check_expects_invariant(ops, op)) return "stable";
@@ -81,9 +117,15 @@ static void print_line(const char *status, const ops_set *ops, const op_entry *o
     else
         snprintf(inv, sizeof inv, "no (M=%d row %d vs M=%d)", r->first_vary_M, r->first_vary_pos,
                  r->first_vary_vs);
-    printf("%-6s %-9s %-4s %-14s %-22s invariant: %-18s err=%.2e (tol %.0e)  written: %s%s\n",
+    char Ms[1024] = "";
+    if (!r->invariant) {
+        Ms[0] = ' ';
+        Ms[1] = ' ';
+        M_lists(r, Ms + 2, (int)sizeof Ms - 2);
+    }
+    printf("%-6s %-9s %-4s %-14s %-22s invariant: %-18s err=%.2e (tol %.0e)  written: %s%s%s\n",
            status, ops->name, ops->device, op->name, shape, inv, r->err, r->tol,
-           r->written ? "yes" : "NO", note);
+           r->written ? "yes" : "NO", note, Ms);
     fflush(stdout);
 }
 
@@ -91,12 +133,14 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
                      const check_result *r) {
     report *rep = user;
     char error[600];
+    progress_clear(rep);
     if (plugin_set_take_error(ops, error, sizeof error)) {  // nothing it wrote can be judged
         printf("ERROR  %-9s %-4s %-14s %-22s %s\n", ops->name, ops->device, op->name, shape->label, error);
         fflush(stdout);
         write_row(rep, ops, op, shape->label, "ERROR", r, host_seconds() - rep->shape_start, error);
         rep->failed++;
         rep->shape_start = host_seconds();
+        progress_show(rep, ops, op, shape->label);
         return;
     }
     const char *status = !r->accurate || !r->written ? "FAIL" : r->invariant ? "ok" : "VARIES";
@@ -111,18 +155,21 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     if (r->pass) rep->passed++;
     else rep->failed++;
     rep->shape_start = host_seconds();
+    progress_show(rep, ops, op, shape->label);
 }
 
 static void on_skip(void *user, ops_set *ops, const op_entry *op, const op_shape *shape,
                     const char *why) {
     report *rep = user;
     check_result none = {.invariant = true, .written = true, .tol = op->tol};
+    progress_clear(rep);
     printf("SKIP   %-9s %-4s %-14s %-22s %s\n", ops->name, ops->device, op->name, shape->label,
            why);
     fflush(stdout);
     write_row(rep, ops, op, shape->label, "SKIP", &none, 0.0, "");
     rep->skipped++;
     rep->shape_start = host_seconds();
+    progress_show(rep, ops, op, shape->label);
 }
 
 // The ops, known only from the table at run time.
@@ -167,6 +214,7 @@ static void check_set(report *rep, const char *set, const char *device, int thre
         rep->shape_start = host_seconds();
         int n = kernel_check_op(ops, op, o, &summary);
         const bool never_varied = n > 0 && !kernel_check_expects_invariant(ops, op) && kernel_check_must_vary(op, ops) && summary.invariant;
+        if (never_varied) progress_clear(rep);
         if (never_varied && o->shape_label) {
             // one shape cannot judge a control meant over the whole list (must_vary shapes
             // still are, in kernel_check_shape)
@@ -281,6 +329,7 @@ static void check_plugin_op(report *rep, const plugin_run *p, const op_entry *op
             snprintf(note, sizeof note, "the check exited %d (output above)", WEXITSTATUS(status));
         bool claimed = (p->info->claims & INVAR_OP_BIT(kernel_check_plugin_op(op))) != 0;
         const char *shape = shape_in_progress(p, op, claimed, t);
+        progress_clear(rep);
         printf("CRASH  %-9s %-4s %-14s %-22s %s\n", "plugin", p->device, op->name, shape, note);
         fflush(stdout);
         plugin_row(rep, p, op, shape, "CRASH", "plugin", note);
@@ -296,6 +345,7 @@ static void check_plugin(report *rep, const plugin_run *p, const op_entry *only)
         if (only && only != op) continue;
         int pop = kernel_check_plugin_op(op);
         if (pop < 0 || !(p->info->provided & INVAR_OP_BIT(pop))) {
+            progress_clear(rep);
             printf("SKIP   %-9s %-4s %-14s %-22s not provided by the plugin: the invariant set's\n", "plugin",
                    p->device, op->name, "(all shapes)");
             plugin_row(rep, p, op, "(all shapes)", "SKIP", "invariant", "not provided by the plugin");
@@ -392,7 +442,7 @@ int cmd_kernels(int argc, char **argv) {
     char csv_path[4200];
     if (snprintf(csv_path, sizeof csv_path, "%s/kernels.csv", out) >= (int)sizeof csv_path)
         invar_die(INVAR_EXIT_INPUT, "kernels: --out %s: path too long", out);
-    report rep = {.seed = o.seed};
+    report rep = {.seed = o.seed, .progress = isatty(2) == 1, .started = host_seconds()};
     char why_csv[PATH_MAX + 128];
     rep.csv = csv_report_open(csv_path, kernels_header(), KERNELS_NCOLS, why_csv, sizeof why_csv);
     if (!rep.csv) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why_csv);
@@ -440,9 +490,13 @@ int cmd_kernels(int argc, char **argv) {
             check_set(&rep, e->set, e->device, threads, only, &o);
         }
     }
+    progress_clear(&rep);
     if (!csv_report_close(rep.csv, why_csv, sizeof why_csv))
         invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why_csv);
-    printf("report: %s\n", csv_path);
+    // As `invar run` renders its report, from the CSV alone (`invar report render` redoes it).
+    if (!report_render_kernels(out, why_csv, sizeof why_csv))
+        invar_die(INVAR_EXIT_SYSTEM, "kernels: rendering the report in %s: %s", out, why_csv);
+    printf("reports: %s/{kernels.csv,junit.xml,summary.md}\n", out);
     printf("%d passed, %d failed, %d skipped\n", rep.passed, rep.failed, rep.skipped);
     return rep.failed ? 1 : 0;
 }

@@ -67,8 +67,25 @@ static uint64_t pool_seed(uint64_t shape_seed, int j) {
 
 // --- one shape -------------------------------------------------------------------------------
 
+// Records that rows were compared at batch size M (varied: one differed), keeping the list
+// ascending.
+static void note_M(check_result *r, int M, bool varied) {
+    int i = 0;
+    while (i < r->n_M && r->M[i] < M) i++;
+    if (i == r->n_M || r->M[i] != M) {
+        if (r->n_M == KERNEL_CHECK_MAX_M) return;
+        memmove(&r->M[i + 1], &r->M[i], (size_t)(r->n_M - i) * sizeof r->M[0]);
+        memmove(&r->M_varied[i + 1], &r->M_varied[i], (size_t)(r->n_M - i) * sizeof r->M_varied[0]);
+        r->M[i] = M;
+        r->M_varied[i] = false;
+        r->n_M++;
+    }
+    r->M_varied[i] |= varied;
+}
+
 // Records a difference; the smallest M (then the first found) is the one reported.
 static void note_vary(check_result *r, int M, int pos, int vs_M) {
+    note_M(r, M, true);
     if (r->invariant || M < r->first_vary_M) {
         r->invariant = false;
         r->first_vary_M = M;
@@ -138,6 +155,7 @@ static void small_batches_of_largest(op_case *c, int big, uint64_t shape_seed,
         int m = sizes[k % 3] < big - j0 ? sizes[k % 3] : big - j0;
         r->written &= op_case_run(c, m, seeds + j0, scratch);
         r->batches++;
+        note_M(r, m, false);
         for (int i = 0; i < m; i++)
             if (memcmp(scratch + (size_t)i * rb, largest + (size_t)(j0 + i) * rb, rb) != 0)
                 note_vary(r, m, i, big);
@@ -198,6 +216,7 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
         uint64_t s = probe_seed(shape_seed, p);
         r->written &= op_case_run(c, 1, &s, alone + p * rb);
         r->written &= op_case_run(c, 1, &s, again);
+        note_M(r, 1, false);
         if (memcmp(alone + p * rb, again, rb) != 0) note_vary(r, 1, 0, 1);
         oracle_add(&oracle, s, alone + p * rb);
         r->batches += 2;
@@ -216,6 +235,7 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
             if (pos[p] >= 0) seeds[pos[p]] = probe_seed(shape_seed, p);
         r->written &= op_case_run(c, M, seeds, out);
         r->batches++;
+        note_M(r, M, false);
         int error_checks = 0;
         for (int p = 0; p < PROBES; p++) {
             if (pos[p] < 0) continue;

@@ -23,6 +23,8 @@ extern const int kernel_check_quick_batch_sizes_count;
 extern const int kernel_check_exhaustive_batch_sizes[];
 extern const int kernel_check_exhaustive_batch_sizes_count;
 
+#define KERNEL_CHECK_MAX_M 72  // the 64 batch sizes a shape takes at most, and 1, 2, 3
+
 typedef struct {
     bool invariant;      // every probe row bitwise equal alone and in every batch
     int first_vary_M;    // first M at which a probe row differed (1: two runs alone); 0: none
@@ -34,6 +36,11 @@ typedef struct {
     bool written;        // every output element written, nothing outside the outputs
     bool pass;           // what the set promises held (see kernel_check_op)
     int batches;         // batches run (for the report)
+    // Every batch size a row was compared at, ascending, and whether a row varied there: the
+    // VARIES line names the M that were stable and the M that varied.
+    int n_M;
+    int M[KERNEL_CHECK_MAX_M];
+    bool M_varied[KERNEL_CHECK_MAX_M];
 } check_result;
 
 struct check_opts;

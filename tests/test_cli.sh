@@ -312,5 +312,15 @@ else
 fi
 grep -qxF "\"invar_commit\",\"${version#invar }\"" "$base/meta.csv" ||
     fail "$base/meta.csv: invar_commit is not '${version#invar }'"
+# Run from inside another repository: meta.csv still names the build's tree, not that one.
+if command -v git >/dev/null; then
+    mkdir -p "$work/other-repo"
+    (cd "$work/other-repo" && git init -q . && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m other) ||
+        fail "git init of a scratch repository failed"
+    (cd "$work/other-repo" && "$INVAR" run -q --case "$work/case.ini" --out "$work/in-other-repo") >/dev/null 2>&1 ||
+        fail "a run from inside another repository exited $?"
+    grep -qxF "\"invar_commit\",\"${version#invar }\"" "$work/in-other-repo/meta.csv" ||
+        fail "a run inside another repository: meta.csv's $(grep invar_commit "$work/in-other-repo/meta.csv"), not '${version#invar }'"
+fi
 echo "ok: $version, in meta.csv too"
 echo "cli: OK"

@@ -8,6 +8,7 @@
 #include <setjmp.h>                              // cmocka
 #include <cmocka.h>                              // cmocka
 
+#include <stdbool.h>                             // bool
 #include <string.h>                              // strcmp
 
 #include "../harness/check/kernel_check.h"       // kernel_check_op, check_opts, check_result
@@ -69,6 +70,38 @@ static void sink_names_paths_exactly(void **state) {
     assert_false(fingerprint_sink_reached(s, "mla_attention:split"));
     assert_false(fingerprint_sink_reached(s, "rmsnorm:split-merge"));
     fingerprint_sink_destroy(s);
+}
+
+// The CPU kernels note the path they ran, not a near one: the GEMM's column tail is the
+// N mod 4 columns its 4-column micro-kernel leaves, the norm's tail D mod 8.
+static bool gemm_notes(ops_set *set, int N, const char *path) {
+    enum { M = 3, K = 24 };
+    bf16 x[M * K], w[13 * K], y[M * 13];
+    for (int i = 0; i < M * K; i++) x[i] = (bf16)(0x3f80 + (i * 37) % 97);  // 1.0 .. 1.75
+    for (int i = 0; i < 13 * K; i++) w[i] = (bf16)(0xbf00 + (i * 11) % 89);
+    fingerprint_sink *s = fingerprint_sink_create();
+    set->fingerprints = s;
+    gemm_args a = {.y = y, .x = x, .w = w, .M = M, .N = N, .K = K};
+    set->gemm(set, &a);
+    set->fingerprints = NULL;
+    const char *names[4];
+    bool only = fingerprint_sink_paths(s, names, 4) == 1 && strcmp(names[0], path) == 0;
+    fingerprint_sink_destroy(s);
+    return only;
+}
+
+static void cpu_kernels_note_the_path_taken(void **state) {
+    (void)state;
+    ops_set *set = inv_cpu_create(2);
+    assert_true(gemm_notes(set, 8, "gemm:bf16"));
+    assert_true(gemm_notes(set, 12, "gemm:bf16"));  // three full groups of 4, no tail
+    assert_true(gemm_notes(set, 13, "gemm:bf16+column-tail"));
+    assert_true(gemm_notes(set, 7, "gemm:bf16+column-tail"));
+    // every path noted is one the set declares
+    bool declared = false;
+    for (const char *const *p = set->paths; *p; p++) declared |= strcmp(*p, "gemm:bf16+column-tail") == 0;
+    assert_true(declared);
+    set->destroy(set);
 }
 
 // --- a kernel that picks its order by M but gives the same bits --------------------------------
@@ -147,6 +180,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sink_reports_first_two_orders),
         cmocka_unit_test(sink_names_paths_exactly),
+        cmocka_unit_test(cpu_kernels_note_the_path_taken),
         cmocka_unit_test(order_by_batch_fails_with_equal_bits),
         cmocka_unit_test(invariant_set_keeps_one_order),
     };

@@ -7,7 +7,7 @@
 // all-reduce), the order fingerprint (split size and count rule, tile, lane width, merge
 // tree; never M) and a path name from the set's declared list (a block shape, a tail loop:
 // it may change with M). The record is host-side, once per call, out of the hot loops; with
-// no sink attached (ops_set.fingerprints NULL) it is one branch.
+// no sink attached (ops_set.fingerprints NULL) it costs a few hash rounds and one branch.
 #ifndef INVAR_KERNELS_FINGERPRINT_H
 #define INVAR_KERNELS_FINGERPRINT_H
 

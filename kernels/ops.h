@@ -161,6 +161,7 @@ typedef struct {
 } logprobs_args;
 
 typedef struct order_log order_log;  // kernels/order_log.h
+typedef struct fingerprint_sink fingerprint_sink;  // kernels/fingerprint.h
 
 // One rank's handle on the communicator of a tensor-parallel group of T ranks, and the group.
 // The ranks are threads of one process (kernels/cpu/collective.h); on CUDA each rank's thread
@@ -179,6 +180,12 @@ struct ops_set {
     // The reduction orders a non-invariant set chose (kernels/order_log.h); NULL when the set
     // does not record them. Reset by whoever reads it.
     order_log *orders;
+    // Where the invariant kernels note each call's order fingerprint and path
+    // (kernels/fingerprint.h); NULL: nothing is noted. Attached by whoever checks them.
+    fingerprint_sink *fingerprints;
+    // The "op:path" names the set's kernels can note, NULL-terminated (NULL: none declared):
+    // what path coverage counts against.
+    const char *const *paths;
     // The kernels' state (thread pool; stream and scratch). A set built on another (reference/
     // and adversarial/ on the invariant sets, through inv_cpu_init / inv_cuda_init) keeps that
     // set's ctx, which the reused ops read, and holds this ops_set first in a struct of its own

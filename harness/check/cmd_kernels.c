@@ -37,6 +37,9 @@ typedef struct {
     bool progress;       // a progress line on stderr: only when it is a terminal
     int shapes_done;
     double started;
+    FILE *coverage;       // coverage.csv: every declared path of a checked set, reached or not
+    const char *coverage_path;
+    bool every_shape;     // every op at its default shapes: an unreached path is a failure
 } report;
 
 // The progress line is redrawn in place ("\r", erase to the end of the line); every result line
@@ -145,13 +148,23 @@ static void on_shape(void *user, ops_set *ops, const op_entry *op, const op_shap
     }
     const char *status = !r->accurate || !r->written ? "FAIL" : r->invariant ? "ok" : "VARIES";
     const char *note = "";
-    if (!r->pass && r->invariant && !kernel_check_expects_invariant(ops, op)) {
+    char order_note[200];
+    if (!r->order_stable && kernel_check_expects_invariant(ops, op)) {
+        // The invariant path did not run at every M, whatever the bits say.
+        const fingerprint_mismatch *d = &r->order_diff;
+        snprintf(order_note, sizeof order_note,
+                 "  <- %s order fingerprint %016" PRIx64 " at M=%d vs %016" PRIx64 " at M=%d",
+                 d->op, d->order_a, d->batch_a, d->order_b, d->batch_b);
+        status = "FAIL";
+        note = order_note;
+    } else if (!r->pass && r->invariant && !kernel_check_expects_invariant(ops, op)) {
         status = "FAIL";
         note = "  <- must vary at this shape";
     } else if (!r->invariant && kernel_check_expects_invariant(ops, op)) note = "  <- must be stable";
     else if (!r->invariant) note = "  (expected of a non-invariant set)";
     print_line(status, ops, op, shape->label, r, note);
-    write_row(rep, ops, op, shape->label, status, r, host_seconds() - rep->shape_start, "");
+    write_row(rep, ops, op, shape->label, status, r, host_seconds() - rep->shape_start,
+              note == order_note ? order_note + 5 : "");
     if (r->pass) rep->passed++;
     else rep->failed++;
     rep->shape_start = host_seconds();
@@ -200,11 +213,50 @@ static int check_shape_label(const cli_command *cmd, const op_entry *op, const c
     return code;
 }
 
+// The paths a set declares (ops_set.paths) against those its checked calls noted: a line per
+// set, one per unreached path, and coverage.csv's rows, for batch-invariant sets. Checked at
+// every op's default shapes, such a set must reach each one (a path no shape takes is a path
+// nothing checks).
+static void report_coverage(report *rep, const ops_set *ops, const fingerprint_sink *prints,
+                            const op_entry *only) {
+    // A set built on the invariant one keeps its list but not all of its kernels: not judged.
+    if (!ops->paths || !ops->batch_invariant) return;
+    int declared = 0, reached = 0;
+    for (const char *const *p = ops->paths; *p; p++) {
+        bool hit = fingerprint_sink_reached(prints, *p);
+        declared++;
+        reached += hit;
+        if (fprintf(rep->coverage, "%s,%s,%s,%s\n", ops->name, ops->device, *p, hit ? "yes" : "no") < 0)
+            invar_die(INVAR_EXIT_SYSTEM, "kernels: writing %s: %s", rep->coverage_path, strerror(errno));
+    }
+    const char *names[128];
+    int noted = fingerprint_sink_paths(prints, names, 128);
+    for (int i = 0; i < noted; i++) {  // a path noted but not declared: the list is stale
+        bool listed = false;
+        for (const char *const *p = ops->paths; *p && !listed; p++) listed = strcmp(*p, names[i]) == 0;
+        if (listed) continue;
+        printf("FAIL   %-9s %-4s coverage: path %s taken but not in the set's list\n", ops->name, ops->device, names[i]);
+        rep->failed++;
+    }
+    bool must_reach = rep->every_shape && !only;
+    printf("%-6s %-9s %-4s coverage: %d of %d paths reached%s\n",
+           reached == declared || !must_reach ? "PATHS" : "FAIL", ops->name, ops->device, reached, declared,
+           must_reach ? "" : " (a partial run: not judged)");
+    for (const char *const *p = ops->paths; *p; p++)
+        if (!fingerprint_sink_reached(prints, *p))
+            printf("       %-9s %-4s unreached: %s\n", ops->name, ops->device, *p);
+    if (must_reach && reached < declared) rep->failed++;
+    fflush(stdout);
+}
+
 // Every op of one set (a plugin set: the ops it provides), its rows written as they finish.
 static void check_set(report *rep, const char *set, const char *device, int threads, const op_entry *only,
                       const check_opts *o) {
     ops_set *ops = kernel_set_create(set, device, threads);
     if (!ops) invar_die(INVAR_EXIT_SYSTEM, "kernels: cannot create set %s on %s", set, device);
+    check_opts with_paths = *o;
+    with_paths.fingerprints = fingerprint_sink_create();
+    o = &with_paths;
     plugin_set_collect_errors(ops, true);  // a failing op is an ERROR row, the others go on
     for (const op_entry *op = op_table(); op->name; op++) {
         if (only && only != op) continue;
@@ -229,6 +281,8 @@ static void check_set(report *rep, const char *set, const char *device, int thre
             rep->failed++;
         }
     }
+    report_coverage(rep, ops, o->fingerprints, only);
+    fingerprint_sink_destroy(with_paths.fingerprints);
     ops->destroy(ops);
 }
 
@@ -446,6 +500,14 @@ int cmd_kernels(int argc, char **argv) {
     char why_csv[PATH_MAX + 128];
     rep.csv = csv_report_open(csv_path, kernels_header(), KERNELS_NCOLS, why_csv, sizeof why_csv);
     if (!rep.csv) invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why_csv);
+    char coverage_path[4200];
+    if (snprintf(coverage_path, sizeof coverage_path, "%s/coverage.csv", out) >= (int)sizeof coverage_path)
+        invar_die(INVAR_EXIT_INPUT, "kernels: --out %s: path too long", out);
+    rep.coverage_path = coverage_path;
+    rep.coverage = fopen(coverage_path, "w");
+    if (!rep.coverage || fprintf(rep.coverage, "set,device,path,reached\n") < 0)
+        invar_die(INVAR_EXIT_SYSTEM, "kernels: %s: %s", coverage_path, strerror(errno));
+    rep.every_shape = !o.quick && !shape_label && !plugin;
     o.on_shape = on_shape;
     o.on_skip = on_skip;
     o.user = &rep;
@@ -493,10 +555,12 @@ int cmd_kernels(int argc, char **argv) {
     progress_clear(&rep);
     if (!csv_report_close(rep.csv, why_csv, sizeof why_csv))
         invar_die(INVAR_EXIT_SYSTEM, "kernels: %s", why_csv);
+    if (fclose(rep.coverage) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "kernels: closing %s: %s", coverage_path, strerror(errno));
     // As `invar run` renders its report, from the CSV alone (`invar report render` redoes it).
     if (!report_render_kernels(out, why_csv, sizeof why_csv))
         invar_die(INVAR_EXIT_SYSTEM, "kernels: rendering the report in %s: %s", out, why_csv);
-    printf("reports: %s/{kernels.csv,junit.xml,summary.md}\n", out);
+    printf("reports: %s/{kernels.csv,junit.xml,summary.md,coverage.csv}\n", out);
     printf("%d passed, %d failed, %d skipped\n", rep.passed, rep.failed, rep.skipped);
     return rep.failed ? 1 : 0;
 }

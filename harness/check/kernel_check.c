@@ -143,7 +143,7 @@ static int shape_batch_sizes(const check_opts *o, const op_shape *shape, int *ou
 // rows, in order, and compares each row with its output in the largest batch bit for bit.
 static void small_batches_of_largest(op_case *c, int big, uint64_t shape_seed,
                                      const unsigned char *largest, unsigned char *scratch,
-                                     uint64_t *seeds, check_result *r) {
+                                     uint64_t *seeds, fingerprint_sink *prints, check_result *r) {
     static const int sizes[] = {3, 1, 2};
     size_t rb = op_case_row_bytes(c);
     int probes_at[PROBES];
@@ -153,6 +153,7 @@ static void small_batches_of_largest(op_case *c, int big, uint64_t shape_seed,
         if (probes_at[p] >= 0) seeds[probes_at[p]] = probe_seed(shape_seed, p);
     for (int j0 = 0, k = 0; j0 < big; k++) {
         int m = sizes[k % 3] < big - j0 ? sizes[k % 3] : big - j0;
+        fingerprint_sink_batch(prints, m);
         r->written &= op_case_run(c, m, seeds + j0, scratch);
         r->batches++;
         note_M(r, m, false);
@@ -190,7 +191,14 @@ static void oracle_flush(oracle_queue *q, check_result *r) {
 
 void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
                         int shape_index, const check_opts *o, check_result *r) {
-    *r = (check_result){.invariant = true, .written = true, .tol = op->tol};
+    *r = (check_result){.invariant = true, .order_stable = true, .written = true, .tol = op->tol};
+    // Every call of the shape notes its order into one sink (kernels/fingerprint.h): the
+    // invariant path must have run at every M, even where the bits would agree anyway.
+    fingerprint_sink *own = o->fingerprints ? NULL : fingerprint_sink_create();
+    fingerprint_sink *prints = o->fingerprints ? o->fingerprints : own;
+    fingerprint_sink_reset_orders(prints);
+    fingerprint_sink *attached = ops->fingerprints;
+    ops->fingerprints = prints;
     uint64_t shape_seed = invar_mix64(o->seed ^ XXH3_64bits(op->name, strlen(op->name)) ^
                                       invar_mix64(0x5a9e + (uint64_t)shape_index));
     op_case *c = op_case_open(op, ops, shape, shape_seed);
@@ -214,6 +222,7 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     // Each probe alone, twice: the second run catches run-to-run nondeterminism (atomics).
     for (int p = 0; p < PROBES; p++) {
         uint64_t s = probe_seed(shape_seed, p);
+        fingerprint_sink_batch(prints, 1);
         r->written &= op_case_run(c, 1, &s, alone + p * rb);
         r->written &= op_case_run(c, 1, &s, again);
         note_M(r, 1, false);
@@ -233,6 +242,7 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
         for (int j = 0; j < M; j++) seeds[j] = pool_seed(shape_seed, j);
         for (int p = 0; p < PROBES; p++)
             if (pos[p] >= 0) seeds[pos[p]] = probe_seed(shape_seed, p);
+        fingerprint_sink_batch(prints, M);
         r->written &= op_case_run(c, M, seeds, out);
         r->batches++;
         note_M(r, M, false);
@@ -264,8 +274,11 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     // rounded away in most rows, shows in some row of thousands, not in four probes. Skipped
     // for a non-invariant set already caught or allowed to be stable (the pass is not free).
     if (r->invariant && (kernel_check_expects_invariant(ops, op) || kernel_check_must_vary(op, ops)))
-        small_batches_of_largest(c, big, shape_seed, pool, batch, seeds, r);
+        small_batches_of_largest(c, big, shape_seed, pool, batch, seeds, prints, r);
     op_case_close(c);
+    r->order_stable = !fingerprint_sink_mismatch(prints, &r->order_diff);
+    ops->fingerprints = attached;
+    fingerprint_sink_destroy(own);
     free(alone);
     free(again);
     free(pool);
@@ -274,7 +287,8 @@ void kernel_check_shape(ops_set *ops, const op_entry *op, const op_shape *shape,
     free(pool_at);
 
     r->accurate = r->err <= r->tol;
-    r->pass = r->accurate && r->written && (r->invariant || !kernel_check_expects_invariant(ops, op));
+    r->pass = r->accurate && r->written &&
+              ((r->invariant && r->order_stable) || !kernel_check_expects_invariant(ops, op));
     if (shape->must_vary && !kernel_check_expects_invariant(ops, op) && kernel_check_must_vary(op, ops) && r->invariant)
         r->pass = false;  // the negative control, required at this very shape
 }
@@ -303,7 +317,8 @@ int kernel_check_count_shapes(const op_shape *s, const check_opts *o) {
 int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
                     check_result *summary) {
     const op_shape *shapes = kernel_check_shape_list(op, ops->device, o);
-    *summary = (check_result){.invariant = true, .written = true, .pass = true, .tol = op->tol};
+    *summary = (check_result){.invariant = true, .order_stable = true, .written = true, .pass = true,
+                              .tol = op->tol};
     int checked = 0;
     for (int i = 0; shapes[i].label; i++) {
         if (!kernel_check_shape_selected(&shapes[i], o)) continue;
@@ -319,6 +334,10 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
         check_result r;
         kernel_check_shape(ops, op, &shapes[i], i, o, &r);
         checked++;
+        if (!r.order_stable && summary->order_stable) {
+            summary->order_stable = false;
+            summary->order_diff = r.order_diff;
+        }
         if (!r.invariant && summary->invariant) {
             summary->invariant = false;
             summary->first_vary_M = r.first_vary_M;

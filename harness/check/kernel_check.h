@@ -12,6 +12,7 @@
 #include <stdbool.h>          // bool
 #include <stdint.h>           // uint64_t
 #include "../../kernels/ops.h" // ops_set
+#include "../../kernels/fingerprint.h" // fingerprint_sink, fingerprint_mismatch
 #include "op_table.h"         // op_entry, op_shape
 
 // The batch sizes a row is checked in, and the shorter list of --quick.
@@ -34,6 +35,10 @@ typedef struct {
     double tol;
     bool accurate;       // err <= tol
     bool written;        // every output element written, nothing outside the outputs
+    // Every call of an op at this static shape (alone, in every batch) noted one order
+    // fingerprint (kernels/fingerprint.h); a set that notes nothing keeps this true.
+    bool order_stable;
+    fingerprint_mismatch order_diff;  // the first two fingerprints that differed
     bool pass;           // what the set promises held (see kernel_check_op)
     int batches;         // batches run (for the report)
     // Every batch size a row was compared at, ascending, and whether a row varied there: the
@@ -59,6 +64,9 @@ typedef struct check_opts {
                                // marks aside; the M list is still --quick's or --exhaustive's)
     uint64_t seed;             // every input derives from it
     const op_shape *shapes;    // NULL: the op's list for ops->device
+    // Where every call's path is noted for coverage (NULL: a sink of the shape's own); its
+    // orders are forgotten at each shape's start, the paths kept.
+    fingerprint_sink *fingerprints;
     check_shape_fn on_shape;   // called after each shape (may be NULL)
     skip_shape_fn on_skip;     // called for each shape skipped (may be NULL)
     void *user;

@@ -6,6 +6,7 @@
 #include "inv_cpu_ops.h"     // inv_cpu_all_reduce, inv_cpu_all_gather_columns
 
 #include "../bf16.h"         // bf16_to_float, float_to_bf16
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "collective.h"      // cpu_comm_all_reduce, cpu_comm_all_gather_columns
 
 static void rank_order(const void *order, bf16 *out, const bf16 *const *ins, int T, long begin,
@@ -20,7 +21,10 @@ static void rank_order(const void *order, bf16 *out, const bf16 *const *ins, int
 }
 
 void inv_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
-    (void)ops;  // the ranks' own threads add: a rank's pool is its own kernels'
+    // The ranks' own threads add (a rank's pool is its own kernels'); the order is rank order.
+    long order[] = {tp_comm_size(comm)};
+    fingerprint_note(ops->fingerprints, "all_reduce", fingerprint_order(order, 1),
+                     fingerprint_order(order, 1), "rank-order");
     cpu_comm_all_reduce(comm, buf, n, rank_order, NULL);
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>          // free
 
 #include "../bf16.h"         // float_to_bf16
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "../../common/check.h"        // invar_die, invar_malloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_gemm
@@ -150,5 +151,13 @@ void inv_cpu_gemm(ops_set *ops, const gemm_args *a) {
     if (n_block > N_BLOCK_MAX) n_block = N_BLOCK_MAX;
     p.n_block = n_block;
     p.n_blocks = (a->N + n_block - 1) / n_block;
+    // The order is lanes.h's dot over K: 8 lanes, their tree, the tail. The panel width and
+    // the 4-column micro-kernel group outputs (the path), never the terms of one.
+    long order[] = {LANES, a->K};
+    long shape[] = {a->N, a->K, p.batch};
+    bool tail = a->N % 4 != 0;
+    fingerprint_note(ops->fingerprints, "gemm", fingerprint_order(shape, 3),
+                     fingerprint_order(order, 2),
+                     a->y_f32 ? (tail ? "f32+column-tail" : "f32") : (tail ? "bf16+column-tail" : "bf16"));
     thread_pool_for(ctx->pool, (long)p.batch * p.m_blocks * p.n_blocks, gemm_units, &p);
 }

@@ -25,6 +25,19 @@ thread_pool *inv_cpu_pool(const ops_set *ops) { return ((const cpu_ctx *)ops->ct
 
 int inv_cpu_threads(const ops_set *ops) { return ((const cpu_ctx *)ops->ctx)->threads; }
 
+// Every path the kernels above can note (kernels/fingerprint.h): `invar kernels` fails a
+// default CPU run that leaves one unreached. The copies (embedding, rope, residual_add,
+// silu_mul, kv_cache_write) reduce nothing and note nothing.
+static const char *const inv_cpu_paths[] = {
+    "gemm:bf16", "gemm:bf16+column-tail", "gemm:f32", "gemm:f32+column-tail",
+    "rmsnorm:row-lanes", "rmsnorm:row-lanes+tail",
+    "mla_attention:one-split", "mla_attention:split-merge",
+    "mha_prefill:online-softmax", "merge_attention:row",
+    "moe_route:greedy", "moe_route:group-limited", "moe_route:noaux-tc",
+    "moe_experts:per-expert-gemm", "moe_combine:ascending-k", "logprobs:row",
+    "all_reduce:rank-order", NULL,
+};
+
 void inv_cpu_init(ops_set *ops, int threads) {
     cpu_ctx *ctx = invar_calloc(1, sizeof *ctx, "invariant cpu context");
     ctx->pool = thread_pool_create(threads);
@@ -34,6 +47,7 @@ void inv_cpu_init(ops_set *ops, int threads) {
         .device = "cpu",
         .batch_invariant = true,
         .ctx = ctx,
+        .paths = inv_cpu_paths,
         .destroy = inv_cpu_destroy,
         .alloc = inv_cpu_alloc,
         .release = inv_cpu_release,

@@ -21,6 +21,7 @@
 #include "../ops.h"      // bf16
 
 typedef float v4f __attribute__((vector_size(16)));
+enum { LANES = 8 };  // fp32 lanes of every dot and sum here, as order fingerprints name it
 typedef uint16_t v4u16 __attribute__((vector_size(8)));
 typedef uint32_t v4u32 __attribute__((vector_size(16)));
 

@@ -8,6 +8,7 @@
 //   which x − lse rounded to fp32 could blur into false ties.
 #include <math.h>            // expf, logf, INFINITY
 
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "../../common/check.h"        // invar_die
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_logprobs
@@ -83,6 +84,10 @@ static void logprobs_rows(void *arg, long begin, long end) {
 void inv_cpu_logprobs(ops_set *ops, const logprobs_args *a) {
     if (a->V < 1 || a->k < 0 || a->k > a->V)
         invar_die(INVAR_EXIT_INPUT, "logprobs: bad shape (V=%d k=%d)", a->V, a->k);
+    long order[] = {LANES, a->V};  // a row's log-sum-exp in lanes over V, one thread a row
+    long shape[] = {a->V, a->k};
+    fingerprint_note(ops->fingerprints, "logprobs", fingerprint_order(shape, 2),
+                     fingerprint_order(order, 2), "row");
     const cpu_ctx *ctx = ops->ctx;
     logprobs_job j = {a};
     thread_pool_for(ctx->pool, a->R, logprobs_rows, &j);

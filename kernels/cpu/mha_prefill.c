@@ -8,6 +8,7 @@
 #include <stdlib.h>          // free
 
 #include "../bf16.h"         // float_to_bf16, bf16_to_float
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "../../common/check.h"        // invar_malloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_mha_prefill, inv_cpu_merge_attention
@@ -52,6 +53,10 @@ static void prefill_units(void *arg, long begin, long end) {
 }
 
 void inv_cpu_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
+    long order[] = {1, LANES};  // one key at a time in increasing order, lanes.h dots
+    long shape[] = {a->H, a->nope, a->R, a->v};
+    fingerprint_note(ops->fingerprints, "mha_prefill", fingerprint_order(shape, 4),
+                     fingerprint_order(order, 2), "online-softmax");
     const cpu_ctx *ctx = ops->ctx;
     thread_pool_for(ctx->pool, (long)a->T * a->H, prefill_units, (void *)a);
 }
@@ -79,6 +84,10 @@ static void merge_rows(void *arg, long begin, long end) {
 }
 
 void inv_cpu_merge_attention(ops_set *ops, const merge_attention_args *a) {
+    long order[] = {2};  // a's product, then b's, then the scale: one formula for every row
+    long shape[] = {a->H, a->v};
+    fingerprint_note(ops->fingerprints, "merge_attention", fingerprint_order(shape, 2),
+                     fingerprint_order(order, 1), "row");
     const cpu_ctx *ctx = ops->ctx;
     thread_pool_for(ctx->pool, (long)a->T * a->H, merge_rows, (void *)a);
 }

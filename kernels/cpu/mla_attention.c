@@ -18,6 +18,7 @@
 #include <string.h>          // memcpy
 
 #include "../bf16.h"         // float_to_bf16
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "../../common/check.h"        // invar_die, invar_malloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_mla_attention, inv_cpu_kv_cache_write
@@ -217,9 +218,16 @@ static void merge_split(softmax_state *total, const softmax_state *split, int L)
     }
 }
 
+// The call's plan: the split size its fingerprint names is the one its rows are cut by.
+typedef struct {
+    const mla_attention_args *a;
+    int split;
+} attention_job;
+
 static void attention_units(void *arg, long begin, long end) {
-    const mla_attention_args *a = arg;
-    int L = a->L, R = a->R, split = a->kv_split_size > 0 ? a->kv_split_size : SPLIT;
+    const attention_job *job = arg;
+    const mla_attention_args *a = job->a;
+    int L = a->L, R = a->R, split = job->split;
     attn_scratch w;
     float *mem = invar_malloc(((size_t)3 * L + R + TILE) * sizeof(float), "mla_attention scratch");
     w.q = mem;
@@ -261,6 +269,14 @@ void inv_cpu_mla_attention(ops_set *ops, const mla_attention_args *a) {
                       "mla_attention: token %d has position %d beyond %d blocks of %d", t, pos,
                       a->max_blocks_per_seq, a->block_size);
     }
+    // The order: tiles of TILE from position 0, splits of a fixed size merged in split order.
+    // Whether any row has more than one split is the path.
+    int split = a->kv_split_size > 0 ? a->kv_split_size : SPLIT;
+    long order[] = {TILE, split, LANES};
+    long shape[] = {a->H, a->L, a->R, a->block_size};
+    fingerprint_note(ops->fingerprints, "mla_attention", fingerprint_order(shape, 4),
+                     fingerprint_order(order, 3), a->max_seq_len > split ? "split-merge" : "one-split");
+    attention_job job = {a, split};
     const cpu_ctx *ctx = ops->ctx;
-    thread_pool_for(ctx->pool, (long)a->T * a->H, attention_units, (void *)a);
+    thread_pool_for(ctx->pool, (long)a->T * a->H, attention_units, &job);
 }

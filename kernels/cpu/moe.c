@@ -5,6 +5,7 @@
 #include <string.h>          // memcpy
 
 #include "../bf16.h"         // bf16_to_float, float_to_bf16
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "../../common/check.h"        // invar_die, invar_malloc
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_moe_*, inv_cpu_gemm, inv_cpu_silu_mul
@@ -111,6 +112,13 @@ void inv_cpu_moe_route(ops_set *ops, const moe_route_args *a) {
         invar_die(INVAR_EXIT_INPUT,
                   "moe_route: bad routing shape (E=%d k=%d n_group=%d topk_group=%d)", a->E, a->k,
                   a->n_group, a->topk_group);
+    static const char *const method_path[] = {
+        [MOE_TOPK_GREEDY] = "greedy", [MOE_TOPK_GROUP_LIMITED_GREEDY] = "group-limited",
+        [MOE_TOPK_NOAUX_TC] = "noaux-tc"};
+    long order[] = {LANES, a->D};  // a token's logits: lanes.h dots over D
+    long shape[] = {a->D, a->E, a->k, a->topk_method, a->n_group, a->topk_group};
+    fingerprint_note(ops->fingerprints, "moe_route", fingerprint_order(shape, 6),
+                     fingerprint_order(order, 2), method_path[a->topk_method]);
     const cpu_ctx *ctx = ops->ctx;
     route_job j = {a};
     thread_pool_for(ctx->pool, a->T, route_tokens, &j);
@@ -130,6 +138,11 @@ void inv_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
             invar_die(INVAR_EXIT_INPUT, "moe_experts: row %ld routed to expert %d of %d", r,
                       a->topk_ids[r], a->E);
     if (rows == 0) return;
+    // The order is the invariant GEMM's (it notes its own); the path is the per-expert loop.
+    long gemm_order[] = {LANES, D, I};
+    long shape[] = {D, I, a->E, k};
+    fingerprint_note(ops->fingerprints, "moe_experts", fingerprint_order(shape, 4),
+                     fingerprint_order(gemm_order, 3), "per-expert-gemm");
 
     // Rows grouped by expert, ascending row order within an expert (a counting sort).
     int32_t *count = invar_calloc((size_t)a->E + 1, sizeof(int32_t), "moe_experts counts");
@@ -199,6 +212,10 @@ static void combine_tokens(void *arg, long begin, long end) {
 
 void inv_cpu_moe_combine(ops_set *ops, const moe_combine_args *a) {
     if (a->k < 1) invar_die(INVAR_EXIT_INPUT, "moe_combine: k = %d", a->k);
+    long order[] = {a->k};  // j ascending from the first product
+    long shape[] = {a->D, a->k};
+    fingerprint_note(ops->fingerprints, "moe_combine", fingerprint_order(shape, 2),
+                     fingerprint_order(order, 1), "ascending-k");
     const cpu_ctx *ctx = ops->ctx;
     combine_job j = {a};
     thread_pool_for(ctx->pool, a->T, combine_tokens, &j);

@@ -4,6 +4,7 @@
 #include <math.h>            // sqrtf
 
 #include "../bf16.h"         // bf16_to_float, float_to_bf16, bf16_round
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "cpu_ctx.h"         // cpu_ctx
 #include "inv_cpu_ops.h"     // inv_cpu_rmsnorm
 #include "lanes.h"           // v4f, v4f_load_bf16, lanes_combine
@@ -54,5 +55,9 @@ void inv_cpu_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long l
                      const bf16 *w, int M, int D, float eps) {
     const cpu_ctx *ctx = ops->ctx;
     rmsnorm_job j = {out, ld_out ? ld_out : D, ld_x ? ld_x : D, x, w, D, eps};
+    long order[] = {LANES, D};  // one row, one thread, lanes.h's order over D
+    long shape[] = {D};
+    fingerprint_note(ops->fingerprints, "rmsnorm", fingerprint_order(shape, 1),
+                     fingerprint_order(order, 2), D % 8 != 0 ? "row-lanes+tail" : "row-lanes");
     thread_pool_for(ctx->pool, M, rmsnorm_rows, &j);
 }

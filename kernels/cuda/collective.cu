@@ -17,6 +17,7 @@
 #include "../../common/nccl_check.cuh"    // NCCL_CHECK
 #include "../../common/rank_threads.h"    // rank_threads_run
 #include "../bf16.h"                      // bf16_to_float, float_to_bf16, bf16_round
+#include "../fingerprint.h"               // fingerprint_note, fingerprint_order
 #include "../cpu/collective.h"            // tp_comm_*, tp_comm_group_attach_device
 #include "cuda_ctx.cuh"                   // cuda_ctx, cuda_scratch, CUDA_CHECK, CUDA_CHECK_LAUNCH
 #include "inv_cuda.h"                     // inv_cuda_use_device, inv_cuda_device_count, ...
@@ -178,6 +179,11 @@ void inv_cuda_all_reduce_from_rank(ops_set *ops, tp_comm *comm, bf16 *buf, long 
     if (first < 0 || first >= T)
         invar_die(INVAR_EXIT_SYSTEM, "cuda %s set: all_reduce starting at rank %d of %d", ops->name,
                   first, T);
+    // The order: ranks from `first`, rounded once or at every hop; past 8192 blocks the grid
+    // strides (a path: which thread adds an element, never how).
+    long order[] = {T, first, round_each_hop};
+    fingerprint_note(ops->fingerprints, "all_reduce", (uint64_t)T, fingerprint_order(order, 3),
+                     (n + 255) / 256 > 8192 ? "grid-stride" : "one-pass");
     cuda_ctx *c = cuda_ctx_of(ops);
     ncclComm_t nc = (ncclComm_t)inv_cuda_nccl_comm(comm, "all_reduce");
     bf16 *gathered = (bf16 *)cuda_scratch(c, SCRATCH_ALL_REDUCE, (size_t)T * n * sizeof(bf16),

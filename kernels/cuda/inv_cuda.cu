@@ -177,6 +177,13 @@ ops_set *inv_cuda_create(int threads) {
     return ops;
 }
 
+// The paths the kernels above note (kernels/fingerprint.h), for `invar kernels`' coverage. Only
+// MLA attention and the all-reduce note theirs so far; the other ops note nothing yet.
+static const char *const inv_cuda_paths[] = {
+    "mla_attention:wgmma", "mla_attention:wgmma16", "mla_attention:mma.sync",
+    "mla_attention:generic", "all_reduce:one-pass", "all_reduce:grid-stride", NULL,
+};
+
 void inv_cuda_init(ops_set *ops, const char *set_name) {
     cuda_ctx *c = (cuda_ctx *)invar_calloc(1, sizeof *c, "a CUDA set's context");
     cuda_ctx_init(c, set_name);
@@ -185,6 +192,7 @@ void inv_cuda_init(ops_set *ops, const char *set_name) {
     ops->device = "cuda";
     ops->batch_invariant = true;
     ops->ctx = c;
+    ops->paths = inv_cuda_paths;
     ops->destroy = inv_cuda_destroy;
     ops->alloc = inv_cuda_alloc;
     ops->release = inv_cuda_release;

@@ -3,6 +3,7 @@
 #include <stdint.h>         // uintptr_t
 #include <string.h>         // strcmp
 
+#include "../fingerprint.h" // fingerprint_note, fingerprint_order
 #include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, CUDA_CHECK
 #include "tma_map.cuh"      // tma_map_bf16_2d(_stream)
 #include "inv_cuda.h"       // inv_cuda_mla_attention_kernel
@@ -90,7 +91,19 @@ void mla_attention_launch(cuda_ctx *c, const mla_attention_args *a, int split_si
 }
 
 // A backend's own split size (kv_split_size) is taken: the backend owns its invariance.
+// The order is the split size and the kernel that reduces a split (a shape choice: each has its
+// tile and merge tree, MLA.md); noted on the host from the plan, before any launch.
 void inv_cuda_mla_attention(ops_set *ops, const mla_attention_args *a) {
+    if (ops->fingerprints && a->T > 0 && a->H > 0) {
+        static const char *const kernels[] = {"generic", "wgmma", "wgmma16", "mma.sync"};
+        const char *kernel = inv_cuda_mla_attention_kernel(ops, a);
+        long which = 0;
+        while (which < 3 && strcmp(kernels[which], kernel) != 0) which++;
+        long order[] = {mla_split_size(a), which};
+        long shape[] = {a->H, a->L, a->R, a->block_size};
+        fingerprint_note(ops->fingerprints, "mla_attention", fingerprint_order(shape, 4),
+                         fingerprint_order(order, 2), kernel);
+    }
     mla_attention_launch(cuda_ctx_of(ops), a, mla_split_size(a));
 }
 

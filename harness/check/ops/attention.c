@@ -121,6 +121,10 @@ const op_shape mla_attention_cuda_shapes[] = {
     // the wgmma16 kernel on sm_90a)
     {.label = "decode H=16 len<=1024 block=32", .mla_attention =
      {.H = 16, .L = 512, .R = 64, .max_len = 1024, .chunk = 1, .block_size = 32}},
+    // The HF fixtures' latent shape: the generic kernel (mla_generic_shape), past 4096 (token,
+    // head) warps from M = 256 on; the control sets are caught at the shapes above
+    {.label = "generic L=32 R=8 H=16 len<=600", .invariant_sets_only = true, .mla_attention =
+     {.H = 16, .L = 32, .R = 8, .max_len = 600, .chunk = 1, .block_size = 16}},
     {.label = NULL},
 };
 

@@ -47,6 +47,12 @@ const op_shape all_reduce_cuda_shapes[] = {
     {.label = "T=2 W=61", .all_reduce = {.T = 2, .W = 61}, .max_M = 1024, .devices = 2,
      .quick = true},
     {.label = "T=2 W=2048", .all_reduce = {.T = 2, .W = 2048}, .max_M = 1024, .devices = 2},
+    // A real hidden size: from M = 293 the message passes 8192 blocks x 256 threads and the
+    // sum kernel's grid strides (at M = 256 it does not)
+    {.label = "T=2 W=7168", .all_reduce = {.T = 2, .W = 7168}, .max_M = 1024, .devices = 2,
+     .invariant_sets_only = true},
+    {.label = "T=4 W=7168", .all_reduce = {.T = 4, .W = 7168}, .max_M = 1024, .devices = 4,
+     .invariant_sets_only = true},
     {.label = "T=4 W=61", .all_reduce = {.T = 4, .W = 61}, .max_M = 1024, .devices = 4,
      .quick = true, .must_vary = true},
     {.label = "T=8 W=61", .all_reduce = {.T = 8, .W = 61}, .max_M = 1024, .devices = 8,

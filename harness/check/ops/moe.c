@@ -20,10 +20,11 @@ const op_shape moe_route_cpu_shapes[] = {
     {.label = "D=1024 E=256 k=8 noaux_tc", .max_M = 1024,               // V3 routing
      .moe_route = {.D = 1024, .E = 256, .k = 8, .method = MOE_TOPK_NOAUX_TC,
                    .n_group = 8, .topk_group = 4}},
-    // --exhaustive: V2's group-limited top-k, and D in the lane tail
-    {.label = "D=1030 E=64 k=6 group_limited", .max_M = 1024, .exhaustive = true,
+    // V2's group-limited top-k, D in the lane tail: the route path no other shape takes
+    {.label = "D=1030 E=64 k=6 group_limited", .max_M = 256,
      .moe_route = {.D = 1030, .E = 64, .k = 6, .method = MOE_TOPK_GROUP_LIMITED_GREEDY,
                    .n_group = 8, .topk_group = 3}},
+    // --exhaustive: D in the lane tail
     {.label = "D=9 E=8 k=1 softmax", .max_M = 1024, .exhaustive = true,
      .moe_route = {.D = 9, .E = 8, .k = 1, .method = MOE_TOPK_GREEDY,
                    .n_group = 1, .topk_group = 1}},

@@ -5,7 +5,7 @@
 #include <stdarg.h>                     // va_list, va_start, va_end
 #include <stdint.h>                     // int32_t
 #include <stdio.h>                      // snprintf, vsnprintf, fflush
-#include <stdlib.h>                     // free
+#include <stdlib.h>                     // free, atoi
 #include <string.h>                     // memset, memcpy, strcmp, strlen
 #include <unistd.h>                     // sysconf
 
@@ -15,6 +15,7 @@
 #include "../../sets/registry.h"     // kernel_set_create*, kernel_set_is_adversarial, tp_devices_describe
 #include "../../reports/report_schema.h" // DIVERGENCE_*, SUMMARY_*
 #include "compare.h"                    // compare_request_sets, compare_results, divergence
+#include "localize.h"                   // localize_request
 #include "../host.h"                    // host_seconds
 #include "../model/model_cache.h"       // model_cache_get, model_cache_free, loaded_model
 #include "outcome.h"                    // outcome
@@ -363,6 +364,27 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
     return ok;
 }
 
+// The first differing request of a batch size once more, alone and in that batch, on a tapped
+// engine: the first op whose rows differ goes into out->first_op. A difference only the repeat
+// showed (nondeterminism) has no batch to localize in.
+static void localize_first(config_run *r, ops_set *const *rank_ops, int ranks,
+                           const model_config *mc, weight_source *w,
+                           const engine_limits *limits) {
+    outcome *out = r->out;
+    if (!out->has_first || strcmp(out->first_batch, "repeat") == 0) return;
+    int bs = atoi(out->first_batch);
+    char batch_label[32];
+    snprintf(batch_label, sizeof batch_label, "bs=%d", bs);
+    progress_phase(r->prog, "localizing request %d at %s", out->first_request, batch_label);
+    localize_run alone = {.reqs = &r->alone[out->first_request], .count = 1,
+                          .sched = config_sched(r, 1), .follow = 0, .label = "bs=1"};
+    localize_run batch = {.reqs = r->reqs, .count = r->count, .sched = config_sched(r, bs),
+                          .follow = out->first_request, .label = batch_label};
+    localization loc;
+    localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &alone, &batch, &loc);
+    snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One config, run
 // ---------------------------------------------------------------------------------------------
@@ -416,6 +438,7 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     buffers_free(&base);
 
     tp_engine_destroy(eng);
+    localize_first(&r, rank_ops, ranks, &mc, model->w, &limits);
     for (int k = 0; k < ranks; k++) rank_ops[k]->destroy(rank_ops[k]);
     free(rank_ops);
     free(reqs);

@@ -52,7 +52,9 @@ bool summary_first_divergence(const csv_table *t, int row, char *buf, int len) {
     if (delta[0] && n < len)
         n += snprintf(buf + n, (size_t)(len - n), ", |Δ logprob| = %s", delta);
     if (ulps[0] && n < len)
-        snprintf(buf + n, (size_t)(len - n), " (%s ulp%s)", ulps, strcmp(ulps, "1") ? "s" : "");
+        n += snprintf(buf + n, (size_t)(len - n), " (%s ulp%s)", ulps, strcmp(ulps, "1") ? "s" : "");
+    const char *op = summary_get(t, row, SUMMARY_FIRST_OP);  // "": a report without localization
+    if (op[0] && n < len) snprintf(buf + n, (size_t)(len - n), "; first differing op: %s", op);
     return true;
 }
 

@@ -42,6 +42,8 @@ typedef struct {
     const resolved_config *rc;
     const runner_options *o;
     int count;                  // requests per run (distinct prompts + warm copies)
+    int first, compared;        // the requests compared, [first, first + compared): every one,
+                                // or --request's alone (every batch still holds them all)
     const engine_request *reqs; // arriving as the config's arrival pattern says
     const engine_request *alone; // the same, each arriving at step 0 (bs=1 baselines)
     int vocab;
@@ -151,11 +153,12 @@ static void divergence_row(config_run *r, const char *batch, int request, const 
 typedef struct {
     config_run *r;
     const char *batch;
+    int first;                  // the request the comparison's request 0 is
 } divergence_rows;
 
 static void write_divergence(void *user, int request, const divergence *d) {
     divergence_rows *rows = user;
-    divergence_row(rows->r, rows->batch, request, d);
+    divergence_row(rows->r, rows->batch, rows->first + request, d);
 }
 
 // Compares every request of `other` to `base` at every step; one divergence row per differing
@@ -164,19 +167,19 @@ static void write_divergence(void *user, int request, const divergence *d) {
 static int compare_runs(config_run *r, const run_buffers *base, const run_buffers *other,
                         const char *batch) {
     outcome *out = r->out;
-    divergence_rows rows = {r, batch};
-    comparison cmp = compare_request_sets(base->res, other->res, r->count, r->c->top_k,
-                                          write_divergence, &rows);
-    long want = (long)r->count * r->c->max_new_tokens;
-    if (cmp.requests != r->count || cmp.steps != want) {
+    divergence_rows rows = {r, batch, r->first};
+    comparison cmp = compare_request_sets(base->res + r->first, other->res + r->first,
+                                          r->compared, r->c->top_k, write_divergence, &rows);
+    long want = (long)r->compared * r->c->max_new_tokens;
+    if (cmp.requests != r->compared || cmp.steps != want) {
         set_failure(out, "comparison (%s): %d requests and %ld steps compared, expected %d and "
-                    "%ld", batch, cmp.requests, cmp.steps, r->count, want);
+                    "%ld", batch, cmp.requests, cmp.steps, r->compared, want);
         return -1;
     }
     if (cmp.has_first && !out->has_first) {
         out->has_first = true;
         snprintf(out->first_batch, sizeof out->first_batch, "%s", batch);
-        out->first_request = cmp.first_request;
+        out->first_request = r->first + cmp.first_request;
         out->first = cmp.first;
     }
     out->compared += cmp.requests;
@@ -206,7 +209,7 @@ static bool check_prefill_vs_decode(config_run *r, const run_buffers *base) {
     engine_step_record next;
     bool ok = true;
     r->out->prefill_vs_decode = "equal";
-    for (int i = 0; i < r->count && ok; i++) {
+    for (int i = r->first; i < r->first + r->compared && ok; i++) {
         const engine_request *q = &r->alone[i];
         const engine_result *b = &base->res[i];
         int P = q->prompt_len, len = P + T - 1;
@@ -264,9 +267,9 @@ static bool checks_prefill_vs_decode(const resolved_config *rc) {
 static bool run_baselines(config_run *r, run_buffers *base, const char *label) {
     bool ok = true;
     buffers_poison(base, r->count, r->c->max_new_tokens);
-    for (int i = 0; i < r->count && ok; i++) {
+    for (int i = r->first; i < r->first + r->compared && ok; i++) {
         engine_stats st = {0};
-        progress_phase(r->prog, "%s %d/%d", label, i + 1, r->count);
+        progress_phase(r->prog, "%s %d/%d", label, i - r->first + 1, r->compared);
         ok = generate_checked(r, &r->alone[i], 1, 1, base, i, label, &st);
         r->out->prefill_chunks += st.prefill_chunks;
     }
@@ -343,7 +346,7 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
     bool ok = run_baselines(&r1, &b1, "TP=1 baseline");
     r->out->prefill_chunks = chunks;
     if (ok) {
-        tp_delta d = tp_delta_compare(b1.res, base->res, r->count);
+        tp_delta d = tp_delta_compare(b1.res + r->first, base->res + r->first, r->compared);
         char note[256];
         tp_delta_note(&d, T, note, sizeof note);
         size_t used = strlen(r->out->note);
@@ -429,7 +432,13 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     // Records are checked against the vocabulary of the engine that drew them.
     config_run r = {.c = c, .cfg = cfg, .rc = rc, .o = o, .count = count, .reqs = reqs,
                     .alone = alone, .vocab = tp_engine_config(eng)->vocab_size, .eng = eng,
-                    .out = out, .prog = prog};
+                    .out = out, .prog = prog, .first = 0, .compared = count};
+    if (o->request >= 0) {
+        r.first = o->request;
+        r.compared = 1;
+        snprintf(out->note, sizeof out->note, "--request %d: only request %d compared, alone "
+                 "and in every batch", o->request, o->request);
+    }
     run_buffers base = buffers_alloc(count, c->max_new_tokens);
     if (run_comparisons(&r, &base)) {
         outcome_judge(rc, ops, adversarial_control, out);

@@ -85,17 +85,18 @@ static int where(char *buf, size_t len, const op_tap_entry *e, int layers) {
                     e->position, kind);
 }
 
-void localize_describe(const op_tap_entry *a, const op_tap_entry *b, const op_tap_row *ra,
-                       const op_tap_row *rb, const char *alone_label, const char *batch_label,
-                       int layers, localization *out) {
+// The text of a first differing pair: a (alone) and b (in the batch), their rows where kept.
+static void localize_describe(const op_tap_entry *a, const op_tap_entry *b, const op_tap_row *ra,
+                              const op_tap_row *rb, const char *alone_label,
+                              const char *batch_label, int layers, localization *out) {
     char place[160], ulps[160] = "";
     where(place, sizeof place, b, layers);
     out->found = true;
     snprintf(out->op, sizeof out->op, "%s", b->op);
     if (strcmp(a->op, b->op) != 0) {
-        snprintf(out->text, sizeof out->text, "%s (%s) %s: M=%d row %d at %s, where %s ran %s "
-                 "(%s) M=%d row %d: the path differs", b->op, b->shape, place, b->M, b->row,
-                 batch_label, alone_label, a->op, a->shape, a->M, a->row);
+        snprintf(out->text, sizeof out->text, "%s (%s) %s: M=%d row %d %s, where the run %s "
+                 "ran %s (%s) M=%d row %d: the path differs", b->op, b->shape, place, b->M,
+                 b->row, batch_label, alone_label, a->op, a->shape, a->M, a->row);
         return;
     }
     if (ra && rb) {
@@ -108,7 +109,7 @@ void localize_describe(const op_tap_entry *a, const op_tap_entry *b, const op_ta
         else if (ids) snprintf(ulps, sizeof ulps, "; %ld ids differ", ids);
         else snprintf(ulps, sizeof ulps, "; max 0 ulps (only the sign of a zero or a NaN's bits)");
     }
-    snprintf(out->text, sizeof out->text, "%s (%s) %s: M=%d row %d at %s, M=%d row %d at %s%s",
+    snprintf(out->text, sizeof out->text, "%s (%s) %s: M=%d row %d %s, M=%d row %d %s%s",
              b->op, b->shape, place, a->M, a->row, alone_label, b->M, b->row, batch_label, ulps);
 }
 
@@ -173,7 +174,7 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
         if (ok && m < 0) {
             long unplaced = op_tap_unplaced(tap);
             snprintf(out->text, sizeof out->text, "no op differs: the rerun's %d rows of the "
-                     "request at %s matched the %d at %s%s", n_batch, batch->label, n_alone,
+                     "request %s matched the %d %s%s", n_batch, batch->label, n_alone,
                      alone->label, unplaced ? " (some calls could not be placed)" : "");
         } else if (ok) {
             first = invar_malloc(2 * sizeof *first, "first differing rows");

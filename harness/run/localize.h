@@ -26,7 +26,7 @@ typedef struct {
     int count;
     engine_sched sched;
     int follow;                 // engine request id of the followed request
-    const char *label;          // "bs=1", "bs=16"
+    const char *label;          // "alone", "at bs=16": follows a row's M in the text
 } localize_run;
 
 // Runs `alone` and then `batch` on a fresh engine over rank_ops (rank 0 tapped) and fills *out.
@@ -34,12 +34,6 @@ typedef struct {
 bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *mc,
                       weight_source *w, const engine_limits *limits, uint64_t seed,
                       const localize_run *alone, const localize_run *batch, localization *out);
-
-// The report text of a first differing pair: a (bs=1) and b (bs=N) entries, their captured rows
-// (NULL when not captured), the bs labels; the layer count names the head. Exposed for tests.
-void localize_describe(const op_tap_entry *a, const op_tap_entry *b, const op_tap_row *ra,
-                       const op_tap_row *rb, const char *alone_label, const char *batch_label,
-                       int layers, localization *out);
 
 // The largest ULP distance between two rows of the same segments (bf16 and f32 elements in
 // their own ULPs; int32 elements count in *ids_differing); -1 when the segments do not match.

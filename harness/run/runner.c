@@ -377,10 +377,10 @@ static void localize_first(config_run *r, ops_set *const *rank_ops, int ranks,
     if (!out->has_first || strcmp(out->first_batch, "repeat") == 0) return;
     int bs = atoi(out->first_batch);
     char batch_label[32];
-    snprintf(batch_label, sizeof batch_label, "bs=%d", bs);
-    progress_phase(r->prog, "localizing request %d at %s", out->first_request, batch_label);
+    snprintf(batch_label, sizeof batch_label, "at bs=%d", bs);
+    progress_phase(r->prog, "localizing request %d %s", out->first_request, batch_label);
     localize_run alone = {.reqs = &r->alone[out->first_request], .count = 1,
-                          .sched = config_sched(r, 1), .follow = 0, .label = "bs=1"};
+                          .sched = config_sched(r, 1), .follow = 0, .label = "alone"};
     localize_run batch = {.reqs = r->reqs, .count = r->count, .sched = config_sched(r, bs),
                           .follow = out->first_request, .label = batch_label};
     localization loc;

@@ -5,6 +5,8 @@
 //     that op, with a ULP distance of at least one, and the request's row at both shapes;
 //   - on the split backend (context keys and prefill rows announced apart) mha_prefill and
 //     merge_attention are named the same way;
+//   - a request's decode against its re-prefill with prompt logprobs (prefill vs decode): a
+//     logprobs that differs for many rows is named there too;
 //   - with nothing planted, no op is named and the text says so;
 //   - the tap forwards every call: a tapped run gives the plain run's bits;
 //   - the ULP distance counts bf16 and fp32 elements in their own ULPs, across the sign, and
@@ -244,6 +246,42 @@ static void test_split_prefill_ops_named(void **state) {
     expect_named(f, "gemm", "mla-split");
 }
 
+static void test_prefill_vs_decode_named(void **state) {
+    fixture *f = *state;
+    planted_set *p = plant(f->ops, "logprobs");
+    engine_sched one = {.max_num_seqs = 1, .max_num_batched_tokens = 64, .chunked_prefill = true,
+                        .top_k = TOP_K};
+    // The re-prefill: the prompt and MAX_NEW - 1 more tokens, every position with its record.
+    const engine_request *q = &f->reqs[f->target];
+    int32_t tokens[PROMPT_MAX + MAX_NEW];
+    memcpy(tokens, q->prompt, (size_t)q->prompt_len * sizeof tokens[0]);
+    engine_limits lim = limits();
+    lim.prompt_logprobs = true;
+    engine *e = engine_create(&f->cfg, f->src, f->ops, &lim, f->seed);
+    engine_step_record steps[MAX_NEW];
+    memset(steps, 0xFF, sizeof steps);
+    engine_result res = {.steps = steps};
+    char err[512];
+    if (!engine_generate(e, q, 1, &one, &res, NULL, err, sizeof err)) fail_msg("generate: %s", err);
+    engine_destroy(e);
+    assert_int_equal(res.n_steps, MAX_NEW);
+    for (int j = 0; j + 1 < MAX_NEW; j++) tokens[q->prompt_len + j] = steps[j].token;
+    engine_request again = *q;
+    again.prompt = tokens;
+    again.prompt_len = q->prompt_len + MAX_NEW - 1;
+    again.max_new_tokens = 1;
+    again.prompt_logprobs = true;
+    localize_run decode = {.reqs = q, .count = 1, .sched = one, .follow = 0, .label = "decoding"};
+    localize_run prefill = {.reqs = &again, .count = 1, .sched = one, .follow = 0, .label = "in the re-prefill"};
+    ops_set *ranks[1] = {&p->base};
+    localization loc;
+    assert_true(localize_request(ranks, 1, &f->cfg, f->src, &lim, f->seed, &decode, &prefill, &loc));
+    printf("  prefill vs decode: %s\n", loc.text);
+    if (!loc.found || strcmp(loc.op, "logprobs") != 0 || !strstr(loc.text, " in the re-prefill"))
+        fail_msg("'%s'", loc.text);
+    free(p);
+}
+
 static void test_nothing_planted(void **state) {
     fixture *f = *state;
     planted_set *p = plant(f->ops, "none");
@@ -335,6 +373,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_each_op_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_prefill_ops_named, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prefill_vs_decode_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nothing_planted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tap_forwards, setup, teardown),
         cmocka_unit_test(test_max_ulps),

@@ -64,6 +64,32 @@ ref = [r for r in rows if r["kernel_set"] == "reference" and not r["merged_into"
 assert ref and ref[0]["first_op"] and "ulp" in ref[0]["first_op"], "the caught control names no op"
 PY
 
+# The JUnit failure message carries it: the caught control's row, its verdict turned to FAIL,
+# rendered again.
+mkdir -p "$work/render"
+cp "$work/full/meta.csv" "$work/full/divergence.csv" "$work/render/"
+python3 - "$work/full/summary.csv" "$work/render/summary.csv" <<'PY' || fail "writing the FAIL row"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+for r in rows:
+    if r["kernel_set"] == "reference" and not r["merged_into"]:
+        r["verdict"] = "FAIL"
+w = csv.DictWriter(open(sys.argv[2], "w", newline=""), fieldnames=list(rows[0]), quoting=csv.QUOTE_ALL)
+w.writeheader()
+w.writerows(rows)
+PY
+"$INVAR" report render "$work/render" >"$work/render.log" 2>&1 || { cat "$work/render.log"; fail "render exited $?"; }
+python3 - "$work/render" <<'PY' || fail "junit.xml's failure message"
+import csv, sys, xml.etree.ElementTree as ET
+rows = [r for r in csv.DictReader(open(sys.argv[1] + "/summary.csv", newline="")) if r["verdict"] == "FAIL"]
+failures = {tc.get("name"): tc.find("failure") for tc in ET.parse(sys.argv[1] + "/junit.xml").iter("testcase")}
+for r in rows:
+    f = failures.get(r["config"])
+    assert f is not None, f"{r['config']}: no <failure>"
+    assert "first differing op: " + r["first_op"] in f.get("message"), f.get("message")
+assert rows
+PY
+
 # --only: the two =true configs, each merged into a config not chosen, run themselves.
 "$INVAR" run -q --case "$work/triage.ini" --only '*force_prefix_caching=true' --out "$work/only" \
     >"$work/only.log" 2>&1 || { cat "$work/only.log"; fail "--only exited $?"; }

@@ -115,22 +115,27 @@ static void localize_describe(const op_tap_entry *a, const op_tap_entry *b, cons
 
 // --- the runs ----------------------------------------------------------------------------------
 
-static bool run(tp_engine *eng, const localize_run *r, engine_result *res, engine_step_record *steps,
-                localization *out) {
+// One run; its records are not read (the tap has what localization needs).
+static bool run(tp_engine *eng, const localize_run *r, localization *out) {
+    engine_result *res = invar_calloc((size_t)r->count, sizeof *res, "localization results");
     for (int i = 0; i < r->count; i++) {
-        res[i] = (engine_result){.steps = steps + (size_t)i * (size_t)r->reqs[0].max_new_tokens};
-        if (r->reqs[i].max_new_tokens != r->reqs[0].max_new_tokens) {
-            snprintf(out->text, sizeof out->text, "localization: requests of unequal lengths");
-            return false;
-        }
+        res[i].steps = invar_calloc((size_t)r->reqs[i].max_new_tokens + 1, sizeof *res[i].steps,
+                                    "localization records");
+        if (r->reqs[i].prompt_logprobs)
+            res[i].prompt_steps = invar_calloc((size_t)r->reqs[i].prompt_len + 1,
+                                               sizeof *res[i].prompt_steps, "localization records");
     }
     char err[512] = "";
-    if (!tp_engine_generate(eng, r->reqs, r->count, &r->sched, res, NULL, err, sizeof err)) {
-        snprintf(out->text, sizeof out->text, "localization: the engine refused the %s rerun: %s",
+    bool ok = tp_engine_generate(eng, r->reqs, r->count, &r->sched, res, NULL, err, sizeof err);
+    if (!ok)
+        snprintf(out->text, sizeof out->text, "localization: the engine refused the rerun %s: %s",
                  r->label, err);
-        return false;
+    for (int i = 0; i < r->count; i++) {
+        free(res[i].steps);
+        free(res[i].prompt_steps);
     }
-    return true;
+    free(res);
+    return ok;
 }
 
 static op_tap_row copy_row(const op_tap_row *r) {
@@ -150,16 +155,12 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
     ops[0] = op_tap_set(tap);
     tp_engine *eng = tp_engine_create(mc, w, ops, ranks, limits, seed);
     tp_engine_observe_rows(eng, observe_rows, tap);
-    int most = alone->count > batch->count ? alone->count : batch->count;
-    engine_result *res = invar_calloc((size_t)most, sizeof *res, "localization results");
-    engine_step_record *steps = invar_calloc((size_t)most * (size_t)batch->reqs[0].max_new_tokens,
-                                             sizeof *steps, "localization records");
     op_tap_entry *first = NULL;
     op_tap_row batch_row = {0};
     bool ok = true;
 
     op_tap_follow(tap, alone->follow);
-    if ((ok = run(eng, alone, res, steps, out))) {
+    if ((ok = run(eng, alone, out))) {
         int n_alone;
         const op_tap_entry *e = op_tap_entries(tap, &n_alone);
         op_tap_entry *alone_entries = invar_malloc((size_t)(n_alone ? n_alone : 1) * sizeof *e,
@@ -168,7 +169,7 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
         op_tap_follow(tap, batch->follow);
         op_tap_expect(tap, alone_entries, n_alone);
         free(alone_entries);
-        ok = run(eng, batch, res, steps, out);
+        ok = run(eng, batch, out);
         int n_batch, m = op_tap_first_mismatch(tap);
         const op_tap_entry *b = op_tap_entries(tap, &n_batch);
         if (ok && m < 0) {
@@ -186,15 +187,13 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
     if (ok && first) {
         op_tap_follow(tap, alone->follow);
         op_tap_capture(tap, first[1].key, 0);
-        if ((ok = run(eng, alone, res, steps, out)))
+        if ((ok = run(eng, alone, out)))
             localize_describe(&first[0], &first[1], op_tap_captured(tap),
                               batch_row.bytes ? &batch_row : NULL, alone->label, batch->label,
                               mc->num_hidden_layers, out);
     }
     free(first);
     free(batch_row.bytes);
-    free(res);
-    free(steps);
     tp_engine_destroy(eng);
     op_tap_destroy(tap);
     free(ops);

@@ -3,6 +3,8 @@
 // set (sets/op_tap.h), and the first op call in the batch run's forward order whose rows of
 // that request differ from the alone run's is named: its layer, op and shape, the call's row
 // count and the request's row at bs=1 and at bs=N, and the largest ULP distance in the row.
+// A request whose decode differs from its re-prefill (prefill vs decode) is localized the same
+// way, the re-prefill in the batch's place.
 #ifndef INVAR_HARNESS_LOCALIZE_H
 #define INVAR_HARNESS_LOCALIZE_H
 

@@ -44,6 +44,7 @@ typedef struct {
     int count;                  // requests per run (distinct prompts + warm copies)
     int first, compared;        // the requests compared, [first, first + compared): every one,
                                 // or --request's alone (every batch still holds them all)
+    int prefill_differs;        // the first request whose re-prefill differs from its decode; -1
     const engine_request *reqs; // arriving as the config's arrival pattern says
     const engine_request *alone; // the same, each arriving at step 0 (bs=1 baselines)
     int vocab;
@@ -247,6 +248,7 @@ static bool check_prefill_vs_decode(config_run *r, const run_buffers *base) {
                          (double)d.other_logprob, (long long)d.ulps);
             }
             r->out->prefill_vs_decode = "DIFFER";
+            if (r->prefill_differs < 0) r->prefill_differs = i;
             divergence_row(r, "prefill", i, &d);
         }
     }
@@ -367,13 +369,47 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
     return ok;
 }
 
+// The request whose re-prefill differed from its decode, as check_prefill_vs_decode built it:
+// its prompt and every generated token but the last, with prompt logprobs. tokens: room for
+// max_len + max_new_tokens - 1.
+static engine_request re_prefill(const config_run *r, const run_buffers *base, int i,
+                                 int32_t *tokens) {
+    const engine_request *q = &r->alone[i];
+    int P = q->prompt_len, T = r->c->max_new_tokens;
+    memcpy(tokens, q->prompt, (size_t)P * sizeof *tokens);
+    for (int j = 0; j + 1 < T; j++) tokens[P + j] = base->res[i].steps[j].token;
+    engine_request again = *q;
+    again.prompt = tokens;
+    again.prompt_len = P + T - 1;
+    again.max_new_tokens = 1;
+    again.prompt_logprobs = true;
+    return again;
+}
+
 // The first differing request of a batch size once more, alone and in that batch, on a tapped
-// engine: the first op whose rows differ goes into out->first_op. A difference only the repeat
-// showed (nondeterminism) has no batch to localize in.
-static void localize_first(config_run *r, ops_set *const *rank_ops, int ranks,
-                           const model_config *mc, weight_source *w,
+// engine: the first op whose rows differ goes into out->first_op. Without a batch divergence,
+// a request whose re-prefill differed from its decode is localized between the two. A
+// difference only the repeat showed (nondeterminism) has no batch to localize in.
+static void localize_first(config_run *r, const run_buffers *base, ops_set *const *rank_ops,
+                           int ranks, const model_config *mc, weight_source *w,
                            const engine_limits *limits) {
     outcome *out = r->out;
+    localization loc;
+    if (!out->has_first && r->prefill_differs >= 0) {
+        int i = r->prefill_differs;
+        int32_t *tokens = invar_malloc((size_t)(r->c->max_len + r->c->max_new_tokens) *
+                                       sizeof *tokens, "re-prefill prompt");
+        engine_request again = re_prefill(r, base, i, tokens);
+        progress_phase(r->prog, "localizing request %d: prefill vs decode", i);
+        localize_run decode = {.reqs = &r->alone[i], .count = 1, .sched = config_sched(r, 1),
+                               .follow = 0, .label = "decoding"};
+        localize_run prefill = {.reqs = &again, .count = 1, .sched = config_sched(r, 1),
+                                .follow = 0, .label = "in the re-prefill"};
+        localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &decode, &prefill, &loc);
+        snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
+        free(tokens);
+        return;
+    }
     if (!out->has_first || strcmp(out->first_batch, "repeat") == 0) return;
     int bs = atoi(out->first_batch);
     char batch_label[32];
@@ -383,7 +419,6 @@ static void localize_first(config_run *r, ops_set *const *rank_ops, int ranks,
                           .sched = config_sched(r, 1), .follow = 0, .label = "alone"};
     localize_run batch = {.reqs = r->reqs, .count = r->count, .sched = config_sched(r, bs),
                           .follow = out->first_request, .label = batch_label};
-    localization loc;
     localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &alone, &batch, &loc);
     snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
 }
@@ -432,7 +467,8 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     // Records are checked against the vocabulary of the engine that drew them.
     config_run r = {.c = c, .cfg = cfg, .rc = rc, .o = o, .count = count, .reqs = reqs,
                     .alone = alone, .vocab = tp_engine_config(eng)->vocab_size, .eng = eng,
-                    .out = out, .prog = prog, .first = 0, .compared = count};
+                    .out = out, .prog = prog, .first = 0, .compared = count,
+                    .prefill_differs = -1};
     if (o->request >= 0) {
         r.first = o->request;
         r.compared = 1;
@@ -444,10 +480,10 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         outcome_judge(rc, ops, adversarial_control, out);
         if (ranks > 1 && !tp1_information(&r, &mc, model->w, &limits, &base)) out->verdict = "FAIL";
     } else out->verdict = "FAIL";
-    buffers_free(&base);
 
     tp_engine_destroy(eng);
-    localize_first(&r, rank_ops, ranks, &mc, model->w, &limits);
+    localize_first(&r, &base, rank_ops, ranks, &mc, model->w, &limits);
+    buffers_free(&base);
     for (int k = 0; k < ranks; k++) rank_ops[k]->destroy(rank_ops[k]);
     free(rank_ops);
     free(reqs);

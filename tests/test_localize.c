@@ -5,6 +5,9 @@
 //     that op, with a ULP distance of at least one, and the request's row at both shapes;
 //   - on the split backend (context keys and prefill rows announced apart) mha_prefill and
 //     merge_attention are named the same way;
+//   - on the split backend, a request prefilled in a step whose first rows are another
+//     request's decode has its mha_prefill and merge_attention rows at its own positions, each
+//     once;
 //   - a request's decode against its re-prefill with prompt logprobs (prefill vs decode): a
 //     logprobs that differs for many rows is named there too;
 //   - with nothing planted, no op is named and the text says so;
@@ -282,6 +285,55 @@ static void test_prefill_vs_decode_named(void **state) {
     free(p);
 }
 
+static void rows_to_tap(void *ctx, int layer, engine_rows_kind kind, const int32_t *request,
+                        const int32_t *position, int n) {
+    op_tap_rows(ctx, layer, kind == ENGINE_ROWS_KEYS ? OP_TAP_KEYS : kind == ENGINE_ROWS_SAMPLES ? OP_TAP_SAMPLES
+                                                                                         : OP_TAP_TOKENS,
+                request, position, n);
+}
+
+static void test_split_prefill_rows_placed(void **state) {
+    fixture *f = *state;
+    // Request 1 arrives while request 0 decodes: its prefill step starts with that decode.
+    engine_request reqs[2] = {f->reqs[0], f->reqs[1]};
+    reqs[1].arrival_step = 2;
+    engine_limits lim = limits();
+    engine_sched sched = {.max_num_seqs = 2, .max_num_batched_tokens = 64, .chunked_prefill = true,
+                          .top_k = TOP_K, .backend = attention_backend_by_name("mla-split")};
+    op_tap *t = op_tap_wrap(f->ops);
+    engine *e = engine_create(&f->cfg, f->src, op_tap_set(t), &lim, f->seed);
+    engine_observe_rows(e, rows_to_tap, t);
+    op_tap_follow(t, 1);
+    engine_step_record steps[2][MAX_NEW];
+    engine_result res[2] = {{.steps = steps[0]}, {.steps = steps[1]}};
+    char err[512];
+    if (!engine_generate(e, reqs, 2, &sched, res, NULL, err, sizeof err)) fail_msg("generate: %s", err);
+    int n;
+    const op_tap_entry *en = op_tap_entries(t, &n);
+    int len = reqs[1].prompt_len, mixed = 0;
+    static const char *const prefill_ops[] = {"mha_prefill", "merge_attention"};
+    for (int layer = 0; layer < f->cfg.num_hidden_layers; layer++)
+        for (size_t k = 0; k < 2; k++) {
+            int seen[PROMPT_MAX] = {0};
+            for (int i = 0; i < n; i++) {
+                if (en[i].layer != layer || strcmp(en[i].op, prefill_ops[k]) != 0) continue;
+                if (en[i].position < 0 || en[i].position >= len)
+                    fail_msg("layer %d %s: a row at position %d of a %d-token prompt", layer, prefill_ops[k],
+                             en[i].position, len);
+                seen[en[i].position]++;
+                if (en[i].row != en[i].position) fail_msg("%s: position %d in row %d", prefill_ops[k], en[i].position, en[i].row);
+            }
+            for (int p = 0; p < len; p++)
+                if (seen[p] != (k == 0 ? 2 : 1))  // mha_prefill twice: new tokens, then context
+                    fail_msg("layer %d %s: position %d seen %d times", layer, prefill_ops[k], p, seen[p]);
+        }
+    // The step was mixed: request 1's embedding row sits after the decode's.
+    for (int i = 0; i < n; i++) mixed += strcmp(en[i].op, "embedding") == 0 && en[i].position == 0 && en[i].row == 1;
+    assert_int_equal(mixed, 1);
+    engine_destroy(e);
+    op_tap_destroy(t);
+}
+
 static void test_nothing_planted(void **state) {
     fixture *f = *state;
     planted_set *p = plant(f->ops, "none");
@@ -373,6 +425,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_each_op_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_prefill_ops_named, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_prefill_rows_placed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefill_vs_decode_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nothing_planted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tap_forwards, setup, teardown),

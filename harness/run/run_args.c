@@ -66,7 +66,9 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
                  "                 [--only GLOB] [--request N] [--hash-weights] [-q]\n"
                  "       invar run --resume DIR [-q]",
         .about = "Runs every config of the case file's matrix: each prompt alone (bs=1), then all\n"
-                 "prompts at each batch size and the largest batch twice, compared bit for bit.",
+                 "prompts at each batch size and the largest batch twice, compared bit for bit;\n"
+                 "where a request differs, it runs again alone and in that batch through an op\n"
+                 "tap, which names the first op whose rows differ.",
         .flags = flags,
         .epilogue = "On a terminal a live line shows config i of N, elapsed time, ETA and the "
                     "phase.\n\nexit: 0 every expectation held, 1 one failed, 2 bad input or usage",

@@ -108,8 +108,8 @@ const model_config *engine_config(const engine *e);
 // of the calls (the harness's op tap wraps the kernel set and hashes rows per request): called
 // before each group of calls whose rows are one kind. `layer` is -1 for the embedding, the
 // layer index, or num_hidden_layers for the final norm, lm_head and sampling. A call's rows are
-// the first M entries of the latest announcement (M the call's own row count), except
-// moe_experts', whose row t is its k outputs of token t.
+// the first M entries of the latest announcement (M the call's own row count; moe_experts'
+// row t is its k outputs of token t; residual_add and all_reduce cover all n rows).
 typedef enum {
     ENGINE_ROWS_TOKENS,   // the step's token rows (split prefill: its prefill rows)
     ENGINE_ROWS_KEYS,     // split prefill: the context keys gathered from the cache

@@ -4,7 +4,8 @@
 # scratch copy of the tree, runs cases/smoke.ini and, when smoke does not catch it,
 # cases/ci.ini; for a mutant a case catches, the first differing op of its failing invariant
 # config (summary.csv's first_op, its first word) must be the mutated op: the patch header's
-# `checks: kernels:OP`, else the op its name and file say. Not part of make check (minutes).
+# `checks: kernels:OP`, else the op its name and file say. Not part of make check: a build and
+# a case or two per mutant take minutes in all (the result file states how long).
 #
 #   bash tests/localize_mutants.sh [OUT]    OUT: results folder (default build/localize-mutants)
 #   LOCALIZE_MUTANTS=a,b                    only these mutants

@@ -89,6 +89,9 @@ typedef struct {
                                  // bookkeeping, apart from sample_pos, which seeds the noise)
     int32_t *gather_slots;
     int32_t *new_begin, *new_end, *ctx_begin, *ctx_end;
+    // for a rows observer: the request of each token row, each key row's request and position,
+    // each sample row's request
+    int32_t *row_request, *key_request, *key_position, *sample_request;
 } host_step;
 
 // What one step computes, beyond the per-token metadata already on the device.
@@ -136,6 +139,8 @@ struct engine {
     engine_stats stats;
     sched_item *items;           // one step's plan, max_num_seqs entries
     int32_t *sampled;            // tokens sampled in one step, per item
+    engine_rows_observer observe_rows; // NULL: none
+    void *observe_ctx;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -467,6 +472,10 @@ static void alloc_activations(engine *e) {
     hs->new_end = invar_calloc(T, sizeof(int32_t), "host key ranges");
     hs->ctx_begin = invar_calloc(T, sizeof(int32_t), "host key ranges");
     hs->ctx_end = invar_calloc(T, sizeof(int32_t), "host key ranges");
+    hs->row_request = invar_calloc(T, sizeof(int32_t), "host row requests");
+    hs->key_request = invar_calloc(K, sizeof(int32_t), "host key requests");
+    hs->key_position = invar_calloc(K, sizeof(int32_t), "host key positions");
+    hs->sample_request = invar_calloc(S, sizeof(int32_t), "host sample requests");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -584,6 +593,16 @@ void engine_destroy(engine *e) {
 
 const model_config *engine_config(const engine *e) { return &e->cfg; }
 
+void engine_observe_rows(engine *e, engine_rows_observer fn, void *ctx) {
+    e->observe_rows = fn;
+    e->observe_ctx = ctx;
+}
+
+static void announce_rows(engine *e, int layer, engine_rows_kind kind, const int32_t *request,
+                          const int32_t *position, int n) {
+    if (e->observe_rows) e->observe_rows(e->observe_ctx, layer, kind, request, position, n);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The forward pass
 // ---------------------------------------------------------------------------------------------
@@ -692,6 +711,7 @@ static void attention_split_prefill(engine *e, int layer, int t0, int T, const s
     int H = c->num_attention_heads, L = c->kv_lora_rank, R = c->qk_rope_head_dim,
         nope = c->qk_nope_head_dim, v = c->v_head_dim, qh = nope + R, n = T - t0;
     if (n == 0) return;
+    announce_rows(e, layer, ENGINE_ROWS_KEYS, e->hs.key_request, e->hs.key_position, st->keys);
     o->embedding(o, a->key_latent, e->kv[layer], a->gather_slots, st->keys, L + R);
     gemm_args decompress = {.y = a->key_kv, .x = a->key_latent, .w = w->kv_b_proj,
                             .M = st->keys, .N = H * (nope + v), .K = L, .ldx = L + R};
@@ -701,6 +721,7 @@ static void attention_split_prefill(engine *e, int layer, int t0, int T, const s
                           .v = v, .ld_out = (long)H * v, .ld_q = (long)H * qh,
                           .ld_kv = (long)H * (nope + v), .ld_k_pe = L + R,
                           .scale = (float)model_softmax_scale(c)};
+    announce_rows(e, layer, ENGINE_ROWS_TOKENS, e->hs.row_request + t0, e->hs.pos + t0, n);
     p.out = a->attn_new;
     p.lse = a->lse_new;
     p.key_begin = a->new_begin;
@@ -734,6 +755,8 @@ static void attention(engine *e, int layer, const step_shape *st) {
         attention_split_prefill(e, layer, st->T_decode, st->T, st);
         break;
     }
+    if (e->backend->path != ATTENTION_UNIFIED)
+        announce_rows(e, layer, ENGINE_ROWS_TOKENS, e->hs.row_request, e->hs.pos, st->T);
     linear(e->ops, e->a.sublayer_out, e->a.attn_v, e->layers[layer].o_proj, st->T,
            c->hidden_size, c->num_attention_heads * c->v_head_dim);
 }
@@ -778,10 +801,12 @@ static void engine_forward(engine *e, const step_shape *st, int top_k) {
     bool tp = e->part.size > 1;
 
     if (tp) upload_local_ids(e, T);
+    announce_rows(e, -1, ENGINE_ROWS_TOKENS, e->hs.row_request, e->hs.pos, T);
     o->embedding(o, a->h, e->embed, tp ? a->local_ids : a->ids, T, D);
     sum_over_ranks(e, a->h, (long)T * D);
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const layer_weights *w = &e->layers[i];
+        announce_rows(e, i, ENGINE_ROWS_TOKENS, e->hs.row_request, e->hs.pos, T);
         o->rmsnorm(o, a->x, D, a->h, D, w->input_norm, T, D, eps);
         attention(e, i, st);
         sum_over_ranks(e, a->sublayer_out, (long)T * D);
@@ -794,6 +819,8 @@ static void engine_forward(engine *e, const step_shape *st, int top_k) {
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
     }
     if (st->S == 0) return;
+    announce_rows(e, c->num_hidden_layers, ENGINE_ROWS_SAMPLES, e->hs.sample_request,
+                  e->hs.sample_at, st->S);
     // Only the rows that sample need the final norm and the lm_head (a gather is an embedding).
     o->embedding(o, a->final_rows, a->h, a->sample_rows, st->S, D);
     o->rmsnorm(o, a->final_normed, D, a->final_rows, D, e->final_norm, st->S, D, eps);
@@ -865,7 +892,11 @@ static void add_split_prefill_keys(engine *e, const sched_item *it, sched_view v
                                    int t_decode, int *keys) {
     host_step *hs = &e->hs;
     int bs = e->lim.block_size, k0 = *keys, end = it->start + it->n_tokens;
-    for (int p = 0; p < end; p++) hs->gather_slots[k0 + p] = v.blocks[p / bs] * bs + p % bs;
+    for (int p = 0; p < end; p++) {
+        hs->gather_slots[k0 + p] = v.blocks[p / bs] * bs + p % bs;
+        hs->key_request[k0 + p] = it->req;
+        hs->key_position[k0 + p] = p;
+    }
     for (int j = 0; j < it->n_tokens; j++) {
         int r = row0 + j - t_decode, p = it->start + j;
         hs->new_begin[r] = k0 + it->start;
@@ -896,6 +927,7 @@ static step_shape build_step(engine *e, const engine_request *reqs, const sched_
             hs->pos[st.T] = p;
             hs->slot[st.T] = v.blocks[p / bs] * bs + p % bs;
             hs->token_seq[st.T] = i;
+            hs->row_request[st.T] = items[i].req;
             bool last = p == items[i].start + items[i].n_tokens - 1;
             if ((r->prompt_logprobs && p < r->prompt_len) || (last && items[i].sample))
                 add_sample_row(e, r, st.T, p, i, &st.S);
@@ -908,6 +940,7 @@ static step_shape build_step(engine *e, const engine_request *reqs, const sched_
         if (len > st.max_seq_len) st.max_seq_len = len;
     }
     st.decode_split_size = batch_scheduled_split_size(hs->seq_lens, n);
+    for (int s = 0; s < st.S; s++) hs->sample_request[s] = items[hs->sample_item[s]].req;
 
     activations *a = &e->a;
     upload(e, a->ids, hs->ids, st.T, sizeof(int32_t));

@@ -104,4 +104,20 @@ bool engine_generate(engine *e, const engine_request *reqs, int n, const engine_
 
 const model_config *engine_config(const engine *e);
 
+// Which request and position each row of the kernel calls that follow holds, for an observer
+// of the calls (the harness's op tap wraps the kernel set and hashes rows per request): called
+// before each group of calls whose rows are one kind. `layer` is -1 for the embedding, the
+// layer index, or num_hidden_layers for the final norm, lm_head and sampling. A call's rows are
+// the first M entries of the latest announcement (M the call's own row count; moe_experts'
+// row t is its k outputs of token t; residual_add and all_reduce cover all n rows).
+typedef enum {
+    ENGINE_ROWS_TOKENS,   // the step's token rows (split prefill: its prefill rows)
+    ENGINE_ROWS_KEYS,     // split prefill: the context keys gathered from the cache
+    ENGINE_ROWS_SAMPLES,  // the rows that produce logits
+} engine_rows_kind;
+typedef void (*engine_rows_observer)(void *ctx, int layer, engine_rows_kind kind,
+                                     const int32_t *request, const int32_t *position, int n);
+// NULL fn: none (the default). Requests are engine_submit's ids.
+void engine_observe_rows(engine *e, engine_rows_observer fn, void *ctx);
+
 #endif

@@ -67,6 +67,9 @@ void tp_engine_destroy(tp_engine *t) {
 
 const model_config *tp_engine_config(const tp_engine *t) { return engine_config(t->ranks[0]); }
 int tp_engine_size(const tp_engine *t) { return t->size; }
+void tp_engine_observe_rows(tp_engine *t, engine_rows_observer fn, void *ctx) {
+    engine_observe_rows(t->ranks[0], fn, ctx);
+}
 
 // One generate call on every rank; ranks other than 0 record into their own results.
 typedef struct {

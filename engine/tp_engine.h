@@ -33,6 +33,8 @@ bool tp_engine_generate(tp_engine *t, const engine_request *reqs, int n,
                         char *err, int err_len);
 
 const model_config *tp_engine_config(const tp_engine *t);
+// engine_observe_rows on rank 0 (every rank runs the same steps).
+void tp_engine_observe_rows(tp_engine *t, engine_rows_observer fn, void *ctx);
 int tp_engine_size(const tp_engine *t);
 
 #endif

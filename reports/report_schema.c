@@ -33,6 +33,7 @@ static const char *const summary_names[] = {
     [SUMMARY_FIRST_BASE_LOGPROB] = "first_base_logprob",
     [SUMMARY_FIRST_BATCH_LOGPROB] = "first_batch_logprob",
     [SUMMARY_FIRST_ABS_DELTA] = "first_abs_delta", [SUMMARY_FIRST_ULPS] = "first_ulps",
+    [SUMMARY_FIRST_OP] = "first_op",
     [SUMMARY_PREFILL_VS_DECODE] = "prefill_vs_decode",
     [SUMMARY_PREFIX_QUERIES] = "prefix_queries", [SUMMARY_PREFIX_HITS] = "prefix_hits",
     [SUMMARY_PREFIX_HIT_RATE] = "prefix_hit_rate", [SUMMARY_PREFILL_CHUNKS] = "prefill_chunks",

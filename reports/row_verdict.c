@@ -52,7 +52,9 @@ bool summary_first_divergence(const csv_table *t, int row, char *buf, int len) {
     if (delta[0] && n < len)
         n += snprintf(buf + n, (size_t)(len - n), ", |Δ logprob| = %s", delta);
     if (ulps[0] && n < len)
-        snprintf(buf + n, (size_t)(len - n), " (%s ulp%s)", ulps, strcmp(ulps, "1") ? "s" : "");
+        n += snprintf(buf + n, (size_t)(len - n), " (%s ulp%s)", ulps, strcmp(ulps, "1") ? "s" : "");
+    const char *op = summary_get(t, row, SUMMARY_FIRST_OP);  // "": a report without localization
+    if (op[0] && n < len) snprintf(buf + n, (size_t)(len - n), "; first differing op: %s", op);
     return true;
 }
 
@@ -65,7 +67,11 @@ void summary_reason(const csv_table *t, int row, char *buf, int len) {
     if (expected[0] || observed[0])
         n = snprintf(buf, (size_t)len, "expected %s, observed %s", expected[0] ? expected : "-",
                      observed[0] ? observed : "-");
-    if (note[0] && n < len) snprintf(buf + n, (size_t)(len - n), "%s%s", n ? ": " : "", note);
+    if (note[0] && n < len) n += snprintf(buf + n, (size_t)(len - n), "%s%s", n ? ": " : "", note);
+    // Without a first divergence (prefill vs decode), the first differing op goes here.
+    const char *op = summary_get(t, row, SUMMARY_FIRST_OP);
+    if (op[0] && !summary_get(t, row, SUMMARY_FIRST_REQUEST)[0] && n < len)
+        snprintf(buf + n, (size_t)(len - n), "; first differing op: %s", op);
 }
 
 // ---------------------------------------------------------------------------------------------

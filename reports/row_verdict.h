@@ -16,7 +16,8 @@ const char *row_state_name(row_state s);  // "PASS", "FAIL", "SKIP", "ERROR"
 row_state summary_row_state(const csv_table *t, int row);
 
 // "request 3 at batch size 8, step 2, logprob differs: token 17 vs 17, logprob -1.25 vs
-// -1.2500001, |Δ logprob| = 1.19e-07 (1 ulp)". False (buf "") when the row has no divergence.
+// -1.2500001, |Δ logprob| = 1.19e-07 (1 ulp)", then the first differing op where the row names
+// one ("; first differing op: gemm (N=1024 K=256) in layer 0, ..."). False (buf "") when the row has no divergence.
 bool summary_first_divergence(const csv_table *t, int row, char *buf, int len);
 
 // "expected invariant, observed batch-variant" and the note, for a failed or skipped row.

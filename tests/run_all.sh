@@ -121,6 +121,7 @@ suite "invar run --resume after SIGKILL (tests/test_resume.sh)" bash tests/test_
 suite "checkpoint directories as models (tests/test_model_dir.sh)" bash tests/test_model_dir.sh "$BUILD"
 suite "bad and awkward command lines (tests/test_cli.sh)" bash tests/test_cli.sh "$BUILD"
 suite "3 shards merged equal one run (tests/test_shard.sh)" bash tests/test_shard.sh "$BUILD"
+suite "first differing op, --only and --request (tests/test_triage.sh)" bash tests/test_triage.sh "$BUILD"
 suite "plugin kernel sets end to end and refused (tests/test_plugin.sh)" bash tests/test_plugin.sh "$BUILD"
 suite "kernels/README.md's example as written (tests/doc_example.sh)" bash tests/doc_example.sh "$BUILD"
 suite "bench results as data (tests/test_bench_results.sh)" bash tests/test_bench_results.sh "$BUILD"

@@ -27,6 +27,7 @@
 #include "../../reports/report_schema.h" // summary_header, divergence_header, divergence_get
 #include "../../reports/run_meta.h"  // run_meta_write, run_meta_get, run_meta_seal
 #include "case_file.h"               // case_file_load, case_file_set_model
+#include "config_select.h"           // config_select_only
 #include "../model/checkpoint_id.h"  // checkpoint_id_compute, checkpoint_id_same
 #include "../cli_args.h"             // CLI_GO_ON
 #include "../host.h"                 // host_make_dirs
@@ -248,6 +249,8 @@ static csv_table *resume_args(const char *dir, run_args *a, char **cmd, char **a
     a->hash_weights = orig.hash_weights;
     a->shard_text = orig.shard_text;
     a->shard = orig.shard;
+    a->only = orig.only;
+    a->request = orig.request;
     a->out_dir = abs_dir;
     return meta;
 }
@@ -383,6 +386,22 @@ int cmd_run(int argc, char **argv) {
     if (resume_meta && (a.shard.count || run_meta_get(resume_meta, "shard")[0]))
         shard_unchanged(a.resume, resume_meta, &shard);
     csv_table_free(resume_meta);
+    // --only: chosen before resumed rows are matched, so merges read as the run wrote them.
+    bool *chosen = NULL;
+    if (a.only) {
+        chosen = invar_calloc((size_t)n, sizeof *chosen, "chosen configs");
+        if (config_select_only(a.only, configs, resolved, (int)n, shard.in_shard, chosen) == 0)
+            invar_die(INVAR_EXIT_INPUT, "--only: '%s' matches none of the %s%ld configs of %s "
+                      "(a run of the whole case prints their names)",
+                      a.only, shard.in_shard ? "shard's " : "", shard.in_shard ? shard.count : n,
+                      c->path);
+    }
+    const bool *runs = chosen ? chosen : shard.in_shard;  // this run's configs; NULL: all
+    int run_count = 0;
+    for (int k = 0; k < n; k++) run_count += !runs || runs[k];
+    if (a.request >= case_request_count(c))
+        invar_die(INVAR_EXIT_INPUT, "--request: %d: %s runs %d requests (0 to %d)",
+                  a.request, c->path, case_request_count(c), case_request_count(c) - 1);
 
     const char *out_dir = a.out_dir;
     char summary_path[PATH_MAX], divergence_path[PATH_MAX];
@@ -391,7 +410,8 @@ int cmd_run(int argc, char **argv) {
     const char *const *summary_columns = summary_header();
     const char *const *divergence_columns = divergence_header();
     runner_options o = {.console = stdout, .warnings = stderr, .quiet = a.quiet,
-                        .progress = !a.quiet && isatty(1) == 1, .in_shard = shard.in_shard};
+                        .progress = !a.quiet && isatty(1) == 1,
+                        .in_shard = runs, .request = a.request};
     csv_table *done = NULL;
     int *done_row = invar_calloc((size_t)n, sizeof *done_row, "finished rows");
     if (!a.resume) {
@@ -410,10 +430,12 @@ int cmd_run(int argc, char **argv) {
         if (done && !resume_match_done(c, configs, resolved, (int)n, &sel, done, usable,
                                        done_row, err, sizeof err))
             invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", out_dir, err);
-        for (int k = 0; k < n && shard.in_shard; k++)
-            if (done_row[k] >= 0 && !shard.in_shard[k])
-                invar_die(INVAR_EXIT_INPUT, "--resume %s: %s:%d: config '%s' is not in shard %s",
-                          out_dir, summary_path, done_row[k] + 2, configs[k].name, shard.shard);
+        for (int k = 0; k < n && runs; k++)
+            if (done_row[k] >= 0 && !runs[k])
+                invar_die(INVAR_EXIT_INPUT, "--resume %s: %s:%d: config '%s' is not in %s%s",
+                          out_dir, summary_path, done_row[k] + 2, configs[k].name,
+                          shard.in_shard && !shard.in_shard[k] ? "shard " : "the configs of --only ",
+                          shard.in_shard && !shard.in_shard[k] ? shard.shard : a.only);
         csv_table *div = csv_table_read(divergence_path, true, err, sizeof err);
         if (!div && err[0]) invar_die(INVAR_EXIT_INPUT, "--resume %s: %s", out_dir, err);
         done_set ds = {.configs = configs, .done_row = done_row, .n = (int)n};
@@ -442,7 +464,7 @@ int cmd_run(int argc, char **argv) {
     if (a.resume) {
         int finished = 0;
         for (int k = 0; k < n; k++) finished += done_row[k] >= 0;
-        long total = shard.in_shard ? shard.count : n;
+        long total = run_count;
         printf("resuming %s: %d of %ld configs finished before, %ld to go\n", out_dir, finished,
                total, total - finished);
     }
@@ -466,6 +488,7 @@ int cmd_run(int argc, char **argv) {
     csv_table_free(done);
     free_checkpoint_ids(&ids);
     shard_rows_free(&shard);
+    free(chosen);
     free(resume_cmd);
     free(done_row);
     free(resolved);

@@ -18,6 +18,7 @@ typedef struct {
     char first_batch[24];       // the batch size, or "repeat"
     int first_request;
     divergence first;
+    char first_op[512];         // the first differing op of the first request (localize.h), or ""
     const char *prefill_vs_decode; // equal | DIFFER | not-declared | not-checked
     long prefill_chunks;        // over the bs=1 baselines
     long prefix_queries, prefix_hits; // over the batched runs

@@ -8,7 +8,7 @@
 #include "resolve.h"   // RESOLVE_BACKEND_ENV
 #include "../../reports/shard_id.h" // shard_id_parse
 
-#define RUN_FLAGS 10 // the table's entries, its end included
+#define RUN_FLAGS 12 // the table's entries, its end included
 
 // The table points into `a`, so it is built for each parse.
 static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
@@ -36,6 +36,14 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
                  "the configs, the same on every runner, configs that can\n"
                  "share effective settings kept together; merge the shards'\n"
                  "reports with `invar report merge`"},
+        {.name = "--only", .metavar = "GLOB", .to.string = &a->only,
+         .help = "run only the configs whose names match GLOB (fnmatch:\n"
+                 "'cpu/ref*'); a chosen config resolution merged into one\n"
+                 "not chosen runs itself"},
+        {.name = "--request", .metavar = "N", .kind = CLI_INT, .to.integer = &a->request,
+         .min = 0, .max = 1000000,
+         .help = "compare only request N (from 0; its bs=1 run, and it inside\n"
+                 "every batch, which still holds every request)"},
         {.name = "--resume", .metavar = "DIR", .to.string = &a->resume,
          .help = "continue the interrupted run that writes DIR, with its\n"
                  "options (from DIR/meta.csv), started where it was\n"
@@ -55,10 +63,12 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
         .name = "invar run",
         .usage = "invar run --case FILE [--model NAME|DIR] [--kernel-set SET]\n"
                  "                 [--attention-backend NAME] [--out DIR] [--shard I/N]\n"
-                 "                 [--hash-weights] [-q]\n"
+                 "                 [--only GLOB] [--request N] [--hash-weights] [-q]\n"
                  "       invar run --resume DIR [-q]",
         .about = "Runs every config of the case file's matrix: each prompt alone (bs=1), then all\n"
-                 "prompts at each batch size and the largest batch twice, compared bit for bit.",
+                 "prompts at each batch size and the largest batch twice, compared bit for bit;\n"
+                 "where a request differs, it runs again alone and in that batch through an op\n"
+                 "tap, which names the first op whose rows differ.",
         .flags = flags,
         .epilogue = "On a terminal a live line shows config i of N, elapsed time, ETA and the "
                     "phase.\n\nexit: 0 every expectation held, 1 one failed, 2 bad input or usage",
@@ -69,7 +79,7 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
 // --shard's I/N (parsed into a->shard; `why` holds its message).
 static const char *flags_conflict(run_args *a, char *why, size_t why_len) {
     if (a->resume && (a->case_path || a->backend || a->model || a->kernel_set || a->out_dir || a->hash_weights ||
-                      a->shard_text))
+                      a->shard_text || a->only || a->request >= 0))
         return "--resume: takes the run's options from DIR/meta.csv; only -q may be added";
     if (!a->resume && !a->case_path) return "--case: required (or --resume DIR)";
     char bad[256];
@@ -81,6 +91,7 @@ static const char *flags_conflict(run_args *a, char *why, size_t why_len) {
 }
 
 int run_args_parse(int argc, char **argv, run_args *a) {
+    a->request = -1;
     cli_flag flags[RUN_FLAGS];
     cli_command cmd = run_command(a, flags);
     int rc = cli_parse(&cmd, argc, argv);
@@ -114,7 +125,7 @@ static int split_command_line(char *line, char **argv, int max) {
 
 bool run_args_from_command_line(char *line, char **argv, run_args *a, char *err,
                                 size_t err_len) {
-    *a = (run_args){0};
+    *a = (run_args){.request = -1};
     int argc = split_command_line(line, argv, RUN_MAX_ARGS);
     if (argc < 0) {
         snprintf(err, err_len, "unbalanced quotes, or more than %d arguments", RUN_MAX_ARGS);

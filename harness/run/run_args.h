@@ -18,6 +18,8 @@ typedef struct {
     const char *case_path, *out_dir, *backend, *model, *kernel_set, *resume;  // NULL: not given
     const char *shard_text;  // --shard as given; NULL: the whole matrix
     shard_id shard;          // parsed from shard_text; count 0 without --shard
+    const char *only;        // --only GLOB: the configs whose names match; NULL: every config
+    int request;             // --request N: only request N is compared; -1: every request
     bool quiet, hash_weights;
 } run_args;
 

@@ -5,7 +5,7 @@
 #include <stdarg.h>                     // va_list, va_start, va_end
 #include <stdint.h>                     // int32_t
 #include <stdio.h>                      // snprintf, vsnprintf, fflush
-#include <stdlib.h>                     // free
+#include <stdlib.h>                     // free, atoi
 #include <string.h>                     // memset, memcpy, strcmp, strlen
 #include <unistd.h>                     // sysconf
 
@@ -15,6 +15,7 @@
 #include "../../sets/registry.h"     // kernel_set_create*, kernel_set_is_adversarial, tp_devices_describe
 #include "../../reports/report_schema.h" // DIVERGENCE_*, SUMMARY_*
 #include "compare.h"                    // compare_request_sets, compare_results, divergence
+#include "localize.h"                   // localize_request
 #include "../host.h"                    // host_seconds
 #include "../model/model_cache.h"       // model_cache_get, model_cache_free, loaded_model
 #include "outcome.h"                    // outcome
@@ -41,6 +42,9 @@ typedef struct {
     const resolved_config *rc;
     const runner_options *o;
     int count;                  // requests per run (distinct prompts + warm copies)
+    int first, compared;        // the requests compared, [first, first + compared): every one,
+                                // or --request's alone (every batch still holds them all)
+    int prefill_differs;        // the first request whose re-prefill differs from its decode; -1
     const engine_request *reqs; // arriving as the config's arrival pattern says
     const engine_request *alone; // the same, each arriving at step 0 (bs=1 baselines)
     int vocab;
@@ -150,11 +154,12 @@ static void divergence_row(config_run *r, const char *batch, int request, const 
 typedef struct {
     config_run *r;
     const char *batch;
+    int first;                  // the request the comparison's request 0 is
 } divergence_rows;
 
 static void write_divergence(void *user, int request, const divergence *d) {
     divergence_rows *rows = user;
-    divergence_row(rows->r, rows->batch, request, d);
+    divergence_row(rows->r, rows->batch, rows->first + request, d);
 }
 
 // Compares every request of `other` to `base` at every step; one divergence row per differing
@@ -163,19 +168,19 @@ static void write_divergence(void *user, int request, const divergence *d) {
 static int compare_runs(config_run *r, const run_buffers *base, const run_buffers *other,
                         const char *batch) {
     outcome *out = r->out;
-    divergence_rows rows = {r, batch};
-    comparison cmp = compare_request_sets(base->res, other->res, r->count, r->c->top_k,
-                                          write_divergence, &rows);
-    long want = (long)r->count * r->c->max_new_tokens;
-    if (cmp.requests != r->count || cmp.steps != want) {
+    divergence_rows rows = {r, batch, r->first};
+    comparison cmp = compare_request_sets(base->res + r->first, other->res + r->first,
+                                          r->compared, r->c->top_k, write_divergence, &rows);
+    long want = (long)r->compared * r->c->max_new_tokens;
+    if (cmp.requests != r->compared || cmp.steps != want) {
         set_failure(out, "comparison (%s): %d requests and %ld steps compared, expected %d and "
-                    "%ld", batch, cmp.requests, cmp.steps, r->count, want);
+                    "%ld", batch, cmp.requests, cmp.steps, r->compared, want);
         return -1;
     }
     if (cmp.has_first && !out->has_first) {
         out->has_first = true;
         snprintf(out->first_batch, sizeof out->first_batch, "%s", batch);
-        out->first_request = cmp.first_request;
+        out->first_request = r->first + cmp.first_request;
         out->first = cmp.first;
     }
     out->compared += cmp.requests;
@@ -205,7 +210,7 @@ static bool check_prefill_vs_decode(config_run *r, const run_buffers *base) {
     engine_step_record next;
     bool ok = true;
     r->out->prefill_vs_decode = "equal";
-    for (int i = 0; i < r->count && ok; i++) {
+    for (int i = r->first; i < r->first + r->compared && ok; i++) {
         const engine_request *q = &r->alone[i];
         const engine_result *b = &base->res[i];
         int P = q->prompt_len, len = P + T - 1;
@@ -243,6 +248,7 @@ static bool check_prefill_vs_decode(config_run *r, const run_buffers *base) {
                          (double)d.other_logprob, (long long)d.ulps);
             }
             r->out->prefill_vs_decode = "DIFFER";
+            if (r->prefill_differs < 0) r->prefill_differs = i;
             divergence_row(r, "prefill", i, &d);
         }
     }
@@ -263,9 +269,9 @@ static bool checks_prefill_vs_decode(const resolved_config *rc) {
 static bool run_baselines(config_run *r, run_buffers *base, const char *label) {
     bool ok = true;
     buffers_poison(base, r->count, r->c->max_new_tokens);
-    for (int i = 0; i < r->count && ok; i++) {
+    for (int i = r->first; i < r->first + r->compared && ok; i++) {
         engine_stats st = {0};
-        progress_phase(r->prog, "%s %d/%d", label, i + 1, r->count);
+        progress_phase(r->prog, "%s %d/%d", label, i - r->first + 1, r->compared);
         ok = generate_checked(r, &r->alone[i], 1, 1, base, i, label, &st);
         r->out->prefill_chunks += st.prefill_chunks;
     }
@@ -342,7 +348,7 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
     bool ok = run_baselines(&r1, &b1, "TP=1 baseline");
     r->out->prefill_chunks = chunks;
     if (ok) {
-        tp_delta d = tp_delta_compare(b1.res, base->res, r->count);
+        tp_delta d = tp_delta_compare(b1.res + r->first, base->res + r->first, r->compared);
         char note[256];
         tp_delta_note(&d, T, note, sizeof note);
         size_t used = strlen(r->out->note);
@@ -361,6 +367,60 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
     tp_engine_destroy(eng1);
     one->destroy(one);
     return ok;
+}
+
+// The request whose re-prefill differed from its decode, as check_prefill_vs_decode built it:
+// its prompt and every generated token but the last, with prompt logprobs. tokens: room for
+// max_len + max_new_tokens - 1.
+static engine_request re_prefill(const config_run *r, const run_buffers *base, int i,
+                                 int32_t *tokens) {
+    const engine_request *q = &r->alone[i];
+    int P = q->prompt_len, T = r->c->max_new_tokens;
+    memcpy(tokens, q->prompt, (size_t)P * sizeof *tokens);
+    for (int j = 0; j + 1 < T; j++) tokens[P + j] = base->res[i].steps[j].token;
+    engine_request again = *q;
+    again.prompt = tokens;
+    again.prompt_len = P + T - 1;
+    again.max_new_tokens = 1;
+    again.prompt_logprobs = true;
+    return again;
+}
+
+// The first differing request of a batch size once more, alone and in that batch, on a tapped
+// engine: the first op whose rows differ goes into out->first_op. Without a batch divergence,
+// a request whose re-prefill differed from its decode is localized between the two. A
+// difference only the repeat showed (nondeterminism) has no batch to localize in.
+static void localize_first(config_run *r, const run_buffers *base, ops_set *const *rank_ops,
+                           int ranks, const model_config *mc, weight_source *w,
+                           const engine_limits *limits) {
+    outcome *out = r->out;
+    localization loc;
+    if (!out->has_first && r->prefill_differs >= 0) {
+        int i = r->prefill_differs;
+        int32_t *tokens = invar_malloc((size_t)(r->c->max_len + r->c->max_new_tokens) *
+                                       sizeof *tokens, "re-prefill prompt");
+        engine_request again = re_prefill(r, base, i, tokens);
+        progress_phase(r->prog, "localizing request %d: prefill vs decode", i);
+        localize_run decode = {.reqs = &r->alone[i], .count = 1, .sched = config_sched(r, 1),
+                               .follow = 0, .label = "decoding"};
+        localize_run prefill = {.reqs = &again, .count = 1, .sched = config_sched(r, 1),
+                                .follow = 0, .label = "in the re-prefill"};
+        localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &decode, &prefill, &loc);
+        snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
+        free(tokens);
+        return;
+    }
+    if (!out->has_first || strcmp(out->first_batch, "repeat") == 0) return;
+    int bs = atoi(out->first_batch);
+    char batch_label[32];
+    snprintf(batch_label, sizeof batch_label, "at bs=%d", bs);
+    progress_phase(r->prog, "localizing request %d %s", out->first_request, batch_label);
+    localize_run alone = {.reqs = &r->alone[out->first_request], .count = 1,
+                          .sched = config_sched(r, 1), .follow = 0, .label = "alone"};
+    localize_run batch = {.reqs = r->reqs, .count = r->count, .sched = config_sched(r, bs),
+                          .follow = out->first_request, .label = batch_label};
+    localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &alone, &batch, &loc);
+    snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -407,15 +467,23 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     // Records are checked against the vocabulary of the engine that drew them.
     config_run r = {.c = c, .cfg = cfg, .rc = rc, .o = o, .count = count, .reqs = reqs,
                     .alone = alone, .vocab = tp_engine_config(eng)->vocab_size, .eng = eng,
-                    .out = out, .prog = prog};
+                    .out = out, .prog = prog, .first = 0, .compared = count,
+                    .prefill_differs = -1};
+    if (o->request >= 0) {
+        r.first = o->request;
+        r.compared = 1;
+        snprintf(out->note, sizeof out->note, "--request %d: only request %d compared, alone "
+                 "and in every batch", o->request, o->request);
+    }
     run_buffers base = buffers_alloc(count, c->max_new_tokens);
     if (run_comparisons(&r, &base)) {
         outcome_judge(rc, ops, adversarial_control, out);
         if (ranks > 1 && !tp1_information(&r, &mc, model->w, &limits, &base)) out->verdict = "FAIL";
     } else out->verdict = "FAIL";
-    buffers_free(&base);
 
     tp_engine_destroy(eng);
+    localize_first(&r, &base, rank_ops, ranks, &mc, model->w, &limits);
+    buffers_free(&base);
     for (int k = 0; k < ranks; k++) rank_ops[k]->destroy(rank_ops[k]);
     free(rank_ops);
     free(reqs);

@@ -29,11 +29,12 @@ typedef struct {
     // config k its row in `done` or -1 (resume_match_done). NULL: a fresh run.
     const csv_table *done;
     const int *done_row;
-    // `invar run --shard I/N`: in_shard[k] says whether config k is this shard's; the others
-    // are neither run nor reported. NULL: every config. Resolution still covers the whole
+    // `invar run --shard I/N` and `--only GLOB`: in_shard[k] says whether config k is this
+    // run's; the others are neither run nor reported. NULL: every config. Resolution still covers the whole
     // matrix, so verdicts (an adversarial control elsewhere in the case) and merged_into read
     // as in the unsharded run.
     const bool *in_shard;
+    int request;            // `invar run --request N`: only request N is compared; -1: all
 } runner_options;
 
 typedef struct {

@@ -128,6 +128,7 @@ void summary_fields(const case_file *c, const run_config *cfg, const resolved_co
         [SUMMARY_FIRST_BATCH_LOGPROB] = f ? t->olp : "",
         [SUMMARY_FIRST_ABS_DELTA] = f ? t->delta : "",
         [SUMMARY_FIRST_ULPS] = f ? t->ulps : "",
+        [SUMMARY_FIRST_OP] = out->first_op,
         [SUMMARY_PREFILL_VS_DECODE] = skipped ? "" : out->prefill_vs_decode,
         [SUMMARY_PREFIX_QUERIES] = skipped ? "" : t->queries,
         [SUMMARY_PREFIX_HITS] = skipped ? "" : t->hits,

@@ -235,6 +235,9 @@ run: deps
 # finished (has junit.xml); exit 1 on a failed expectation or a regression. First the kernel
 # checker's exhaustive mode on the CPU (both sides of every size threshold: shapes and batch
 # sizes `make check` leaves out to stay fast); its kernels.csv goes into the same directory.
+# Then cases/large.ini (the sizes a real model reaches) into large/, and every CPU kernel mutant
+# that `invar kernels` catches checked to be caught by cases/ci.ini too
+# (tests/ci_catches_kernel_mutants.sh, its scratch copies under ci-mutants/).
 NIGHTLY_DIR := $(BUILD)/nightly
 nightly: deps
 	@$(MAKE) --no-print-directory all
@@ -243,7 +246,9 @@ nightly: deps
 	rc=0; $(BUILD)/invar kernels --device cpu --exhaustive --out "$$new/kernels" || rc=$$?; \
 	if [ "$$rc" -gt 1 ]; then echo "nightly: invar kernels failed (exit $$rc)"; exit $$rc; fi; \
 	$(BUILD)/invar run --case cases/nightly.ini --out "$$new" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
+	$(BUILD)/invar run --case cases/large.ini --out "$$new/large" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
 	if [ "$$rc" -gt 1 ]; then echo "nightly: invar run failed (exit $$rc)"; exit $$rc; fi; \
+	bash tests/ci_catches_kernel_mutants.sh "$$new/ci-mutants" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
 	if [ -n "$$prev" ]; then \
 	  $(BUILD)/invar report diff "$$prev" "$$new" || { d=$$?; [ "$$rc" -ne 0 ] || rc=$$d; }; \
 	else \

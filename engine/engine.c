@@ -490,6 +490,12 @@ static void check_limits(const model_config *c, const engine_limits *lim) {
     if (lim->max_model_len > c->max_position_embeddings)
         invar_die(2, "engine: max_model_len %d exceeds the model's max_position_embeddings %d",
                   lim->max_model_len, c->max_position_embeddings);
+    int request_blocks = (lim->max_model_len + lim->block_size - 1) / lim->block_size;
+    if (lim->kv_cache_blocks < 0 ||
+        (lim->kv_cache_blocks > 0 && lim->kv_cache_blocks < request_blocks))
+        invar_die(2, "engine: kv_cache_blocks %d holds less than one request of max_model_len %d "
+                  "(%d blocks of %d tokens)", lim->kv_cache_blocks, lim->max_model_len,
+                  request_blocks, lim->block_size);
     if (lim->max_total_tokens < lim->max_model_len)
         invar_die(2, "engine: max_total_tokens %d is below max_model_len %d",
                   lim->max_total_tokens, lim->max_model_len);
@@ -514,7 +520,9 @@ engine *engine_create_shard(const model_config *cfg, weight_source *src, ops_set
     int bs = limits->block_size;
     e->max_blocks_per_seq = (limits->max_model_len + bs - 1) / bs;
     // Every live request may hold one partly filled block beyond its share.
-    e->num_blocks = (limits->max_total_tokens + bs - 1) / bs + limits->max_num_seqs;
+    e->num_blocks = limits->kv_cache_blocks > 0
+                        ? limits->kv_cache_blocks
+                        : (limits->max_total_tokens + bs - 1) / bs + limits->max_num_seqs;
     e->max_rows = limits->prompt_logprobs ? limits->max_num_batched_tokens : limits->max_num_seqs;
     int prefill_items = limits->max_num_seqs < limits->max_num_batched_tokens
                             ? limits->max_num_seqs : limits->max_num_batched_tokens;

@@ -22,6 +22,8 @@ typedef struct {
     int max_model_len;           // longest prompt + generation of one request
     int max_total_tokens;        // KV cache capacity in tokens, over all live requests
     int block_size;              // tokens per KV block (default 64)
+    int kv_cache_blocks;         // > 0: the pool has exactly this many blocks (at least one
+                                 // request's worth); 0: sized from max_total_tokens
     bool prompt_logprobs;        // size buffers for requests that ask for prompt logprobs
 } engine_limits;
 

@@ -152,6 +152,20 @@ int kv_cache_lookup(kv_cache *c, uint64_t key) {
     return b;
 }
 
+int kv_cache_lookup_prefix(kv_cache *c, const int32_t *tokens, int n_blocks, int32_t *blocks,
+                           uint64_t *last_key) {
+    uint64_t key = 0;
+    int found = 0;
+    for (int b = 0; b < n_blocks; b++) {
+        key = kv_cache_block_key(key, tokens + (long)b * c->block_size, c->block_size);
+        int block = kv_cache_lookup(c, key);
+        if (block < 0) break;
+        blocks[found++] = block;
+        *last_key = key;
+    }
+    return found;
+}
+
 void kv_cache_publish(kv_cache *c, int block, uint64_t key) {
     if (!c->prefix_caching || c->has_key[block] || index_find(c, key) >= 0) return;
     c->has_key[block] = true;

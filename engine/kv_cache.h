@@ -35,6 +35,12 @@ int kv_cache_refcount(const kv_cache *c, int block);
 uint64_t kv_cache_block_key(uint64_t parent_key, const int32_t *tokens, int n);
 // The block holding `key`, with one more reference taken; -1 when absent (or caching off).
 int kv_cache_lookup(kv_cache *c, uint64_t key);
+// The longest cached prefix of `n_blocks` full blocks of `tokens`: its blocks, in order, into
+// blocks[] (one more reference each) and the key of its last block into *last_key; returns how
+// many. The walk stops at the first block not cached: a later block still indexed after an
+// evicted one holds the right tokens at the wrong position in the table.
+int kv_cache_lookup_prefix(kv_cache *c, const int32_t *tokens, int n_blocks, int32_t *blocks,
+                           uint64_t *last_key);
 // `block`, just filled completely, now holds `key` (no-op when caching off or key present).
 void kv_cache_publish(kv_cache *c, int block, uint64_t key);
 

@@ -158,16 +158,30 @@ static bool reserve(scheduler *s, request *q, int len) {
 static void admit_cached_prefix(scheduler *s, request *q) {
     int bs = kv_cache_block_size(s->kv);
     int cacheable = (q->prompt_len - 1) / bs;
-    uint64_t key = 0;
-    for (int b = 0; b < cacheable; b++) {
-        key = kv_cache_block_key(key, q->tokens + (long)b * bs, bs);
-        int block = kv_cache_lookup(s->kv, key);
-        if (block < 0) break;
-        q->blocks[q->n_blocks++] = block;
-        q->n_published = b + 1;
-        q->last_key = key;
-        q->num_computed = (b + 1) * bs;
+    int found = kv_cache_lookup_prefix(s->kv, q->tokens, cacheable, q->blocks, &q->last_key);
+    q->n_blocks = q->n_published = found;
+    q->num_computed = found * bs;
+}
+
+// Blocks a request holds once every position it may ever compute is in the cache.
+static int blocks_needed(const scheduler *s, const request *q) {
+    int bs = kv_cache_block_size(s->kv);
+    return (q->prompt_len + q->max_new_tokens + bs - 1) / bs;
+}
+
+// A waiting request is admitted only when the free blocks cover what the running requests may
+// still take plus its own whole need, counting no prefix hit (a hit on a free cached block
+// takes one free block and saves one, a hit on a block in use only saves): a step then never
+// runs out of blocks halfway, so a KV cache smaller than a run's requests together delays
+// admissions instead of failing the run. With a cache sized for every request at once it
+// always holds.
+static bool fits(const scheduler *s, const request *q) {
+    long outstanding = blocks_needed(s, q);
+    for (int i = 0; i < s->n_running; i++) {
+        const request *r = &s->reqs[s->running[i]];
+        outstanding += blocks_needed(s, r) - r->n_blocks;
     }
+    return outstanding <= kv_cache_num_free(s->kv);
 }
 
 static int plan(scheduler *s, request *q, int budget) {
@@ -192,6 +206,7 @@ int scheduler_schedule(scheduler *s, sched_item *items, char *err, int err_len) 
         request *q = &s->reqs[r];
         if (q->arrival_step > s->step) break;
         if (!s->opts.chunked_prefill && q->prompt_len > budget) break;
+        if (s->n_running > 0 && !fits(s, q)) break;
         admit_cached_prefix(s, q);
         int take = plan(s, q, budget);
         if (!reserve(s, q, q->num_computed + take)) goto out_of_blocks;

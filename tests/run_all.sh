@@ -111,8 +111,10 @@ fi
 
 # small-model: the adversarial set is the negative control where the reference set can be
 # order-free (its CUDA configs run only on a GPU); sampled: temperature > 0, per-request seeds;
-# tp: tensor parallelism at T = 2, 3, 4, 8 on the CPU (about 12 s on 2 cores).
-for c in ci backends sampled small-model tp; do
+# tp: tensor parallelism at T = 2, 3, 4, 8 on the CPU (about 12 s on 2 cores); configs: KV
+# blocks of 64, 7 and 1; eviction: a KV cache smaller than the run, and a control only bs=1
+# catches (cases/README.md says what each costs).
+for c in ci backends sampled small-model tp configs eviction; do
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
@@ -181,6 +183,18 @@ tp_ring_expectations() {
     echo "invariant-ring: invariant at T = 2, caught at T = 3, 4, 8"
 }
 suite "cases/tp.ini: the all-reduce alone caught at T >= 3 only" tp_ring_expectations "$REPORT/run/tp"
+# cases/eviction.ini's mla-split control with a cache for every request differs from its
+# baselines in the batched run at max_num_seqs = 1 and nowhere else: the one config of make check
+# that a runner skipping that run would leave uncaught.
+bs1_only_control() {
+    local config='"cpu/invariant/backend=mla-split/kv_cache_blocks=0"' rows other
+    rows=$(grep -c "^$config," "$1/divergence.csv")
+    other=$(grep "^$config," "$1/divergence.csv" | grep -vc "^$config,\"1\",")
+    echo "$config: $rows divergence rows, $other of them at a batch size other than 1"
+    [ "$rows" -gt 0 ] && [ "$other" = 0 ] &&
+        grep -q "^\"eviction\",$config,.*\"batch-variant\",\"batch-variant\",\"PASS\"" "$1/summary.csv"
+}
+suite "cases/eviction.ini: a control caught at bs=1 only" bs1_only_control "$REPORT/run/eviction"
 if [ "$gpu" = 1 ]; then
     suite "cases/gpu.ini's $gpu_shards shards merged (invar report merge)" "$BUILD/invar" report merge \
         "$REPORT/run/gpu" $(for i in $(seq 1 $gpu_shards); do echo "$REPORT/run/gpu-shard$i"; done)

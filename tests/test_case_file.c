@@ -133,7 +133,8 @@ static void parses_values_lists_and_defaults(void **state) {
 static void shipped_cases_parse(void **state) {
     (void)state;
     const char *files[] = {"cases/ci.ini", "cases/smoke.ini", "cases/backends.ini",
-                           "cases/gpu.ini", "cases/nightly.ini"};
+                           "cases/gpu.ini", "cases/nightly.ini", "cases/configs.ini",
+                           "cases/eviction.ini"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         case_file c;
         char err[512];
@@ -251,6 +252,13 @@ static void bad_lists(void **state) {
     expect_error_replacing(15, "max_num_batched_tokens = 0\n", "max_num_batched_tokens: bad list");
     expect_error_replacing(15, "devices = gpu\n", "unknown device 'gpu'");
     expect_error_replacing(15, "chunked_prefill = maybe\n", "neither on nor off");
+    expect_error_replacing(15, "block_sizes = 64, 0\n", "'0' is not a KV block size in [1, 4096]");
+    expect_error_replacing(15, "kv_cache_blocks = -1\n", "'-1' is not a KV cache size");
+    // 40 + 4 tokens take 11 blocks of 4: a cache of 10 could never run the longest request.
+    char text[2048];
+    replace_line(text, sizeof text, 15, "block_sizes = 64, 4\nkv_cache_blocks = 0, 10\n");
+    expect_error(text, 16, "[matrix] kv_cache_blocks = 10 holds less than the longest request: "
+                 "[prompts] max_len + max_new_tokens = 44 (line 9) takes 11 blocks of block_size 4");
 }
 
 static void duplicate_key(void **state) {

@@ -50,6 +50,7 @@ typedef struct {
     long pad_out;                    // extra elements per output row
     bool cancelling;                 // see cancelling_kv()
     int kv_split;                    // mla_attention_args.kv_split_size (0: the set's choice)
+    int block;                       // tokens per cache block (0: BLOCK)
 } step_spec;
 
 typedef struct {
@@ -70,17 +71,17 @@ static void cancelling_kv(bf16 *slot, uint64_t kv_seed, int j) {
 }
 
 static void step_build(step *s, const step_spec *spec) {
-    int num_blocks = spec->num_seqs * spec->max_blocks;
+    int num_blocks = spec->num_seqs * spec->max_blocks, bs = spec->block ? spec->block : BLOCK;
     long ld_out = (long)H * L + spec->pad_out;
     s->out = test_alloc(sizeof(bf16) * spec->T * ld_out);
     s->q_lat = test_alloc(sizeof(bf16) * spec->T * H * L);
     s->q_pe = test_alloc(sizeof(bf16) * spec->T * H * Q_PE_HEAD);
-    s->cache = test_alloc(sizeof(bf16) * num_blocks * BLOCK * SLOT);
+    s->cache = test_alloc(sizeof(bf16) * num_blocks * bs * SLOT);
     s->block_table = test_alloc(sizeof(int32_t) * spec->num_seqs * spec->max_blocks);
     s->token_seq = test_alloc(sizeof(int32_t) * spec->T);
     s->token_pos = test_alloc(sizeof(int32_t) * spec->T);
     s->seq_lens = test_alloc(sizeof(int32_t) * spec->num_seqs);
-    test_fill_bf16(s->cache, (long)num_blocks * BLOCK * SLOT, spec->layout_seed + 1, 1.0f);
+    test_fill_bf16(s->cache, (long)num_blocks * bs * SLOT, spec->layout_seed + 1, 1.0f);
 
     // Physical blocks: a random permutation, handed out in order.
     int32_t *perm = test_alloc(sizeof(int32_t) * num_blocks);
@@ -99,7 +100,7 @@ static void step_build(step *s, const step_spec *spec) {
         for (int b = 0; b < spec->max_blocks; b++)
             s->block_table[q * spec->max_blocks + b] = perm[q * spec->max_blocks + b];
         for (int j = 0; j < sq->len; j++) {
-            bf16 *slot = s->cache + ((long)s->block_table[q * spec->max_blocks + j / BLOCK] * BLOCK + j % BLOCK) * SLOT;
+            bf16 *slot = s->cache + ((long)s->block_table[q * spec->max_blocks + j / bs] * bs + j % bs) * SLOT;
             if (spec->cancelling)
                 cancelling_kv(slot, sq->kv_seed, j);
             else
@@ -119,7 +120,7 @@ static void step_build(step *s, const step_spec *spec) {
         .block_table = s->block_table, .token_seq = s->token_seq, .token_pos = s->token_pos,
         .seq_lens = s->seq_lens, .T = spec->T, .H = H, .L = L, .R = R,
         .ld_out = ld_out, .ld_q_lat = (long)H * L, .ld_q_pe = (long)H * Q_PE_HEAD,
-        .head_stride_q_pe = Q_PE_HEAD, .block_size = BLOCK, .max_blocks_per_seq = spec->max_blocks,
+        .head_stride_q_pe = Q_PE_HEAD, .block_size = bs, .max_blocks_per_seq = spec->max_blocks,
         .num_seqs = spec->num_seqs, .max_seq_len = max_len, .kv_split_size = spec->kv_split,
         .scale = 0.25f,
     };
@@ -316,12 +317,54 @@ static void test_split_size(void **state) {
     check_position(200, false, 64);
 }
 
+// Blocks of 7, 5 and 1 tokens put block boundaries inside the kernel's groups of four keys, and
+// the blocks of a batch are scattered: one token alone over consecutive blocks must match, bit
+// for bit, the same token over scattered blocks beside other sequences.
+static void test_block_sizes(void **state) {
+    (void)state;
+    static const int blocks[] = {7, 5, 1};
+    enum { POS = 150 };
+    bf16 alone[H * L], got[H * L];
+    for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+        int bs = blocks[b];
+        step_spec solo = {.num_seqs = 1, .T = 1, .max_blocks = POS / bs + 1, .block = bs,
+                          .cancelling = true};
+        solo.seqs[0] = (seq_spec){POS + 1, 31};
+        solo.tokens[0] = (token_spec){0, POS, 32};
+        step s;
+        step_build(&s, &solo);
+        for (int k = 0; k < solo.max_blocks; k++) s.block_table[k] = k;  // consecutive
+        for (int j = 0; j <= POS; j++)  // refill: the contents follow the table
+            cancelling_kv(s.cache + (long)j * SLOT, 31, j);
+        step_run(&s, 0);
+        memcpy(alone, s.out, sizeof alone);
+        step_free(&s);
+
+        step_spec batch = {.num_seqs = 3, .max_blocks = 400 / bs + 1, .block = bs,
+                           .layout_seed = 40 + (uint64_t)bs, .cancelling = true};
+        batch.seqs[0] = (seq_spec){400, 33};
+        batch.seqs[1] = (seq_spec){POS + 1, 31};
+        batch.seqs[2] = (seq_spec){9, 34};
+        batch.tokens[batch.T++] = (token_spec){0, 399, 35};
+        batch.tokens[batch.T++] = (token_spec){1, POS, 32};
+        batch.tokens[batch.T++] = (token_spec){2, 8, 36};
+        for (int set = 0; set < TEST_N_THREADS; set++) {
+            token_output(&batch, 1, set, got);
+            if (!test_same_bits(alone, got, sizeof(bf16), H * L, "attention over scattered blocks")) {
+                fprintf(stderr, "block_size=%d threads=%d\n", bs, set + 1);
+                fail();
+            }
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_kv_cache_write),
         cmocka_unit_test(test_invariance),
         cmocka_unit_test(test_split_size),
+        cmocka_unit_test(test_block_sizes),
     };
     return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

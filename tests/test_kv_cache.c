@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>   // cmocka test API
 
+#include <stdlib.h>   // rand_r
+
 #include "../engine/kv_cache.h"  // kv_cache_*
 
 static void allocates_every_block_once_then_fails(void **state) {
@@ -92,6 +94,56 @@ static void caching_off_never_hits(void **state) {
     kv_cache_destroy(c);
 }
 
+// A prompt of three full blocks, published as one request would, then released; the cache has
+// one block more, so the second allocation after that evicts the prompt's first block.
+static void prefix_walk_stops_at_an_evicted_first_block(void **state) {
+    (void)state;
+    kv_cache *c = kv_cache_create(4, 4, true);
+    unsigned seed = 0x6060u;
+    int32_t tokens[12];
+    for (int i = 0; i < 12; i++) tokens[i] = (int32_t)(rand_r(&seed) % 30000) + 1;
+    int blocks[3];
+    uint64_t keys[3], parent = 0;
+    for (int b = 0; b < 3; b++) {
+        blocks[b] = kv_cache_alloc(c);
+        keys[b] = parent = kv_cache_block_key(parent, tokens + 4 * b, 4);
+        kv_cache_publish(c, blocks[b], keys[b]);
+    }
+    for (int b = 0; b < 3; b++) kv_cache_release(c, blocks[b]);
+
+    // All three cached: the walk finds them in order, one reference each.
+    int32_t found[3] = {-7, -7, -7};
+    uint64_t last = 0x5eed;
+    assert_int_equal(kv_cache_lookup_prefix(c, tokens, 3, found, &last), 3);
+    for (int b = 0; b < 3; b++) {
+        assert_int_equal(found[b], blocks[b]);
+        assert_int_equal(kv_cache_refcount(c, blocks[b]), 1);
+    }
+    assert_true(last == keys[2]);
+    for (int b = 0; b < 3; b++) kv_cache_release(c, blocks[b]);
+
+    // The never-used block goes first, then the least recently freed: the prompt's first block.
+    int fresh = kv_cache_alloc(c), evicted = kv_cache_alloc(c);
+    assert_int_equal(evicted, blocks[0]);
+    assert_int_equal(kv_cache_get_stats(c)->evictions, 1);
+    // Blocks 1 and 2 are still indexed, but without block 0 there is no prefix: nothing found,
+    // nothing written, no reference taken.
+    for (int b = 0; b < 3; b++) found[b] = -7;
+    last = 0x5eed;
+    assert_int_equal(kv_cache_lookup_prefix(c, tokens, 3, found, &last), 0);
+    for (int b = 0; b < 3; b++) assert_int_equal(found[b], -7);
+    assert_true(last == 0x5eed);
+    assert_int_equal(kv_cache_refcount(c, blocks[1]), 0);
+    assert_int_equal(kv_cache_refcount(c, blocks[2]), 0);
+    assert_int_equal(kv_cache_num_free(c), 2);
+    // The later blocks are still there for a walk that starts at them (their own keys).
+    assert_int_equal(kv_cache_lookup(c, keys[1]), blocks[1]);
+    kv_cache_release(c, blocks[1]);
+    kv_cache_release(c, fresh);
+    kv_cache_release(c, evicted);
+    kv_cache_destroy(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(allocates_every_block_once_then_fails),
@@ -99,6 +151,7 @@ int main(void) {
         cmocka_unit_test(evicts_least_recently_freed_first),
         cmocka_unit_test(keys_chain_through_the_parent),
         cmocka_unit_test(caching_off_never_hits),
+        cmocka_unit_test(prefix_walk_stops_at_an_evicted_first_block),
     };
     return cmocka_run_group_tests_name("kv_cache", tests, NULL, NULL);
 }

@@ -357,6 +357,40 @@ static void settings_that_resolve_alike_merge(void **state) {
     assert_int_equal(r[1].merged_into, -1);
 }
 
+// The KV block size and the cache size change which blocks a batch gets, which a kernel's
+// gather reads across: configs apart only in those never merge, even where mla-split resolves
+// everything else alike.
+static void block_and_cache_sizes_never_merge(void **state) {
+    (void)state;
+    unsetenv(RESOLVE_BACKEND_ENV);
+    case_file c;
+    backend_selection sel;
+    run_config cfg[16];
+    resolved_config r[16];
+    load_case("attention_backends = mla-split\n", &c);
+    char why[256];
+    assert_true(matrix_parse_axis(matrix_axis_find("block_sizes"), "64, 7",
+                                  &c.axes[matrix_axis_find("block_sizes")], why, sizeof why));
+    assert_true(matrix_parse_axis(matrix_axis_find("kv_cache_blocks"), "0, 1000",
+                                  &c.axes[matrix_axis_find("kv_cache_blocks")], why, sizeof why));
+    assert_true(matrix_parse_axis(matrix_axis_find("max_num_batched_tokens"), "44",
+                                  &c.axes[matrix_axis_find("max_num_batched_tokens")], why,
+                                  sizeof why));
+    assert_true(matrix_parse_axis(matrix_axis_find("chunked_prefill"), "on, off",
+                                  &c.axes[matrix_axis_find("chunked_prefill")], why, sizeof why));
+    int n = select_and_resolve(&c, NULL, &sel, cfg, r, 16);
+    assert_int_equal(n, 8);
+    // Only chunked prefill on/off resolves alike: four pairs.
+    assert_int_equal(resolve_merge(cfg, r, n), 4);
+    for (int k = 0; k < n; k++) {
+        int j = r[k].merged_into;
+        if (j < 0) continue;
+        assert_int_equal(cfg[j].block_size, cfg[k].block_size);
+        assert_int_equal(cfg[j].kv_cache_blocks, cfg[k].kv_cache_blocks);
+        assert_true(cfg[j].chunked_prefill != cfg[k].chunked_prefill);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(three_selection_paths_resolve_alike),
@@ -368,6 +402,7 @@ int main(void) {
         cmocka_unit_test(force_prefix_caching_keeps_it_on),
         cmocka_unit_test(one_warning_per_run_and_merges),
         cmocka_unit_test(settings_that_resolve_alike_merge),
+        cmocka_unit_test(block_and_cache_sizes_never_merge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -158,6 +158,44 @@ static void shared_prefix_hits_the_cache(void **state) {
     kv_cache_destroy(kv);
 }
 
+// A cache of 14 blocks of 16 tokens holds two of these requests (20 + 80 tokens: 7 blocks each)
+// but not three. All three prompts fit the first step's budget and the free blocks, yet their
+// decodes could not all grow: the third waits until one finished, no step runs out of blocks,
+// and no more than two requests ever hold blocks at once.
+static void small_cache_delays_admission(void **state) {
+    (void)state;
+    fixture f;
+    int lens[3] = {20, 20, 20};
+    make_requests(&f, lens, 3, 80, 9);
+    kv_cache *kv = kv_cache_create(14, 16, false);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 3, .max_num_batched_tokens = 64, .chunked_prefill = true};
+    char err[200] = "";
+    assert_true(scheduler_begin(s, f.reqs, 3, &o, err, sizeof err));
+    sched_item items[MAX_SEQS];
+    int32_t sampled[MAX_SEQS];
+    int steps = 0, most_live = 0;
+    bool third_waited = false;
+    while (!scheduler_done(s)) {
+        int n = scheduler_schedule(s, items, err, sizeof err);
+        if (n < 0) fail_msg("step %d: %s", steps, err);
+        int live = 0;
+        for (int r = 0; r < 3; r++) live += scheduler_view(s, r).n_blocks > 0;
+        if (live > most_live) most_live = live;
+        if (live == 2 && scheduler_view(s, 2).n_blocks == 0 && !scheduler_finished(s, 0))
+            third_waited = true;
+        for (int i = 0; i < n; i++) sampled[i] = 11 + i;
+        scheduler_complete(s, items, n, sampled);
+        assert_true(++steps < 1000);
+    }
+    assert_int_equal(most_live, 2);
+    assert_true(third_waited);
+    for (int r = 0; r < 3; r++) assert_true(scheduler_finished(s, r));
+    assert_int_equal(kv_cache_num_free(kv), 14);
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
 // A prompt whose every block is cached still computes its last block: its last token's logits
 // are what the first sample needs, and no step may schedule zero tokens for it.
 static void whole_cached_prompt_computes_its_last_block(void **state) {
@@ -218,6 +256,7 @@ int main(void) {
         cmocka_unit_test(unchunked_prompt_waits_for_room),
         cmocka_unit_test(arrivals_wait_for_their_step),
         cmocka_unit_test(shared_prefix_hits_the_cache),
+        cmocka_unit_test(small_cache_delays_admission),
     };
     return cmocka_run_group_tests_name("scheduler", tests, NULL, NULL);
 }

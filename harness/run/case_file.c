@@ -428,6 +428,29 @@ static bool check_chunked_prefill(parse_state *s) {
     return true;
 }
 
+// A KV cache of kv_cache_blocks blocks must hold the longest request at every block size: the
+// engine admits a request only once its whole need is free (engine/scheduler.c), so a smaller
+// cache could never run it.
+static bool check_kv_cache_blocks(parse_state *s) {
+    case_file *c = s->c;
+    const matrix_list *blocks = &c->axes[matrix_axis_find("kv_cache_blocks")];
+    const matrix_list *sizes = &c->axes[matrix_axis_find("block_sizes")];
+    int model_len = case_max_model_len(c);
+    for (int i = 0; i < blocks->n; i++) {
+        int n = (int)strtol(blocks->value[i], NULL, 10);
+        for (int j = 0; j < sizes->n && n > 0; j++) {
+            int bs = (int)strtol(sizes->value[j], NULL, 10), need = (model_len + bs - 1) / bs;
+            if (n >= need) continue;
+            fail_at(s, blocks->line, "[matrix] kv_cache_blocks = %d holds less than the longest "
+                    "request: [prompts] max_len + max_new_tokens = %d (line %d) takes %d blocks "
+                    "of block_size %d", n, model_len, case_file_line(c, "prompts", "max_len"),
+                    need, bs);
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool check_case(parse_state *s) {
     case_file *c = s->c;
     if (c->min_len > c->max_len) {
@@ -440,7 +463,8 @@ static bool check_case(parse_state *s) {
         fail_at(s, 0, "[matrix] expands to %ld configs (at most 4096)", configs);
         return false;
     }
-    return check_model(s) && check_prompt_shapes(s) && check_chunked_prefill(s);
+    return check_model(s) && check_prompt_shapes(s) && check_chunked_prefill(s) &&
+           check_kv_cache_blocks(s);
 }
 
 // ---------------------------------------------------------------------------------------------

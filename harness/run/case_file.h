@@ -8,7 +8,8 @@
 //   [matrix]   batch_sizes (compared inside every config), and one list per axis of
 //              harness/run/matrix.h (devices, kernel_sets, models, attention_backends,
 //              prefix_caching, force_prefix_caching, max_num_batched_tokens, chunked_prefill,
-//              arrivals, threads); the cross product of the axes gives the configs.
+//              arrivals, threads, tensor_parallel, block_sizes, kv_cache_blocks); the cross
+//              product of the axes gives the configs.
 //
 // Every error names file:line and the key: an unknown section or key, a key given twice, a bad
 // number or list, a missing required key, and settings that cannot run together.

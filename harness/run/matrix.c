@@ -127,6 +127,30 @@ static void apply_tensor_parallel(run_config *c, const char *v) {
     c->tensor_parallel = (int)strtol(v, NULL, 10);
 }
 
+// Any size the paged cache takes: 1 and sizes not a multiple of 4 reach the kernels' gathers
+// across block boundaries, which the engine's default of 64 never does.
+static bool check_block_size(const char *v, char *why, int why_len) {
+    long n;
+    if (parse_int(v, 1, 4096, &n)) return true;
+    snprintf(why, (size_t)why_len, "'%s' is not a KV block size in [1, 4096] tokens", v);
+    return false;
+}
+static void apply_block_size(run_config *c, const char *v) {
+    c->block_size = (int)strtol(v, NULL, 10);
+}
+
+// 0 sizes the cache for every request at once; a smaller count makes a batched run evict
+// (whether it holds one request is checked with the prompts, harness/run/case_file.c).
+static bool check_kv_cache_blocks(const char *v, char *why, int why_len) {
+    long n;
+    if (parse_int(v, 0, 1 << 24, &n)) return true;
+    snprintf(why, (size_t)why_len, "'%s' is not a KV cache size in [0, %d] blocks", v, 1 << 24);
+    return false;
+}
+static void apply_kv_cache_blocks(run_config *c, const char *v) {
+    c->kv_cache_blocks = (int)strtol(v, NULL, 10);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The axis table
 // ---------------------------------------------------------------------------------------------
@@ -151,6 +175,10 @@ static const matrix_axis axes[] = {
     {"threads", NULL, "integers >= 0 (0: one per core)", "0", check_threads, apply_threads},
     {"tensor_parallel", NULL, "integers in [1, 64] (ranks)", "1", check_tensor_parallel,
      apply_tensor_parallel},
+    {"block_sizes", "block_size", "integers in [1, 4096] (tokens per KV block)", "64",
+     check_block_size, apply_block_size},
+    {"kv_cache_blocks", NULL, "integers >= 0 (0: every request at once)", "0",
+     check_kv_cache_blocks, apply_kv_cache_blocks},
 };
 #define N_AXES ((int)(sizeof axes / sizeof axes[0]))
 _Static_assert(N_AXES <= MATRIX_MAX_AXES, "raise MATRIX_MAX_AXES");

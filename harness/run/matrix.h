@@ -38,6 +38,8 @@ typedef struct {
     arrival_pattern arrivals;
     int threads;                       // CPU worker threads; 0: one per core
     int tensor_parallel;               // ranks the model is split across (engine/tp_engine.h)
+    int block_size;                    // tokens per paged KV block
+    int kv_cache_blocks;               // KV cache size in blocks; 0: every request at once
     int axis_index[MATRIX_MAX_AXES];   // which value of each axis this config took
 } run_config;
 

@@ -232,7 +232,8 @@ static bool same_effective(const run_config *ca, const resolved_config *a, const
            a->prefix_caching == b->prefix_caching && a->chunked_prefill == b->chunked_prefill &&
            a->max_num_batched_tokens == b->max_num_batched_tokens &&
            ca->arrivals == cb->arrivals && ca->threads == cb->threads &&
-           ca->tensor_parallel == cb->tensor_parallel;
+           ca->tensor_parallel == cb->tensor_parallel && ca->block_size == cb->block_size &&
+           ca->kv_cache_blocks == cb->kv_cache_blocks;
 }
 
 int resolve_merge(const run_config *configs, resolved_config *r, int n) {

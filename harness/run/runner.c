@@ -458,7 +458,8 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         .max_num_batched_tokens = rc->max_num_batched_tokens,
         .max_model_len = model_len,
         .max_total_tokens = count * model_len,
-        .block_size = 64,
+        .block_size = cfg->block_size,
+        .kv_cache_blocks = cfg->kv_cache_blocks,
         .prompt_logprobs = checks_prefill_vs_decode(rc),
     };
     progress_phase(prog, "loading weights");

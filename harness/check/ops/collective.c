@@ -31,6 +31,9 @@ const op_shape all_reduce_cpu_shapes[] = {
     {.label = "T=4 W=61", .all_reduce = {.T = 4, .W = 61}, .max_M = 1024, .must_vary = true},
     {.label = "T=8 W=61", .all_reduce = {.T = 8, .W = 61}, .max_M = 1024, .quick = true,
      .must_vary = true},
+    // A real model's message: hidden 7168 (DeepSeek-V3) at up to 256 tokens, past 2^20
+    // elements from 147 tokens on, where an all-reduce may change algorithm.
+    {.label = "T=4 W=7168", .all_reduce = {.T = 4, .W = 7168}, .max_M = 256, .must_vary = true},
     // --exhaustive: fewer values than ranks (empty ring chunks); an odd rank count over a
     // width off every multiple of it
     {.label = "T=3 W=2", .all_reduce = {.T = 3, .W = 2}, .max_M = 1024, .exhaustive = true,

@@ -62,9 +62,50 @@ rc=$?
 n=$(($(wc -l <"$work/matmul/kernels.csv") - 1))
 { [ "$rc" -le 1 ] && [ "$n" -ge 5 ]; } || fail "numpy matmul: exit $rc, $n rows"
 echo "numpy matmul: exit $rc, $(grep -c '"ok"' "$work/matmul/kernels.csv") of $n shapes stable ($("$py" -c 'import numpy; print("numpy", numpy.__version__)'))"
+
+# logprobs: a log_softmax, the token and top-k taken as ops.h defines them (the ties shape holds
+# the top-k to the lower id first).
+bridge 0 lsm kernels --op logprobs --fn np_kernels:log_softmax
+[ "$(rows lsm ok)" -ge 3 ] || fail "log_softmax: fewer than 3 ok rows (the ties shape among them)"
+grep -q '"logprobs","V=1003 k=8 ties","ok"' "$work/lsm/kernels.csv" || fail "log_softmax: the ties shape is not ok"
+bridge 1 lsm_split kernels --op logprobs --fn np_kernels:log_softmax_split_small
+grep -q 'must be stable' "$work/lsm_split.log" || fail "lsm_split: its variance was not held against its claim"
+bridge 0 lsm_honest kernels --op logprobs --quick --fn np_kernels:log_softmax_split_small --not-invariant
+[ "$(rows lsm_honest VARIES)" -ge 1 ] || fail "lsm_honest: never caught varying"
+
+# mha_prefill: attention called as scaled_dot_product_attention over a padded batch.
+bridge 0 sdpa_rows kernels --op mha_prefill --fn np_kernels:sdpa_rows
+[ "$(rows sdpa_rows ok)" -ge 1 ] || fail "sdpa_rows: no ok row"
+# A base-2 log-sum-exp: right when declared (its attribute), inaccurate when read as natural.
+bridge 0 sdpa_log2 kernels --op mha_prefill --fn np_kernels:sdpa_log2
+bridge 1 sdpa_log2_as_e kernels --op mha_prefill --fn np_kernels:sdpa_log2 --lse-base e
+# (1/ln 2 - 1 = 0.4427: the lse's relative error, the output's own far below it)
+grep -q '"mha_prefill","H=4 c=8 len<=256","FAIL","stable","yes",.*"4.427e-01"' "$work/sdpa_log2_as_e/kernels.csv" ||
+    fail "sdpa_log2 read as natural: not inaccurate by a factor of ln 2"
+bridge 2 lse_base_not_mha kernels --op gemm --fn np_kernels:matmul --lse-base 2
+# numpy's padded batch, judged as it is: a verdict, and an lse the bridge computed.
+"$py" -m invar_bridge kernels --op mha_prefill --fn np_kernels:sdpa --out "$work/sdpa" >"$work/sdpa.log" 2>&1
+rc=$?
+grep -q '"mha_prefill","H=4 c=8 len<=256","\(ok\|VARIES\)"' "$work/sdpa/kernels.csv" && [ "$rc" -le 1 ] ||
+    fail "numpy sdpa: exit $rc, no verdict row"
+echo "numpy sdpa (padded batch): exit $rc, $(grep -o '"mha_prefill","H=4 c=8 len<=256","[A-Za-z]*"' "$work/sdpa/kernels.csv")"
+
 # The engine with its RMSNorm from Python.
 bridge 0 engine run --case cases/ci.ini --op rmsnorm --fn np_kernels:rmsnorm -- -q
-grep -q '"plugin:python:rmsnorm#1",.*"PASS"' "$work/engine/summary.csv" || fail "engine: the Python RMSNorm config did not pass"
+grep -q '"plugin:python:rmsnorm=np_kernels:rmsnorm#1",.*"PASS"' "$work/engine/summary.csv" ||
+    fail "engine: the Python RMSNorm config did not pass"
+# The engine with its GEMM from Python: numpy's matmul judged as it is (the run completes and
+# the report names the function as the GEMM's source), and a batch-variant GEMM must be caught
+# (an engine that silently took the invariant set's GEMM would pass it).
+"$py" -m invar_bridge run --case cases/smoke.ini --op gemm --fn np_kernels:matmul --out "$work/engine_mm" -- -q \
+    >"$work/engine_mm.log" 2>&1
+rc=$?
+verdict=$(grep -o '"plugin:python:gemm=np_kernels:matmul#[0-9]*",.*"\(PASS\|FAIL\)"' "$work/engine_mm/summary.csv" | grep -o '"[A-Z]*"$')
+{ [ "$rc" -le 1 ] && [ -n "$verdict" ]; } || { tail -n 5 "$work/engine_mm.log"; fail "engine numpy matmul: exit $rc, no row naming it"; }
+echo "engine with numpy's matmul as GEMM (smoke): exit $rc, verdict $verdict"
+bridge 0 engine_split run --case cases/smoke.ini --op gemm --fn np_kernels:matmul_split_small --not-invariant -- -q
+grep -q '"plugin:python:gemm=np_kernels:matmul_split_small#[0-9]*",.*"batch-variant","batch-variant","PASS"' \
+    "$work/engine_split/summary.csv" || fail "engine: the batch-variant Python GEMM was not caught"
 
 [ "$fails" = 0 ] && echo "the Python bridge: ok"
 [ "$fails" = 0 ]

@@ -107,5 +107,55 @@ bridge 0 engine_split run --case cases/smoke.ini --op gemm --fn np_kernels:matmu
 grep -q '"plugin:python:gemm=np_kernels:matmul_split_small#[0-9]*",.*"batch-variant","batch-variant","PASS"' \
     "$work/engine_split/summary.csv" || fail "engine: the batch-variant Python GEMM was not caught"
 
+# tests/gpu_third_party.sh: its usage, its SKIP without torch and a GPU, and its table written
+# on the CPU by the same driver over numpy stand-ins (THIRD_PARTY_FAKE=numpy), one third-party
+# source missing (a SKIP row and line naming the repository and where to put the file).
+here_root=$(cd "$here/.." && pwd)
+bash "$here_root/tests/gpu_third_party.sh" >/dev/null 2>&1
+[ $? = 2 ] || fail "gpu_third_party.sh without OUT: not exit 2"
+THIRD_PARTY_FAKE=cuda bash "$here_root/tests/gpu_third_party.sh" "$work/tp-bad" >/dev/null 2>&1
+[ $? = 2 ] || fail "gpu_third_party.sh THIRD_PARTY_FAKE=cuda: not exit 2"
+if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    out=$(PYTHON=$py bash "$here_root/tests/gpu_third_party.sh" "$work/tp-skip" 2>&1)
+    [ $? = 0 ] && grep -q '^SKIP: the third-party kernel table needs a GPU host with torch' <<<"$out" ||
+        fail "gpu_third_party.sh without torch and a GPU: no SKIP line: $out"
+fi
+"$py" "$here_root/tests/third_party/table.py" --out "$work/tp-cpu" --device cpu >/dev/null 2>&1
+[ $? = 2 ] || fail "table.py --device cpu without --fake: not exit 2"
+mkdir -p "$work/no-third-party"
+PYTHON=$py THIRD_PARTY_FAKE=numpy THIRD_PARTY_DIR="$work/no-third-party" RESULTS_DIR="$work/tp-results" \
+    THIRD_PARTY_ARGS=--quick INVAR_LIB="$INVAR_LIB" bash "$here_root/tests/gpu_third_party.sh" "$work/tp" \
+    >"$work/tp.log" 2>&1
+rc=$?
+csv="$work/tp/third_party.csv"
+tp_row() { grep "^\"[^\"]*\",\"cpu\",\"[^\"]*\",\"-\",\"-\",\"$1\",\"$2\"," "$csv"; }  # tp_row KIND KERNEL
+if [ "$rc" != 0 ] || [ ! -s "$csv" ]; then
+    tail -n 20 "$work/tp.log"
+    fail "gpu_third_party.sh THIRD_PARTY_FAKE=numpy: exit $rc, no table"
+else
+    head -1 "$csv" | grep -q '^"date_utc","device","commit","torch","triton","kind","kernel","source","op","adapter","claims_invariant","verdict","first_vary_M","first_vary_row","first_vary_shape","largest_M","worst_rel_l2_err","tol","accurate","seconds","note"$' ||
+        fail "third_party.csv: not the documented columns"
+    # Every invariant row has the largest M tried, every batch-variant one the M and row that vary.
+    awk -F'","' 'NR > 1 && $12 == "invariant" && $16 == "" { bad++ }
+                 NR > 1 && $12 == "batch-variant" && ($13 == "" || $14 == "") { bad++ }
+                 END { exit bad > 0 }' "$csv" || fail "third_party.csv: a verdict without its M"
+    tp_row kernel numpy.matmul | grep -q '"gemm","[^"]*","no","\(invariant\|batch-variant\)",' ||
+        fail "third_party.csv: numpy.matmul has no verdict"
+    tp_row kernel numpy.log_softmax | grep -q '"logprobs",.*"yes","invariant",.*"[0-9]*","[0-9.e+-]*","1.0e-04","yes"' ||
+        fail "third_party.csv: numpy.log_softmax not invariant and accurate"
+    tp_row kernel numpy.sdpa | grep -q '"mha_prefill",.*"\(invariant\|batch-variant\)",' ||
+        fail "third_party.csv: numpy.sdpa has no verdict"
+    tp_row kernel numpy.broken | grep -q '"error",.*RuntimeError: no kernel for this shape' ||
+        fail "third_party.csv: the raising kernel is no error row with its message"
+    tp_row kernel tml.matmul_persistent | grep -qF "\"skip\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"\",\"SKIP: https://github.com/thinking-machines-lab/batch_invariant_ops: batch_invariant_ops/batch_invariant_ops.py: put it at $work/no-third-party/batch_invariant_ops/batch_invariant_ops.py\"" ||
+        fail "third_party.csv: the missing source is no skip row naming the repository and the place"
+    grep -q '^SKIP: https://github.com/thinking-machines-lab/batch_invariant_ops' "$work/tp.log" ||
+        fail "gpu_third_party.sh: the missing source printed no SKIP line"
+    tp_row engine numpy.matmul_split_small | grep -q '"batch-variant",.*expected batch-variant, observed batch-variant, PASS' ||
+        fail "third_party.csv: the engine's batch-variant GEMM was not caught"
+    ls "$work/tp-results/"*-cpu-*.csv >/dev/null 2>&1 || fail "gpu_third_party.sh: no dated copy under RESULTS_DIR"
+    echo "gpu_third_party.sh on the CPU (numpy stand-ins): $(($(wc -l <"$csv") - 1)) rows, usage and skips checked"
+fi
+
 [ "$fails" = 0 ] && echo "the Python bridge: ok"
 [ "$fails" = 0 ]

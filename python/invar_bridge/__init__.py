@@ -19,6 +19,10 @@ that op and shape, with the exception's last line; the check goes on.
 Op signatures (rows are tokens; strides are invar's, already applied to the views):
     gemm(x [M, K], w [N, K]) -> y [M, N]            y = x · wᵀ, fp32 accumulate
     rmsnorm(x [M, D], w [D], eps) -> out [M, D]     Hugging Face's RMSNorm
+    logprobs(logits [R, V] fp32) -> [R, V]          log_softmax; token and top-k: _select.py
+    mha_prefill(q, k, v, attn_mask, scale) -> out or (out, lse)
+                                                    as scaled_dot_product_attention over a
+                                                    padded batch of sequences: _sdpa.py
 """
 import ctypes as C
 import csv

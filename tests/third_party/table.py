@@ -232,7 +232,7 @@ def main(argv):
     path = os.path.join(args.out, "third_party.csv")
     start = time.time()
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, quoting=csv.QUOTE_ALL, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=COLUMNS, quoting=csv.QUOTE_ALL, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
 
         def row(fields):

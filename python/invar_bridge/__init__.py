@@ -91,6 +91,17 @@ def f32_to_bf16(a):
 _ITEM = {"bf16": (2, "<u2"), "f32": (4, "<f4"), "i32": (4, "<i4"), "u64": (8, "<u8")}
 
 
+class _NoContext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NO_CONTEXT = _NoContext()
+
+
 class _ArrayInterface:
     """An object numpy (or torch) reads as an array over a raw pointer."""
     __slots__ = ("__array_interface__", "__cuda_array_interface__")
@@ -159,6 +170,9 @@ class _Host:
     def from_host(self, a):
         return a
 
+    def on_stream(self, call):
+        return _NO_CONTEXT
+
     def run(self, call, fn, *args):
         return fn(*args)
 
@@ -205,23 +219,43 @@ class _Cuda:
     def from_host(self, a):
         return self.torch.as_tensor(a, device="cuda")
 
-    def run(self, call, fn, *args):
+    def on_stream(self, call):
+        """The call's device and stream current for everything the adapter does in torch (the
+        gathers and copies too): work on another stream would race with invar's."""
         torch = self.torch
         c = call.contents
         stream = self.streams.get((c.stream, c.device))
         if stream is None:
             stream = self.streams[(c.stream, c.device)] = torch.cuda.ExternalStream(c.stream, device=c.device)
-        with torch.cuda.device(c.device), torch.cuda.stream(stream):
-            return fn(*args)
+        return _CudaContext(torch.cuda.device(c.device), torch.cuda.stream(stream))
+
+    def run(self, call, fn, *args):
+        return fn(*args)
+
+
+class _CudaContext:
+    def __init__(self, *contexts):
+        self.contexts = contexts
+
+    def __enter__(self):
+        for c in self.contexts:
+            c.__enter__()
+
+    def __exit__(self, *exc):
+        for c in reversed(self.contexts):
+            c.__exit__(*exc)
+        return False
 
 
 # --- the ops' adapters: invar's arguments to the function's ----------------------------------
 
-def _failing(fn):
-    """The callback around an adapter: an exception becomes invar_plugin_call.fail."""
+def _failing(mem, fn):
+    """The callback around an adapter: the whole adapter on the call's stream; an exception
+    becomes invar_plugin_call.fail."""
     def callback(call, *args):
         try:
-            fn(call, *args)
+            with mem.on_stream(call):
+                fn(call, *args)
         except BaseException as e:  # noqa: BLE001 — every failure is the op's ERROR row
             lines = [l for l in f"{type(e).__name__}: {e}".splitlines() if l.strip()]
             call.contents.fail(call, (lines[-1] if lines else type(e).__name__).encode()[:400])
@@ -239,7 +273,7 @@ def _gemm_adapter(mem, fn, options):
             w = mem.view(a.w + b * a.stride_w * 2, (N, K), ldw, "bf16")
             y = mem.view(a.y + b * a.stride_y * out_item, (M, N), ldy, out_t)
             mem.store(y, mem.run(call, fn, x, w), out_t)
-    return _abi.GemmFn(_failing(gemm))
+    return _abi.GemmFn(_failing(mem, gemm))
 
 
 def _rmsnorm_adapter(mem, fn, options):
@@ -248,7 +282,7 @@ def _rmsnorm_adapter(mem, fn, options):
         wv = mem.view(w, (D,), D, "bf16")
         ov = mem.view(out, (M, D), ld_out or D, "bf16")
         mem.store(ov, mem.run(call, fn, xv, wv, eps), "bf16")
-    return _abi.RmsnormFn(_failing(rmsnorm))
+    return _abi.RmsnormFn(_failing(mem, rmsnorm))
 
 
 def _logprobs_adapter(mem, fn, options):
@@ -276,7 +310,7 @@ def _logprobs_adapter(mem, fn, options):
         if k:
             mem.store(mem.view(a.topk_ids, (R, k), k, "i32"), mem.from_host(ids), "i32")
             mem.store(mem.view(a.topk_logprobs, (R, k), k, "f32"), mem.from_host(top), "f32")
-    return _abi.LogprobsFn(_failing(logprobs))
+    return _abi.LogprobsFn(_failing(mem, logprobs))
 
 
 def _mha_prefill_adapter(mem, fn, options):
@@ -288,7 +322,7 @@ def _mha_prefill_adapter(mem, fn, options):
 
     def mha_prefill(call, a):
         _sdpa.run(mem, call, fn, a.contents, lse_base)
-    return _abi.MhaPrefillFn(_failing(mha_prefill))
+    return _abi.MhaPrefillFn(_failing(mem, mha_prefill))
 
 
 _ADAPTERS = {"gemm": _gemm_adapter, "rmsnorm": _rmsnorm_adapter, "logprobs": _logprobs_adapter,

@@ -98,7 +98,7 @@ def run(mem, call, fn, a, lse_base):
     q = mem.strided(a.q, (T, H, E), (a.ld_q, E, 1), "bf16")
     rows = keys
     kv = mem.strided(a.kv, (rows, H, nope + Dv), (a.ld_kv, nope + Dv, 1), "bf16")
-    k_pe = mem.strided(a.k_pe, (rows, 1, R), (a.ld_k_pe, 0, 1), "bf16")
+    k_pe = mem.strided(a.k_pe, (rows, R), (a.ld_k_pe, 1), "bf16")
 
     xp = _Backend(mem)
     k_full = xp.cat(kv[:, :, :nope], xp.expand(k_pe, (rows, H, R)))  # [keys, H, E]
@@ -148,7 +148,8 @@ class _Backend:
         return np.concatenate([a, b], axis=2) if self.torch is None else self.torch.cat([a, b], dim=2)
 
     def expand(self, a, shape):
-        return np.broadcast_to(a, shape) if self.torch is None else a.expand(*shape)
+        """[rows, R] to [rows, H, R], every head the same row."""
+        return np.broadcast_to(a[:, None, :], shape) if self.torch is None else a.unsqueeze(1).expand(*shape)
 
     def permute(self, a):
         return np.ascontiguousarray(a.transpose(0, 2, 1, 3)) if self.torch is None \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/test_bridge.sh BUILD — the Python bridge (python/invar_bridge) over numpy: Python functions
-# judged by invar's kernel checker through BUILD/libinvar.so (an invariant RMSNorm passes, a
-# batch-variant one is caught or fails its claim, an exception is an ERROR row, numpy's own
-# matmul judged as it is) and the engine run on one. Skipped, with a line, without a python3
-# that has numpy.
+# judged by invar's kernel checker through BUILD/libinvar.so (an invariant RMSNorm, log_softmax
+# and attention pass, batch-variant ones are caught or fail their claim, a base-2 lse read as
+# natural is inaccurate, an exception is an ERROR row, numpy's own matmul and padded attention
+# judged as they are), the engine run on a Python RMSNorm and GEMM, and tests/gpu_third_party.sh's
+# CPU-checkable parts. Skipped, with a line, without a python3 that has numpy.
 set -u
 BUILD=${1:-build}
 py=""
@@ -68,7 +69,7 @@ echo "numpy matmul: exit $rc, $(grep -c '"ok"' "$work/matmul/kernels.csv") of $n
 bridge 0 lsm kernels --op logprobs --fn np_kernels:log_softmax
 [ "$(rows lsm ok)" -ge 3 ] || fail "log_softmax: fewer than 3 ok rows (the ties shape among them)"
 grep -q '"logprobs","V=1003 k=8 ties","ok"' "$work/lsm/kernels.csv" || fail "log_softmax: the ties shape is not ok"
-bridge 1 lsm_split kernels --op logprobs --fn np_kernels:log_softmax_split_small
+bridge 1 lsm_split kernels --op logprobs --quick --fn np_kernels:log_softmax_split_small
 grep -q 'must be stable' "$work/lsm_split.log" || fail "lsm_split: its variance was not held against its claim"
 bridge 0 lsm_honest kernels --op logprobs --quick --fn np_kernels:log_softmax_split_small --not-invariant
 [ "$(rows lsm_honest VARIES)" -ge 1 ] || fail "lsm_honest: never caught varying"

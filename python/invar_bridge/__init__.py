@@ -73,17 +73,24 @@ def load_function(spec):
 
 def bf16_to_f32(a):
     import numpy as np
-    return (np.asarray(a, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.left_shift(np.asarray(a, dtype=np.uint16), 16, dtype=np.uint32).view(np.float32)
 
 
 def f32_to_bf16(a):
-    """Round to nearest even, a NaN kept quiet (kernels/bf16.h's float_to_bf16)."""
+    """Round to nearest even, a NaN kept quiet (kernels/bf16.h's float_to_bf16). In place on one
+    uint32 temporary: the bridge converts every bf16 output a function returns in fp32."""
     import numpy as np
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    quiet = ((u >> 16) | 0x40).astype(np.uint16)
-    return np.where(nan, quiet, rounded)
+    f = np.ascontiguousarray(a, dtype=np.float32)
+    u = f.view(np.uint32)
+    r = (u >> 16) & 1
+    r += u
+    r += 0x7FFF  # a NaN may wrap here: it is replaced below
+    r >>= 16
+    out = r.astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        out[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return out
 
 
 # --- views over invar's memory ---------------------------------------------------------------

@@ -36,6 +36,32 @@ assert (nan & 0x7F80) == 0x7F80 and (nan & 0x7F) != 0 and (nan & 0x40), hex(nan)
 assert (ib.bf16_to_f32(bits[:4]) == np.array([1.0, 1.0, 1.015625, -2.5], dtype=np.float32)).all()
 EOF
 
+# logprobs' token and top-k (python/invar_bridge/_select.py) against invar's float64 oracle
+# (f64_logprobs in libinvar.so) on sampled and greedy rows, ties among them: the same ids.
+"$py" - <<'EOF' || fail "logprobs selection: not the oracle's token and top-k"
+import ctypes as C, numpy as np, invar_bridge as ib
+from invar_bridge import _abi, _select
+lib = ib.library()
+lib.f64_logprobs.argtypes = [C.POINTER(_abi.LogprobsArgs), C.c_void_p, C.c_void_p, C.c_void_p]
+rng = np.random.default_rng(59)
+R, V, k = 64, 1000, 8
+logits = rng.uniform(-12, 12, (R, V)).astype(np.float32)
+logits[5, [10, 500, 900]] = logits[6, [3, 4, 999]] = 13.0  # tied maxima, greedy and sampled
+temperature = np.where(np.arange(R) % 4 == 1, 0.0, rng.uniform(0.5, 1.5, R)).astype(np.float32)
+temperature[5] = 0.0
+seed = rng.integers(0, 2**63, R, dtype=np.uint64)
+position = rng.integers(0, 4096, R).astype(np.int32)
+lp64, token, ids = np.empty((R, V)), np.empty(R, np.int32), np.empty((R, k), np.int32)
+a = _abi.LogprobsArgs(logits=logits.ctypes.data, R=R, V=V, k=k, temperature=temperature.ctypes.data,
+                      noise_seed=seed.ctypes.data, position=position.ctypes.data)
+lib.f64_logprobs(C.byref(a), lp64.ctypes.data, token.ctypes.data, ids.ctypes.data)
+got_token, got_lp, got_ids, got_top = _select.select(logits, lp64.astype(np.float32), temperature, seed, position, k)
+assert (got_token == token).all(), f"tokens differ at rows {np.flatnonzero(got_token != token)}"
+assert (got_ids == ids).all(), f"top-k ids differ at rows {np.flatnonzero((got_ids != ids).any(axis=1))}"
+assert list(got_ids[5, :3]) == [10, 500, 900] and got_token[5] == 10, (got_ids[5], got_token[5])
+assert (got_top == lp64.astype(np.float32)[np.arange(R)[:, None], ids]).all()
+EOF
+
 bridge() {  # bridge EXPECTED_EXIT NAME ARGS...: python3 -m invar_bridge ARGS, exit code checked
     local want=$1 name=$2 command=$3
     shift 3

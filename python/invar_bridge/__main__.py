@@ -1,12 +1,13 @@
 """python3 -m invar_bridge kernels --op OP --fn MODULE:FUNCTION [--device cpu|cuda] [--not-invariant]
-                          [--quick] [--out DIR] [-- INVAR_KERNELS_ARGS...]
+                          [--lse-base e|2] [--quick] [--out DIR] [-- INVAR_KERNELS_ARGS...]
    python3 -m invar_bridge run --case FILE --op OP --fn MODULE:FUNCTION [--device cpu|cuda]
-                          [--not-invariant] [--out DIR] [-- INVAR_RUN_ARGS...]
+                          [--not-invariant] [--lse-base e|2] [--out DIR] [-- INVAR_RUN_ARGS...]
 
 kernels: invar's kernel checker on the function as op OP (the same shapes, probes, float64
 oracle and kernels.csv as `invar kernels`). run: the engine with op OP taken from the function.
 Exit codes as invar's: 0 every expectation held, 1 one failed, 2 bad usage."""
 import argparse
+import math
 import sys
 
 from . import OPS, check, load_function, run
@@ -25,6 +26,9 @@ def main(argv):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--not-invariant", action="store_true",
                    help="the function does not claim batch invariance: it must be caught varying")
+    p.add_argument("--lse-base", choices=["e", "2"],
+                   help="mha_prefill: the base of the log-sum-exp the function returns (default: e, "
+                        "or the function's invar_lse_base)")
     p.add_argument("--quick", action="store_true", help="kernels: fewer shapes and batch sizes")
     p.add_argument("--case", metavar="FILE", help="run: the case file")
     p.add_argument("--out", metavar="DIR", help="where the reports go (default: a new temporary folder)")
@@ -36,11 +40,15 @@ def main(argv):
     except (ImportError, AttributeError, ValueError) as e:
         print(f"invar_bridge: error: --fn {a.fn}: {e}", file=sys.stderr)
         return 2
+    if a.lse_base and a.op != "mha_prefill":
+        p.error("--lse-base: only with --op mha_prefill")
+    base = {"e": math.e, "2": 2, None: None}[a.lse_base]
     if a.command == "kernels":
         rc, rows = check(a.op, fn, device=a.device, claims_invariant=not a.not_invariant, quick=a.quick,
-                         out=a.out, args=rest)
+                         out=a.out, args=rest, lse_base=base)
         return rc
-    return run(a.case, {a.op: fn}, device=a.device, claims_invariant=not a.not_invariant, out=a.out, args=rest)
+    return run(a.case, {a.op: fn}, device=a.device, claims_invariant=not a.not_invariant, out=a.out, args=rest,
+               lse_base=base)
 
 
 if __name__ == "__main__":

@@ -38,11 +38,32 @@ class GemmArgs(C.Structure):
     ]
 
 
+class MhaPrefillArgs(C.Structure):
+    _fields_ = [
+        ("out", C.c_void_p), ("lse", C.c_void_p), ("q", C.c_void_p), ("kv", C.c_void_p),
+        ("k_pe", C.c_void_p), ("key_begin", C.c_void_p), ("key_end", C.c_void_p),
+        ("T", C.c_int), ("H", C.c_int), ("nope", C.c_int), ("R", C.c_int), ("v", C.c_int),
+        ("ld_out", C.c_long), ("ld_q", C.c_long), ("ld_kv", C.c_long), ("ld_k_pe", C.c_long),
+        ("scale", C.c_float),
+    ]
+
+
+class LogprobsArgs(C.Structure):
+    _fields_ = [
+        ("logits", C.c_void_p), ("R", C.c_int), ("V", C.c_int), ("k", C.c_int),
+        ("temperature", C.c_void_p), ("noise_seed", C.c_void_p), ("position", C.c_void_p),
+        ("token", C.c_void_p), ("token_logprob", C.c_void_p), ("topk_ids", C.c_void_p),
+        ("topk_logprobs", C.c_void_p),
+    ]
+
+
 CallP = C.POINTER(Call)
 EmbeddingFn = C.CFUNCTYPE(None, CallP, C.c_void_p, C.c_void_p, C.c_void_p, C.c_int, C.c_int)
 RmsnormFn = C.CFUNCTYPE(None, CallP, C.c_void_p, C.c_long, C.c_void_p, C.c_long, C.c_void_p,
                         C.c_int, C.c_int, C.c_float)
 GemmFn = C.CFUNCTYPE(None, CallP, C.POINTER(GemmArgs))
+MhaPrefillFn = C.CFUNCTYPE(None, CallP, C.POINTER(MhaPrefillArgs))
+LogprobsFn = C.CFUNCTYPE(None, CallP, C.POINTER(LogprobsArgs))
 # The ops the bridge does not adapt yet keep NULL pointers of the right width.
 _Opaque = C.c_void_p
 
@@ -63,10 +84,10 @@ class Plugin(C.Structure):
         ("silu_mul", _Opaque),
         ("kv_cache_write", _Opaque),
         ("mla_attention", _Opaque),
-        ("mha_prefill", _Opaque),
+        ("mha_prefill", MhaPrefillFn),
         ("merge_attention", _Opaque),
         ("moe_route", _Opaque),
         ("moe_experts", _Opaque),
         ("moe_combine", _Opaque),
-        ("logprobs", _Opaque),
+        ("logprobs", LogprobsFn),
     ]

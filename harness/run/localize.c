@@ -128,7 +128,7 @@ static bool run(tp_engine *eng, const localize_run *r, localization *out) {
     char err[512] = "";
     bool ok = tp_engine_generate(eng, r->reqs, r->count, &r->sched, res, NULL, err, sizeof err);
     if (!ok)
-        snprintf(out->text, sizeof out->text, "localization: the engine refused the rerun %s: %s",
+        snprintf(out->text, sizeof out->text, "localization: the engine refused the rerun %s: %.300s",
                  r->label, err);
     for (int i = 0; i < r->count; i++) {
         free(res[i].steps);

@@ -31,13 +31,14 @@ out=$(cd "$out" && pwd)
 export GIT_CEILING_DIRECTORIES="$out"  # git apply inside $out must not find the repository
 # shellcheck source=tests/mutants/header.sh
 . "$here/mutants/header.sh"  # header
+# shellcheck source=tests/mutants/tree.sh
+. "$here/mutants/tree.sh"  # tree_copy, cpu_kernel_mutant
 
 # The unmutated copy, built once; each mutant copies it and rebuilds what its patch touches.
 base="$out/base"
 if [ ! -x "$base/build/invar" ]; then
     rm -rf "$base" && mkdir -p "$base"
-    (cd "$root" && git ls-files -z --cached --others --exclude-standard | grep -zv '^build' |
-        tar --null -T - -cf -) | tar -xf - -C "$base" || { echo "ci-mutants: cannot copy the tree"; exit 2; }
+    tree_copy "$root" "$base" || { echo "ci-mutants: cannot copy the tree"; exit 2; }
     # A head start: the tree's own objects and programs, not its reports (nightly's among them).
     if [ -d "$root/build" ]; then
         tar -C "$root" --exclude=build/nightly --exclude=build/report --exclude=build/bench -cf - build |
@@ -74,8 +75,7 @@ start=$SECONDS
 judged=0 by_case=0 neither=0 known=0 missed=() stale=()
 for p in "${patches[@]}"; do
     name=$(basename "$p" .patch)
-    [ "$(header "$p" class)" = kernel ] && [ "$(header "$p" device)" = cpu ] || continue
-    [ -z "$(header "$p" equivalent)" ] || continue
+    cpu_kernel_mutant "$p" || continue
     judged=$((judged + 1))
     t0=$SECONDS
     dir="$out/$name"

@@ -24,6 +24,8 @@ work="$out/tree"
 export GIT_CEILING_DIRECTORIES="$out"
 # shellcheck source=tests/mutants/header.sh
 . "$root/tests/mutants/header.sh"
+# shellcheck source=tests/mutants/tree.sh
+. "$root/tests/mutants/tree.sh"  # tree_copy, cpu_kernel_mutant
 
 # The op a patch mutates: its first kernels:OP check, else its name's op, else its file's.
 mutated_op() {
@@ -43,8 +45,7 @@ mutated_op() {
 started=$(date +%s)
 rm -rf "$work"
 mkdir -p "$work"
-(cd "$root" && git ls-files -z --cached --others --exclude-standard | grep -zv '^build' |
-    tar --null -T - -cf -) | tar -xf - -C "$work" || { echo "localize_mutants: cannot copy the tree"; exit 2; }
+tree_copy "$root" "$work" || { echo "localize_mutants: cannot copy the tree"; exit 2; }
 [ -d "$root/build" ] && cp -a "$root/build" "$work/build"
 echo "localize_mutants: building the unmutated copy in $work (-j$jobs)"
 nice make -C "$work" --no-print-directory -j"$jobs" CUDA=0 build/invar >"$out/base-build.log" 2>&1 ||
@@ -56,8 +57,7 @@ caught=0 named=0
 for patch in "$root"/tests/mutants/*.patch; do
     name=$(basename "$patch" .patch)
     if [ -n "${LOCALIZE_MUTANTS:-}" ] && [[ ",$LOCALIZE_MUTANTS," != *",$name,"* ]]; then continue; fi
-    [ "$(header "$patch" class)" = kernel ] && [ "$(header "$patch" device)" = cpu ] || continue
-    [ -n "$(header "$patch" equivalent)" ] && continue
+    cpu_kernel_mutant "$patch" || continue
     grep -q '^diff --git a/kernels/cpu/' "$patch" || continue
     op=$(mutated_op "$patch")
     if ! (cd "$work" && git apply "$patch") 2>"$out/$name.log"; then

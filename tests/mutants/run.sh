@@ -41,6 +41,8 @@ where="$(uname -n) ($(nproc 2>/dev/null || echo '?') cores, $gpu_name)"  # a ver
 
 # shellcheck source=tests/mutants/header.sh
 . "$here/header.sh"  # header, header_problem
+# shellcheck source=tests/mutants/tree.sh
+. "$here/tree.sh"  # tree_copy
 
 # --- the base copy: the tree's tracked (and untracked, not ignored) files, built once --------
 # Each base build is made only when a mutant of its device is judged: on a GPU host that has
@@ -72,13 +74,7 @@ sync_base() {  # sync_base cpu|cuda
     if [ "$copied" = 0 ]; then
         mkdir -p "$base"
         [ -d "$root/build-cpu" ] && head_start build-cpu build
-        # A copy of the tree without its .git (a GPU host's) is taken whole, build folders aside.
-        if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-            (cd "$root" && git ls-files -z --cached --others --exclude-standard | grep -zv '^build' |
-                tar --null -T - -cf -)
-        else
-            (cd "$root" && tar --exclude='./build*' --exclude='./.deps' -cf - .)
-        fi | tar -xf - -C "$base" || { echo "mutants: cannot copy the tree"; exit 2; }
+        tree_copy "$root" "$base" || { echo "mutants: cannot copy the tree"; exit 2; }
         copied=1
     fi
     if [ "$1" = cpu ] && [ "$built_cpu" = 0 ]; then

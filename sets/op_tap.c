@@ -14,6 +14,7 @@
 #include <xxhash.h>                  // XXH3_*
 
 #include "../common/check.h"         // invar_calloc, invar_realloc, invar_die
+#include "ops_wrapper.h"              // ops_wrapper, ops_wrapper_init
 
 // Where one part of a row's output lies: row t's segment s starts at element
 // t * row_stride + s * segment_stride of base (or slots[t] * row_stride with slots).
@@ -28,8 +29,7 @@ typedef struct {
 } tap_group;
 
 struct op_tap {
-    ops_set base;                // first: the engine calls through it
-    ops_set *inner;
+    ops_wrapper wrap;            // first: the engine calls through wrap.base
     XXH3_state_t *hash;
     // the rows of the calls that follow
     int layer;
@@ -55,7 +55,7 @@ struct op_tap {
 };
 
 static op_tap *tap_of(ops_set *ops) { return (op_tap *)ops; }
-#define INNER(ops) (tap_of(ops)->inner)
+#define INNER(ops) (tap_of(ops)->wrap.inner)
 
 static int by_key(const void *a, const void *b) {
     const struct expected_row *x = a, *y = b;
@@ -126,7 +126,7 @@ static uint64_t hash_row(op_tap *p, const tap_group *g, int n_groups, int t, boo
         long row = t;
         if (g[i].slots) {
             int32_t slot;
-            p->inner->download(p->inner, &slot, g[i].slots + t, sizeof slot);
+            p->wrap.inner->download(p->wrap.inner, &slot, g[i].slots + t, sizeof slot);
             row = slot;
         }
         size_t es = type_size(g[i].type), n = (size_t)g[i].count * es;
@@ -134,7 +134,7 @@ static uint64_t hash_row(op_tap *p, const tap_group *g, int n_groups, int t, boo
         for (int s = 0; s < g[i].segments; s++) {
             const unsigned char *src = (const unsigned char *)g[i].base +
                                        (size_t)(row * g[i].row_stride + s * g[i].segment_stride) * es;
-            p->inner->download(p->inner, buf, src, n);
+            p->wrap.inner->download(p->wrap.inner, buf, src, n);
             if (XXH3_64bits_update(p->hash, buf, n) != XXH_OK)
                 invar_die(INVAR_EXIT_SYSTEM, "op tap: XXH3 update failed");
             if (keep) capture_segment(p, g[i].type, buf, g[i].count);
@@ -158,7 +158,7 @@ static void tap_call(op_tap *p, const char *op, int M, const tap_group *g, int n
     for (int t = 0; t < M; t++) {
         if (p->request[t] != p->follow) continue;
         if (!described) {
-            p->inner->sync(p->inner);
+            p->wrap.inner->sync(p->wrap.inner);
             va_list ap;
             va_start(ap, shape_fmt);
             vsnprintf(shape, sizeof shape, shape_fmt, ap);
@@ -208,18 +208,6 @@ static void tap_flat(op_tap *p, const char *op, const void *x, long n) {
 }
 
 // --- the wrapped ops -----------------------------------------------------------------------------
-
-static void *tap_alloc(ops_set *ops, size_t bytes, const char *what) {
-    return INNER(ops)->alloc(INNER(ops), bytes, what);
-}
-static void tap_release(ops_set *ops, void *q) { INNER(ops)->release(INNER(ops), q); }
-static void tap_upload(ops_set *ops, void *dst, const void *src, size_t bytes) {
-    INNER(ops)->upload(INNER(ops), dst, src, bytes);
-}
-static void tap_download(ops_set *ops, void *dst, const void *src, size_t bytes) {
-    INNER(ops)->download(INNER(ops), dst, src, bytes);
-}
-static void tap_sync(ops_set *ops) { INNER(ops)->sync(INNER(ops)); }
 
 static void tap_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int32_t *ids, int T,
                           int D) {
@@ -335,19 +323,13 @@ static void tap_open_group(ops_set *const *ranks, int T, tp_comm_group *g) {
 
 op_tap *op_tap_wrap(ops_set *inner) {
     op_tap *p = invar_calloc(1, sizeof *p, "the op tap");
-    p->inner = inner;
     p->follow = -1;
     p->mismatch = -1;
     p->hash = XXH3_createState();
     if (!p->hash) invar_die(INVAR_EXIT_SYSTEM, "op tap: out of memory for the XXH3 state");
-    ops_set *b = &p->base;
-    *b = *inner;  // name, device, flags, order log, ctx: what the engine reads stays the inner set's
+    ops_wrapper_init(&p->wrap, inner);
+    ops_set *b = &p->wrap.base;
     b->destroy = tap_destroy;
-    b->alloc = tap_alloc;
-    b->release = tap_release;
-    b->upload = tap_upload;
-    b->download = tap_download;
-    b->sync = tap_sync;
     b->embedding = tap_embedding;
     b->rmsnorm = tap_rmsnorm;
     b->gemm = tap_gemm;
@@ -369,7 +351,7 @@ op_tap *op_tap_wrap(ops_set *inner) {
     return p;
 }
 
-ops_set *op_tap_set(op_tap *t) { return &t->base; }
+ops_set *op_tap_set(op_tap *t) { return &t->wrap.base; }
 
 void op_tap_destroy(op_tap *t) {
     if (!t) return;

@@ -12,6 +12,7 @@
 
 #include "../../common/check.h"      // invar_calloc, invar_realloc
 #include "../host.h"                 // host_seconds
+#include "../../sets/ops_wrapper.h"  // ops_wrapper, ops_wrapper_init
 #ifdef INVAR_CUDA
 #include "../../kernels/cuda/cuda_timing.h" // cuda_event_log_*
 #endif
@@ -22,8 +23,7 @@ typedef struct {
 } timed_call;
 
 struct op_profile {
-    ops_set base;     // first: the engine calls through it
-    ops_set *inner;
+    ops_wrapper wrap; // first: the engine calls through wrap.base
 #ifdef INVAR_CUDA
     cuda_event_log *events;  // NULL: a host-clock set
 #endif
@@ -93,24 +93,12 @@ static void record(op_profile *p, int key, int begin, int end) {
         op_profile *p_ = profile_of(ops);                       \
         int key_ = key_index(p_, __VA_ARGS__);                  \
         int begin_ = mark(p_);                                  \
-        p_->inner->op call_args;                                \
+        p_->wrap.inner->op call_args;                           \
         record(p_, key_, begin_, mark(p_));                     \
     } while (0)
-#define INNER(ops) (profile_of(ops)->inner)
+#define INNER(ops) (profile_of(ops)->wrap.inner)
 
 // --- the wrapped ops -----------------------------------------------------------------------------
-
-static void *prof_alloc(ops_set *ops, size_t bytes, const char *what) {
-    return INNER(ops)->alloc(INNER(ops), bytes, what);
-}
-static void prof_release(ops_set *ops, void *q) { INNER(ops)->release(INNER(ops), q); }
-static void prof_upload(ops_set *ops, void *dst, const void *src, size_t bytes) {
-    INNER(ops)->upload(INNER(ops), dst, src, bytes);
-}
-static void prof_download(ops_set *ops, void *dst, const void *src, size_t bytes) {
-    INNER(ops)->download(INNER(ops), dst, src, bytes);
-}
-static void prof_sync(ops_set *ops) { INNER(ops)->sync(INNER(ops)); }
 
 static void prof_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int32_t *ids, int T, int D) {
     TIMED(ops, embedding, (INNER(ops), out, table, ids, T, D), "embedding T=%d D=%d", T, D);
@@ -178,18 +166,12 @@ static void prof_destroy(ops_set *ops) { op_profile_destroy(profile_of(ops)); }
 
 op_profile *op_profile_wrap(ops_set *inner) {
     op_profile *p = invar_calloc(1, sizeof *p, "the op profile");
-    p->inner = inner;
 #ifdef INVAR_CUDA
     if (strcmp(inner->device, "cuda") == 0) p->events = cuda_event_log_create(inner);
 #endif
-    ops_set *b = &p->base;
-    *b = *inner;  // name, device, flags, order log, ctx: what the engine reads stays the inner set's
+    ops_wrapper_init(&p->wrap, inner);
+    ops_set *b = &p->wrap.base;
     b->destroy = prof_destroy;
-    b->alloc = prof_alloc;
-    b->release = prof_release;
-    b->upload = prof_upload;
-    b->download = prof_download;
-    b->sync = prof_sync;
     b->embedding = prof_embedding;
     b->rmsnorm = prof_rmsnorm;
     b->gemm = prof_gemm;
@@ -211,7 +193,7 @@ op_profile *op_profile_wrap(ops_set *inner) {
     return p;
 }
 
-ops_set *op_profile_set(op_profile *p) { return &p->base; }
+ops_set *op_profile_set(op_profile *p) { return &p->wrap.base; }
 
 // Forgets the calls not yet added to the totals (their marks and events are reused).
 static void drop_pending(op_profile *p) {
@@ -223,7 +205,7 @@ static void drop_pending(op_profile *p) {
 }
 
 const op_profile_entry *op_profile_totals(op_profile *p, int *n) {
-    p->inner->sync(p->inner);
+    p->wrap.inner->sync(p->wrap.inner);
     for (int i = 0; i < p->n_calls; i++) {
         const timed_call *c = &p->calls[i];
         p->entries[c->key].calls++;
@@ -235,7 +217,7 @@ const op_profile_entry *op_profile_totals(op_profile *p, int *n) {
 }
 
 void op_profile_reset(op_profile *p) {
-    p->inner->sync(p->inner);
+    p->wrap.inner->sync(p->wrap.inner);
     drop_pending(p);
     p->n_entries = 0;
 }

@@ -198,6 +198,22 @@ static void swap_buffers(run_buffers *a, run_buffers *b) {
 // Prefill vs decode
 // ---------------------------------------------------------------------------------------------
 
+// Request i's re-prefill: its prompt and every generated token of the baseline but the last, one
+// new token, with prompt logprobs. tokens: room for max_len + max_new_tokens - 1.
+static engine_request re_prefill(const config_run *r, const run_buffers *base, int i,
+                                 int32_t *tokens) {
+    const engine_request *q = &r->alone[i];
+    int P = q->prompt_len, T = r->c->max_new_tokens;
+    memcpy(tokens, q->prompt, (size_t)P * sizeof *tokens);
+    for (int j = 0; j + 1 < T; j++) tokens[P + j] = base->res[i].steps[j].token;
+    engine_request again = *q;
+    again.prompt = tokens;
+    again.prompt_len = P + T - 1;
+    again.max_new_tokens = 1;
+    again.prompt_logprobs = true;
+    return again;
+}
+
 // Request i once more, alone, as a prompt of its prompt + every generated token but the last,
 // with prompt logprobs: record P-1+j of that prefill must be, bit for bit, decode step j of the
 // baseline. Returns false on an engine failure; sets out->prefill_vs_decode otherwise.
@@ -214,13 +230,7 @@ static bool check_prefill_vs_decode(config_run *r, const run_buffers *base) {
         const engine_request *q = &r->alone[i];
         const engine_result *b = &base->res[i];
         int P = q->prompt_len, len = P + T - 1;
-        memcpy(tokens, q->prompt, (size_t)P * sizeof *tokens);
-        for (int j = 0; j + 1 < T; j++) tokens[P + j] = b->steps[j].token;
-        engine_request again = *q;
-        again.prompt = tokens;
-        again.prompt_len = len;
-        again.max_new_tokens = 1;
-        again.prompt_logprobs = true;
+        engine_request again = re_prefill(r, base, i, tokens);
         memset(prompt_steps, 0xFF, (size_t)len * sizeof *prompt_steps);
         engine_result res = {.steps = &next, .prompt_steps = prompt_steps};
         engine_stats st;
@@ -367,23 +377,6 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
     tp_engine_destroy(eng1);
     one->destroy(one);
     return ok;
-}
-
-// The request whose re-prefill differed from its decode, as check_prefill_vs_decode built it:
-// its prompt and every generated token but the last, with prompt logprobs. tokens: room for
-// max_len + max_new_tokens - 1.
-static engine_request re_prefill(const config_run *r, const run_buffers *base, int i,
-                                 int32_t *tokens) {
-    const engine_request *q = &r->alone[i];
-    int P = q->prompt_len, T = r->c->max_new_tokens;
-    memcpy(tokens, q->prompt, (size_t)P * sizeof *tokens);
-    for (int j = 0; j + 1 < T; j++) tokens[P + j] = base->res[i].steps[j].token;
-    engine_request again = *q;
-    again.prompt = tokens;
-    again.prompt_len = P + T - 1;
-    again.max_new_tokens = 1;
-    again.prompt_logprobs = true;
-    return again;
 }
 
 // The first differing request of a batch size once more, alone and in that batch, on a tapped

@@ -7,9 +7,11 @@
 #include <setjmp.h>
 #include <cmocka.h>   // cmocka test API
 
-#include <string.h>   // strcmp
+#include <string.h>   // strcmp, strstr
 
-#include "../harness/run/verdict.h" // outcome_judge, resolved_config, outcome, ops_set
+#include "../harness/run/verdict.h" // outcome_judge, outcome_judge_orders, resolved_config,
+                                    // outcome, ops_set
+#include "../kernels/fingerprint.h"  // fingerprint_sink_*, fingerprint_note, fingerprint_order
 
 static ops_set invariant_set = {.name = "invariant", .batch_invariant = true};
 static ops_set reference_set = {.name = "reference"};
@@ -96,6 +98,61 @@ static void prefill_decode_difference_fails(void **state) {
     assert_string_equal(o.verdict, "FAIL");
 }
 
+// An invariant config whose bits all matched still FAILs when one op at one shape noted two
+// reduction orders across its batches (the order followed the batch and the bits happened to
+// agree), or when its set noted nothing at all (the invariant path never ran); it keeps its
+// PASS with one order per op and shape. A negative control and a set that declares no paths
+// (a plugin's) are not judged by orders.
+static void invariant_config_fails_on_two_orders_or_none(void **state) {
+    (void)state;
+    static const char *const paths[] = {"rmsnorm:row-lanes", NULL};
+    ops_set noting = {.name = "invariant", .batch_invariant = true, .paths = paths};
+    resolved_config rc = {.batch_invariant_mode = true, .expect_invariant = true};
+    long lanes8[] = {8, 2048}, lanes4[] = {4, 2048};
+    fingerprint_sink *s = fingerprint_sink_create();
+    outcome o = judged(true, &noting, false, false, false, "equal");
+    outcome_judge_orders(&rc, &noting, s, &o);  // nothing noted
+    assert_string_equal(o.verdict, "FAIL");
+    assert_non_null(strstr(o.note, "never ran"));
+
+    fingerprint_sink_batch(s, 1);
+    fingerprint_note(s, "rmsnorm", 2048, fingerprint_order(lanes8, 2), "row-lanes");
+    fingerprint_sink_batch(s, 32);
+    fingerprint_note(s, "rmsnorm", 2048, fingerprint_order(lanes8, 2), "row-lanes");
+    o = judged(true, &noting, false, false, false, "equal");
+    outcome_judge_orders(&rc, &noting, s, &o);  // one order: the PASS stands
+    assert_string_equal(o.verdict, "PASS");
+    assert_string_equal(o.note, "");
+
+    fingerprint_sink_batch(s, 64);
+    fingerprint_note(s, "rmsnorm", 2048, fingerprint_order(lanes4, 2), "row-lanes");
+    o = judged(true, &noting, false, false, false, "equal");
+    outcome_judge_orders(&rc, &noting, s, &o);
+    assert_string_equal(o.verdict, "FAIL");
+    assert_string_equal(o.observed, "invariant");  // the bits agreed; the order did not
+    assert_non_null(strstr(o.note, "rmsnorm"));
+    assert_non_null(strstr(o.note, "at bs=1 "));
+    assert_non_null(strstr(o.note, "at bs=64"));
+    fingerprint_sink_reset_orders(s);  // two orders inside the runs of one batch size
+    fingerprint_note(s, "rmsnorm", 2048, fingerprint_order(lanes8, 2), "row-lanes");
+    fingerprint_note(s, "rmsnorm", 2048, fingerprint_order(lanes4, 2), "row-lanes");
+    o = judged(true, &noting, false, false, false, "equal");
+    outcome_judge_orders(&rc, &noting, s, &o);
+    assert_string_equal(o.verdict, "FAIL");
+    assert_non_null(strstr(o.note, "followed the call"));
+    assert_non_null(strstr(o.note, "at bs=64"));
+
+    resolved_config control = {.expect_invariant = false};
+    o = judged(false, &reference_set, false, true, false, "not-checked");
+    outcome_judge_orders(&control, &noting, s, &o);
+    assert_string_equal(o.verdict, "PASS");
+    ops_set plugin = {.name = "plugin", .batch_invariant = true};  // declares no paths
+    o = judged(true, &plugin, false, false, false, "equal");
+    outcome_judge_orders(&rc, &plugin, s, &o);
+    assert_string_equal(o.verdict, "PASS");
+    fingerprint_sink_destroy(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(invariant_config_passes_only_when_nothing_differs),
@@ -105,6 +162,7 @@ int main(void) {
         cmocka_unit_test(order_free_reference_is_information_beside_adversarial),
         cmocka_unit_test(all_reduce_control_is_never_information),
         cmocka_unit_test(prefill_decode_difference_fails),
+        cmocka_unit_test(invariant_config_fails_on_two_orders_or_none),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include "../../engine/engine.h"        // engine_create, engine_generate, engine_config
 #include "../../engine/tp_engine.h"     // tp_engine_*: the engine at tensor-parallel degree T
 #include "../../common/check.h"        // invar_die, invar_calloc, invar_malloc
+#include "../../kernels/fingerprint.h"  // fingerprint_sink_*
 #include "../../sets/registry.h"     // kernel_set_create*, kernel_set_is_adversarial, tp_devices_describe
 #include "../../reports/report_schema.h" // DIVERGENCE_*, SUMMARY_*
 #include "compare.h"                    // compare_request_sets, compare_results, divergence
@@ -27,7 +28,7 @@
 #include "summary_row.h"                // summary_row_write, report_row_write, divergence_row_write,
                                         // summary_verdict_literal
 #include "tp_information.h"             // tp_delta_compare, tp_delta_note
-#include "verdict.h"                    // outcome_judge
+#include "verdict.h"                    // outcome_judge, outcome_judge_orders
 
 // Result buffers for every request of one run.
 typedef struct {
@@ -49,6 +50,7 @@ typedef struct {
     const engine_request *alone; // the same, each arriving at step 0 (bs=1 baselines)
     int vocab;
     tp_engine *eng;
+    fingerprint_sink *orders;   // the ranks' order fingerprints (NULL: not judged)
     outcome *out;
     progress *prog;
 } config_run;
@@ -279,6 +281,7 @@ static bool checks_prefill_vs_decode(const resolved_config *rc) {
 static bool run_baselines(config_run *r, run_buffers *base, const char *label) {
     bool ok = true;
     buffers_poison(base, r->count, r->c->max_new_tokens);
+    fingerprint_sink_batch(r->orders, 1);
     for (int i = r->first; i < r->first + r->compared && ok; i++) {
         engine_stats st = {0};
         progress_phase(r->prog, "%s %d/%d", label, i - r->first + 1, r->compared);
@@ -309,6 +312,7 @@ static bool run_comparisons(config_run *r, run_buffers *base_out) {
         char label[32];
         snprintf(label, sizeof label, "bs=%d", bs);
         progress_phase(r->prog, "%s", label);
+        fingerprint_sink_batch(r->orders, bs);
         engine_stats st = {0};
         buffers_poison(&cur, count, T);
         if (!(ok = generate_checked(r, r->reqs, count, bs, &cur, 0, label, &st))) break;
@@ -330,6 +334,7 @@ static bool run_comparisons(config_run *r, run_buffers *base_out) {
         char label[32];
         snprintf(label, sizeof label, "bs=%d repeat", largest);
         progress_phase(r->prog, "%s", label);
+        fingerprint_sink_batch(r->orders, largest);
         buffers_poison(&cur, count, T);
         ok = generate_checked(r, r->reqs, count, largest, &cur, 0, label, &st);
         int differing = ok ? compare_runs(r, &kept, &cur, "repeat") : 0;
@@ -436,6 +441,11 @@ static void run_config_once(const case_file *c, const run_config *cfg,
                       c->path, cfg->name, cfg->kernel_set, rc->device);
     }
     ops_set *ops = rank_ops[0];  // its order log speaks for every rank (they run alike)
+    // Every rank notes into one sink (thread-safe): an invariant config must keep one order per
+    // op and shape through all its batches (verdict.h, outcome_judge_orders).
+    fingerprint_sink *orders = rc->expect_invariant && ops->paths ? fingerprint_sink_create()
+                                                                  : NULL;
+    for (int k = 0; k < ranks; k++) rank_ops[k]->fingerprints = orders;
 
     const model_config mc = model->cfg;
     prompt_spec spec = case_prompt_spec(c);
@@ -461,7 +471,7 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     // Records are checked against the vocabulary of the engine that drew them.
     config_run r = {.c = c, .cfg = cfg, .rc = rc, .o = o, .count = count, .reqs = reqs,
                     .alone = alone, .vocab = tp_engine_config(eng)->vocab_size, .eng = eng,
-                    .out = out, .prog = prog, .first = 0, .compared = count,
+                    .orders = orders, .out = out, .prog = prog, .first = 0, .compared = count,
                     .prefill_differs = -1};
     if (o->request >= 0) {
         r.first = o->request;
@@ -472,10 +482,13 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     run_buffers base = buffers_alloc(count, c->max_new_tokens);
     if (run_comparisons(&r, &base)) {
         outcome_judge(rc, ops, adversarial_control, out);
+        outcome_judge_orders(rc, ops, orders, out);
         if (ranks > 1 && !tp1_information(&r, &mc, model->w, &limits, &base)) out->verdict = "FAIL";
     } else out->verdict = "FAIL";
 
     tp_engine_destroy(eng);
+    for (int k = 0; k < ranks; k++) rank_ops[k]->fingerprints = NULL;  // localization's runs
+    fingerprint_sink_destroy(orders);                                   // are not judged
     localize_first(&r, &base, rank_ops, ranks, &mc, model->w, &limits);
     buffers_free(&base);
     for (int k = 0; k < ranks; k++) rank_ops[k]->destroy(rank_ops[k]);

@@ -2,7 +2,7 @@
 #include "verdict.h"
 
 #include <stdio.h>                  // snprintf
-#include <string.h>                 // strcmp
+#include <string.h>                 // strcmp, strlen
 
 #include "../../kernels/order_log.h" // order_log_describe
 
@@ -55,4 +55,37 @@ void outcome_judge(const resolved_config *rc, const ops_set *set, bool adversari
                  "runner compared other runs)");
     }
     out->verdict = holds ? "PASS" : "FAIL";
+}
+
+// Appends `text` to the note, after what is there.
+static void note_append(outcome *out, const char *text) {
+    size_t used = strlen(out->note);
+    snprintf(out->note + used, sizeof out->note - used, "%s%s", used ? "; " : "", text);
+}
+
+void outcome_judge_orders(const resolved_config *rc, const ops_set *set,
+                          const fingerprint_sink *orders, outcome *out) {
+    if (!rc->expect_invariant || !set->paths || !orders) return;
+    char text[384];
+    fingerprint_mismatch m;
+    const char *noted[1];
+    if (fingerprint_sink_mismatch(orders, &m)) {
+        // Two orders within one batch size: the order follows the call (its token count),
+        // which the batch decides, even where one run holds both.
+        if (m.batch_a == m.batch_b)
+            snprintf(text, sizeof text, "reduction order followed the call: %s (shape key "
+                     "%016llx) ran orders %016llx and %016llx in the runs at bs=%d, with the "
+                     "call's tokens", m.op, (unsigned long long)m.shape,
+                     (unsigned long long)m.order_a, (unsigned long long)m.order_b, m.batch_a);
+        else
+            snprintf(text, sizeof text, "reduction order followed the batch: %s (shape key "
+                     "%016llx) ran order %016llx at bs=%d and %016llx at bs=%d", m.op,
+                     (unsigned long long)m.shape, (unsigned long long)m.order_a, m.batch_a,
+                     (unsigned long long)m.order_b, m.batch_b);
+    } else if (fingerprint_sink_paths(orders, noted, 1) == 0) {
+        snprintf(text, sizeof text, "no kernel of the %s set noted a reduction order in the "
+                 "whole run: its invariant path never ran", set->name);
+    } else return;
+    note_append(out, text);
+    out->verdict = "FAIL";
 }

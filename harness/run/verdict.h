@@ -8,6 +8,7 @@
 
 #include <stdbool.h>            // bool
 
+#include "../../kernels/fingerprint.h" // fingerprint_sink
 #include "../../kernels/ops.h"  // ops_set
 #include "outcome.h"            // outcome
 #include "resolve.h"            // resolved_config
@@ -17,5 +18,13 @@
 // the adversarial set on this config's device.
 void outcome_judge(const resolved_config *rc, const ops_set *set, bool adversarial_control,
                    outcome *out);
+
+// The engine-run side of the order fingerprints (kernels/fingerprint.h), after outcome_judge:
+// a config expected invariant, on a set that declares its paths (its kernels note), FAILs when
+// one op at one static shape noted two reduction orders in the run (even with equal bits: the
+// order followed the batch) or when nothing was noted (the invariant path never ran). `orders`
+// is what the run's kernels noted; other configs and sets are left as judged.
+void outcome_judge_orders(const resolved_config *rc, const ops_set *set,
+                          const fingerprint_sink *orders, outcome *out);
 
 #endif

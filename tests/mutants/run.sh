@@ -220,7 +220,10 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
         local how="" first
         first=$(first_failure "$log")
         if [ "${c%%:*}" = kernels ] || [ "${c%%:*}" = kernels-exhaustive ]; then
-            if ! grep -q '<- must be stable' "$log" && grep -q '^FAIL' "$log"; then
+            # A fingerprint note is a reduction order that followed M, whatever the bits did.
+            if grep -q '<- .* order fingerprint ' "$log"; then
+                how=" (order fingerprint)"
+            elif ! grep -q '<- must be stable' "$log" && grep -q '^FAIL' "$log"; then
                 how=" (accuracy only)"
             fi
         fi

@@ -195,6 +195,8 @@ static void shorter_run_is_a_length_difference(void **state) {
     assert_int_equal(d.step, STEPS - 2);
     assert_int_equal(d.base_token, p.a_steps[STEPS - 2].token);
     assert_int_equal(d.other_token, -1);
+    assert_int_equal(d.ulps, 0);  // no logprob on one side: no distance
+    assert_true(d.abs_delta == 0.0);
 }
 
 // ---------------------------------------------------------------------------------------------

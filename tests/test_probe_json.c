@@ -305,24 +305,23 @@ static void double_values_noted_as_wider(void **state) {
     free(texts);
 }
 
-// Python's json writes -Infinity, Infinity and NaN; they are read, counted as non-finite, and
-// only outside strings: a token whose text is "NaN" stays a text.
+// Python's json writes -Infinity, Infinity and NaN outside strings. -Infinity is read (a top
+// entry of probability 0) and counted as non-finite; NaN and Infinity are no log-probabilities
+// and refuse the answer, naming the value. Inside strings the same texts are token texts.
 static void python_non_finite_literals(void **state) {
     (void)state;
     answer_step steps[] = {
         {.token = "\"token_id:4\"", .logprob = "-Infinity", .n_top = 2,
          .top_keys = {"token_id:9", "token_id:4"}, .top_values = {"-0.5", "-Infinity"}},
-        {.token = "\"token_id:5\"", .logprob = "NaN", .n_top = 1,
-         .top_keys = {"token_id:5"}, .top_values = {"NaN"}},
-        {.token = "\"NaN\"", .logprob = "Infinity", .n_top = 2,
-         .top_keys = {"-Infinity", "token_id:2"}, .top_values = {"Infinity", "-1.25"}},
+        {.token = "\"NaN\"", .logprob = "-1.25", .n_top = 2,
+         .top_keys = {"-Infinity", "token_id:2"}, .top_values = {"-1.25", "-2"}},
     };
-    char *body = completion_body(steps, 3, true);
-    engine_result res = poisoned_result(3);
+    char *body = completion_body(steps, 2, true);
+    engine_result res = poisoned_result(2);
     probe_notes notes;
     char err[256];
-    if (!parse(body, 3, 3, &res, &notes, err, sizeof err)) fail_msg("%s", err);
-    assert_int_equal(res.n_steps, 3);
+    if (!parse(body, 3, 2, &res, &notes, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(res.n_steps, 2);
     const engine_step_record *r = res.steps;
     assert_true(isinf(r[0].logprob) && r[0].logprob < 0);
     assert_int_equal(r[0].token, 4);
@@ -332,22 +331,39 @@ static void python_non_finite_literals(void **state) {
     assert_true(isinf(r[0].topk_logprobs[1]) && r[0].topk_logprobs[1] < 0);
     assert_int_equal(r[0].topk_ids[2], -1);  // asked for 3, got 2: the missing one
     assert_true(isinf(r[0].topk_logprobs[2]) && r[0].topk_logprobs[2] < 0);
-    assert_true(isnan(r[1].logprob));
-    assert_true(isnan(r[1].topk_logprobs[0]));
-    assert_true(isinf(r[2].logprob) && r[2].logprob > 0);
     // The texts "NaN" (token) and "-Infinity" (top key) are token texts, hashed, never numbers.
-    assert_true(r[2].token >= 0 && r[2].token != 5);
-    assert_true(r[2].topk_ids[0] >= 0 && r[2].topk_ids[0] != 2);
-    assert_true(isinf(r[2].topk_logprobs[0]) && r[2].topk_logprobs[0] > 0);
-    assert_int_equal(r[2].topk_ids[1], 2);
-    assert_true(r[2].topk_logprobs[1] == -1.25f);
-    assert_int_equal(notes.values, 8);
-    assert_int_equal(notes.non_finite, 6);  // -Inf, -Inf, NaN, NaN, Inf, Inf
+    assert_true(r[1].token >= 0);
+    assert_true(r[1].logprob == -1.25f);
+    assert_true(r[1].topk_ids[0] >= 0 && r[1].topk_ids[0] != 2);
+    assert_int_equal(r[1].topk_ids[1], 2);
+    assert_int_equal(notes.values, 6);
+    assert_int_equal(notes.non_finite, 2);  // -Inf, -Inf
     assert_int_equal(notes.wider_than_float32, 0);
     assert_int_equal(notes.text_tokens, 2);
-    assert_int_equal(notes.short_top, 3);
+    assert_int_equal(notes.short_top, 2);
     free(body);
     free(res.steps);
+
+    const char *refused[][2] = {{"NaN", "is NaN"}, {"Infinity", "is Infinity"}};
+    for (int k = 0; k < 2; k++) {
+        answer_step one[] = {{.token = "\"token_id:4\"", .logprob = refused[k][0], .n_top = 1,
+                              .top_keys = {"token_id:4"}, .top_values = {"-1"}}};
+        body = completion_body(one, 1, true);
+        res = poisoned_result(1);
+        assert_false(parse(body, 1, 1, &res, &notes, err, sizeof err));
+        if (!strstr(err, refused[k][1])) fail_msg("%s: %s", refused[k][0], err);
+        assert_int_equal(res.n_steps, 0);
+        free(body);
+        free(res.steps);
+        one[0].logprob = "-1";  // the same value in the top entry
+        one[0].top_values[0] = refused[k][0];
+        body = completion_body(one, 1, true);
+        res = poisoned_result(1);
+        assert_false(parse(body, 1, 1, &res, &notes, err, sizeof err));
+        if (!strstr(err, refused[k][1])) fail_msg("top %s: %s", refused[k][0], err);
+        free(body);
+        free(res.steps);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -505,8 +521,11 @@ static void bad_answers_give_reasons(void **state) {
                    "\"token_logprobs\":[-1],\"top_logprobs\":[]}}]}", 1, 2, "differ in length");
     expect_refused(valid_body, 2, 1, "2 tokens returned, max_tokens was 1");
     // Wrong types and texts that are no numbers or tokens, where the values go.
+    // Numbers sent as strings, hex floats, C's spellings and JSON's forbidden forms included.
     const char *bad_logprobs[] = {"null", "true", "[1]", "{}", "\"abc\"", "\"\"", "-0.5x",
-                                  "--1", "1.2.3", "-", "1e"};
+                                  "--1", "1.2.3", "-", "1e", "\"-0.5\"", "\"-1e-3\"",
+                                  "0x1p-1", "-0x1.8p1", "-01", "-1.", "1e+", "-infinity",
+                                  "-nan", "-0.5e", "\"NaN\"", "\"-Infinity\""};
     for (size_t i = 0; i < sizeof bad_logprobs / sizeof bad_logprobs[0]; i++) {
         char body[256];
         snprintf(body, sizeof body, "{\"choices\":[{\"logprobs\":{\"tokens\":[\"token_id:1\"],"
@@ -517,6 +536,28 @@ static void bad_answers_give_reasons(void **state) {
                  bad_logprobs[i]);
         expect_refused(body, 1, 2, "top_logprobs[0]: entry 'token_id:1' is not a token and a number");
     }
+    expect_refused("{\"choices\":[{\"logprobs\":{\"tokens\":[\"token_id:1\"],"
+                   "\"token_logprobs\":[-1e99]}}]}", 0, 2, "token_logprobs[0] overflows float32");
+    // One JSON value and nothing after it: trailing bytes, a second object, a NUL inside the
+    // given length, a raw control byte inside a string.
+    char two[512];
+    snprintf(two, sizeof two, "%s%s", valid_body, valid_body);
+    expect_refused(two, 2, 2, "bytes follow the answer's value");
+    snprintf(two, sizeof two, "%s  x", valid_body);
+    expect_refused(two, 2, 2, "bytes follow the answer's value");
+    snprintf(two, sizeof two, "%s \n", valid_body);  // white space after it is fine
+    engine_result ws = poisoned_result(2);
+    if (!parse(two, 2, 2, &ws, &notes, err, sizeof err)) fail_msg("%s", err);
+    free(ws.steps);
+    size_t vlen = strlen(valid_body);
+    memcpy(two, valid_body, vlen);
+    two[vlen] = '\0';
+    two[vlen + 1] = '{';
+    ws = poisoned_result(2);
+    assert_false(probe_parse_completion(two, vlen + 2, 2, 2, &ws, &notes, err, sizeof err));
+    free(ws.steps);
+    expect_refused("{\"choices\":[{\"text\":\"a\x01-1\",\"logprobs\":{\"tokens\":[\"token_id:1\"],"
+                   "\"token_logprobs\":[-1]}}]}", 0, 2, "raw control character");
     const char *bad_tokens[] = {"null", "true", "[]", "{}", "-3", "\"token_id:\"",
                                 "\"token_id:x\"", "\"token_id:-3\"", "\"token_id:12x\"",
                                 "\"token_id:99999999999\"", "99999999999"};
@@ -582,18 +623,22 @@ static void quote_numbers_outside_strings(void **state) {
     (void)state;
     const char *in = "{\"a\\\"1\":[-1.5e-3,NaN,-Infinity,Infinity,2],\"b\":\"-2 NaN\\\\\",\"c\":null}";
     const char *want =
-        "{\"a\\\"1\":[\"-1.5e-3\",\"NaN\",\"-Infinity\",\"Infinity\",\"2\"],\"b\":\"-2 NaN\\\\\","
-        "\"c\":null}";
+        "{\"a\\\"1\":[\"\x01-1.5e-3\",\"\x01NaN\",\"\x01-Infinity\",\"\x01Infinity\",\"\x01\x32\"],"
+        "\"b\":\"-2 NaN\\\\\",\"c\":null}";
     size_t out_len = 0;
-    char *out = probe_quote_numbers(in, strlen(in), &out_len);
+    const char *why = NULL;
+    char *out = probe_quote_numbers(in, strlen(in), &out_len, &why);
     assert_non_null(out);
     assert_string_equal(out, want);
     assert_int_equal(out_len, strlen(want));
     free(out);
     // The worst case for the size: nothing but one-character numbers.
-    out = probe_quote_numbers("-,-,-,1", 7, &out_len);
-    assert_string_equal(out, "\"-\",\"-\",\"-\",\"1\"");
+    out = probe_quote_numbers("-,-,-,1", 7, &out_len, &why);
+    assert_string_equal(out, "\"\x01-\",\"\x01-\",\"\x01-\",\"\x01\x31\"");
     free(out);
+    // A raw control byte inside a string could forge the mark: not JSON, refused.
+    assert_null(probe_quote_numbers("[\"\x01-1\"]", 6, &out_len, &why));
+    assert_non_null(strstr(why, "control character"));
 }
 
 static void error_messages(void **state) {
@@ -609,6 +654,10 @@ static void error_messages(void **state) {
     assert_string_equal(buf, "(empty body)");
     probe_error_message(NULL, 0, buf, sizeof buf);
     assert_string_equal(buf, "(empty body)");
+    // A server's message with a terminal escape and a newline: printable only.
+    const char *escaped = "{\"error\":{\"message\":\"\\u001b[2Jcleared\\nscreen\"}}";
+    probe_error_message(escaped, strlen(escaped), buf, sizeof buf);
+    assert_string_equal(buf, "?[2Jcleared?screen");
     char long_body[300];
     memset(long_body, 'x', sizeof long_body);
     probe_error_message(long_body, sizeof long_body, buf, sizeof buf);
@@ -662,15 +711,19 @@ static void writer_round_trip(void **state) {
     fputs("],\"token_logprobs\":[", f);
     long non_finite = 0;
     for (int i = 0; i < N; i++) {
-        values[i] = random_any_float(i);
-        non_finite += !isfinite(values[i]);
-        char *text = write_float(values[i]);
-        if (!same_float(strtof(text, NULL), values[i]))
-            fail_msg("%a written as %s, strtof reads %a", (double)values[i], text,
+        float v = random_any_float(i);
+        char *text = write_float(v);
+        if (!same_float(strtof(text, NULL), v))
+            fail_msg("%a written as %s, strtof reads %a", (double)v, text,
                      (double)strtof(text, NULL));
-        if (!same_float((float)strtod(text, NULL), values[i]))
-            fail_msg("%a written as %s, strtod then float reads %a", (double)values[i], text,
+        if (!same_float((float)strtod(text, NULL), v))
+            fail_msg("%a written as %s, strtod then float reads %a", (double)v, text,
                      (double)(float)strtod(text, NULL));
+        free(text);
+        // NaN and Infinity are no log-probabilities (probe refuses them): -Infinity instead.
+        values[i] = isnan(v) || v == INFINITY ? -INFINITY : v;
+        non_finite += !isfinite(values[i]);
+        text = write_float(values[i]);
         fprintf(f, "%s%s", i ? "," : "", text);
         free(text);
     }

@@ -7,7 +7,8 @@
 #     batch of 4 (a batching window holds the first request for the others);
 #   - bad requests get OpenAI-style errors (status and {"error": {...}} body);
 #   - a misbehaving server (tests/servers/bad_server.py: HTTP 500, garbage, truncated JSON, a
-#     slow reply, a dropped connection) gives a reason per request in requests.csv and a FAIL;
+#     slow reply, a dropped connection) gives a reason per request in requests.csv and an ERROR
+#     (exit 2; tests/test_probe.sh holds the other hostile servers);
 #   - probe against a port nothing listens on, or one that answers garbage, exits 2 with a
 #     clear message;
 #   - `invar report diff` reads probe's reports.
@@ -119,7 +120,7 @@ rc=$?
 cat "$OUT/diff.log"
 [ "$rc" = 1 ] || fail "invar report diff invariant reference: exit $rc, expected 1 (a regression)"
 
-# 5. A misbehaving server: a reason per request, FAIL, and every good answer still recorded.
+# 5. A misbehaving server: a reason per request, ERROR, and every good answer still recorded.
 rm -f "$OUT/port-bad"
 python3 tests/servers/bad_server.py --port-file "$OUT/port-bad" --mode mixed &
 pids+=($!)
@@ -128,7 +129,7 @@ PORT=$(wait_port_file "$OUT/port-bad" $!) || fail "tests/servers/bad_server.py d
     --out "$OUT/bad" >"$OUT/probe-bad.log" 2>&1
 rc=$?
 cat "$OUT/probe-bad.log"
-[ "$rc" = 1 ] || fail "probe vs the misbehaving server: exit $rc, expected 1"
+[ "$rc" = 2 ] || fail "probe vs the misbehaving server: exit $rc, expected 2 (ERROR: a broken server)"
 grep -q '"error","FAIL"' "$OUT/bad/summary.csv" || fail "bad server: summary row is not error/FAIL"
 for reason in 'HTTP 500: the fixture fails this one on purpose' 'malformed or truncated JSON' \
     'Timeout was reached' 'Empty reply from server'; do

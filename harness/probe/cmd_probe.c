@@ -11,16 +11,23 @@
 //     numbers read from their JSON text, harness/probe/probe_json.h).
 // The case's [prompts] and its [matrix] batch_sizes and arrivals are used; its other matrix axes
 // describe invar's own engine and are ignored (the server is what it is). One summary row per
-// arrival pattern. A request that fails (HTTP error, timeout, garbage, a dropped connection) is
-// reported with its reason in requests.csv as it finishes and fails its config with a note;
-// every other request is still compared.
+// arrival pattern. A request that fails (HTTP error, timeout, garbage, a dropped connection, an
+// answer too long or holding NaN) is reported with its reason in requests.csv as it finishes;
+// every other request is still compared. Each config's verdict is one of (probe_verdict):
+//   PASS          every request answered in full and matched its bs=1 run bit for bit, and the
+//                 server was seen serving requests together;
+//   FAIL          some request differed: batch-variant or nondeterministic (exit 1);
+//   ERROR         nothing differed, but requests failed: the server is broken (exit 2);
+//   INCONCLUSIVE  nothing differed and nothing failed, yet the run could not show invariance:
+//                 answers shorter than asked, one answer for different prompts, or batched
+//                 runs the server never served together (exit 4).
 #include "../commands.h"
 
 #include <errno.h>                    // errno
 #include <stdarg.h>                   // va_list, va_start, va_end
 #include <limits.h>                   // PATH_MAX
 #include <stdio.h>                    // printf, fprintf, snprintf, open_memstream
-#include <stdlib.h>                   // free
+#include <stdlib.h>                   // free, qsort
 #include <string.h>                   // strcmp, strncmp, strlen, strchr, strerror
 
 #include <cjson/cJSON.h>              // cJSON_Parse, cJSON_GetObjectItemCaseSensitive
@@ -45,7 +52,19 @@
 #include "../run/prompts.h"           // prompts_generate
 #include "../run/summary_row.h"       // summary_fields, report_row_write, divergence_row_write
 
-enum { PROBE_MAX_HEADERS = 32, PROBE_NOTE_ERRORS = 3 };
+enum {
+    PROBE_MAX_HEADERS = 32,
+    PROBE_NOTE_ERRORS = 3,
+    PROBE_GIVE_UP = 2,                 // transport failures in a row, none answered: stop the run
+    PROBE_MODELS_MAX_REPLY = 4 << 20,  // a model list longer than this is no model list
+    PROBE_EXIT_INCONCLUSIVE = 4,
+};
+
+// Below this many requests served at once on average (in the best batched run), the server is
+// taken to have served the batch one request after another: a PASS would show nothing.
+#define PROBE_MIN_CONCURRENCY 1.5
+
+typedef enum { PROBE_PASS, PROBE_FAIL, PROBE_ERROR, PROBE_INCONCLUSIVE } probe_verdict;
 
 // One run of every prompt: its transfers and what each answer held.
 typedef struct {
@@ -54,17 +73,25 @@ typedef struct {
     engine_step_record *steps;
     bool *ok;                    // an answer was read into res[i]
     char (*why)[512];            // else why not
+    int answered;                // answers read so far in this run
+    int failures_in_a_row;       // transport failures (no HTTP answer) since the last answer
 } probe_run;
 
 typedef struct {
     const case_file *c;
     const prompt_set *p;
     char **bodies;
-    const char *completions_url;
+    const char *completions_url, *metrics_url;
     probe_http_options http;
     int step_ms;
     csv_report *summary, *divergence, *requests;
     probe_notes notes;
+    size_t max_reply;            // the longest answer a request's tokens and top-k can need
+    long short_answers;          // answers with fewer tokens than max_tokens
+    long steps_asked, steps_answered;
+    bool canned;                 // every distinct prompt got the same answer at bs=1
+    int first_lengths[2];        // tokens of both answers at the first divergence
+    int distinct_answered;       // distinct prompts answered at bs=1
     // The run under way, for the requests.csv rows written as answers arrive.
     const char *config, *label;
     probe_run *run;
@@ -91,7 +118,10 @@ static void run_free(probe_run *r, int count) {
 }
 
 // One requests.csv row per answer, as it arrives: a run cut short keeps every answer so far.
-static void on_answer(void *user, int i, probe_transfer *t) {
+// The body is read and freed at once, so memory holds at most the transfers in flight. False
+// (stop the run) after PROBE_GIVE_UP transport failures in a row with no answer at all: a
+// server that never answers must not cost every request its whole --timeout.
+static bool on_answer(void *user, int i, probe_transfer *t) {
     probe *pr = user;
     probe_run *r = pr->run;
     char err[512] = "";
@@ -107,8 +137,20 @@ static void on_answer(void *user, int i, probe_transfer *t) {
     } else if (r->res[i].n_steps == 0) {
         snprintf(err, sizeof err, "the answer holds no tokens");
     }
+    free(t->reply);
+    t->reply = NULL;
+    t->reply_len = 0;
     r->ok[i] = !err[0];
     snprintf(r->why[i], sizeof r->why[i], "%s", err);
+    if (r->ok[i]) {
+        r->answered++;
+        r->failures_in_a_row = 0;
+        pr->steps_asked += pr->c->max_new_tokens;
+        pr->steps_answered += r->res[i].n_steps;
+        if (r->res[i].n_steps < pr->c->max_new_tokens) pr->short_answers++;
+    } else if (t->status == 0) {
+        r->failures_in_a_row++;
+    }
     char req[16], status[16], secs[32], tokens[16];
     snprintf(req, sizeof req, "%d", i);
     snprintf(status, sizeof status, "%ld", t->status);
@@ -117,6 +159,7 @@ static void on_answer(void *user, int i, probe_transfer *t) {
     const char *row[] = {pr->config, pr->label, req, status, secs, tokens,
                          r->ok[i] ? "ok" : "error", err};
     report_row_write(pr->requests, row);
+    return r->answered > 0 || r->failures_in_a_row < PROBE_GIVE_UP;
 }
 
 // Sends every prompt: at most `in_flight` at once, prompt i at send_ms[i] (NULL: at once); the
@@ -128,15 +171,117 @@ static void run_prompts(probe *pr, probe_run *r, const char *config, const char 
         free(r->t[i].reply);
         r->t[i] = (probe_transfer){.url = pr->completions_url, .body = pr->bodies[i],
                                    .send_at = send_s ? send_s[i] : 0.0,
-                                   .after = i >= pr->p->first_warm ? 0 : -1};
+                                   .after = i >= pr->p->first_warm ? 0 : -1,
+                                   .max_reply = pr->max_reply};
         r->ok[i] = false;
         r->why[i][0] = '\0';
         r->res[i].n_steps = 0;
     }
+    r->answered = 0;
+    r->failures_in_a_row = 0;
     pr->config = config;
     pr->label = label;
     pr->run = r;
     probe_http_run(r->t, n, in_flight, &pr->http, on_answer, pr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a batched run achieved
+// ---------------------------------------------------------------------------------------------
+
+// The most requests the probe had in flight at once in a run (from each transfer's send and
+// end), and the concurrency the server achieved: the requests' bs=1 times summed, over the time
+// some request of the run was in flight. A server that serves one request after another scores
+// about 1 whatever the probe had in flight; one that batches N scores near N.
+typedef struct {
+    int in_flight;
+    double concurrency;
+} achieved;
+
+static int by_time(const void *a, const void *b) {
+    const double *x = a, *y = b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return (x[1] > y[1]) - (x[1] < y[1]);  // an end (-1) before a start (+1) at one instant
+}
+
+static achieved run_achieved(const probe_run *base, const probe_run *run, int n) {
+    double (*ev)[2] = invar_calloc(2 * (size_t)n + 1, sizeof *ev, "request windows");
+    int m = 0;
+    double solo = 0;
+    for (int i = 0; i < n; i++) {
+        if (!run->ok[i] || !base->ok[i]) continue;
+        ev[m][0] = run->t[i].started;
+        ev[m++][1] = 1;
+        ev[m][0] = run->t[i].ended;
+        ev[m++][1] = -1;
+        solo += base->t[i].seconds;
+    }
+    qsort(ev, (size_t)m, sizeof *ev, by_time);
+    achieved a = {0, 0.0};
+    int open = 0;
+    double busy = 0, since = 0;
+    for (int k = 0; k < m; k++) {
+        if (open > 0) busy += ev[k][0] - since;
+        since = ev[k][0];
+        open += (int)ev[k][1];
+        if (open > a.in_flight) a.in_flight = open;
+    }
+    free(ev);
+    a.concurrency = busy > 0 ? solo / busy : 0.0;
+    return a;
+}
+
+// Steps the server ran with two requests or more, and the most requests one step ran, from the
+// per-step batch-size counters invar serve exposes at /metrics
+// (invar_steps_with_batch_size{size="N"} COUNT). False when the server exposes none: its
+// batching is then estimated from timings (run_achieved).
+typedef struct {
+    long together;
+    int largest;
+} step_counts;
+
+static bool server_step_counts(const probe *pr, step_counts *out) {
+    probe_transfer t = {.url = pr->metrics_url, .after = -1, .max_reply = 1 << 20};
+    probe_http_run(&t, 1, 1, &pr->http, NULL, NULL);
+    bool found = false;
+    *out = (step_counts){0, 0};
+    if (!t.error[0] && t.status == 200 && t.reply) {
+        const char *key = "invar_steps_with_batch_size{size=\"";
+        for (const char *line = t.reply; line && *line;) {
+            const char *next = strchr(line, '\n');
+            int size;
+            long count;
+            if (strncmp(line, key, strlen(key)) == 0 &&
+                sscanf(line + strlen(key), "%d\"} %ld", &size, &count) == 2 && size >= 1 &&
+                count >= 0) {
+                found = true;
+                if (size >= 2) out->together += count;
+                if (count > 0 && size > out->largest) out->largest = size;
+            }
+            line = next ? next + 1 : NULL;
+        }
+    }
+    free(t.reply);
+    return found;
+}
+
+// Whether every distinct prompt that was answered alone got one and the same answer (a canned
+// or mock server): such a server is invariant by construction and shows nothing.
+static bool one_answer_for_all(const probe *pr, const probe_run *base, int *distinct) {
+    int first = -1, same = 0;
+    *distinct = 0;
+    for (int i = 0; i < pr->p->first_warm; i++) {
+        if (!base->ok[i]) continue;
+        (*distinct)++;
+        if (first < 0) {
+            first = i;
+            continue;
+        }
+        comparison c = compare_request_sets(&base->res[first], &base->res[i], 1, pr->c->top_k,
+                                            NULL, NULL);
+        if (c.differing == 0) same++;
+    }
+    return *distinct >= 2 && same == *distinct - 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -198,6 +343,8 @@ static int compare_runs(probe *pr, const char *config, const probe_run *base,
         snprintf(out->first_batch, sizeof out->first_batch, "%s", batch);
         out->first_request = index[cmp.first_request];
         out->first = cmp.first;
+        pr->first_lengths[0] = b[cmp.first_request].n_steps;
+        pr->first_lengths[1] = o[cmp.first_request].n_steps;
     }
     out->compared += cmp.requests;
     out->differing += cmp.differing;
@@ -214,8 +361,11 @@ static int compare_runs(probe *pr, const char *config, const probe_run *base,
 // GET URL/models. Exits 2 with a clear message when the server cannot be reached or answers
 // something that is not a model list.
 static char *query_models(const char *url, const probe_http_options *http) {
-    probe_transfer t = {.url = url, .after = -1};
+    probe_transfer t = {.url = url, .after = -1, .max_reply = PROBE_MODELS_MAX_REPLY};
     probe_http_run(&t, 1, 1, http, NULL, NULL);
+    if (t.too_long)
+        invar_die(INVAR_EXIT_INPUT, "probe: GET %s: the answer is longer than %d bytes: not an "
+                  "OpenAI model list", url, PROBE_MODELS_MAX_REPLY);
     if (t.error[0])
         invar_die(INVAR_EXIT_INPUT, "probe: cannot reach the server: GET %s: %s", url,
                   t.error);
@@ -236,9 +386,11 @@ static char *query_models(const char *url, const probe_http_options *http) {
     return t.reply;
 }
 
-// The model to ask for, and the vocabulary size if the server reports one (invar serve does).
-static void served_model(const char *models, const char *want, char *name, size_t name_len,
-                         int *vocab) {
+// The model to ask for, and the vocabulary size if the server reports one (invar serve does);
+// a vocab_size that is there but no size (negative, fractional, huge, a string) exits 2 naming
+// it, unless --vocab-size was given.
+static void served_model(const char *url, const char *models, const char *want, char *name,
+                         size_t name_len, int *vocab) {
     cJSON *root = cJSON_Parse(models);
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data"), *m;
     const cJSON *chosen = NULL;
@@ -253,8 +405,19 @@ static void served_model(const char *models, const char *want, char *name, size_
                  cJSON_GetObjectItemCaseSensitive(chosen, "id")->valuestring);
     else name[0] = '\0';
     const cJSON *v = chosen ? cJSON_GetObjectItemCaseSensitive(chosen, "vocab_size") : NULL;
-    if (*vocab == 0 && cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 1e9)
-        *vocab = (int)v->valuedouble;
+    if (*vocab == 0 && v && !cJSON_IsNull(v)) {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : 0;
+        if (!cJSON_IsNumber(v) || d < 1 || d > (double)(1 << 30) || d != (double)(long)d) {
+            char *text = cJSON_PrintUnformatted(v);
+            char shown[64];
+            probe_error_message(text, text ? strlen(text) : 0, shown, sizeof shown);
+            free(text);
+            cJSON_Delete(root);
+            invar_die(INVAR_EXIT_INPUT, "probe: GET %s: vocab_size of %s is %s, not a vocabulary "
+                      "size (1 .. 2^30); give --vocab-size", url, name, shown);
+        }
+        *vocab = (int)d;
+    }
     cJSON_Delete(root);
 }
 
@@ -282,9 +445,10 @@ static char *request_body(const case_file *c, const char *model, const prompt_se
 // ---------------------------------------------------------------------------------------------
 
 // Runs every batch size of the case on arrival pattern `ap`, then the largest again; writes the
-// config's summary row. Returns its verdict: true for PASS.
-static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, const char *url,
-                         const char *model, const backend_selection *sel) {
+// config's summary row. Returns its verdict.
+static probe_verdict probe_config(probe *pr, const probe_run *base, arrival_pattern ap,
+                                  const char *url, const char *model,
+                                  const backend_selection *sel) {
     const case_file *c = pr->c;
     int n = pr->p->count, largest = case_max_batch_size(c), named = 0;
     double t0 = host_seconds();
@@ -310,12 +474,32 @@ static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, c
     for (int i = 0; i < pr->p->first_warm; i++) send_s[i] = steps[i] * pr->step_ms / 1000.0;
     probe_run cur = run_alloc(n, c->max_new_tokens), kept = run_alloc(n, c->max_new_tokens);
     bool have_kept = false;
-    for (int b = 0; b < c->n_batch_sizes; b++) {
+    achieved best = {0, 0.0};
+    int best_bs = 0;
+    // The server's own step counters, where it has them, say whether a run was served together.
+    step_counts before, after;
+    bool counted = server_step_counts(pr, &before);
+    long together = 0;
+    int largest_step = 0;
+    // Nothing answered alone: a batched run would compare nothing and wait out every timeout.
+    int batches = base->answered > 0 ? c->n_batch_sizes : 0;
+    for (int b = 0; b < batches; b++) {
         int bs = c->batch_sizes[b];
         char label[32];
         snprintf(label, sizeof label, "bs=%d", bs);
         run_prompts(pr, &cur, cfg.name, label, bs, send_s);
         failed += note_failures(&cur, n, label, &out, &named);
+        if (counted && (counted = server_step_counts(pr, &after))) {
+            if (bs > 1) together += after.together - before.together;
+            if (bs > 1 && after.together > before.together && after.largest > largest_step)
+                largest_step = after.largest;
+            before = after;
+        }
+        achieved a = run_achieved(base, &cur, n);
+        if (bs > 1 && a.concurrency > best.concurrency) {
+            best = a;
+            best_bs = bs;
+        }
         snprintf(label, sizeof label, "%d", bs);
         if (compare_runs(pr, cfg.name, base, &cur, label, &out) > 0) out.batch_differs = true;
         if (bs == largest && !have_kept) {
@@ -325,11 +509,14 @@ static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, c
             have_kept = true;
         }
     }
-    char label[32];
-    snprintf(label, sizeof label, "bs=%d repeat", largest);
-    run_prompts(pr, &cur, cfg.name, label, largest, send_s);
-    failed += note_failures(&cur, n, label, &out, &named);
-    if (compare_runs(pr, cfg.name, &kept, &cur, "repeat", &out) > 0) out.repeat_differs = true;
+    if (batches > 0) {
+        char label[32];
+        snprintf(label, sizeof label, "bs=%d repeat", largest);
+        run_prompts(pr, &cur, cfg.name, label, largest, send_s);
+        failed += note_failures(&cur, n, label, &out, &named);
+        if (compare_runs(pr, cfg.name, &kept, &cur, "repeat", &out) > 0)
+            out.repeat_differs = true;
+    }
     run_free(&cur, n);
     run_free(&kept, n);
     free(steps);
@@ -337,14 +524,64 @@ static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, c
 
     out.observed = out.repeat_differs ? "nondeterministic"
                    : out.batch_differs ? "batch-variant" : "invariant";
+    probe_verdict verdict = out.repeat_differs || out.batch_differs ? PROBE_FAIL : PROBE_PASS;
     if (failed > 0) {
-        out.observed = "error";
+        // A difference still shows batch variance; without one, failed requests are a broken
+        // server (ERROR), never a batch-variant one.
+        if (verdict == PROBE_PASS) {
+            verdict = PROBE_ERROR;
+            out.observed = "error";
+        }
         char first[sizeof out.note];
         snprintf(first, sizeof first, "%s", out.note);
-        snprintf(out.note, sizeof out.note, "%d request%s failed: %.900s", failed,
-                 failed == 1 ? "" : "s", first);
+        if (base->answered == 0)
+            snprintf(out.note, sizeof out.note, "the server answered none of the bs=1 requests, "
+                     "so no batch was sent: %.900s", first);
+        else
+            snprintf(out.note, sizeof out.note, "%d request%s failed: %.900s", failed,
+                     failed == 1 ? "" : "s", first);
     }
-    out.verdict = failed == 0 && strcmp(out.observed, "invariant") == 0 ? "PASS" : "FAIL";
+    // What a PASS would need besides equal bits: every step asked for, different answers to
+    // different prompts, and batches the server served together.
+    if (verdict == PROBE_PASS) {
+        if (pr->short_answers > 0)
+            add_note(&out, "INCONCLUSIVE: %ld answer%s held fewer tokens than the %d asked (%ld of "
+                     "%ld steps compared; does the server ignore ignore_eos?)", pr->short_answers,
+                     pr->short_answers == 1 ? "" : "s", c->max_new_tokens, pr->steps_answered,
+                     pr->steps_asked);
+        if (pr->canned)
+            add_note(&out, "INCONCLUSIVE: the server gave one answer to all %d different prompts "
+                     "(a canned or mock server)", pr->distinct_answered);
+        if (best_bs == 0)
+            add_note(&out, "INCONCLUSIVE: no batch size above 1, so no batch was served");
+        else if (counted && together == 0)
+            add_note(&out, "INCONCLUSIVE: the batched runs were never served together: the "
+                     "server's /metrics counted no step with two requests or more (a server "
+                     "that runs one request at a time cannot show batch variance)");
+        else if (!counted && best.concurrency < PROBE_MIN_CONCURRENCY)
+            add_note(&out, "INCONCLUSIVE: the batched runs were never served together: at most "
+                     "%.2f requests at once (bs=%d; the requests' bs=1 times over the time the "
+                     "batch took, %d in flight), below %.1f: a server that runs one request at "
+                     "a time cannot show batch variance", best.concurrency, best_bs,
+                     best.in_flight, PROBE_MIN_CONCURRENCY);
+        if (strstr(out.note, "INCONCLUSIVE")) {
+            verdict = PROBE_INCONCLUSIVE;
+            out.observed = "inconclusive";
+        }
+    }
+    if (best_bs > 0 && verdict != PROBE_INCONCLUSIVE && counted)
+        add_note(&out, "served together: %ld steps of up to %d requests (the server's /metrics)",
+                 together, largest_step);
+    else if (best_bs > 0 && verdict != PROBE_INCONCLUSIVE)
+        add_note(&out, "served together: %.2f requests at once at bs=%d (from timings)",
+                 best.concurrency, best_bs);
+    static const char *const csv_verdict[] = {[PROBE_PASS] = "PASS", [PROBE_FAIL] = "FAIL",
+                                              [PROBE_ERROR] = "FAIL",
+                                              [PROBE_INCONCLUSIVE] = "SKIP"};
+    static const char *const shown[] = {[PROBE_PASS] = "PASS", [PROBE_FAIL] = "FAIL",
+                                        [PROBE_ERROR] = "ERROR",
+                                        [PROBE_INCONCLUSIVE] = "INCONCLUSIVE"};
+    out.verdict = csv_verdict[verdict];
     const probe_notes *pn = &pr->notes;
     if (pn->text_tokens)
         add_note(&out, "%ld tokens named by text, not id (no return_tokens_as_token_ids): "
@@ -353,8 +590,7 @@ static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, c
         add_note(&out, "%ld of %ld logprobs carry more precision than float32: compared as the "
                  "nearest float32", pn->wider_than_float32, pn->values);
     if (pn->non_finite)
-        add_note(&out, "%ld logprobs are -Infinity, Infinity or NaN (compared by their bits)",
-                 pn->non_finite);
+        add_note(&out, "%ld logprobs are -Infinity (compared by their bits)", pn->non_finite);
     if (pn->short_top)
         add_note(&out, "%ld steps returned fewer than %d top_logprobs (missing entries compare "
                  "as token -1)", pn->short_top, c->top_k);
@@ -375,9 +611,12 @@ static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, c
     fields[SUMMARY_BACKEND_SELECTED_BY] = "-";
     report_row_write(pr->summary, fields);
 
-    printf("%s %s: %s, %d requests compared, %d differing", out.verdict, cfg.name, out.observed,
-           out.compared, out.differing);
-    if (out.has_first) {
+    printf("%s %s: %s, %d requests compared, %d differing", shown[verdict], cfg.name,
+           out.observed, out.compared, out.differing);
+    if (out.has_first && out.first.kind == DIFF_LENGTH) {
+        printf("; first: batch %s request %d: %d tokens vs %d at bs=1", out.first_batch,
+               out.first_request, pr->first_lengths[1], pr->first_lengths[0]);
+    } else if (out.has_first) {
         char field[32];
         printf("; first: batch %s request %d step %d %s: %.9g vs %.9g (%lld ulps)",
                out.first_batch, out.first_request, out.first.step,
@@ -387,7 +626,7 @@ static bool probe_config(probe *pr, const probe_run *base, arrival_pattern ap, c
     printf(" (%.1f s)\n", out.seconds);
     if (out.note[0]) printf("    note: %s\n", out.note);
     if (fflush(stdout) != 0) invar_die(INVAR_EXIT_SYSTEM, "writing stdout failed");
-    return strcmp(out.verdict, "PASS") == 0;
+    return verdict;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,9 +690,13 @@ int cmd_probe(int argc, char **argv) {
                  "logprobs compared as float32 bits. Writes DIR/summary.csv, divergence.csv,\n"
                  "requests.csv (every answer, or why none), meta.csv, junit.xml, summary.md.",
         .flags = flags,
-        .epilogue = "Exit: 0 every config PASS, 1 some FAIL (a batch-variant or nondeterministic\n"
-                    "server, or failed requests), 2 bad usage, case file or unreachable server,\n"
-                    "3 a report could not be written.",
+        .epilogue = "Verdicts: PASS (every request answered in full, equal to bs=1 bit for bit,\n"
+                    "batches served together), FAIL (some request differed), ERROR (requests\n"
+                    "failed, none differed), INCONCLUSIVE (nothing differed or failed, but short\n"
+                    "answers, one answer for every prompt, or batches never served together).\n"
+                    "Exit: 0 every config PASS, 1 some FAIL (batch-variant or nondeterministic),\n"
+                    "2 bad usage or case file, an unreachable server, or an ERROR and no FAIL,\n"
+                    "3 a report could not be written, 4 an INCONCLUSIVE and no FAIL or ERROR.",
     };
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_GO_ON) return rc;
@@ -478,15 +721,18 @@ int cmd_probe(int argc, char **argv) {
         if (!l) invar_die(INVAR_EXIT_SYSTEM, "probe: curl_slist_append failed");
         pr.http.headers = l;
     }
-    char base[2048], models_url[2100], completions_url[2100];
+    char base[2048], models_url[2100], completions_url[2100], metrics_url[2100];
     api_base(url, base, sizeof base);
     snprintf(models_url, sizeof models_url, "%s/models", base);
     snprintf(completions_url, sizeof completions_url, "%s/completions", base);
+    // Metrics live beside /v1, at the server's root (as vLLM and invar serve put them).
+    snprintf(metrics_url, sizeof metrics_url, "%.*s/metrics", (int)(strlen(base) - 3), base);
     pr.completions_url = completions_url;
+    pr.metrics_url = metrics_url;
 
     char *models = query_models(models_url, &pr.http);
     char name[512];
-    served_model(models, model, name, sizeof name, &vocab);
+    served_model(models_url, models, model, name, sizeof name, &vocab);
     if (!name[0])
         invar_die(INVAR_EXIT_INPUT, "probe: GET %s lists no model; give --model", models_url);
     if (vocab == 0)
@@ -495,6 +741,11 @@ int cmd_probe(int argc, char **argv) {
     prompt_spec spec = case_prompt_spec(c);
     prompt_set *p = prompts_generate(&spec, vocab, c->seed);
     pr.p = p;
+    // An answer's size follows from its tokens and top-k: a far longer one is refused as it
+    // arrives, so memory stays bounded by the requests in flight (a 64 KiB floor for the
+    // envelope and text, 512 bytes an entry for a token's name, text and number).
+    pr.max_reply = (size_t)(64 << 10) +
+                   (size_t)c->max_new_tokens * (size_t)(c->top_k + 2) * 512u;
     pr.bodies = invar_calloc((size_t)p->count, sizeof *pr.bodies, "request bodies");
     for (int i = 0; i < p->count; i++) pr.bodies[i] = request_body(c, name, p, i);
 
@@ -522,16 +773,16 @@ int cmd_probe(int argc, char **argv) {
     fflush(stdout);
     probe_run baseline = run_alloc(p->count, c->max_new_tokens);
     run_prompts(&pr, &baseline, "baseline", "bs=1", 1, NULL);
+    pr.canned = one_answer_for_all(&pr, &baseline, &pr.distinct_answered);
     backend_selection sel = {.where = "-"};
     const matrix_list *arrivals = &c->axes[matrix_axis_find("arrivals")];
-    int passed = 0, failed = 0;
+    int counts[4] = {0};
     for (int a = 0; a < arrivals->n; a++) {
         arrival_pattern ap;
         if (!arrival_pattern_by_name(arrivals->value[a], &ap))
             invar_die(INVAR_EXIT_INPUT, "%s: arrivals: unknown pattern '%s'", c->path,
                       arrivals->value[a]);
-        if (probe_config(&pr, &baseline, ap, url, name, &sel)) passed++;
-        else failed++;
+        counts[probe_config(&pr, &baseline, ap, url, name, &sel)]++;
     }
     run_free(&baseline, p->count);
     close_report(pr.summary);
@@ -540,7 +791,8 @@ int cmd_probe(int argc, char **argv) {
     if (!report_render_run(out_dir, err, sizeof err))
         invar_die(INVAR_EXIT_SYSTEM, "rendering the report in %s: %s", out_dir, err);
     printf("reports: %s/{summary.csv,divergence.csv,requests.csv,meta.csv,junit.xml,summary.md}\n"
-           "%d passed, %d failed\n", out_dir, passed, failed);
+           "%d passed, %d failed, %d error, %d inconclusive\n", out_dir, counts[PROBE_PASS],
+           counts[PROBE_FAIL], counts[PROBE_ERROR], counts[PROBE_INCONCLUSIVE]);
     if (fflush(stdout) != 0) invar_die(INVAR_EXIT_SYSTEM, "writing stdout failed");
     for (int i = 0; i < p->count; i++) free(pr.bodies[i]);
     free(pr.bodies);
@@ -549,5 +801,7 @@ int cmd_probe(int argc, char **argv) {
     curl_slist_free_all(pr.http.headers);
     curl_global_cleanup();
     free(c);
-    return failed > 0 ? 1 : 0;
+    // Batch variance shown outranks a broken server, which outranks a run that showed nothing.
+    return counts[PROBE_FAIL] ? 1 : counts[PROBE_ERROR] ? INVAR_EXIT_INPUT
+           : counts[PROBE_INCONCLUSIVE] ? PROBE_EXIT_INCONCLUSIVE : 0;
 }

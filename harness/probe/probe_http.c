@@ -10,7 +10,7 @@
 #include "../../common/check.h" // invar_die, invar_calloc
 #include "../host.h"             // host_seconds
 
-enum { PROBE_MAX_REPLY = 64 << 20 };  // a longer answer is cut off: an error, not a crash
+enum { PROBE_MAX_REPLY = 64 << 20 };  // the default cap: a longer answer is an error, not a crash
 
 typedef struct {
     probe_transfer *t;
@@ -27,7 +27,8 @@ static size_t on_data(char *data, size_t size, size_t n, void *user) {
     transfer_state *s = user;
     probe_transfer *t = s->t;
     size_t len = size * n;
-    if (t->reply_len + len > PROBE_MAX_REPLY) {
+    size_t cap = t->max_reply ? t->max_reply : (size_t)PROBE_MAX_REPLY;
+    if (t->reply_len + len > cap) {
         s->too_long = true;
         return 0;  // makes libcurl stop with CURLE_WRITE_ERROR
     }
@@ -85,16 +86,23 @@ static void start(CURLM *m, transfer_state *s, const probe_http_options *o) {
         easy_ok(curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->body), "POSTFIELDS");
     }
     s->t0 = host_seconds();
+    t->started = s->t0;
+    t->sent = true;
     multi_ok(curl_multi_add_handle(m, e), "curl_multi_add_handle");
 }
 
 static void finish(CURLM *m, transfer_state *s, CURLcode result) {
     probe_transfer *t = s->t;
-    t->seconds = host_seconds() - s->t0;
+    t->ended = host_seconds();
+    t->seconds = t->ended - s->t0;
     if (curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &t->status) != CURLE_OK)
         t->status = 0;
+    t->too_long = s->too_long;
     if (s->too_long)
-        snprintf(t->error, sizeof t->error, "answer longer than %d bytes", PROBE_MAX_REPLY);
+        snprintf(t->error, sizeof t->error, "answer longer than %zu bytes",
+                 t->max_reply ? t->max_reply : (size_t)PROBE_MAX_REPLY);
+    else if (result == CURLE_ABORTED_BY_CALLBACK)
+        snprintf(t->error, sizeof t->error, "cancelled: the probe stopped sending");
     else if (result != CURLE_OK)
         snprintf(t->error, sizeof t->error, "%s%s%s", curl_easy_strerror(result),
                  s->curl_error[0] ? ": " : "", s->curl_error);
@@ -113,8 +121,24 @@ void probe_http_run(probe_transfer *t, int n, int max_in_flight, const probe_htt
     transfer_state *st = invar_calloc((size_t)n + 1, sizeof *st, "transfers");
     double t0 = host_seconds();
     int next = 0, in_flight = 0;
+    bool stopped = false;
     for (;;) {
         double now = host_seconds() - t0;
+        if (stopped) {
+            // Cancel what is in flight, and hand every unsent transfer back unsent.
+            for (int i = 0; i < next; i++)
+                if (st[i].easy) {
+                    finish(m, &st[i], CURLE_ABORTED_BY_CALLBACK);
+                    if (done) done(user, i, &t[i]);
+                }
+            for (; next < n; next++) {
+                t[next].finished = true;
+                snprintf(t[next].error, sizeof t[next].error,
+                         "not sent: the probe stopped sending");
+                if (done) done(user, next, &t[next]);
+            }
+            break;
+        }
         while (next < n && in_flight < max_in_flight && t[next].send_at <= now &&
                (t[next].after < 0 || t[t[next].after].finished)) {
             st[next] = (transfer_state){.t = &t[next], .index = next};
@@ -136,8 +160,9 @@ void probe_http_run(probe_transfer *t, int n, int max_in_flight, const probe_htt
             transfer_state *s = (transfer_state *)private;
             finish(m, s, result);
             in_flight--;
-            if (done) done(user, s->index, s->t);
+            if (done && !done(user, s->index, s->t)) stopped = true;
         }
+        if (stopped) continue;
         // Sleep until a socket is ready or the next send is due (at most 50 ms: a transfer
         // waiting on another's end is looked at again soon).
         long wait_ms = 50;

@@ -17,12 +17,16 @@ typedef struct {
     const char *body;       // POST body (JSON); NULL: GET
     double send_at;         // seconds after the set starts
     int after;              // index of a transfer that must finish first; -1: none
+    size_t max_reply;       // the longest body kept; a longer one is an error (0: 64 MiB)
     // Out
     bool finished;
+    bool sent;              // false: never sent (the set was stopped first)
+    bool too_long;          // the body passed max_reply (error says so)
     long status;            // HTTP status; 0 when none arrived
     char error[512];        // transport failure ("" when a reply arrived): what and why
     char *reply;            // the body (NUL-terminated), owned: free()
     size_t reply_len;
+    double started, ended;  // host_seconds() at the send and at the end (0: not sent)
     double seconds;         // from sending to the end
 } probe_transfer;
 
@@ -32,7 +36,10 @@ typedef struct {
     long connect_timeout_ms;
 } probe_http_options;
 
-typedef void (*probe_transfer_done)(void *user, int index, probe_transfer *t);
+// Called as each transfer finishes; false stops the set: nothing more is sent, the transfers
+// in flight are cancelled, and each of those and of the unsent ones is handed to done too,
+// with its error saying so (done's answer is then ignored).
+typedef bool (*probe_transfer_done)(void *user, int index, probe_transfer *t);
 
 // Runs t[0 .. n) in index order, at most max_in_flight at once; calls done (may be NULL) for
 // each as it finishes. A transfer's own failure is recorded in it, never fatal; a failure of

@@ -2,13 +2,13 @@
 // (harness/probe/probe_json.h).
 #include "probe_json.h"
 
-#include <ctype.h>               // isdigit, isalpha, isprint
+#include <ctype.h>               // isdigit, isalpha, isprint, isspace
 #include <errno.h>               // errno, ERANGE
 #include <math.h>                // isfinite, INFINITY
 #include <stdint.h>              // int32_t, uint32_t
 #include <stdio.h>               // snprintf
 #include <stdlib.h>              // malloc, free, strtof, strtod, strtol, qsort
-#include <string.h>              // strncmp, strlen
+#include <string.h>              // strcmp, strncmp, strlen
 
 #include <xxhash.h>              // XXH3_64bits
 #include <cjson/cJSON.h>         // cJSON_ParseWithLength, cJSON_GetObjectItemCaseSensitive, ...
@@ -16,16 +16,24 @@
 #include "../../common/check.h"  // invar_fail
 #include "../run/compare.h"      // float_ordered
 
-char *probe_quote_numbers(const char *json, size_t len, size_t *out_len) {
-    // A number becomes at most two characters longer, and numbers are separated by at least
-    // one character: 2 * len + 2 always suffices.
-    char *out = malloc(2 * len + 3);
-    if (!out) return NULL;
+char *probe_quote_numbers(const char *json, size_t len, size_t *out_len, const char **why) {
+    // A number becomes at most three characters longer (mark and quotes), and numbers are
+    // separated by at least one character: 3 * len + 3 always suffices.
+    char *out = malloc(3 * len + 4);
+    if (!out) {
+        *why = "out of memory";
+        return NULL;
+    }
     size_t o = 0;
     bool in_string = false;
     for (size_t i = 0; i < len;) {
         char ch = json[i];
         if (in_string) {
+            if ((unsigned char)ch < 0x20) {
+                free(out);
+                *why = "a raw control character inside a string (not JSON)";
+                return NULL;
+            }
             out[o++] = ch;
             if (ch == '\\' && i + 1 < len) out[o++] = json[++i];
             else if (ch == '"') in_string = false;
@@ -37,6 +45,7 @@ char *probe_quote_numbers(const char *json, size_t len, size_t *out_len) {
                    (len - i >= 3 && strncmp(json + i, "NaN", 3) == 0) ||
                    (len - i >= 8 && strncmp(json + i, "Infinity", 8) == 0)) {
             out[o++] = '"';
+            out[o++] = PROBE_NUMBER_MARK;
             while (i < len && (isdigit((unsigned char)json[i]) || isalpha((unsigned char)json[i]) ||
                                json[i] == '-' || json[i] == '+' || json[i] == '.'))
                 out[o++] = json[i++];
@@ -50,19 +59,61 @@ char *probe_quote_numbers(const char *json, size_t len, size_t *out_len) {
     return out;
 }
 
-// A logprob from its text (a quoted number after probe_quote_numbers).
-static bool read_logprob(const cJSON *v, float *out, probe_notes *notes) {
-    if (!cJSON_IsString(v) || !v->valuestring[0]) return false;
-    const char *t = v->valuestring;
-    char *end;
-    errno = 0;
-    float f = strtof(t, &end);
-    if (*end != '\0') return false;
+// Whether t is a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? and nothing else.
+static bool json_number_text(const char *t) {
+    if (*t == '-') t++;
+    if (*t == '0') t++;
+    else if (*t >= '1' && *t <= '9') while (isdigit((unsigned char)*t)) t++;
+    else return false;
+    if (*t == '.') {
+        if (!isdigit((unsigned char)*++t)) return false;
+        while (isdigit((unsigned char)*t)) t++;
+    }
+    if (*t == 'e' || *t == 'E') {
+        t++;
+        if (*t == '+' || *t == '-') t++;
+        if (!isdigit((unsigned char)*t)) return false;
+        while (isdigit((unsigned char)*t)) t++;
+    }
+    return *t == '\0';
+}
+
+// The number text probe_quote_numbers marked, or NULL for any other value (a string a server
+// sent, null, an object).
+static const char *marked_number(const cJSON *v) {
+    if (!cJSON_IsString(v) || v->valuestring[0] != PROBE_NUMBER_MARK) return NULL;
+    return v->valuestring + 1;
+}
+
+// A logprob from its marked text: a JSON number or -Infinity. False with the reason in why.
+static bool read_logprob(const cJSON *v, float *out, probe_notes *notes, const char **why) {
+    const char *t = marked_number(v);
+    *why = "is not a number";
+    if (!t) return false;
+    if (strcmp(t, "NaN") == 0) {
+        *why = "is NaN, not a log-probability";
+        return false;
+    }
+    if (strcmp(t, "Infinity") == 0) {
+        *why = "is Infinity, not a log-probability (at most 0)";
+        return false;
+    }
+    if (strcmp(t, "-Infinity") == 0) {
+        notes->values++;
+        notes->non_finite++;
+        *out = -INFINITY;
+        return true;
+    }
+    if (!json_number_text(t)) return false;
     // ERANGE on underflow still gives the nearest float (a denormal or zero): keep it.
+    float f = strtof(t, NULL);
+    if (!isfinite(f)) {
+        *why = "overflows float32";
+        return false;
+    }
     double d = strtod(t, NULL);
     notes->values++;
-    if (!isfinite(f)) notes->non_finite++;
-    else if ((double)f != d) {
+    if ((double)f != d) {
         int digits = 0;
         for (const char *p = t; *p && *p != 'e' && *p != 'E'; p++)
             if (isdigit((unsigned char)*p) && (digits || *p != '0')) digits++;
@@ -82,6 +133,7 @@ static int32_t text_token(const char *s) {
 // text its hash. Both places read names this one way, so a sampled token and its top-1 entry
 // always get the same id.
 static bool read_token_name(const char *s, int32_t *id, probe_notes *notes) {
+    if (*s == PROBE_NUMBER_MARK) s++;  // a bare number: an id like a decimal text
     char *number_end;
     errno = 0;
     long n = strtol(s, &number_end, 10);
@@ -131,10 +183,12 @@ static bool read_top(const cJSON *obj, int step, int top_k, engine_step_record *
     int i = 0;
     const cJSON *v;
     cJSON_ArrayForEach(v, obj) {
-        if (!read_token_name(v->string, &e[i].id, notes) || !read_logprob(v, &e[i].logprob, notes)) {
+        const char *why = "";
+        if (!read_token_name(v->string, &e[i].id, notes) ||
+            !read_logprob(v, &e[i].logprob, notes, &why)) {
             free(e);
             return invar_fail(err, (size_t)err_len, "top_logprobs[%d]: entry '%.60s' is not a token and a "
-                        "number", step, v->string);
+                        "number%s%s", step, v->string, why[0] ? ": its value " : "", why);
         }
         i++;
     }
@@ -151,15 +205,24 @@ static bool read_top(const cJSON *obj, int step, int top_k, engine_step_record *
 bool probe_parse_completion(const char *body, size_t len, int top_k, int max_steps,
                             engine_result *res, probe_notes *notes, char *err, int err_len) {
     size_t qlen;
-    char *quoted = probe_quote_numbers(body, len, &qlen);
-    if (!quoted) return invar_fail(err, (size_t)err_len, "out of memory");
-    cJSON *root = cJSON_ParseWithLength(quoted, qlen);
-    bool ok = false;
+    const char *why = "";
     res->n_steps = 0;
+    char *quoted = probe_quote_numbers(body, len, &qlen, &why);
+    if (!quoted) return invar_fail(err, (size_t)err_len, "malformed JSON: %s", why);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(quoted, qlen, &end, false);
+    bool ok = false;
     if (!root) {
         size_t at = (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - quoted : 0);
         invar_fail(err, (size_t)err_len, "malformed or truncated JSON (%zu bytes; cJSON stops near byte %zu "
              "of the quoted text)", len, at);
+        goto out;
+    }
+    // One value and only white space after it: a second object or trailing bytes are no answer.
+    while (end && end < quoted + qlen && isspace((unsigned char)*end)) end++;
+    if (end && end < quoted + qlen) {
+        invar_fail(err, (size_t)err_len, "malformed JSON: %zu bytes follow the answer's value",
+                   (size_t)(quoted + qlen - end));
         goto out;
     }
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
@@ -200,8 +263,8 @@ bool probe_parse_completion(const char *body, size_t len, int top_k, int max_ste
             invar_fail(err, (size_t)err_len, "tokens[%d] is not a token", s);
             goto out;
         }
-        if (!read_logprob(cJSON_GetArrayItem(lps, s), &rec->logprob, notes)) {
-            invar_fail(err, (size_t)err_len, "token_logprobs[%d] is not a number", s);
+        if (!read_logprob(cJSON_GetArrayItem(lps, s), &rec->logprob, notes, &why)) {
+            invar_fail(err, (size_t)err_len, "token_logprobs[%d] %s", s, why);
             goto out;
         }
         if (top_k > 0 &&
@@ -220,15 +283,14 @@ void probe_error_message(const char *body, size_t len, char *buf, int buf_len) {
     cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(root, "error"), "message");
-    if (cJSON_IsString(msg)) {
-        snprintf(buf, (size_t)buf_len, "%s", msg->valuestring);
-    } else {
-        // The first bytes, printable only: a garbage answer must not garble the report.
-        int o = 0;
-        for (size_t i = 0; body && i < len && i < 120 && o + 1 < buf_len; i++)
-            buf[o++] = isprint((unsigned char)body[i]) ? body[i] : '?';
-        buf[o] = '\0';
-        if (!o) snprintf(buf, (size_t)buf_len, "(empty body)");
-    }
+    // Printable only: a garbage answer or an escape sequence must not garble the report.
+    const char *text = cJSON_IsString(msg) ? msg->valuestring : body;
+    size_t text_len = cJSON_IsString(msg) ? strlen(msg->valuestring) : len;
+    size_t most = cJSON_IsString(msg) ? 300 : 120;
+    int o = 0;
+    for (size_t i = 0; text && i < text_len && i < most && o + 1 < buf_len; i++)
+        buf[o++] = isprint((unsigned char)text[i]) ? text[i] : '?';
+    buf[o] = '\0';
+    if (!o) snprintf(buf, (size_t)buf_len, "(empty body)");
     cJSON_Delete(root);
 }

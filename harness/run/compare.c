@@ -55,6 +55,10 @@ bool compare_step(const engine_result *base, const engine_result *other, int ste
         const engine_step_record *r = in_base ? &base->steps[step] : &other->steps[step];
         describe(d, DIFF_LENGTH, step, -1, in_base ? r->token : -1, in_other ? r->token : -1,
                  in_base ? r->logprob : 0.0f, in_other ? r->logprob : 0.0f);
+        // A missing step has no logprob to be near: a distance to a stand-in 0 would read as
+        // a measured one (a billion ulps).
+        d->abs_delta = 0.0;
+        d->ulps = 0;
         return true;
     }
     const engine_step_record *a = &base->steps[step], *b = &other->steps[step];

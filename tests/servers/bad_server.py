@@ -7,6 +7,19 @@
         1 HTTP 500 with an OpenAI error body, 2 garbage that is not JSON, 3 JSON cut short,
         4 a reply slower than the test's --timeout, 5 the connection closed with no reply.
   bad_server.py --port-file FILE --mode garbage   every connection gets bytes that are not HTTP.
+  bad_server.py --port-file FILE --mode MODE      every completion one way (tests/test_probe.sh):
+        short     one token fewer than max_tokens asks (a server ignoring ignore_eos)
+        canned    one answer whatever the prompt
+        nan       every logprob NaN;  infinity: every logprob Infinity
+        strings   logprobs as JSON strings ("-0.5");  hex: logprobs as hex floats
+        trailing  a good answer followed by a second JSON object
+        huge      an answer of 100 MB (valid JSON: a long text)
+        never     reads the request and never answers
+        escape    HTTP 400 whose error message holds terminal escapes
+        serial    good answers, one request at a time (a lock), 200 ms each, no /metrics
+        parallel  good answers, 300 ms each, all at once, no /metrics
+        lengthvary  good answers, one token fewer while another request is in flight
+        bigmodels   /v1/models answers 100 MB;  vocab-neg, vocab-huge: vocab_size -5, 2e9
 
 Listens on 127.0.0.1, port 0 (the kernel picks a free one), written to FILE once listening.
 """
@@ -47,6 +60,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     counter = 0
     lock = threading.Lock()
+    serial = threading.Lock()
+    mode = "mixed"
+    in_flight = 0
 
     def log_message(self, *args):
         pass
@@ -61,12 +77,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.rstrip("/") == "/v1/models":
-            self.send(200, {"object": "list", "data": [{"id": "bad", "vocab_size": 1000}]})
+            vocab = {"vocab-neg": -5, "vocab-huge": 2e9}.get(Handler.mode, 1000)
+            if Handler.mode == "bigmodels":
+                pad = "x" * (100 << 20)
+                self.send(200, ('{"object":"list","data":[{"id":"bad","vocab_size":1000,'
+                                '"pad":"' + pad + '"}]}').encode())
+                return
+            self.send(200, {"object": "list", "data": [{"id": "bad", "vocab_size": vocab}]})
         else:
             self.send(404, {"error": {"message": "no such route", "type": "not_found_error"}})
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if Handler.mode != "mixed":
+            self.one_way(body)
+            return
         with Handler.lock:
             k = Handler.counter
             Handler.counter += 1
@@ -86,6 +111,60 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.close_connection = True
             self.connection.shutdown(2)
+
+
+    def one_way(self, body):
+        mode = Handler.mode
+        answer = good_answer(body)
+        lp = answer["choices"][0]["logprobs"]
+        if mode == "short":
+            for key in ("tokens", "token_logprobs", "top_logprobs"):
+                lp[key] = lp[key][:max(1, len(lp[key]) - 1)]
+        elif mode == "canned":
+            answer = good_answer({"prompt": [1, 2, 3], "max_tokens": body.get("max_tokens", 16),
+                                  "logprobs": body.get("logprobs")})
+        elif mode in ("nan", "infinity"):
+            value = float("nan") if mode == "nan" else float("inf")
+            lp["token_logprobs"] = [value] * len(lp["token_logprobs"])
+            lp["top_logprobs"] = [{k: value for k in top} for top in lp["top_logprobs"]]
+        elif mode == "strings":
+            lp["token_logprobs"] = [repr(v) for v in lp["token_logprobs"]]
+        elif mode == "hex":
+            text = json.dumps(answer)
+            for v in lp["token_logprobs"]:
+                text = text.replace(repr(v), float(v).hex(), 1)
+            self.send(200, text.encode())
+            return
+        elif mode == "trailing":
+            self.send(200, (json.dumps(answer) + json.dumps(answer)).encode())
+            return
+        elif mode == "huge":
+            answer["choices"][0]["text"] = "x" * (100 << 20)
+        elif mode == "never":
+            time.sleep(3600)
+            return
+        elif mode == "escape":
+            self.send(400, {"error": {"message": "\x1b[2J\x1b[31mred alert\x1b[0m\x07",
+                                      "type": "invalid_request_error"}})
+            return
+        elif mode == "serial":
+            with Handler.serial:
+                time.sleep(0.2)
+        elif mode == "parallel":
+            time.sleep(0.3)
+        elif mode == "lengthvary":
+            with Handler.lock:
+                Handler.in_flight += 1
+            time.sleep(0.05)
+            with Handler.lock:
+                crowded = Handler.in_flight > 1
+            time.sleep(0.05)
+            with Handler.lock:
+                Handler.in_flight -= 1
+            if crowded:
+                for key in ("tokens", "token_logprobs", "top_logprobs"):
+                    lp[key] = lp[key][:-1]
+        self.send(200, answer)
 
 
 class Garbage(socketserver.BaseRequestHandler):
@@ -108,10 +187,14 @@ class GarbageServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-file", required=True)
-    ap.add_argument("--mode", choices=["mixed", "garbage"], default="mixed")
+    ap.add_argument("--mode", default="mixed",
+                    choices=["mixed", "garbage", "short", "canned", "nan", "infinity", "strings",
+                             "hex", "trailing", "huge", "never", "escape", "serial", "parallel",
+                             "lengthvary", "bigmodels", "vocab-neg", "vocab-huge"])
     a = ap.parse_args()
-    srv = (Server if a.mode == "mixed" else GarbageServer)(
-        ("127.0.0.1", 0), Handler if a.mode == "mixed" else Garbage)
+    Handler.mode = a.mode
+    srv = (Server if a.mode != "garbage" else GarbageServer)(
+        ("127.0.0.1", 0), Handler if a.mode != "garbage" else Garbage)
     with open(a.port_file + ".tmp", "w") as f:
         f.write(f"{srv.server_address[1]}\n")
     os.rename(a.port_file + ".tmp", a.port_file)

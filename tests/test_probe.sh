@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# tests/test_probe.sh BUILD — invar probe against hostile servers (tests/servers/bad_server.py's
+# one-way modes, and invar serve itself), on 127.0.0.1 only. Each check is a verdict probe must
+# not get wrong:
+#   - INCONCLUSIVE (exit 4), never PASS: answers shorter than asked, one answer for every
+#     prompt, a server that serves one request at a time (invar serve --max-num-seqs 1 with the
+#     reference set, seen through its /metrics; a server without metrics, seen through timings);
+#   - ERROR (exit 2), never FAIL or PASS: NaN or Infinity logprobs, numbers sent as strings or
+#     hex floats, trailing JSON, answers far longer than asked (memory stays bounded), a server
+#     that never answers (probe stops after two timeouts instead of waiting out every request);
+#   - exit 2 naming the problem: a 100 MB model list, a vocab_size that is no size;
+#   - a server's error text reaches the console and summary.md printable only;
+#   - FAIL (exit 1) for answers whose length changes with the batch, printed as lengths;
+#   - PASS (exit 0) for a server without metrics that does serve requests together.
+set -u
+BUILD=${1:-build}
+INVAR="$BUILD/invar"
+OUT="$BUILD/report/probe-hostile"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+wait_port_file() {  # wait_port_file FILE PID: the port, once the server wrote it (at most 60 s)
+    local i
+    for i in $(seq 600); do
+        [ -s "$1" ] && { cat "$1"; return 0; }
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+start_bad() {  # start_bad MODE: tests/servers/bad_server.py in MODE; sets PORT
+    rm -f "$OUT/port-$1"
+    python3 tests/servers/bad_server.py --port-file "$OUT/port-$1" --mode "$1" &
+    pids+=($!)
+    PORT=$(wait_port_file "$OUT/port-$1" $!) || fail "bad_server.py --mode $1 did not start"
+}
+
+# probe_expect MODE EXIT TEXT [ARGS...]: probe the server on PORT with cases/probe-faults.ini;
+# the exit code must be EXIT and the console must say TEXT (a grep -E pattern).
+probe_expect() {
+    local mode=$1 want=$2 text=$3 rc
+    shift 3
+    "$INVAR" probe --url "http://127.0.0.1:$PORT" --case cases/probe-faults.ini \
+        --out "$OUT/$mode" "$@" >"$OUT/$mode.log" 2>&1
+    rc=$?
+    [ "$rc" = "$want" ] && grep -q -E "$text" "$OUT/$mode.log" || {
+        cat "$OUT/$mode.log"
+        fail "probe vs $mode: exit $rc and no '$text'; expected exit $want"
+    }
+    echo "ok: $mode: exit $rc, $(grep -m1 -o -E "$text" "$OUT/$mode.log")"
+}
+
+# 1. INCONCLUSIVE: nothing differs and nothing fails, yet nothing was shown.
+start_bad short
+probe_expect short 4 "INCONCLUSIVE: 18 answers held fewer tokens than the 3 asked"
+grep -q '"inconclusive","SKIP"' "$OUT/short/summary.csv" || fail "short: summary row not inconclusive/SKIP"
+grep -q '<skipped' "$OUT/short/junit.xml" || fail "short: JUnit does not mark the row skipped"
+start_bad canned
+probe_expect canned 4 "one answer to all 6 different prompts"
+start_bad serial
+probe_expect serial 4 "INCONCLUSIVE: the batched runs were never served together: at most"
+start_bad parallel
+probe_expect parallel 0 "served together: [0-9.]+ requests at once at bs=6 \\(from timings\\)"
+
+# 2. ERROR: answers that are no answers; exit 2, each reason in requests.csv.
+for m in "nan:is NaN" "infinity:is Infinity" "strings:token_logprobs\\[0\\] is not a number" \
+         "hex:token_logprobs\\[0\\] is not a number" "trailing:bytes follow the answer"; do
+    start_bad "${m%%:*}"
+    probe_expect "${m%%:*}" 2 "^ERROR server/arrivals=at_once"
+    grep -q -E "${m#*:}" "$OUT/${m%%:*}/requests.csv" || fail "${m%%:*}: requests.csv names no '${m#*:}'"
+done
+
+# Answers of 100 MB: refused as they arrive, so the probe's memory stays small.
+start_bad huge
+rss_kb=$(python3 - "$INVAR" "$PORT" "$OUT" <<'PY'
+import resource, subprocess, sys
+invar, port, out = sys.argv[1:4]
+with open(f"{out}/huge.log", "w") as log:
+    rc = subprocess.call([invar, "probe", "--url", f"http://127.0.0.1:{port}", "--case",
+                          "cases/probe-faults.ini", "--out", f"{out}/huge"], stdout=log,
+                         stderr=subprocess.STDOUT)
+print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+PY
+)
+set -- $rss_kb
+[ "$1" = 2 ] || { cat "$OUT/huge.log"; fail "huge answers: exit $1, expected 2 (ERROR)"; }
+grep -q "answer longer than" "$OUT/huge/requests.csv" || fail "huge: requests.csv says nothing of the length"
+[ "$2" -lt 204800 ] || fail "huge answers: the probe peaked at $2 KB RSS, expected under 200 MB"
+echo "ok: huge: exit 2, answers refused past their expected size, peak RSS $2 KB"
+
+# A server that never answers: two timeouts, then nothing more is sent.
+start_bad never
+t0=$(date +%s)
+probe_expect never 2 "answered none of the bs=1 requests" --timeout 1
+t1=$(date +%s)
+grep -q "not sent: the probe stopped sending" "$OUT/never/requests.csv" ||
+    fail "never: requests.csv has no unsent request"
+! grep -q ',"bs=6",' "$OUT/never/requests.csv" || fail "never: a batch was sent after the server answered nothing"
+echo "ok: never: stopped after two timeouts in $((t1 - t0)) s"
+
+# 3. A server's error text with terminal escapes: printable only, in the console and summary.md.
+start_bad escape
+probe_expect escape 2 "HTTP 400: \\?\\[2J\\?\\[31mred alert"
+! grep -q $'\x1b' "$OUT/escape.log" "$OUT/escape/summary.md" "$OUT/escape/requests.csv" ||
+    fail "escape: a raw escape byte reached the console or the reports"
+
+# 4. The model list: too long, or a vocabulary size that is none.
+start_bad bigmodels
+probe_expect bigmodels 2 "the answer is longer than [0-9]+ bytes: not an OpenAI model list"
+start_bad vocab-neg
+probe_expect vocab-neg 2 "vocab_size of bad is -5, not a vocabulary size"
+start_bad vocab-huge
+probe_expect vocab-huge 2 "vocab_size of bad is 2000000000, not a vocabulary size"
+
+# 5. A length that changes with the batch: FAIL, printed as token counts, not ulps.
+start_bad lengthvary
+probe_expect lengthvary 1 "first: batch 6 request [0-9]+: 2 tokens vs 3 at bs=1"
+
+# 6. invar serve with the reference set that never batches: INCONCLUSIVE, not a vacuous PASS.
+rm -f "$OUT/port-serial-serve"
+"$INVAR" serve --model tiny --kernel-set reference --port 0 --port-file "$OUT/port-serial-serve" \
+    --threads 2 --max-num-seqs 1 --seed 5 >"$OUT/serve-serial.log" 2>&1 &
+pids+=($!)
+PORT=$(wait_port_file "$OUT/port-serial-serve" $!) || { cat "$OUT/serve-serial.log"; fail "invar serve did not start"; }
+"$INVAR" probe --url "http://127.0.0.1:$PORT" --case cases/serve.ini --step-ms 10 \
+    --out "$OUT/serve-serial" >"$OUT/serve-serial-probe.log" 2>&1
+rc=$?
+cat "$OUT/serve-serial-probe.log"
+[ "$rc" = 4 ] || fail "probe vs serve --max-num-seqs 1 --kernel-set reference: exit $rc, expected 4"
+grep -q "counted no step with two requests or more" "$OUT/serve-serial-probe.log" ||
+    fail "serve --max-num-seqs 1: the note does not say the batches were never served together"
+echo "probe vs hostile servers: all checks held"

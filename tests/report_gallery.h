@@ -100,7 +100,7 @@ static inline bool gallery_write_summary(const char *path, const char *case_name
     const char *const *h = summary_header();
     csv_report *rep = csv_report_open(path, h, SUMMARY_NCOLS, err, len);
     if (!rep) return false;
-    static char store[SUMMARY_NCOLS][128];
+    static char store[SUMMARY_NCOLS * 128];  // one flat array: a column's text at c * 128
     bool ok = true;
     for (int i = 0; i < GALLERY_SUMMARY_ROWS && ok; i++) {
         const gallery_summary_row *g = &gallery_summary[i];
@@ -108,7 +108,7 @@ static inline bool gallery_write_summary(const char *path, const char *case_name
         for (int c = 0; c < SUMMARY_NCOLS; c++) f[c] = "";
         uint64_t r = invar_mix64(seed + (uint64_t)i);
         char num[32];
-#define SET(col, v) gallery_set(h, SUMMARY_NCOLS, f, &store[0][0], 128, col, v)
+#define SET(col, v) gallery_set(h, SUMMARY_NCOLS, f, store, 128, col, v)
         SET("case", case_name);
         SET("config", g->config);
         SET("device", strncmp(g->config, "cuda", 4) == 0 ? "cuda" : "cpu");
@@ -157,7 +157,7 @@ static inline bool gallery_write_kernels(const char *path, uint64_t seed, char *
     const char *const *h = kernels_header();
     csv_report *rep = csv_report_open(path, h, KERNELS_NCOLS, err, len);
     if (!rep) return false;
-    static char store[KERNELS_NCOLS][128];
+    static char store[KERNELS_NCOLS * 128];  // one flat array: a column's text at c * 128
     bool ok = true;
     for (int i = 0; i < GALLERY_KERNEL_ROWS && ok; i++) {
         const gallery_kernel_row *g = &gallery_kernels[i];
@@ -165,7 +165,7 @@ static inline bool gallery_write_kernels(const char *path, uint64_t seed, char *
         for (int c = 0; c < KERNELS_NCOLS; c++) f[c] = "";
         uint64_t r = invar_mix64(seed ^ (0x9e37u + (uint64_t)i));
         char num[32];
-#define SET(col, v) gallery_set(h, KERNELS_NCOLS, f, &store[0][0], 128, col, v)
+#define SET(col, v) gallery_set(h, KERNELS_NCOLS, f, store, 128, col, v)
         SET("set", g->set);
         SET("device", "cpu");
         SET("op", g->op);

@@ -155,7 +155,8 @@ PYTHON=$py THIRD_PARTY_FAKE=numpy THIRD_PARTY_DIR="$work/no-third-party" RESULTS
     >"$work/tp.log" 2>&1
 rc=$?
 csv="$work/tp/third_party.csv"
-tp_row() { grep "^\"[^\"]*\",\"cpu\",\"[^\"]*\",\"-\",\"-\",\"$1\",\"$2\"," "$csv"; }  # tp_row KIND KERNEL
+# tp_row KIND KERNEL (the torch and triton columns hold their versions where they are installed)
+tp_row() { grep "^\"[^\"]*\",\"cpu\",\"[^\"]*\",\"[^\"]*\",\"[^\"]*\",\"$1\",\"$2\"," "$csv"; }
 if [ "$rc" != 0 ] || [ ! -s "$csv" ]; then
     tail -n 20 "$work/tp.log"
     fail "gpu_third_party.sh THIRD_PARTY_FAKE=numpy: exit $rc, no table"

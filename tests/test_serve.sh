@@ -97,6 +97,30 @@ check_error 400 '{"prompt": [1, 2], "n": 2}'
 check_error 400 'not json'
 check_error 404 '{"prompt": [1, 2], "model": "gpt-nothing"}'
 got=$(http GET /nowhere); case "$got" in "404 "*) ;; *) fail "GET /nowhere: $got" ;; esac
+# Options that change the output are refused, never ignored; one JSON object only.
+check_error 400 '{"prompt": [1, 2], "stop": ["x"]}'
+check_error 400 '{"prompt": [1, 2], "logit_bias": {"3": 5}}'
+check_error 400 '{"prompt": [1, 2]} {"prompt": [3]}'
+# Each route answers its own method: 405 otherwise, never served as GET.
+status_of() { http "$@" | cut -d' ' -f1; }
+for m in DELETE PATCH PUT; do
+    [ "$(status_of "$m" /v1/models)" = 405 ] || fail "$m /v1/models: not 405"
+done
+[ "$(status_of POST /v1/models '{}')" = 405 ] || fail "POST /v1/models: not 405"
+got=$(http GET /v1/models/tiny)
+case "$got" in "200 {\"id\":\"tiny\","*) ;; *) fail "GET /v1/models/tiny: $got" ;; esac
+[ "$(status_of GET /v1/models/other)" = 404 ] || fail "GET /v1/models/other: not 404"
+# max_completion_tokens is honoured, and each response has its own time.
+before=$(date +%s)
+sleep 1
+got=$(http POST /v1/completions '{"prompt": [1, 2], "max_completion_tokens": 1, "logprobs": 1}')
+python3 - "$before" "${got#* }" <<'PY' || fail "max_completion_tokens / created: $got"
+import json, sys
+before, body = int(sys.argv[1]), json.loads(sys.argv[2])
+assert body["usage"]["completion_tokens"] == 1, body["usage"]
+assert body["created"] > before, (body["created"], before)
+PY
+echo "ok: output-changing options refused, 405s, /v1/models/tiny, max_completion_tokens, created"
 kill "$SERVE_PID"; wait "$SERVE_PID"
 [ $? = 0 ] || fail "invar serve did not stop cleanly on SIGTERM"
 

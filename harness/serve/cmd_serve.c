@@ -108,6 +108,8 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
                                     "response records");
     serve_queue_run(s->queue, &job);
     enum MHD_Result ok;
+    if (!job.error[0] && !serve_result_finite(&job.result, req.logprobs))
+        snprintf(job.error, sizeof job.error, "a logprob came out NaN or +Infinity");
     if (job.error[0]) {
         e = (serve_error){.status = 500, .type = "server_error"};
         snprintf(e.message, sizeof e.message, "the engine could not run the request: %.400s",
@@ -119,7 +121,7 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
         pthread_mutex_unlock(&s->id_mu);
         body_writer w;
         serve_write_completion(body_open(&w), &req, &job.result, s->bounds.model, id,
-                               s->created);
+                               (long)time(NULL));
         ok = body_send(c, &w, MHD_HTTP_OK, "application/json");
     }
     free(job.result.steps);
@@ -156,17 +158,36 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     body_writer w;
+    // Each route answers its one method (HEAD as GET); any other is 405, never served as GET.
+    bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+    const char *model_id = strncmp(url, "/v1/models/", 11) == 0 ? url + 11 : NULL;
     if (strcmp(url, "/v1/completions") == 0) {
         if (post) return completions(s, c, *state);
-    } else if (strcmp(url, "/v1/models") == 0 && !post) {
-        serve_write_models(body_open(&w), &s->bounds, s->created);
-        return body_send(c, &w, MHD_HTTP_OK, "application/json");
-    } else if (strcmp(url, "/health") == 0 && !post) {
-        fputs("{\"status\":\"ok\"}\n", body_open(&w));
-        return body_send(c, &w, MHD_HTTP_OK, "application/json");
-    } else if (strcmp(url, "/metrics") == 0 && !post) {
-        serve_queue_write_metrics(s->queue, body_open(&w));
-        return body_send(c, &w, MHD_HTTP_OK, "text/plain; version=0.0.4");
+    } else if (strcmp(url, "/v1/models") == 0) {
+        if (get) {
+            serve_write_models(body_open(&w), &s->bounds, s->created);
+            return body_send(c, &w, MHD_HTTP_OK, "application/json");
+        }
+    } else if (model_id && strcmp(model_id, s->bounds.model) == 0) {
+        if (get) {
+            serve_write_model(body_open(&w), &s->bounds, s->created);
+            return body_send(c, &w, MHD_HTTP_OK, "application/json");
+        }
+    } else if (strcmp(url, "/health") == 0) {
+        if (get) {
+            fputs("{\"status\":\"ok\"}\n", body_open(&w));
+            return body_send(c, &w, MHD_HTTP_OK, "application/json");
+        }
+    } else if (strcmp(url, "/metrics") == 0) {
+        if (get) {
+            serve_queue_write_metrics(s->queue, body_open(&w));
+            return body_send(c, &w, MHD_HTTP_OK, "text/plain; version=0.0.4");
+        }
+    } else if (model_id) {
+        serve_error e = {.status = 404, .type = "not_found_error", .param = "model"};
+        snprintf(e.message, sizeof e.message, "The model does not exist (this server serves "
+                 "`%s`)", s->bounds.model);
+        return send_error(c, &e);
     } else {
         serve_error e = {.status = 404, .type = "not_found_error"};
         snprintf(e.message, sizeof e.message, "no route %s %s (invar serve has POST "
@@ -325,7 +346,8 @@ int cmd_serve(int argc, char **argv) {
 
     serve_batching batching = {.window_ms = window_ms, .min_batch = min_batch};
     server s = {.bounds = {.model = name ? name : model, .vocab_size = cfg.vocab_size,
-                           .max_model_len = max_model_len},
+                           .max_model_len = max_model_len,
+                           .max_prompt_len = no_chunked ? budget : 0},
                 .created = (long)time(NULL)};
     if ((src = pthread_mutex_init(&s.id_mu, NULL)) != 0)
         invar_die(INVAR_EXIT_SYSTEM, "serve: pthread_mutex_init failed: %s", strerror(src));

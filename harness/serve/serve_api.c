@@ -2,10 +2,11 @@
 // (harness/serve/serve_api.h). cJSON reads; harness/json_writer.h writes, so floats read back exactly.
 #include "serve_api.h"
 
-#include <math.h>                // isfinite, floor
+#include <ctype.h>               // isspace
+#include <math.h>                // isfinite, isinf, isnan, floor
 #include <stdarg.h>              // va_list
 #include <stdlib.h>              // free
-#include <string.h>              // strcmp
+#include <string.h>              // strcmp, memchr
 
 #include <cjson/cJSON.h>         // cJSON_ParseWithLength, cJSON_GetObjectItemCaseSensitive, ...
 
@@ -71,7 +72,8 @@ static bool parse_prompt(const cJSON *p, const serve_bounds *b, serve_completion
     return true;
 }
 
-// An option this server does not implement must be absent or neutral, never ignored.
+// An option this server does not implement must be absent or neutral, never ignored: null,
+// false, a number in [neutral_lo, neutral_hi], or an empty string, list or object.
 static bool neutral(const cJSON *root, const char *name, double neutral_lo, double neutral_hi,
                     serve_error *e) {
     const cJSON *v = field(root, name);
@@ -79,28 +81,58 @@ static bool neutral(const cJSON *root, const char *name, double neutral_lo, doub
     if (cJSON_IsBool(v) && neutral_lo == 0 && neutral_hi == 0 && cJSON_IsFalse(v)) return true;
     if (cJSON_IsNumber(v) && v->valuedouble >= neutral_lo && v->valuedouble <= neutral_hi)
         return true;
+    if (cJSON_IsString(v) && !v->valuestring[0]) return true;
+    if ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !cJSON_GetArraySize(v)) return true;
     return fail(e, 400, name, "'%s' is not supported by invar serve (absent or neutral only)",
                 name);
+}
+
+// A client's text, as an error message may quote it: printable ASCII only (invalid UTF-8 or a
+// control byte would make the error body no JSON, or garble a terminal).
+static const char *quoted(const char *s, char *buf, size_t len) {
+    size_t o = 0;
+    for (; s && *s && o + 1 < len; s++) buf[o++] = *s >= 0x20 && *s < 0x7f ? *s : '?';
+    buf[o] = '\0';
+    return buf;
 }
 
 bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
                             serve_completion *out, serve_error *e) {
     *out = (serve_completion){.max_tokens = 16, .logprobs = -1, .temperature = 1.0f};
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    const char *end = NULL;
+    // A NUL inside the body would end cJSON's text early: what follows it would be ignored.
+    cJSON *root = memchr(body, '\0', len) ? NULL
+                                          : cJSON_ParseWithLengthOpts(body, len, &end, false);
     bool ok = false;
-    if (!root || !cJSON_IsObject(root)) {
-        fail(e, 400, NULL, "the request body is not a JSON object");
+    while (root && end < body + len && isspace((unsigned char)*end)) end++;
+    if (!root || !cJSON_IsObject(root) || end != body + len) {
+        fail(e, 400, NULL, "the request body is not one JSON object%s",
+             root && end != body + len ? " (bytes follow it)" : "");
         goto out;
     }
     const cJSON *v = field(root, "model");
+    char shown[128];
     if (v && (!cJSON_IsString(v) || strcmp(v->valuestring, b->model) != 0)) {
         fail(e, 404, "model", "The model `%s` does not exist (this server serves `%s`)",
-             cJSON_IsString(v) ? v->valuestring : "(not a string)", b->model);
+             cJSON_IsString(v) ? quoted(v->valuestring, shown, sizeof shown) : "(not a string)",
+             b->model);
         goto out;
     }
     if (!parse_prompt(field(root, "prompt"), b, out, e)) goto out;
+    if (b->max_prompt_len > 0 && out->prompt_len > b->max_prompt_len) {
+        fail(e, 400, "prompt", "prompt of %d tokens exceeds the step budget of %d tokens "
+             "(chunked prefill is off)", out->prompt_len, b->max_prompt_len);
+        goto out;
+    }
     double d;
-    if ((v = field(root, "max_tokens"))) {
+    const cJSON *other = field(root, "max_completion_tokens");
+    v = field(root, "max_tokens");
+    if (v && other && !(cJSON_IsNumber(v) && cJSON_IsNumber(other) &&
+                        v->valuedouble == other->valuedouble)) {
+        fail(e, 400, "max_completion_tokens", "'max_tokens' and 'max_completion_tokens' differ");
+        goto out;
+    }
+    if ((v = v ? v : other)) {
         if (!whole_in(v, 1, b->max_model_len - out->prompt_len, &d)) {
             fail(e, 400, "max_tokens", "'max_tokens' must be a whole number in [1, %d] (prompt "
                  "of %d tokens, max_model_len %d)", b->max_model_len - out->prompt_len,
@@ -136,8 +168,20 @@ bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
     }
     if (!neutral(root, "n", 1, 1, e) || !neutral(root, "best_of", 1, 1, e) ||
         !neutral(root, "stream", 0, 0, e) || !neutral(root, "echo", 0, 0, e) ||
-        !neutral(root, "top_p", 1, 1, e) || !neutral(root, "top_k", -1, 0, e))
+        !neutral(root, "top_p", 1, 1, e) || !neutral(root, "top_k", -1, 0, e) ||
+        !neutral(root, "stop", 0, 0, e) || !neutral(root, "stop_token_ids", 0, 0, e) ||
+        !neutral(root, "logit_bias", 0, 0, e) || !neutral(root, "frequency_penalty", 0, 0, e) ||
+        !neutral(root, "presence_penalty", 0, 0, e) ||
+        !neutral(root, "repetition_penalty", 1, 1, e) || !neutral(root, "min_p", 0, 0, e) ||
+        !neutral(root, "suffix", 0, 0, e) || !neutral(root, "prompt_logprobs", 0, 0, e) ||
+        !neutral(root, "logprobs_mode", 0, 0, e))
         goto out;
+    // No end-of-sequence token: every request runs max_tokens, so any min_tokens up to it holds.
+    if ((v = field(root, "min_tokens")) && !whole_in(v, 0, out->max_tokens, &d)) {
+        fail(e, 400, "min_tokens", "'min_tokens' must be a whole number in [0, max_tokens = %d]",
+             out->max_tokens);
+        goto out;
+    }
     ok = true;
 out:
     cJSON_Delete(root);
@@ -154,6 +198,25 @@ static void write_token(FILE *f, int32_t id) {
     char name[32];
     snprintf(name, sizeof name, "token_id:%d", id);
     json_write_string(f, name);
+}
+
+// JSON has no infinity: a log-probability of -Infinity (a token of probability 0) is written as
+// vLLM writes it, -9999.0; every finite value with round-trip digits.
+static void write_logprob(FILE *f, float v) {
+    if (isinf(v) && v < 0) fputs("-9999.0", f);
+    else json_write_float(f, v);
+}
+
+bool serve_result_finite(const engine_result *r, int logprobs) {
+    for (int s = 0; s < r->n_steps; s++) {
+        float v = r->steps[s].logprob;
+        if (isnan(v) || (isinf(v) && v > 0)) return false;
+        for (int k = 0; k < logprobs; k++) {
+            v = r->steps[s].topk_logprobs[k];
+            if (isnan(v) || (isinf(v) && v > 0)) return false;
+        }
+    }
+    return true;
 }
 
 void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,
@@ -175,25 +238,36 @@ void serve_write_completion(FILE *f, const serve_completion *c, const engine_res
         fputs("],\"token_logprobs\":[", f);
         for (int s = 0; s < r->n_steps; s++) {
             if (s) fputc(',', f);
-            json_write_float(f, r->steps[s].logprob);
+            write_logprob(f, r->steps[s].logprob);
         }
         fputs("],\"top_logprobs\":[", f);
         for (int s = 0; s < r->n_steps; s++) {
+            const engine_step_record *rec = &r->steps[s];
             fputs(s ? ",{" : "{", f);
+            bool sampled_in = false;
             for (int k = 0; k < c->logprobs; k++) {
                 if (k) fputc(',', f);
-                write_token(f, r->steps[s].topk_ids[k]);
+                write_token(f, rec->topk_ids[k]);
                 fputc(':', f);
-                json_write_float(f, r->steps[s].topk_logprobs[k]);
+                write_logprob(f, rec->topk_logprobs[k]);
+                sampled_in |= rec->topk_ids[k] == rec->token;
+            }
+            // As vLLM and OpenAI: the sampled token is there even when it ranks lower.
+            if (!sampled_in && c->logprobs > 0) {
+                fputc(',', f);
+                write_token(f, rec->token);
+                fputc(':', f);
+                write_logprob(f, rec->logprob);
             }
             fputc('}', f);
         }
+        // text is " token_id:A token_id:B ...": token s's text starts one past its space.
         fputs("],\"text_offset\":[", f);
         long offset = 0;
         for (int s = 0; s < r->n_steps; s++) {
             char piece[32];
             offset += s ? snprintf(piece, sizeof piece, " token_id:%d", r->steps[s - 1].token) : 0;
-            fprintf(f, "%s%ld", s ? "," : "", offset);
+            fprintf(f, "%s%ld", s ? "," : "", offset + 1);
         }
         fputs("]}", f);
     }
@@ -202,17 +276,31 @@ void serve_write_completion(FILE *f, const serve_completion *c, const engine_res
             c->prompt_len + r->n_steps);
 }
 
-void serve_write_models(FILE *f, const serve_bounds *b, long created) {
-    fputs("{\"object\":\"list\",\"data\":[{\"id\":", f);
+static void write_model(FILE *f, const serve_bounds *b, long created) {
+    fputs("{\"id\":", f);
     json_write_string(f, b->model);
     fprintf(f, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"invar\",\"root\":", created);
     json_write_string(f, b->model);
-    fprintf(f, ",\"max_model_len\":%d,\"vocab_size\":%d}]}\n", b->max_model_len, b->vocab_size);
+    fprintf(f, ",\"max_model_len\":%d,\"vocab_size\":%d}", b->max_model_len, b->vocab_size);
+}
+
+void serve_write_models(FILE *f, const serve_bounds *b, long created) {
+    fputs("{\"object\":\"list\",\"data\":[", f);
+    write_model(f, b, created);
+    fputs("]}\n", f);
+}
+
+void serve_write_model(FILE *f, const serve_bounds *b, long created) {
+    write_model(f, b, created);
+    fputc('\n', f);
 }
 
 void serve_write_error(FILE *f, const serve_error *e) {
+    // A message may quote the request (a URL, a model name): printable ASCII keeps the body
+    // JSON whatever bytes the client sent.
+    char message[sizeof e->message];
     fputs("{\"error\":{\"message\":", f);
-    json_write_string(f, e->message);
+    json_write_string(f, quoted(e->message, message, sizeof message));
     fputs(",\"type\":", f);
     json_write_string(f, e->type);
     fputs(",\"param\":", f);

@@ -21,6 +21,8 @@ typedef struct {
     const char *model;           // the served model's name; a request naming another is 404
     int vocab_size;
     int max_model_len;           // prompt + max_tokens
+    int max_prompt_len;          // 0: any; else the step budget (chunked prefill off: a prompt
+                                 // must fit one step)
 } serve_bounds;
 
 typedef struct {
@@ -40,17 +42,30 @@ typedef struct {
     char message[512];
 } serve_error;
 
-// Reads a /v1/completions body. False with `e` filled when it is not JSON, a field has the
-// wrong type or is out of range, or asks for what this server does not do (n > 1, stream,
-// echo, best_of > 1, top_p != 1, top_k > 0, several prompts, a text prompt).
+// Reads a /v1/completions body. False with `e` filled when it is not one JSON object (trailing
+// bytes, a second object or a NUL byte included), a field has the wrong type or is out of range,
+// or asks for what this server does not do: every option that would change the output is
+// implemented or refused, never ignored (n > 1, stream, echo, best_of > 1, top_p != 1,
+// top_k > 0, stop, stop_token_ids, logit_bias, penalties, min_p, suffix, prompt_logprobs,
+// several prompts, a text prompt). max_completion_tokens is max_tokens' other name.
 bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
                             serve_completion *out, serve_error *e);
 void serve_completion_free(serve_completion *c);
 
-// The response to `c`, whose records are in r (r->n_steps of them); id numbers the response.
+// Whether every logprob of r is a log-probability the response can carry: not NaN, not
+// +Infinity (an engine fault, answered 500, never written as invalid JSON).
+bool serve_result_finite(const engine_result *r, int logprobs);
+
+// The response to `c`, whose records are in r (r->n_steps of them); id numbers the response,
+// created is its time. Logprobs are written with round-trip digits (harness/json_writer.h), so
+// they read back to the engine's float32 bits; -Infinity is written -9999.0 as vLLM does (JSON
+// has no infinity). top_logprobs holds the top `logprobs` entries and the sampled token when
+// it is not among them; text_offset[i] is where tokens[i]'s text starts in text.
 void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,
                             const char *model, long id, long created);
+// The model list (/v1/models), and one model (/v1/models/{id}).
 void serve_write_models(FILE *f, const serve_bounds *b, long created);
+void serve_write_model(FILE *f, const serve_bounds *b, long created);
 void serve_write_error(FILE *f, const serve_error *e);
 
 #endif

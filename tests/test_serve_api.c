@@ -1,0 +1,250 @@
+// tests/test_serve_api.c — invar serve's JSON (harness/serve/serve_api.c): served logprobs read
+// back, through probe's exact reader, to the engine's float32 bits (a 7-digit printer fails);
+// the sampled token is in top_logprobs; text_offset points at each token's text; requests that
+// are not one JSON object, or ask for what the server does not do, are refused with 400 and a
+// body that is JSON whatever bytes the client sent.
+#include <stdarg.h>   // cmocka needs these four first
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>   // cmocka test API
+
+#include <math.h>     // INFINITY, isinf
+#include <stdio.h>    // open_memstream, fclose, printf
+#include <stdlib.h>   // free, getenv, strtoull
+#include <string.h>   // memcpy, strlen, strncmp, strstr
+#include <time.h>     // time
+#include <unistd.h>   // getpid
+
+#include <cjson/cJSON.h>                 // cJSON_Parse: the response is JSON
+
+#include "../common/hash.h"              // invar_mix64
+#include "../harness/probe/probe_json.h" // probe_parse_completion: reads numbers as strtof
+#include "../harness/serve/serve_api.h"  // serve_completion_parse, serve_write_*
+#include "test_util.h"                   // test_alloc, test_poison
+
+static uint64_t seed;
+
+static int setup(void **state) {
+    (void)state;
+    const char *fixed = getenv("INVAR_TEST_SEED");
+    seed = fixed ? strtoull(fixed, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    printf("test_serve_api: seed %llu (INVAR_TEST_SEED repeats it)\n", (unsigned long long)seed);
+    return 0;
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+// A random log-probability: any non-positive float32 bit pattern (subnormals, -0 and the most
+// negative finite included), -Infinity now and then.
+static float random_logprob(uint64_t i) {
+    uint64_t r = invar_mix64(seed ^ invar_mix64(i));
+    if (r % 61 == 0) return -INFINITY;
+    uint32_t b = 0x80000000u | (uint32_t)(r >> 16) % 0x7f800000u;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+static char *written(const serve_completion *c, const engine_result *r, size_t *len) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    assert_non_null(f);
+    serve_write_completion(f, c, r, "m", 7, 1234);
+    assert_int_equal(fclose(f), 0);
+    return text;
+}
+
+// Every served logprob reads back to its float32 bits (-Infinity as vLLM's -9999.0), and a
+// sampled token outside the top k comes as one more top entry with its own logprob.
+static void served_logprobs_read_back_bit_for_bit(void **state) {
+    (void)state;
+    enum { STEPS = 400, K = 4 };
+    engine_step_record *steps = test_alloc(STEPS * sizeof *steps);
+    test_poison(steps, STEPS * sizeof *steps);
+    engine_result r = {.steps = steps, .n_steps = STEPS};
+    for (int s = 0; s < STEPS; s++) {
+        steps[s].token = s % 3 == 0 ? 900 + s : 10 * s;  // every third one sampled outside
+        steps[s].logprob = random_logprob((uint64_t)s * 8);
+        for (int k = 0; k < K; k++) {
+            steps[s].topk_ids[k] = k == 0 && s % 3 ? 10 * s : 10 * s + k + 1;
+            steps[s].topk_logprobs[k] = k == 0 && s % 3 ? steps[s].logprob
+                                                        : random_logprob((uint64_t)s * 8 + 1 + k);
+        }
+    }
+    assert_true(serve_result_finite(&r, K));
+    serve_completion c = {.prompt_len = 3, .max_tokens = STEPS, .logprobs = K};
+    size_t len;
+    char *text = written(&c, &r, &len);
+    cJSON *root = cJSON_Parse(text);  // strict JSON: no bare -Infinity or NaN
+    assert_non_null(root);
+    cJSON_Delete(root);
+
+    engine_step_record *back = test_alloc(STEPS * sizeof *back);
+    test_poison(back, STEPS * sizeof *back);
+    engine_result read = {.steps = back};
+    probe_notes notes = {0};
+    char err[256] = "";
+    if (!probe_parse_completion(text, len, K + 1, STEPS, &read, &notes, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(read.n_steps, STEPS);
+    for (int s = 0; s < STEPS; s++) {
+        float want = isinf(steps[s].logprob) ? -9999.0f : steps[s].logprob;
+        assert_int_equal(back[s].token, steps[s].token);
+        if (bits_of(back[s].logprob) != bits_of(want))
+            fail_msg("step %d: served %a, read back %a", s, (double)want, (double)back[s].logprob);
+        // The sampled token is among the K + 1 entries read, with its own bits.
+        bool found = false;
+        for (int k = 0; k < K + 1; k++)
+            if (back[s].topk_ids[k] == steps[s].token) {
+                found = true;
+                assert_int_equal(bits_of(back[s].topk_logprobs[k]), bits_of(want));
+            }
+        if (!found) fail_msg("step %d: sampled token %d not in top_logprobs", s, steps[s].token);
+        for (int k = 0; k < K; k++) {
+            float tw = isinf(steps[s].topk_logprobs[k]) ? -9999.0f : steps[s].topk_logprobs[k];
+            bool same = false;
+            for (int j = 0; j < K + 1; j++)
+                same |= back[s].topk_ids[j] == steps[s].topk_ids[k] &&
+                        bits_of(back[s].topk_logprobs[j]) == bits_of(tw);
+            if (!same) fail_msg("step %d: top entry %d (%a) not read back", s, k, (double)tw);
+        }
+    }
+    free(text);
+    // NaN or +Infinity is an engine fault the response must not carry.
+    steps[5].topk_logprobs[2] = NAN;
+    assert_false(serve_result_finite(&r, K));
+    assert_true(serve_result_finite(&r, 2));  // past the entries asked for: not served
+    steps[5].topk_logprobs[2] = -1.0f;
+    steps[9].logprob = INFINITY;
+    assert_false(serve_result_finite(&r, 0));
+    free(steps);
+    free(back);
+}
+
+// text_offset[i] is where tokens[i] starts in text.
+static void text_offsets_point_at_tokens(void **state) {
+    (void)state;
+    engine_step_record steps[5] = {0};
+    int32_t ids[5] = {7, 12345, 0, 99, 100000};
+    for (int s = 0; s < 5; s++) steps[s].token = ids[s];
+    engine_result r = {.steps = steps, .n_steps = 5};
+    serve_completion c = {.prompt_len = 2, .max_tokens = 5, .logprobs = 0};
+    size_t len;
+    char *text = written(&c, &r, &len);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+    const char *t = cJSON_GetObjectItem(choice, "text")->valuestring;
+    const cJSON *lp = cJSON_GetObjectItem(choice, "logprobs");
+    const cJSON *tokens = cJSON_GetObjectItem(lp, "tokens");
+    const cJSON *offsets = cJSON_GetObjectItem(lp, "text_offset");
+    assert_int_equal(cJSON_GetArraySize(offsets), 5);
+    for (int s = 0; s < 5; s++) {
+        const char *tok = cJSON_GetArrayItem(tokens, s)->valuestring;
+        int at = cJSON_GetArrayItem(offsets, s)->valueint;
+        assert_true(at >= 0 && (size_t)at < strlen(t));
+        if (strncmp(t + at, tok, strlen(tok)) != 0)
+            fail_msg("token %d '%s' at offset %d of '%s'", s, tok, at, t);
+    }
+    cJSON_Delete(root);
+    free(text);
+}
+
+static const serve_bounds bounds = {.model = "tiny", .vocab_size = 512, .max_model_len = 64};
+
+static void refused(const char *body, size_t len, const serve_bounds *b, int status,
+                    const char *reason) {
+    serve_completion c;
+    serve_error e = {0};
+    if (serve_completion_parse(body, len, b, &c, &e)) fail_msg("accepted: %.*s", (int)len, body);
+    assert_int_equal(e.status, status);
+    if (!strstr(e.message, reason)) fail_msg("%.*s: '%s', expected '%s'", (int)len, body, e.message, reason);
+    // The error body is JSON whatever the request held.
+    char *text = NULL;
+    size_t n;
+    FILE *f = open_memstream(&text, &n);
+    serve_write_error(f, &e);
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    if (!root) fail_msg("error body is not JSON: %s", text);
+    cJSON_Delete(root);
+    free(text);
+}
+
+static serve_completion accepted(const char *body, const serve_bounds *b) {
+    serve_completion c;
+    serve_error e = {0};
+    if (!serve_completion_parse(body, strlen(body), b, &c, &e)) fail_msg("%s: %s", body, e.message);
+    return c;
+}
+
+static void requests_one_object_nothing_ignored(void **state) {
+    (void)state;
+    const char *ok = "{\"prompt\":[1,2,3],\"max_tokens\":4}";
+    serve_completion c = accepted(ok, &bounds);
+    assert_int_equal(c.max_tokens, 4);
+    serve_completion_free(&c);
+    // Not one JSON object.
+    char two[128];
+    snprintf(two, sizeof two, "%s%s", ok, ok);
+    refused(two, strlen(two), &bounds, 400, "not one JSON object");
+    snprintf(two, sizeof two, "%s garbage", ok);
+    refused(two, strlen(two), &bounds, 400, "bytes follow it");
+    memcpy(two, ok, strlen(ok));
+    two[strlen(ok) - 1] = '\0';  // a NUL where the closing brace was, then the brace
+    two[strlen(ok)] = '}';
+    refused(two, strlen(ok) + 1, &bounds, 400, "not one JSON object");
+    // Options that change the output: implemented or refused, never ignored.
+    const char *options[] = {"\"stop\":[\"x\"]", "\"stop\":\"x\"", "\"stop_token_ids\":[3]",
+                             "\"logit_bias\":{\"3\":5}", "\"frequency_penalty\":0.5",
+                             "\"presence_penalty\":-1", "\"repetition_penalty\":1.2",
+                             "\"min_p\":0.1", "\"suffix\":\"x\"", "\"prompt_logprobs\":2",
+                             "\"n\":2", "\"stream\":true", "\"top_p\":0.9"};
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"prompt\":[1,2],%s}", options[i]);
+        refused(body, strlen(body), &bounds, 400, "not supported by invar serve");
+    }
+    const char *neutral[] = {"\"stop\":[]", "\"stop\":null", "\"stop\":\"\"", "\"stop_token_ids\":[]",
+                             "\"logit_bias\":{}", "\"frequency_penalty\":0",
+                             "\"repetition_penalty\":1", "\"min_p\":0", "\"suffix\":\"\"",
+                             "\"min_tokens\":4"};
+    for (size_t i = 0; i < sizeof neutral / sizeof neutral[0]; i++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"prompt\":[1,2],\"max_tokens\":4,%s}", neutral[i]);
+        c = accepted(body, &bounds);
+        serve_completion_free(&c);
+    }
+    const char *min_over = "{\"prompt\":[1,2],\"max_tokens\":4,\"min_tokens\":5}";
+    refused(min_over, strlen(min_over), &bounds, 400, "min_tokens");
+    // max_completion_tokens is max_tokens.
+    c = accepted("{\"prompt\":[1,2],\"max_completion_tokens\":1}", &bounds);
+    assert_int_equal(c.max_tokens, 1);
+    serve_completion_free(&c);
+    const char *both = "{\"prompt\":[1,2],\"max_tokens\":3,\"max_completion_tokens\":1}";
+    refused(both, strlen(both), &bounds, 400, "differ");
+    // A prompt over the step budget with chunked prefill off is the client's error (400).
+    serve_bounds one_step = bounds;
+    one_step.max_prompt_len = 4;
+    const char *long_prompt = "{\"prompt\":[1,2,3,4,5]}";
+    refused(long_prompt, strlen(long_prompt), &one_step, 400, "exceeds the step budget");
+    c = accepted("{\"prompt\":[1,2,3,4]}", &one_step);
+    serve_completion_free(&c);
+    // A model name of invalid UTF-8 and control bytes: 404, its error body still JSON.
+    const char *bad_model = "{\"prompt\":[1],\"model\":\"\xff\xfe\x1b[2J\"}";
+    refused(bad_model, strlen(bad_model), &bounds, 404, "does not exist");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(served_logprobs_read_back_bit_for_bit),
+        cmocka_unit_test(text_offsets_point_at_tokens),
+        cmocka_unit_test(requests_one_object_nothing_ignored),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -138,6 +138,7 @@ fi
 # shared, OpenAI errors, a misbehaving server, nothing listening (about 22 s on 2 cores).
 suite "invar serve + invar probe (tests/test_serve.sh)" bash tests/test_serve.sh "$BUILD"
 suite "invar probe vs hostile servers (tests/test_probe.sh)" bash tests/test_probe.sh "$BUILD"
+suite "invar serve under load (tests/test_serve_load.sh)" bash tests/test_serve_load.sh "$BUILD"
 
 # cases/gpu.ini, the longest suite whole (about 120 s on an H200 beside the others), runs as
 # gpu_shards shards side by side (GPU_SHARDS, checked at the top), merged into one report below.

@@ -16,7 +16,8 @@
 #include <stdio.h>                   // FILE, open_memstream, fprintf
 #include <stdlib.h>                  // free, realloc
 #include <string.h>                  // strcmp, strerror, memcpy
-#include <time.h>                    // time
+#include <time.h>                    // time, nanosleep
+#include <unistd.h>                  // close
 
 #include <microhttpd.h>              // MHD_start_daemon, MHD_queue_response, ...
 
@@ -29,14 +30,21 @@
 #include "serve_api.h"               // serve_completion_parse, serve_write_*
 #include "serve_queue.h"             // serve_queue_*
 
-enum { SERVE_MAX_BODY = 16 << 20 };  // a request body larger than this is refused (413)
+enum {
+    SERVE_MAX_BODY = 16 << 20,   // a request body larger than this is refused (413)
+    SERVE_SMALL_BODY = 64 << 10, // bodies up to this are never refused for memory: a small
+                                 // request is served however many large uploads stall
+};
 
 typedef struct {
     serve_bounds bounds;
     serve_queue *queue;
     long created;
-    long next_id;                    // response ids; only ever grows (a race merely repeats one)
-    pthread_mutex_t id_mu;
+    pthread_mutex_t mu;              // guards the three below
+    long next_id;                    // response ids
+    size_t upload_bytes;             // request bodies held, over every connection
+    int posts_open;                  // POSTs between their first call and their end
+    size_t max_upload_bytes;
 } server;
 
 // The body of one POST, gathered over the handler's calls.
@@ -44,6 +52,8 @@ typedef struct {
     char *data;
     size_t len, cap;
     bool too_large;
+    bool busy;                       // the server's upload memory was full: 503
+    size_t counted;                  // bytes of it in server.upload_bytes
 } upload;
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
@@ -55,6 +65,9 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
         return MHD_NO;
     }
     enum MHD_Result ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    // Busy (429) and out of upload memory (503) pass: a client may try again in a second.
+    if (ok == MHD_YES && (status == 429 || status == 503))
+        ok = MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (ok == MHD_YES) ok = MHD_queue_response(c, status, r);
     if (ok != MHD_YES) fprintf(stderr, "invar serve: queueing a %u response failed\n", status);
     MHD_destroy_response(r);
@@ -98,6 +111,12 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
         snprintf(e.message, sizeof e.message, "request body over %d bytes", SERVE_MAX_BODY);
         return send_error(c, &e);
     }
+    if (u->busy) {
+        e = (serve_error){.status = 503, .type = "server_error"};
+        snprintf(e.message, sizeof e.message, "the server holds %zu bytes of request bodies "
+                 "already (--max-upload-mb): try again", s->max_upload_bytes);
+        return send_error(c, &e);
+    }
     serve_completion req;
     if (!serve_completion_parse(u->data ? u->data : "", u->len, &s->bounds, &req, &e))
         return send_error(c, &e);
@@ -106,8 +125,15 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
                              .seed = req.seed}};
     job.result.steps = invar_calloc((size_t)req.max_tokens, sizeof *job.result.steps,
                                     "response records");
-    serve_queue_run(s->queue, &job);
     enum MHD_Result ok;
+    if (!serve_queue_run(s->queue, &job)) {
+        e = (serve_error){.status = 429, .type = "rate_limit_error"};
+        snprintf(e.message, sizeof e.message, "the server holds as many requests as it queues "
+                 "(--max-queue): try again");
+        free(job.result.steps);
+        serve_completion_free(&req);
+        return send_error(c, &e);
+    }
     if (!job.error[0] && !serve_result_finite(&job.result, req.logprobs))
         snprintf(job.error, sizeof job.error, "a logprob came out NaN or +Infinity");
     if (job.error[0]) {
@@ -116,9 +142,9 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
                  job.error);
         ok = send_error(c, &e);
     } else {
-        pthread_mutex_lock(&s->id_mu);
+        pthread_mutex_lock(&s->mu);
         long id = s->next_id++;
-        pthread_mutex_unlock(&s->id_mu);
+        pthread_mutex_unlock(&s->mu);
         body_writer w;
         serve_write_completion(body_open(&w), &req, &job.result, s->bounds.model, id,
                                (long)time(NULL));
@@ -137,12 +163,24 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     if (post && !*state) {  // first call: headers only
         *state = invar_calloc(1, sizeof(upload), "request body");
+        pthread_mutex_lock(&s->mu);
+        s->posts_open++;
+        pthread_mutex_unlock(&s->mu);
         return MHD_YES;
     }
     if (post && *data_len > 0) {
         upload *u = *state;
         if (u->len + *data_len > SERVE_MAX_BODY) u->too_large = true;
-        if (!u->too_large) {
+        // Request bodies share one memory bound: a body past it is read and dropped, 503.
+        if (!u->too_large && !u->busy) {
+            pthread_mutex_lock(&s->mu);
+            if (u->len + *data_len > SERVE_SMALL_BODY &&
+                s->upload_bytes + *data_len > s->max_upload_bytes)
+                u->busy = true;
+            else s->upload_bytes += *data_len, u->counted += *data_len;
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (!u->too_large && !u->busy) {
             if (u->len + *data_len + 1 > u->cap) {
                 size_t cap = (u->len + *data_len + 1) * 2;
                 char *grown = realloc(u->data, cap);
@@ -201,9 +239,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 
 static void request_done(void *cls, struct MHD_Connection *c, void **state,
                          enum MHD_RequestTerminationCode why) {
-    (void)cls, (void)c, (void)why;
+    (void)c, (void)why;
+    server *s = cls;
     upload *u = *state;
     if (u) {
+        pthread_mutex_lock(&s->mu);
+        s->upload_bytes -= u->counted;
+        s->posts_open--;
+        pthread_mutex_unlock(&s->mu);
         free(u->data);
         free(u);
         *state = NULL;
@@ -229,7 +272,8 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *set = NULL, *device = "cpu", *host = "127.0.0.1", *name = NULL,
                *backend_name = "mla-unified", *port_file = NULL;
     int port = 8000, threads = 0, max_num_seqs = 16, budget = 256, max_model_len = 512,
-        window_ms = 0, min_batch = 1;
+        window_ms = 0, min_batch = 1, max_queue = 256, max_upload_mb = 256,
+        max_connections = 1000, connection_timeout = 60, drain_s = 60;
     uint64_t seed = 0;
     bool no_chunked = false, no_prefix = false;
     const cli_flag flags[] = {
@@ -272,6 +316,20 @@ int cmd_serve(int argc, char **argv) {
         {.name = "--min-batch", .kind = CLI_INT, .to.integer = &min_batch, .min = 1,
          .max = 4096, .show_default = true,
          .help = "with a window: start once this many requests wait"},
+        {.name = "--max-queue", .kind = CLI_INT, .to.integer = &max_queue, .min = 1,
+         .max = 1 << 20, .show_default = true,
+         .help = "most requests waiting or running; more get 429 with Retry-After"},
+        {.name = "--max-upload-mb", .kind = CLI_INT, .to.integer = &max_upload_mb, .min = 1,
+         .max = 1 << 20, .show_default = true,
+         .help = "request bodies held at once, over all connections; past it 503"},
+        {.name = "--max-connections", .kind = CLI_INT, .to.integer = &max_connections,
+         .min = 1, .max = 1 << 20, .show_default = true, .help = "open connections at once"},
+        {.name = "--connection-timeout", .kind = CLI_INT, .to.integer = &connection_timeout,
+         .min = 1, .max = 86400, .show_default = true,
+         .help = "seconds a connection may stay idle"},
+        {.name = "--drain-timeout", .kind = CLI_INT, .to.integer = &drain_s, .min = 0,
+         .max = 86400, .show_default = true,
+         .help = "on SIGINT/SIGTERM: seconds to finish the requests in flight"},
         {0},
     };
     const cli_command cmd = {
@@ -344,19 +402,24 @@ int cmd_serve(int argc, char **argv) {
     if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
         invar_die(INVAR_EXIT_SYSTEM, "serve: ignoring SIGPIPE failed: %s", strerror(errno));
 
-    serve_batching batching = {.window_ms = window_ms, .min_batch = min_batch};
+    serve_batching batching = {.window_ms = window_ms, .min_batch = min_batch,
+                               .max_jobs = max_queue};
     server s = {.bounds = {.model = name ? name : model, .vocab_size = cfg.vocab_size,
                            .max_model_len = max_model_len,
                            .max_prompt_len = no_chunked ? budget : 0},
-                .created = (long)time(NULL)};
-    if ((src = pthread_mutex_init(&s.id_mu, NULL)) != 0)
+                .created = (long)time(NULL),
+                .max_upload_bytes = (size_t)max_upload_mb << 20};
+    if ((src = pthread_mutex_init(&s.mu, NULL)) != 0)
         invar_die(INVAR_EXIT_SYSTEM, "serve: pthread_mutex_init failed: %s", strerror(src));
     s.queue = serve_queue_start(e, &sched, &batching);
+    // MHD_USE_ITC: the listening socket can be closed while connections finish (SIGTERM).
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG |
+            MHD_USE_ITC,
         (uint16_t)port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, request_done, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)600, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, request_done, &s, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)connection_timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
+        MHD_OPTION_END);
     if (!d) invar_die(INVAR_EXIT_SYSTEM, "serve: cannot listen on %s:%d (MHD_start_daemon "
                       "failed: %s)", host, port, strerror(errno));
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -371,10 +434,27 @@ int cmd_serve(int argc, char **argv) {
     int sig = 0;
     if ((src = sigwait(&stop, &sig)) != 0)
         invar_die(INVAR_EXIT_SYSTEM, "serve: sigwait failed: %s", strerror(src));
-    printf("invar serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    // No new connections; the requests in flight run to their end and get their answers
+    // (an empty reply to a request the server accepted would read as a crash).
+    printf("invar serve: %s: finishing the requests in flight (at most %d s)\n",
+           sig == SIGINT ? "SIGINT" : "SIGTERM", drain_s);
+    fflush(stdout);
+    MHD_socket listening = MHD_quiesce_daemon(d);
+    if (listening != MHD_INVALID_SOCKET && close(listening) != 0)
+        fprintf(stderr, "invar serve: closing the listening socket: %s\n", strerror(errno));
+    bool drained = serve_queue_drain(s.queue, drain_s);
+    for (double waited = 0; waited < drain_s; waited += 0.01) {  // answers being sent
+        pthread_mutex_lock(&s.mu);
+        int open = s.posts_open;
+        pthread_mutex_unlock(&s.mu);
+        if (open == 0) break;
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+    printf("invar serve: stopping%s\n", drained ? "" : " (requests still running were cut)");
     MHD_stop_daemon(d);
     serve_queue_stop(s.queue);
-    pthread_mutex_destroy(&s.id_mu);
+    pthread_mutex_destroy(&s.mu);
     engine_destroy(e);
     ops->destroy(ops);
     return 0;

@@ -26,6 +26,7 @@ struct serve_queue {
     int n_ids, cap_ids, n_active;
     // Metrics
     long requests, failed, steps, *steps_at;  // steps_at[b]: steps that ran b requests
+    long refused_busy;           // jobs turned away at max_jobs
     int max_batch;
     engine_stats stats;          // the engine's, as of the last step (read without the engine)
 };
@@ -179,11 +180,16 @@ void serve_queue_stop(serve_queue *q) {
     free(q);
 }
 
-void serve_queue_run(serve_queue *q, serve_job *job) {
+bool serve_queue_run(serve_queue *q, serve_job *job) {
     job->done = false;
     job->error[0] = '\0';
     job->next = NULL;
     check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
+    if (q->batching.max_jobs > 0 && q->n_waiting + q->n_active >= q->batching.max_jobs) {
+        q->refused_busy++;
+        check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
+        return false;
+    }
     q->requests++;
     if (q->stop) {
         finish_job(q, job, "server stopping");
@@ -199,6 +205,23 @@ void serve_queue_run(serve_queue *q, serve_job *job) {
             check_pthread(pthread_cond_wait(&q->finished, &q->mu), "pthread_cond_wait");
     }
     check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
+    return true;
+}
+
+bool serve_queue_drain(serve_queue *q, double timeout_s) {
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
+    struct timespec until = after_ms(now, (int)(timeout_s * 1000));
+    check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
+    while (q->head || q->n_active > 0) {
+        int rc = pthread_cond_timedwait(&q->finished, &q->mu, &until);  // CLOCK_REALTIME
+        if (rc == ETIMEDOUT) break;
+        check_pthread(rc, "pthread_cond_timedwait");
+    }
+    bool empty = !q->head && q->n_active == 0;
+    check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
+    return empty;
 }
 
 void serve_queue_write_metrics(serve_queue *q, FILE *f) {
@@ -206,8 +229,10 @@ void serve_queue_write_metrics(serve_queue *q, FILE *f) {
     engine_stats st = q->stats;
     fprintf(f, "# invar serve: requests handed to the engine, steps run, and the batch size "
             "(requests in one step) of every step\n");
-    fprintf(f, "invar_requests_total %ld\ninvar_requests_failed_total %ld\n", q->requests,
-            q->failed);
+    fprintf(f, "invar_requests_total %ld\ninvar_requests_failed_total %ld\n"
+            "invar_requests_refused_busy_total %ld\ninvar_requests_running %d\n"
+            "invar_requests_waiting %d\n", q->requests, q->failed, q->refused_busy, q->n_active,
+            q->n_waiting);
     fprintf(f, "invar_steps_total %ld\ninvar_step_batch_size_max %d\n", q->steps, q->max_batch);
     for (int b = 1; b <= q->max_batch; b++)
         if (q->steps_at[b]) fprintf(f, "invar_steps_with_batch_size{size=\"%d\"} %ld\n", b,

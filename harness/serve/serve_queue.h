@@ -27,6 +27,7 @@ typedef struct serve_job {
 typedef struct {
     int window_ms;               // hold an idle engine's first arrival this long (0: do not)
     int min_batch;               // start before the window ends once this many are waiting
+    int max_jobs;                // most jobs waiting or running at once (0: no bound)
 } serve_batching;
 
 // Starts the engine thread; the engine begins a session with `sched`. Exits 2 when the
@@ -35,8 +36,13 @@ serve_queue *serve_queue_start(engine *e, const engine_sched *sched, const serve
 // Stops the thread after the current step; jobs still waiting fail with "server stopping".
 void serve_queue_stop(serve_queue *q);
 
-// Hands in a job and waits until it finished (job->error says whether it ran).
-void serve_queue_run(serve_queue *q, serve_job *job);
+// Hands in a job and waits until it finished (job->error says whether it ran). False at once,
+// the job untouched by the engine, when max_jobs are already waiting or running: the caller
+// answers "busy, retry later" instead of queueing without bound.
+bool serve_queue_run(serve_queue *q, serve_job *job);
+
+// Waits until no job waits or runs, at most timeout_s seconds; false when some still do.
+bool serve_queue_drain(serve_queue *q, double timeout_s);
 
 // Prometheus-style text: requests, steps, and how many steps ran at each batch size.
 void serve_queue_write_metrics(serve_queue *q, FILE *f);

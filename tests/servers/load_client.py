@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""tests/servers/load_client.py — the client side of tests/test_serve_load.sh: one check per
+command against an `invar serve` on 127.0.0.1:PORT (its pid given for RSS and signals). Exits 0
+when the check held, 1 with what was seen otherwise. Standard library only.
+
+  load_client.py --port P --pid PID identity|busy|uploads|slow|drain
+"""
+import argparse
+import http.client
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import threading
+import time
+
+
+def post(port, body, timeout=60):
+    """(status, headers dict, body text) of POST /v1/completions."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = (r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode())
+    c.close()
+    return out
+
+
+def logprob_texts(text):
+    """choices[0].logprobs with every number kept as its text: equal texts are equal bits."""
+    return json.loads(text, parse_float=str, parse_int=str)["choices"][0]["logprobs"]
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise SystemExit(f"no VmRSS for pid {pid}")
+
+
+def fail(msg):
+    print(f"load_client: {msg}")
+    sys.exit(1)
+
+
+def identity(a):
+    probe = {"prompt": [5, 17, 99, 3, 250, 41], "max_tokens": 8, "logprobs": 5,
+             "temperature": 0.8, "seed": 7}
+    status, _, alone = post(a.port, probe)
+    if status != 200:
+        fail(f"identity: alone: HTTP {status}: {alone}")
+    results, errors = {}, []
+
+    def send(i):
+        body = probe if i == 0 else {"prompt": [i, i + 1, 2 * i % 500], "max_tokens": 6 + i % 5,
+                                     "logprobs": 5, "temperature": 0.8, "seed": i}
+        try:
+            results[i] = post(a.port, body)
+        except Exception as e:  # noqa: BLE001 — reported below
+            errors.append(f"{i}: {e}")
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(17)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors or any(r[0] != 200 for r in results.values()):
+        fail(f"identity: under load: {errors or [r[:1] for r in results.values()]}")
+    if logprob_texts(results[0][2]) != logprob_texts(alone):
+        fail("identity: the request's logprobs under load differ from alone")
+    print("identity: the request among 16 others answered the same bits as alone")
+
+
+def busy(a):
+    results = []
+
+    def send(i):
+        results.append(post(a.port, {"prompt": [1 + i, 2, 3], "max_tokens": 48}))
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ok = [r for r in results if r[0] == 200]
+    refused = [r for r in results if r[0] == 429]
+    if len(ok) + len(refused) != 8 or not refused or len(ok) < 2:
+        fail(f"busy: statuses {sorted(r[0] for r in results)}: expected 429s beside at least 2 200s")
+    for r in refused:
+        if r[1].get("retry-after") != "1" or "error" not in json.loads(r[2]):
+            fail(f"busy: a 429 without Retry-After: 1 or an error body: {r[1]} {r[2]}")
+    print(f"busy: {len(ok)} served, {len(refused)} refused with 429 and Retry-After")
+
+
+def uploads(a):
+    idle = rss_kb(a.pid)
+    socks = []
+    chunk = b"[" + b"1," * (1 << 19)  # 1 MiB of a prompt that never ends
+    for _ in range(12):
+        s = socket.create_connection(("127.0.0.1", a.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: 16000000\r\n\r\n{\"prompt\": ")
+        for _ in range(3):
+            s.sendall(chunk)
+        socks.append(s)
+    time.sleep(1.0)
+    held = rss_kb(a.pid)
+    t0 = time.monotonic()
+    status, _, text = post(a.port, {"prompt": [1, 2, 3], "max_tokens": 2}, timeout=10)
+    took = time.monotonic() - t0
+    for s in socks:
+        s.close()
+    if status != 200:
+        fail(f"uploads: a small request while uploads stall: HTTP {status}: {text}")
+    if held > 2 * idle:
+        fail(f"uploads: RSS {held} KB with 12 stalled 3 MiB uploads, idle {idle} KB: over 2x")
+    print(f"uploads: RSS {held} KB under 12 stalled uploads (idle {idle} KB); a small request "
+          f"served in {took:.2f} s")
+
+
+def slow(a):
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    n = max(16, min(300, soft - 64))
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", a.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        socks.append(s)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    status, _, text = post(a.port, {"prompt": [1, 2, 3], "max_tokens": 2}, timeout=10)
+    took = time.monotonic() - t0
+    for s in socks:
+        s.close()
+    if status != 200 or took > 1.0:
+        fail(f"slow: with {n} slow connections open a new client got HTTP {status} in {took:.2f} s")
+    print(f"slow: {n} slow connections open, a new client served in {took:.2f} s")
+
+
+def drain(a):
+    result = {}
+
+    def send():
+        try:
+            result["r"] = post(a.port, {"prompt": [4, 5, 6], "max_tokens": 400, "logprobs": 1})
+        except Exception as e:  # noqa: BLE001 — reported below
+            result["e"] = str(e)
+    t = threading.Thread(target=send)
+    t.start()
+    time.sleep(0.3)
+    os.kill(a.pid, signal.SIGTERM)
+    time.sleep(0.2)
+    try:
+        socket.create_connection(("127.0.0.1", a.port), timeout=2).close()
+        refused_new = False
+    except OSError:
+        refused_new = True
+    t.join(60)
+    if "r" not in result:
+        fail(f"drain: the request in flight at SIGTERM got no answer: {result.get('e')}")
+    status, _, text = result["r"]
+    if status != 200 or json.loads(text)["usage"]["completion_tokens"] != 400:
+        fail(f"drain: the request in flight at SIGTERM: HTTP {status}: {text[:200]}")
+    if not refused_new:
+        fail("drain: a new connection was accepted after SIGTERM")
+    print("drain: the request in flight at SIGTERM got its 400 tokens; new connections refused")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--pid", type=int, required=True)
+    ap.add_argument("command", choices=["identity", "busy", "uploads", "slow", "drain"])
+    a = ap.parse_args()
+    globals()[a.command](a)
+
+
+if __name__ == "__main__":
+    main()

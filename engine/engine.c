@@ -1092,6 +1092,8 @@ int engine_step(engine *e, char *err, int err_len) {
 
 bool engine_finished(const engine *e, int id) { return scheduler_finished(e->sched, id); }
 bool engine_all_finished(const engine *e) { return scheduler_done(e->sched); }
+bool engine_abort(engine *e, int id) { return scheduler_abort(e->sched, id); }
+int engine_free_blocks(const engine *e) { return kv_cache_num_free(e->cache); }
 
 bool engine_recycle(engine *e, char *err, int err_len) {
     if (!scheduler_done(e->sched)) {

@@ -94,6 +94,12 @@ int engine_step(engine *e, char *err, int err_len);
 // false for an id this session never returned (never reads past its requests)
 bool engine_finished(const engine *e, int id);
 bool engine_all_finished(const engine *e);
+// Ends request `id` where it is (its client went away): its blocks go back at once, its result
+// keeps the records written so far, and the other requests run on with the bits they would
+// have had. False when it had already finished or is no id of this session. Not during a step.
+bool engine_abort(engine *e, int id);
+// KV blocks a request could take now (free, or cached and unused).
+int engine_free_blocks(const engine *e);
 bool engine_recycle(engine *e, char *err, int err_len);
 // Steps, tokens, prefill chunks and prefix-cache lookups since engine_begin.
 engine_stats engine_session_stats(const engine *e);

@@ -204,6 +204,10 @@ int scheduler_schedule(scheduler *s, sched_item *items, char *err, int err_len) 
     while (s->next_waiting < s->n_reqs && s->n_running < s->opts.max_num_seqs && budget > 0) {
         int r = s->next_waiting;
         request *q = &s->reqs[r];
+        if (q->state == REQ_FINISHED) {  // aborted while it waited
+            s->next_waiting++;
+            continue;
+        }
         if (q->arrival_step > s->step) break;
         if (!s->opts.chunked_prefill && q->prompt_len > budget) break;
         if (s->n_running > 0 && !fits(s, q)) break;
@@ -245,6 +249,12 @@ static void finish(scheduler *s, int r) {
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] != r) s->running[w++] = s->running[i];
     s->n_running = w;
+}
+
+bool scheduler_abort(scheduler *s, int req) {
+    if (req < 0 || req >= s->n_reqs || s->reqs[req].state == REQ_FINISHED) return false;
+    finish(s, req);  // a waiting request holds no block and is not in running: only its state
+    return true;
 }
 
 void scheduler_complete(scheduler *s, const sched_item *items, int n, const int32_t *sampled) {

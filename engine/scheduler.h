@@ -37,6 +37,10 @@ bool scheduler_start(scheduler *s, const engine_sched *opts, char *err, int err_
 // its index, or -1 with a message when it can never be scheduled.
 int scheduler_add(scheduler *s, const engine_request *r, char *err, int err_len);
 bool scheduler_finished(const scheduler *s, int req);
+// Ends request `req` before its last token: a running one gives its KV blocks back at once (its
+// full blocks stay in the prefix cache as any finished request's), a waiting one is never
+// admitted. False when it had already finished or was never added.
+bool scheduler_abort(scheduler *s, int req);
 
 // Starts a run of `n` requests: scheduler_start, then scheduler_add of each. False with a message when a request cannot ever be scheduled
 // (longer than max_model_len, or a prompt over the budget with chunked prefill off).

@@ -374,9 +374,57 @@ static void bad_calls_refused_with_a_message(void **state) {
     free(t);
 }
 
+// A request aborted mid-run (its client went away) gives its KV blocks back at once and keeps
+// the records it had; one aborted while it waits is never admitted; every other request
+// finishes with the bits it gets alone.
+static void aborted_requests_free_blocks_others_unchanged(void **state) {
+    fixture *f = *state;
+    enum { N = MAX_SEQS + 1 };  // the last one waits for a slot
+    test_rng rng = test_rng_make(f->seed ^ 0x61626f72ull);
+    test_request *t = test_alloc(N * sizeof *t);
+    for (int i = 0; i < N; i++) {
+        make_request(&t[i], f, &rng, 30 + test_below(&rng, 30), NULL, 0, i == 2,
+                     2000 + (uint64_t)i);
+        t[i].req.max_new_tokens = MAX_NEW;
+        run_alone(f, &t[i]);
+    }
+    char err[512];
+    if (!engine_begin(f->e, &f->sched, err, sizeof err)) fail_msg("engine_begin: %s", err);
+    for (int i = 0; i < N; i++) assert_int_equal(submit(f, &t[i]), i);
+    for (int k = 0; k < 3; k++)
+        if (engine_step(f->e, err, sizeof err) <= 0) fail_msg("engine_step: %s", err);
+    assert_false(engine_finished(f->e, 1));
+    assert_false(engine_finished(f->e, N - 1));
+    int free_before = engine_free_blocks(f->e);
+    int records_before = t[1].served.n_steps;
+    assert_true(engine_abort(f->e, 1));
+    assert_true(engine_free_blocks(f->e) > free_before);  // its blocks, back at once
+    assert_true(engine_finished(f->e, 1));
+    assert_false(engine_abort(f->e, 1));                  // once only
+    assert_true(engine_abort(f->e, N - 1));               // still waiting
+    assert_false(engine_abort(f->e, N + 7));              // no such id
+    for (int guard = 0; !engine_all_finished(f->e); guard++) {
+        if (engine_step(f->e, err, sizeof err) < 0) fail_msg("engine_step: %s", err);
+        assert_true(guard < 1000);
+    }
+    assert_int_equal(t[1].served.n_steps, records_before);  // nothing written after the abort
+    assert_true(records_before < MAX_NEW);
+    assert_int_equal(t[N - 1].served.n_steps, 0);
+    assert_int_equal(test_count_poisoned(t[N - 1].served_steps, sizeof t[N - 1].served_steps[0],
+                                         MAX_NEW), MAX_NEW);
+    for (int i = 0; i < N - 1; i++) {
+        if (i == 1) continue;
+        char what[64];
+        snprintf(what, sizeof what, "request %d beside the aborted ones", i);
+        assert_served_equals_alone(&t[i], what);
+    }
+    free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(concurrent_requests_equal_each_alone),
+        cmocka_unit_test(aborted_requests_free_blocks_others_unchanged),
         cmocka_unit_test(prefix_cache_kept_across_requests_and_recycle),
         cmocka_unit_test(bad_calls_refused_with_a_message),
     };

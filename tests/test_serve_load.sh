@@ -3,6 +3,8 @@
 # 127.0.0.1 only, ending by itself in well under a minute (tests/servers/load_client.py drives
 # it; each check is one of its commands):
 #   identity    a request alone and the same request among 16 concurrent others: the same bits;
+#   abandon     20 requests of 400 tokens whose clients leave: none runs or waits a second
+#               later, and a 1-token request is served within 1 s;
 #   busy        past --max-queue requests waiting or running, 429 with Retry-After, the rest
 #               served;
 #   uploads     many stalled large uploads: the server's RSS stays within 2x idle and a small
@@ -50,6 +52,7 @@ client() {  # client COMMAND ARGS...: tests/servers/load_client.py against PORT
 t0=$(date +%s)
 start_serve main --max-num-seqs 8 --max-upload-mb 4 --batch-window-ms 5
 client identity
+client abandon
 client uploads
 client slow
 kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null

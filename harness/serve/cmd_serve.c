@@ -11,7 +11,9 @@
 #include <arpa/inet.h>               // inet_pton, htons
 #include <errno.h>                   // errno
 #include <netinet/in.h>              // sockaddr_in
+#include <poll.h>                    // poll, POLLRDHUP
 #include <pthread.h>                 // pthread_sigmask
+#include <sys/socket.h>              // recv, MSG_PEEK
 #include <signal.h>                  // sigset_t, sigwait, SIGINT, SIGTERM, SIGPIPE
 #include <stdio.h>                   // FILE, open_memstream, fprintf
 #include <stdlib.h>                  // free, realloc
@@ -104,6 +106,20 @@ static enum MHD_Result send_error(struct MHD_Connection *c, const serve_error *e
     return body_send(c, &w, (unsigned)e->status, "application/json");
 }
 
+// Whether the client of a connection went away: its socket hung up, or reads end of file
+// (a pipelined next request is data, not a hang-up).
+static bool client_gone(void *ctx) {
+    struct MHD_Connection *c = ctx;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    char byte;
+    return (p.revents & POLLIN) && recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 static enum MHD_Result completions(server *s, struct MHD_Connection *c, const upload *u) {
     serve_error e;
     if (u->too_large) {
@@ -126,13 +142,18 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
     job.result.steps = invar_calloc((size_t)req.max_tokens, sizeof *job.result.steps,
                                     "response records");
     enum MHD_Result ok;
-    if (!serve_queue_run(s->queue, &job)) {
+    if (!serve_queue_run(s->queue, &job, client_gone, c)) {
         e = (serve_error){.status = 429, .type = "rate_limit_error"};
         snprintf(e.message, sizeof e.message, "the server holds as many requests as it queues "
                  "(--max-queue): try again");
         free(job.result.steps);
         serve_completion_free(&req);
         return send_error(c, &e);
+    }
+    if (job.cancelled) {  // nobody to answer: close the connection
+        free(job.result.steps);
+        serve_completion_free(&req);
+        return MHD_NO;
     }
     if (!job.error[0] && !serve_result_finite(&job.result, req.logprobs))
         snprintf(job.error, sizeof job.error, "a logprob came out NaN or +Infinity");

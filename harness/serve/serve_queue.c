@@ -4,6 +4,7 @@
 
 #include <errno.h>               // ETIMEDOUT
 #include <pthread.h>             // pthread_*
+#include <stdio.h>               // snprintf
 #include <stdlib.h>              // free, realloc
 #include <string.h>              // strerror
 #include <time.h>                // clock_gettime, timespec
@@ -27,6 +28,8 @@ struct serve_queue {
     // Metrics
     long requests, failed, steps, *steps_at;  // steps_at[b]: steps that ran b requests
     long refused_busy;           // jobs turned away at max_jobs
+    long cancelled;              // jobs ended because their client went away
+    bool any_cancel;             // some job was marked cancelled since the engine last looked
     int max_batch;
     engine_stats stats;          // the engine's, as of the last step (read without the engine)
 };
@@ -49,6 +52,39 @@ static void finish_job(serve_queue *q, serve_job *job, const char *error) {
     snprintf(job->error, sizeof job->error, "%s", error ? error : "");
     job->done = true;
     if (error) q->failed++;
+}
+
+// Called with the lock held, between steps: jobs whose client went away end where they are
+// (a waiting one is dropped, a running one aborted in the engine, its blocks freed).
+static void end_cancelled(serve_queue *q) {
+    if (!q->any_cancel) return;
+    q->any_cancel = false;
+    serve_job **link = &q->head;
+    q->tail = NULL;
+    while (*link) {
+        serve_job *job = *link;
+        if (job->cancelled) {
+            *link = job->next;
+            q->n_waiting--;
+            snprintf(job->error, sizeof job->error, "the client went away");
+            job->done = true;
+            q->cancelled++;
+        } else {
+            q->tail = job;
+            link = &job->next;
+        }
+    }
+    for (int id = 0; id < q->n_ids; id++) {
+        serve_job *job = q->active[id];
+        if (!job || !job->cancelled) continue;
+        engine_abort(q->e, id);
+        snprintf(job->error, sizeof job->error, "the client went away");
+        job->done = true;
+        q->cancelled++;
+        q->active[id] = NULL;
+        q->n_active--;
+    }
+    check_pthread(pthread_cond_broadcast(&q->finished), "pthread_cond_broadcast");
 }
 
 // Called with the lock held: every waiting job joins the engine's session.
@@ -117,8 +153,16 @@ static void *engine_thread(void *arg) {
             }
             if (q->stop) break;
         }
+        end_cancelled(q);
         admit_waiting(q);
-        if (q->n_active == 0) continue;
+        if (q->n_active == 0) {
+            if (q->n_ids > 0 && engine_all_finished(q->e)) {  // every running job was cancelled
+                if (!engine_recycle(q->e, err, sizeof err))
+                    invar_die(INVAR_EXIT_SYSTEM, "serve: %s", err);
+                q->n_ids = 0;
+            }
+            continue;
+        }
         check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
         int n = engine_step(q->e, err, sizeof err);
         check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
@@ -126,6 +170,7 @@ static void *engine_thread(void *arg) {
         if (n < 0) step_error = err;
         else if (n == 0) step_error = "the engine scheduled nothing while requests wait";
         collect(q, n, step_error);
+        if (!step_error) end_cancelled(q);
         if (step_error) {
             // A failed step leaves requests half run: a new session drops them (and the cache);
             // their clients got the error.
@@ -180,8 +225,9 @@ void serve_queue_stop(serve_queue *q) {
     free(q);
 }
 
-bool serve_queue_run(serve_queue *q, serve_job *job) {
+bool serve_queue_run(serve_queue *q, serve_job *job, serve_client_gone gone, void *ctx) {
     job->done = false;
+    job->cancelled = false;
     job->error[0] = '\0';
     job->next = NULL;
     check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
@@ -201,8 +247,19 @@ bool serve_queue_run(serve_queue *q, serve_job *job) {
         q->tail = job;
         q->n_waiting++;
         check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
-        while (!job->done)
-            check_pthread(pthread_cond_wait(&q->finished, &q->mu), "pthread_cond_wait");
+        while (!job->done) {
+            struct timespec now;
+            if (clock_gettime(CLOCK_REALTIME, &now) != 0)
+                invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
+            struct timespec until = after_ms(now, 50);
+            int rc = pthread_cond_timedwait(&q->finished, &q->mu, &until);
+            if (rc != ETIMEDOUT) check_pthread(rc, "pthread_cond_timedwait");
+            if (!job->done && !job->cancelled && gone && gone(ctx)) {
+                job->cancelled = true;
+                q->any_cancel = true;
+                check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
+            }
+        }
     }
     check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
     return true;
@@ -230,9 +287,9 @@ void serve_queue_write_metrics(serve_queue *q, FILE *f) {
     fprintf(f, "# invar serve: requests handed to the engine, steps run, and the batch size "
             "(requests in one step) of every step\n");
     fprintf(f, "invar_requests_total %ld\ninvar_requests_failed_total %ld\n"
-            "invar_requests_refused_busy_total %ld\ninvar_requests_running %d\n"
-            "invar_requests_waiting %d\n", q->requests, q->failed, q->refused_busy, q->n_active,
-            q->n_waiting);
+            "invar_requests_refused_busy_total %ld\ninvar_requests_cancelled_total %ld\n"
+            "invar_requests_running %d\ninvar_requests_waiting %d\n", q->requests, q->failed,
+            q->refused_busy, q->cancelled, q->n_active, q->n_waiting);
     fprintf(f, "invar_steps_total %ld\ninvar_step_batch_size_max %d\n", q->steps, q->max_batch);
     for (int b = 1; b <= q->max_batch; b++)
         if (q->steps_at[b]) fprintf(f, "invar_steps_with_batch_size{size=\"%d\"} %ld\n", b,

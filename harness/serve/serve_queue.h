@@ -20,6 +20,7 @@ typedef struct serve_job {
     engine_request req;          // the caller's; its prompt must outlive the job
     engine_result result;        // steps: room for req.max_new_tokens records
     bool done;
+    bool cancelled;              // its client went away: ended where it is (the queue's)
     char error[512];             // "" when the request ran
     struct serve_job *next;      // queue link (the queue's)
 } serve_job;
@@ -36,10 +37,15 @@ serve_queue *serve_queue_start(engine *e, const engine_sched *sched, const serve
 // Stops the thread after the current step; jobs still waiting fail with "server stopping".
 void serve_queue_stop(serve_queue *q);
 
+// Whether the client of a job went away (checked while it waits, every 50 ms).
+typedef bool (*serve_client_gone)(void *ctx);
+
 // Hands in a job and waits until it finished (job->error says whether it ran). False at once,
 // the job untouched by the engine, when max_jobs are already waiting or running: the caller
-// answers "busy, retry later" instead of queueing without bound.
-bool serve_queue_run(serve_queue *q, serve_job *job);
+// answers "busy, retry later" instead of queueing without bound. When gone (may be NULL) says
+// the client left, the job is ended where it is: aborted in the engine between two steps (its
+// KV blocks freed, the other requests' bits unchanged) or dropped before it was admitted.
+bool serve_queue_run(serve_queue *q, serve_job *job, serve_client_gone gone, void *ctx);
 
 // Waits until no job waits or runs, at most timeout_s seconds; false when some still do.
 bool serve_queue_drain(serve_queue *q, double timeout_s);

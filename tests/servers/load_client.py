@@ -3,7 +3,7 @@
 command against an `invar serve` on 127.0.0.1:PORT (its pid given for RSS and signals). Exits 0
 when the check held, 1 with what was seen otherwise. Standard library only.
 
-  load_client.py --port P --pid PID identity|busy|uploads|slow|drain
+  load_client.py --port P --pid PID identity|abandon|busy|uploads|slow|drain
 """
 import argparse
 import http.client
@@ -70,6 +70,51 @@ def identity(a):
     if logprob_texts(results[0][2]) != logprob_texts(alone):
         fail("identity: the request's logprobs under load differ from alone")
     print("identity: the request among 16 others answered the same bits as alone")
+
+
+def metrics(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+            if line and not line.startswith("#") and len(line.split()) == 2}
+
+
+def abandon(a):
+    socks = []
+    body = lambda i: json.dumps({"prompt": [7 + i, 8, 9], "max_tokens": 400}).encode()
+    for i in range(20):
+        s = socket.create_connection(("127.0.0.1", a.port))
+        b = body(i)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
+        socks.append(s)
+    time.sleep(0.3)
+    running = metrics(a.port)["invar_requests_running"]
+    for s in socks:
+        s.close()
+    t0 = time.monotonic()
+    while True:
+        m = metrics(a.port)
+        if m["invar_requests_running"] == 0 and m["invar_requests_waiting"] == 0:
+            break
+        if time.monotonic() - t0 > 1.0:
+            fail(f"abandon: 1 s after 20 clients left, {m['invar_requests_running']:.0f} running "
+                 f"and {m['invar_requests_waiting']:.0f} waiting")
+        time.sleep(0.02)
+    freed = time.monotonic() - t0
+    t1 = time.monotonic()
+    status, _, text = post(a.port, {"prompt": [1, 2, 3], "max_tokens": 1}, timeout=10)
+    took = time.monotonic() - t1
+    if status != 200 or took > 1.0:
+        fail(f"abandon: a 1-token request after them: HTTP {status} in {took:.2f} s")
+    if running < 1 or m["invar_requests_cancelled_total"] < 1:
+        fail(f"abandon: {running:.0f} were running before the clients left, "
+             f"{m['invar_requests_cancelled_total']:.0f} cancelled")
+    print(f"abandon: 20 abandoned 400-token requests ({running:.0f} running) freed "
+          f"{freed:.2f} s after their clients left, {m['invar_requests_cancelled_total']:.0f} "
+          f"cancelled; a 1-token request served in {took:.2f} s")
 
 
 def busy(a):
@@ -170,7 +215,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--pid", type=int, required=True)
-    ap.add_argument("command", choices=["identity", "busy", "uploads", "slow", "drain"])
+    ap.add_argument("command", choices=["identity", "abandon", "busy", "uploads", "slow", "drain"])
     a = ap.parse_args()
     globals()[a.command](a)
 

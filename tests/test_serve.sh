@@ -121,6 +121,20 @@ assert body["usage"]["completion_tokens"] == 1, body["usage"]
 assert body["created"] > before, (body["created"], before)
 PY
 echo "ok: output-changing options refused, 405s, /v1/models/tiny, max_completion_tokens, created"
+# GET keeps the connection: two pipelined requests get two answers.
+python3 - "$PORT" <<'PY' || fail "pipelined GETs: not two answers on one connection"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+data, t0 = b"", time.monotonic()
+while data.count(b"HTTP/1.1 200") < 2 and time.monotonic() - t0 < 5:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+sys.exit(0 if data.count(b"HTTP/1.1 200") == 2 else 1)
+PY
+echo "ok: two pipelined GETs answered on one connection"
 kill "$SERVE_PID"; wait "$SERVE_PID"
 [ $? = 0 ] || fail "invar serve did not stop cleanly on SIGTERM"
 

@@ -56,6 +56,7 @@ typedef struct {
     bool too_large;
     bool busy;                       // the server's upload memory was full: 503
     size_t counted;                  // bytes of it in server.upload_bytes
+    bool post;                       // counted in server.posts_open
 } upload;
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
@@ -182,11 +183,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     (void)version;
     server *s = cls;
     bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    if (post && !*state) {  // first call: headers only
-        *state = invar_calloc(1, sizeof(upload), "request body");
-        pthread_mutex_lock(&s->mu);
-        s->posts_open++;
-        pthread_mutex_unlock(&s->mu);
+    // First call, headers only: every method answers on a later call, once MHD has read the
+    // whole request (an answer queued on the first call makes MHD close the connection, which
+    // drops a pipelined next request).
+    if (!*state) {
+        upload *u = invar_calloc(1, sizeof(upload), "request body");
+        u->post = post;
+        *state = u;
+        if (post) {
+            pthread_mutex_lock(&s->mu);
+            s->posts_open++;
+            pthread_mutex_unlock(&s->mu);
+        }
         return MHD_YES;
     }
     if (post && *data_len > 0) {
@@ -266,7 +274,7 @@ static void request_done(void *cls, struct MHD_Connection *c, void **state,
     if (u) {
         pthread_mutex_lock(&s->mu);
         s->upload_bytes -= u->counted;
-        s->posts_open--;
+        if (u->post) s->posts_open--;
         pthread_mutex_unlock(&s->mu);
         free(u->data);
         free(u);

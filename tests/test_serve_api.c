@@ -77,7 +77,8 @@ static void served_logprobs_read_back_bit_for_bit(void **state) {
         }
     }
     assert_true(serve_result_finite(&r, K));
-    serve_completion c = {.prompt_len = 3, .max_tokens = STEPS, .logprobs = K};
+    serve_prompt prompt = {.len = 3};
+    serve_completion c = {.prompts = &prompt, .n_prompts = 1, .max_tokens = STEPS, .logprobs = K};
     size_t len;
     char *text = written(&c, &r, &len);
     cJSON *root = cJSON_Parse(text);  // strict JSON: no bare -Infinity or NaN
@@ -133,7 +134,8 @@ static void text_offsets_point_at_tokens(void **state) {
     int32_t ids[5] = {7, 12345, 0, 99, 100000};
     for (int s = 0; s < 5; s++) steps[s].token = ids[s];
     engine_result r = {.steps = steps, .n_steps = 5};
-    serve_completion c = {.prompt_len = 2, .max_tokens = 5, .logprobs = 0};
+    serve_prompt prompt = {.len = 2};
+    serve_completion c = {.prompts = &prompt, .n_prompts = 1, .max_tokens = 5, .logprobs = 0};
     size_t len;
     char *text = written(&c, &r, &len);
     cJSON *root = cJSON_Parse(text);
@@ -240,11 +242,54 @@ static void requests_one_object_nothing_ignored(void **state) {
     refused(bad_model, strlen(bad_model), &bounds, 404, "does not exist");
 }
 
+// A list of prompts is one choice per prompt, index i for prompt i, usage summed; a list holding
+// something other than lists of ids is refused naming the entry.
+static void prompt_lists_are_choices(void **state) {
+    (void)state;
+    serve_completion c = accepted("{\"prompt\":[[1,2,3],[4,5],[6]],\"max_tokens\":2}", &bounds);
+    assert_int_equal(c.n_prompts, 3);
+    assert_int_equal(c.prompts[0].len, 3);
+    assert_int_equal(c.prompts[1].len, 2);
+    assert_int_equal(c.prompts[2].tokens[0], 6);
+    assert_int_equal(c.longest, 3);
+    engine_step_record steps[3][2] = {{{.token = 11}, {.token = 12}}, {{.token = 21}, {.token = 22}},
+                                      {{.token = 31}, {.token = 32}}};
+    engine_result r[3];
+    for (int i = 0; i < 3; i++) r[i] = (engine_result){.steps = steps[i], .n_steps = 2};
+    char *text = NULL;
+    size_t len;
+    FILE *f = open_memstream(&text, &len);
+    serve_write_completion(f, &c, r, "tiny", 1, 5);
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const cJSON *choices = cJSON_GetObjectItem(root, "choices");
+    assert_int_equal(cJSON_GetArraySize(choices), 3);
+    for (int i = 0; i < 3; i++) {
+        const cJSON *ch = cJSON_GetArrayItem(choices, i);
+        assert_int_equal(cJSON_GetObjectItem(ch, "index")->valueint, i);
+        char want[64];
+        snprintf(want, sizeof want, " token_id:%d token_id:%d", 10 * (i + 1) + 1, 10 * (i + 1) + 2);
+        assert_string_equal(cJSON_GetObjectItem(ch, "text")->valuestring, want);
+    }
+    const cJSON *usage = cJSON_GetObjectItem(root, "usage");
+    assert_int_equal(cJSON_GetObjectItem(usage, "prompt_tokens")->valueint, 6);
+    assert_int_equal(cJSON_GetObjectItem(usage, "completion_tokens")->valueint, 6);
+    cJSON_Delete(root);
+    free(text);
+    serve_completion_free(&c);
+    const char *mixed = "{\"prompt\":[[1,2],3]}";
+    refused(mixed, strlen(mixed), &bounds, 400, "'prompt[1]' must be a list of token ids");
+    const char *empty = "{\"prompt\":[[1,2],[]]}";
+    refused(empty, strlen(empty), &bounds, 400, "'prompt[1]' is empty");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(served_logprobs_read_back_bit_for_bit),
         cmocka_unit_test(text_offsets_point_at_tokens),
         cmocka_unit_test(requests_one_object_nothing_ignored),
+        cmocka_unit_test(prompt_lists_are_choices),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -137,42 +137,52 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
     serve_completion req;
     if (!serve_completion_parse(u->data ? u->data : "", u->len, &s->bounds, &req, &e))
         return send_error(c, &e);
-    serve_job job = {.req = {.prompt = req.prompt, .prompt_len = req.prompt_len,
-                             .max_new_tokens = req.max_tokens, .temperature = req.temperature,
-                             .seed = req.seed}};
-    job.result.steps = invar_calloc((size_t)req.max_tokens, sizeof *job.result.steps,
-                                    "response records");
+    int n = req.n_prompts;
+    serve_job *jobs = invar_calloc((size_t)n, sizeof *jobs, "jobs");
+    engine_result *results = invar_calloc((size_t)n, sizeof *results, "results");
+    for (int i = 0; i < n; i++) {
+        jobs[i].req = (engine_request){.prompt = req.prompts[i].tokens,
+                                       .prompt_len = req.prompts[i].len,
+                                       .max_new_tokens = req.max_tokens,
+                                       .temperature = req.temperature, .seed = req.seed};
+        jobs[i].result.steps = invar_calloc((size_t)req.max_tokens, sizeof *jobs[i].result.steps,
+                                            "response records");
+    }
     enum MHD_Result ok;
-    if (!serve_queue_run(s->queue, &job, client_gone, c)) {
+    bool taken = serve_queue_run_all(s->queue, jobs, n, client_gone, c);
+    const char *error = NULL;
+    bool cancelled = false;
+    for (int i = 0; i < n; i++) {
+        results[i] = jobs[i].result;
+        cancelled |= jobs[i].cancelled;
+        if (!error && jobs[i].error[0]) error = jobs[i].error;
+        if (!error && !serve_result_finite(&jobs[i].result, req.logprobs))
+            error = "a logprob came out NaN or +Infinity";
+    }
+    if (!taken) {
         e = (serve_error){.status = 429, .type = "rate_limit_error"};
         snprintf(e.message, sizeof e.message, "the server holds as many requests as it queues "
                  "(--max-queue): try again");
-        free(job.result.steps);
-        serve_completion_free(&req);
-        return send_error(c, &e);
-    }
-    if (job.cancelled) {  // nobody to answer: close the connection
-        free(job.result.steps);
-        serve_completion_free(&req);
-        return MHD_NO;
-    }
-    if (!job.error[0] && !serve_result_finite(&job.result, req.logprobs))
-        snprintf(job.error, sizeof job.error, "a logprob came out NaN or +Infinity");
-    if (job.error[0]) {
+        ok = send_error(c, &e);
+    } else if (cancelled) {  // nobody to answer: close the connection
+        ok = MHD_NO;
+    } else if (error) {
         e = (serve_error){.status = 500, .type = "server_error"};
         snprintf(e.message, sizeof e.message, "the engine could not run the request: %.400s",
-                 job.error);
+                 error);
         ok = send_error(c, &e);
     } else {
         pthread_mutex_lock(&s->mu);
         long id = s->next_id++;
         pthread_mutex_unlock(&s->mu);
         body_writer w;
-        serve_write_completion(body_open(&w), &req, &job.result, s->bounds.model, id,
+        serve_write_completion(body_open(&w), &req, results, s->bounds.model, id,
                                (long)time(NULL));
         ok = body_send(c, &w, MHD_HTTP_OK, "application/json");
     }
-    free(job.result.steps);
+    for (int i = 0; i < n; i++) free(jobs[i].result.steps);
+    free(jobs);
+    free(results);
     serve_completion_free(&req);
     return ok;
 }

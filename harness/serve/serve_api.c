@@ -39,6 +39,33 @@ static const cJSON *field(const cJSON *root, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+enum { SERVE_MAX_PROMPTS = 256 };  // prompts in one request
+
+// One list of token ids into p; `where` names it in messages ("prompt", "prompt[3]").
+static bool parse_ids(const cJSON *list, const serve_bounds *b, const char *where,
+                      serve_prompt *p, serve_error *e) {
+    int n = cJSON_GetArraySize(list);
+    if (n < 1) return fail(e, 400, "prompt", "'%s' is empty", where);
+    if (n >= b->max_model_len)
+        return fail(e, 400, "prompt", "%s of %d tokens leaves no room in max_model_len %d",
+                    where, n, b->max_model_len);
+    if (b->max_prompt_len > 0 && n > b->max_prompt_len)
+        return fail(e, 400, "prompt", "%s of %d tokens exceeds the step budget of %d tokens "
+                    "(chunked prefill is off)", where, n, b->max_prompt_len);
+    p->tokens = invar_malloc((size_t)n * sizeof *p->tokens, "prompt tokens");
+    p->len = n;
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, list) {
+        double id;
+        if (!whole_in(t, 0, b->vocab_size - 1, &id))
+            return fail(e, 400, "prompt", "%s[%d] must be a token id in [0, %d)", where, i,
+                        b->vocab_size);
+        p->tokens[i++] = (int32_t)id;
+    }
+    return true;
+}
+
 static bool parse_prompt(const cJSON *p, const serve_bounds *b, serve_completion *out,
                          serve_error *e) {
     if (!p) return fail(e, 400, "prompt", "'prompt' is required");
@@ -47,27 +74,24 @@ static bool parse_prompt(const cJSON *p, const serve_bounds *b, serve_completion
                     "tokenizer");
     if (!cJSON_IsArray(p)) return fail(e, 400, "prompt", "'prompt' must be a list of token ids");
     const cJSON *first = cJSON_GetArrayItem(p, 0);
-    if (first && cJSON_IsArray(first)) {  // [[ids]]: a batch of prompts, of which one is served
-        if (cJSON_GetArraySize(p) != 1)
-            return fail(e, 400, "prompt", "'prompt' holds %d prompts; send one per request",
-                        cJSON_GetArraySize(p));
-        p = first;
-    }
-    int n = cJSON_GetArraySize(p);
-    if (n < 1) return fail(e, 400, "prompt", "'prompt' is empty");
-    if (n >= b->max_model_len)
-        return fail(e, 400, "prompt", "prompt of %d tokens leaves no room in max_model_len %d", n,
-                    b->max_model_len);
-    out->prompt = invar_malloc((size_t)n * sizeof *out->prompt, "prompt tokens");
-    out->prompt_len = n;
+    bool batch = first && cJSON_IsArray(first);  // [[ids], [ids], ...]: one choice each
+    int n = batch ? cJSON_GetArraySize(p) : 1;
+    if (n > SERVE_MAX_PROMPTS)
+        return fail(e, 400, "prompt", "'prompt' holds %d prompts; at most %d", n,
+                    SERVE_MAX_PROMPTS);
+    out->prompts = invar_calloc((size_t)n, sizeof *out->prompts, "prompts");
+    out->n_prompts = n;
+    if (!batch) return parse_ids(p, b, "prompt", &out->prompts[0], e);
     int i = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, p) {
-        double id;
-        if (!whole_in(t, 0, b->vocab_size - 1, &id))
-            return fail(e, 400, "prompt", "prompt[%d] must be a token id in [0, %d)", i,
-                        b->vocab_size);
-        out->prompt[i++] = (int32_t)id;
+    const cJSON *one;
+    cJSON_ArrayForEach(one, p) {
+        char where[32];
+        snprintf(where, sizeof where, "prompt[%d]", i);
+        if (!cJSON_IsArray(one))
+            return fail(e, 400, "prompt", "'%s' must be a list of token ids", where);
+        if (!parse_ids(one, b, where, &out->prompts[i], e)) return false;
+        if (out->prompts[i].len > out->longest) out->longest = out->prompts[i].len;
+        i++;
     }
     return true;
 }
@@ -119,11 +143,7 @@ bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
         goto out;
     }
     if (!parse_prompt(field(root, "prompt"), b, out, e)) goto out;
-    if (b->max_prompt_len > 0 && out->prompt_len > b->max_prompt_len) {
-        fail(e, 400, "prompt", "prompt of %d tokens exceeds the step budget of %d tokens "
-             "(chunked prefill is off)", out->prompt_len, b->max_prompt_len);
-        goto out;
-    }
+    if (out->n_prompts == 1) out->longest = out->prompts[0].len;
     double d;
     const cJSON *other = field(root, "max_completion_tokens");
     v = field(root, "max_tokens");
@@ -133,15 +153,15 @@ bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
         goto out;
     }
     if ((v = v ? v : other)) {
-        if (!whole_in(v, 1, b->max_model_len - out->prompt_len, &d)) {
+        if (!whole_in(v, 1, b->max_model_len - out->longest, &d)) {
             fail(e, 400, "max_tokens", "'max_tokens' must be a whole number in [1, %d] (prompt "
-                 "of %d tokens, max_model_len %d)", b->max_model_len - out->prompt_len,
-                 out->prompt_len, b->max_model_len);
+                 "of %d tokens, max_model_len %d)", b->max_model_len - out->longest,
+                 out->longest, b->max_model_len);
             goto out;
         }
         out->max_tokens = (int)d;
-    } else if (out->prompt_len + out->max_tokens > b->max_model_len) {
-        out->max_tokens = b->max_model_len - out->prompt_len;
+    } else if (out->longest + out->max_tokens > b->max_model_len) {
+        out->max_tokens = b->max_model_len - out->longest;
     }
     if ((v = field(root, "logprobs"))) {
         if (!whole_in(v, 0, ENGINE_MAX_TOPK, &d)) {
@@ -190,8 +210,10 @@ out:
 }
 
 void serve_completion_free(serve_completion *c) {
-    free(c->prompt);
-    c->prompt = NULL;
+    for (int i = 0; c->prompts && i < c->n_prompts; i++) free(c->prompts[i].tokens);
+    free(c->prompts);
+    c->prompts = NULL;
+    c->n_prompts = 0;
 }
 
 static void write_token(FILE *f, int32_t id) {
@@ -219,12 +241,9 @@ bool serve_result_finite(const engine_result *r, int logprobs) {
     return true;
 }
 
-void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,
-                            const char *model, long id, long created) {
-    fprintf(f, "{\"id\":\"cmpl-invar-%ld\",\"object\":\"text_completion\",\"created\":%ld,"
-            "\"model\":", id, created);
-    json_write_string(f, model);
-    fputs(",\"choices\":[{\"index\":0,\"text\":\"", f);
+// One choice: prompt `index`'s text and logprobs.
+static void write_choice(FILE *f, const serve_completion *c, const engine_result *r, int index) {
+    fprintf(f, "{\"index\":%d,\"text\":\"", index);
     for (int s = 0; s < r->n_steps; s++) fprintf(f, " token_id:%d", r->steps[s].token);
     fputs("\",\"logprobs\":", f);
     if (c->logprobs < 0) {
@@ -271,9 +290,25 @@ void serve_write_completion(FILE *f, const serve_completion *c, const engine_res
         }
         fputs("]}", f);
     }
-    fprintf(f, ",\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%d,"
-            "\"completion_tokens\":%d,\"total_tokens\":%d}}\n", c->prompt_len, r->n_steps,
-            c->prompt_len + r->n_steps);
+    fputs(",\"finish_reason\":\"length\"}", f);
+}
+
+void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,
+                            const char *model, long id, long created) {
+    fprintf(f, "{\"id\":\"cmpl-invar-%ld\",\"object\":\"text_completion\",\"created\":%ld,"
+            "\"model\":", id, created);
+    json_write_string(f, model);
+    fputs(",\"choices\":[", f);
+    long prompt_tokens = 0, completion_tokens = 0;
+    for (int i = 0; i < c->n_prompts; i++) {
+        if (i) fputc(',', f);
+        write_choice(f, c, &r[i], i);
+        prompt_tokens += c->prompts[i].len;
+        completion_tokens += r[i].n_steps;
+    }
+    fprintf(f, "],\"usage\":{\"prompt_tokens\":%ld,\"completion_tokens\":%ld,"
+            "\"total_tokens\":%ld}}\n", prompt_tokens, completion_tokens,
+            prompt_tokens + completion_tokens);
 }
 
 static void write_model(FILE *f, const serve_bounds *b, long created) {

@@ -2,8 +2,9 @@
 // a /v1/completions request read and checked, its response, /v1/models, and the error body
 // OpenAI clients expect ({"error": {"message", "type", "param", "code"}}).
 //
-// invar has no tokenizer: a prompt is a list of token ids (or a list holding one such list),
-// and a response names tokens as "token_id:N" (vLLM's return_tokens_as_token_ids), in the text
+// invar has no tokenizer: a prompt is a list of token ids, or a list of such lists (a batch,
+// answered as one choice each, index i for prompt i, as vLLM does), and a response names tokens
+// as "token_id:N" (vLLM's return_tokens_as_token_ids), in the text
 // too (" token_id:N" per token). There is no end-of-sequence token, so every request runs
 // max_tokens tokens (ignore_eos is accepted and changes nothing).
 #ifndef INVAR_HARNESS_SERVE_API_H
@@ -25,9 +26,16 @@ typedef struct {
                                  // must fit one step)
 } serve_bounds;
 
+// One prompt of a request.
 typedef struct {
-    int32_t *prompt;             // owned: free with serve_completion_free
-    int prompt_len;
+    int32_t *tokens;             // owned by the serve_completion
+    int len;
+} serve_prompt;
+
+typedef struct {
+    serve_prompt *prompts;       // owned: free with serve_completion_free
+    int n_prompts;               // a list of prompts is answered as that many choices
+    int longest;                 // the longest prompt's length
     int max_tokens;              // default 16, as OpenAI's
     int logprobs;                // top logprobs per token, 0..ENGINE_MAX_TOPK; -1: none asked
     float temperature;           // default 1, as OpenAI's; 0 is greedy
@@ -47,7 +55,7 @@ typedef struct {
 // or asks for what this server does not do: every option that would change the output is
 // implemented or refused, never ignored (n > 1, stream, echo, best_of > 1, top_p != 1,
 // top_k > 0, stop, stop_token_ids, logit_bias, penalties, min_p, suffix, prompt_logprobs,
-// several prompts, a text prompt). max_completion_tokens is max_tokens' other name.
+// a text prompt). max_completion_tokens is max_tokens' other name.
 bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
                             serve_completion *out, serve_error *e);
 void serve_completion_free(serve_completion *c);
@@ -56,7 +64,7 @@ void serve_completion_free(serve_completion *c);
 // +Infinity (an engine fault, answered 500, never written as invalid JSON).
 bool serve_result_finite(const engine_result *r, int logprobs);
 
-// The response to `c`, whose records are in r (r->n_steps of them); id numbers the response,
+// The response to `c`, prompt i's records in r[i] (r[i].n_steps of them); id numbers the response,
 // created is its time. Logprobs are written with round-trip digits (harness/json_writer.h), so
 // they read back to the engine's float32 bits; -Infinity is written -9999.0 as vLLM does (JSON
 // has no infinity). top_logprobs holds the top `logprobs` entries and the sampled token when

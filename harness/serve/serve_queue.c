@@ -225,37 +225,45 @@ void serve_queue_stop(serve_queue *q) {
     free(q);
 }
 
-bool serve_queue_run(serve_queue *q, serve_job *job, serve_client_gone gone, void *ctx) {
-    job->done = false;
-    job->cancelled = false;
-    job->error[0] = '\0';
-    job->next = NULL;
+bool serve_queue_run_all(serve_queue *q, serve_job *jobs, int n, serve_client_gone gone,
+                         void *ctx) {
+    for (int i = 0; i < n; i++) {
+        jobs[i].done = false;
+        jobs[i].cancelled = false;
+        jobs[i].error[0] = '\0';
+        jobs[i].next = NULL;
+    }
     check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
-    if (q->batching.max_jobs > 0 && q->n_waiting + q->n_active >= q->batching.max_jobs) {
-        q->refused_busy++;
+    if (q->batching.max_jobs > 0 && q->n_waiting + q->n_active + n > q->batching.max_jobs) {
+        q->refused_busy += n;
         check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
         return false;
     }
-    q->requests++;
+    q->requests += n;
     if (q->stop) {
-        finish_job(q, job, "server stopping");
-    } else {
-        if (!q->head && clock_gettime(CLOCK_MONOTONIC, &q->first_wait) != 0)
-            invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
-        if (q->tail) q->tail->next = job;
-        else q->head = job;
-        q->tail = job;
+        for (int i = 0; i < n; i++) finish_job(q, &jobs[i], "server stopping");
+        check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
+        return true;
+    }
+    if (!q->head && clock_gettime(CLOCK_MONOTONIC, &q->first_wait) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
+    for (int i = 0; i < n; i++) {
+        if (q->tail) q->tail->next = &jobs[i];
+        else q->head = &jobs[i];
+        q->tail = &jobs[i];
         q->n_waiting++;
-        check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
-        while (!job->done) {
+    }
+    check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
+    for (int i = 0; i < n; i++) {
+        while (!jobs[i].done) {
             struct timespec now;
             if (clock_gettime(CLOCK_REALTIME, &now) != 0)
                 invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
             struct timespec until = after_ms(now, 50);
             int rc = pthread_cond_timedwait(&q->finished, &q->mu, &until);
             if (rc != ETIMEDOUT) check_pthread(rc, "pthread_cond_timedwait");
-            if (!job->done && !job->cancelled && gone && gone(ctx)) {
-                job->cancelled = true;
+            if (!jobs[i].done && !jobs[i].cancelled && gone && gone(ctx)) {
+                for (int k = 0; k < n; k++) jobs[k].cancelled = !jobs[k].done;
                 q->any_cancel = true;
                 check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
             }
@@ -263,6 +271,10 @@ bool serve_queue_run(serve_queue *q, serve_job *job, serve_client_gone gone, voi
     }
     check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
     return true;
+}
+
+bool serve_queue_run(serve_queue *q, serve_job *job, serve_client_gone gone, void *ctx) {
+    return serve_queue_run_all(q, job, 1, gone, ctx);
 }
 
 bool serve_queue_drain(serve_queue *q, double timeout_s) {

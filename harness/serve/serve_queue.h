@@ -46,6 +46,9 @@ typedef bool (*serve_client_gone)(void *ctx);
 // the client left, the job is ended where it is: aborted in the engine between two steps (its
 // KV blocks freed, the other requests' bits unchanged) or dropped before it was admitted.
 bool serve_queue_run(serve_queue *q, serve_job *job, serve_client_gone gone, void *ctx);
+// The same for n jobs handed in together (one request's prompts): all or none are taken.
+bool serve_queue_run_all(serve_queue *q, serve_job *jobs, int n, serve_client_gone gone,
+                         void *ctx);
 
 // Waits until no job waits or runs, at most timeout_s seconds; false when some still do.
 bool serve_queue_drain(serve_queue *q, double timeout_s);

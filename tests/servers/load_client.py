@@ -118,23 +118,35 @@ def abandon(a):
 
 
 def busy(a):
-    results = []
+    """Two long requests fill --max-queue 2 (running or waiting in the engine); six more sent
+    while they run must all be refused with 429, and the two answered."""
+    long_results, results = [], []
+
+    def send_long(i):
+        long_results.append(post(a.port, {"prompt": [1 + i, 2, 3], "max_tokens": 300}))
 
     def send(i):
-        results.append(post(a.port, {"prompt": [1 + i, 2, 3], "max_tokens": 48}))
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
-    for t in threads:
+        results.append(post(a.port, {"prompt": [10 + i, 2, 3], "max_tokens": 4}))
+    first = [threading.Thread(target=send_long, args=(i,)) for i in range(2)]
+    for t in first:
         t.start()
-    for t in threads:
+    time.sleep(0.3)
+    m = metrics(a.port)
+    if m["invar_requests_running"] + m["invar_requests_waiting"] != 2:
+        fail(f"busy: the two long requests are not both in the server: {m}")
+    more = [threading.Thread(target=send, args=(i,)) for i in range(6)]
+    for t in more:
+        t.start()
+    for t in more + first:
         t.join()
-    ok = [r for r in results if r[0] == 200]
-    refused = [r for r in results if r[0] == 429]
-    if len(ok) + len(refused) != 8 or not refused or len(ok) < 2:
-        fail(f"busy: statuses {sorted(r[0] for r in results)}: expected 429s beside at least 2 200s")
-    for r in refused:
+    if sorted(r[0] for r in results) != [429] * 6 or [r[0] for r in long_results] != [200, 200]:
+        fail(f"busy: statuses {[r[0] for r in results]} beside {[r[0] for r in long_results]}: "
+             f"expected six 429 while two requests filled --max-queue 2, then two 200")
+    for r in results:
         if r[1].get("retry-after") != "1" or "error" not in json.loads(r[2]):
             fail(f"busy: a 429 without Retry-After: 1 or an error body: {r[1]} {r[2]}")
-    print(f"busy: {len(ok)} served, {len(refused)} refused with 429 and Retry-After")
+    print("busy: with --max-queue 2 filled, 6 requests refused with 429 and Retry-After; the 2 "
+          "served")
 
 
 def uploads(a):

@@ -206,7 +206,7 @@ static void requests_one_object_nothing_ignored(void **state) {
                              "\"logit_bias\":{\"3\":5}", "\"frequency_penalty\":0.5",
                              "\"presence_penalty\":-1", "\"repetition_penalty\":1.2",
                              "\"min_p\":0.1", "\"suffix\":\"x\"", "\"prompt_logprobs\":2",
-                             "\"n\":2", "\"stream\":true", "\"top_p\":0.9"};
+                             "\"n\":2", "\"top_p\":0.9"};
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
         char body[160];
         snprintf(body, sizeof body, "{\"prompt\":[1,2],%s}", options[i]);
@@ -284,12 +284,91 @@ static void prompt_lists_are_choices(void **state) {
     refused(empty, strlen(empty), &bounds, 400, "'prompt[1]' is empty");
 }
 
+// stream: true gives server-sent events whose chunks, put back together, are the whole answer:
+// the same tokens, the same logprob texts (so bits), offsets into the whole text, one final
+// chunk a choice with finish_reason, then [DONE].
+static void streamed_events_are_the_answer(void **state) {
+    (void)state;
+    serve_completion c = accepted("{\"prompt\":[[1,2,3],[4,5]],\"max_tokens\":3,\"logprobs\":2,"
+                                  "\"stream\":true}", &bounds);
+    assert_true(c.stream);
+    engine_step_record steps[2][3];
+    engine_result r[2];
+    for (int i = 0; i < 2; i++) {
+        for (int s = 0; s < 3; s++) {
+            steps[i][s] = (engine_step_record){.token = 100 * i + 7 * s + 1,
+                                               .logprob = random_logprob((uint64_t)(i * 10 + s))};
+            for (int k = 0; k < 2; k++) {
+                steps[i][s].topk_ids[k] = 100 * i + 7 * s + 1 + k;
+                steps[i][s].topk_logprobs[k] = k ? random_logprob((uint64_t)(i * 10 + s + 50))
+                                                 : steps[i][s].logprob;
+            }
+        }
+        r[i] = (engine_result){.steps = steps[i], .n_steps = 3};
+    }
+    char *whole = NULL, *events = NULL;
+    size_t len;
+    FILE *f = open_memstream(&whole, &len);
+    serve_write_completion(f, &c, r, "tiny", 3, 9);
+    fclose(f);
+    f = open_memstream(&events, &len);
+    serve_write_completion_events(f, &c, r, "tiny", 3, 9);
+    fclose(f);
+    cJSON *root = cJSON_Parse(whole);
+    const cJSON *choices = cJSON_GetObjectItem(root, "choices");
+    // The number texts are the same as the whole answer's (bits, not just values); checked
+    // before the events are cut into lines below.
+    for (int i = 0; i < 2; i++)
+        for (int s = 0; s < 3; s++) {
+            char text[64];
+            snprintf(text, sizeof text, "%.9g", (double)steps[i][s].logprob);
+            if (!isinf(steps[i][s].logprob) && !strstr(events, text)) fail_msg("%s not streamed", text);
+        }
+    int seen[2] = {0, 0}, finals = 0;
+    char *line = events, *done = strstr(events, "data: [DONE]\n\n");
+    assert_non_null(done);
+    assert_true(done[14] == '\0');  // [DONE] ends the stream
+    while (line < done) {
+        assert_int_equal(strncmp(line, "data: ", 6), 0);
+        char *end = strstr(line, "\n\n");
+        *end = '\0';
+        cJSON *ev = cJSON_Parse(line + 6);
+        if (!ev) fail_msg("not a JSON event: %s", line + 6);
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(ev, "choices"), 0);
+        int i = cJSON_GetObjectItem(ch, "index")->valueint, s = seen[i]++;
+        const cJSON *want = cJSON_GetObjectItem(cJSON_GetArrayItem(choices, i), "logprobs");
+        const cJSON *got = cJSON_GetObjectItem(ch, "logprobs");
+        const char *lists[] = {"tokens", "token_logprobs", "text_offset"};
+        for (int k = 0; k < 3; k++) {
+            char *a = cJSON_PrintUnformatted(cJSON_GetArrayItem(cJSON_GetObjectItem(want, lists[k]), s));
+            char *b = cJSON_PrintUnformatted(cJSON_GetArrayItem(cJSON_GetObjectItem(got, lists[k]), 0));
+            if (strcmp(a, b) != 0) fail_msg("choice %d step %d %s: %s vs %s", i, s, lists[k], a, b);
+            free(a);
+            free(b);
+        }
+        const cJSON *fin = cJSON_GetObjectItem(ch, "finish_reason");
+        finals += cJSON_IsString(fin);
+        assert_true(cJSON_IsString(fin) == (s == 2));
+        cJSON_Delete(ev);
+        line = end + 2;
+    }
+    assert_int_equal(seen[0], 3);
+    assert_int_equal(seen[1], 3);
+    assert_int_equal(finals, 2);
+    cJSON_Delete(root);
+    free(whole);
+    free(events);
+    serve_completion_free(&c);
+    refused("{\"prompt\":[1],\"stream\":1}", 25, &bounds, 400, "'stream' must be true or false");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(served_logprobs_read_back_bit_for_bit),
         cmocka_unit_test(text_offsets_point_at_tokens),
         cmocka_unit_test(requests_one_object_nothing_ignored),
         cmocka_unit_test(prompt_lists_are_choices),
+        cmocka_unit_test(streamed_events_are_the_answer),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -176,9 +176,15 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
         long id = s->next_id++;
         pthread_mutex_unlock(&s->mu);
         body_writer w;
-        serve_write_completion(body_open(&w), &req, results, s->bounds.model, id,
-                               (long)time(NULL));
-        ok = body_send(c, &w, MHD_HTTP_OK, "application/json");
+        if (req.stream) {
+            serve_write_completion_events(body_open(&w), &req, results, s->bounds.model, id,
+                                          (long)time(NULL));
+            ok = body_send(c, &w, MHD_HTTP_OK, "text/event-stream");
+        } else {
+            serve_write_completion(body_open(&w), &req, results, s->bounds.model, id,
+                                   (long)time(NULL));
+            ok = body_send(c, &w, MHD_HTTP_OK, "application/json");
+        }
     }
     for (int i = 0; i < n; i++) free(jobs[i].result.steps);
     free(jobs);

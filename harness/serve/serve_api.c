@@ -187,7 +187,7 @@ bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
         out->seed = (uint64_t)(int64_t)d;
     }
     if (!neutral(root, "n", 1, 1, e) || !neutral(root, "best_of", 1, 1, e) ||
-        !neutral(root, "stream", 0, 0, e) || !neutral(root, "echo", 0, 0, e) ||
+        !neutral(root, "echo", 0, 0, e) ||
         !neutral(root, "top_p", 1, 1, e) || !neutral(root, "top_k", -1, 0, e) ||
         !neutral(root, "stop", 0, 0, e) || !neutral(root, "stop_token_ids", 0, 0, e) ||
         !neutral(root, "logit_bias", 0, 0, e) || !neutral(root, "frequency_penalty", 0, 0, e) ||
@@ -196,6 +196,14 @@ bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
         !neutral(root, "suffix", 0, 0, e) || !neutral(root, "prompt_logprobs", 0, 0, e) ||
         !neutral(root, "logprobs_mode", 0, 0, e))
         goto out;
+    if ((v = field(root, "stream"))) {
+        if (!cJSON_IsBool(v)) {
+            fail(e, 400, "stream", "'stream' must be true or false");
+            goto out;
+        }
+        out->stream = cJSON_IsTrue(v);
+    }
+    if (!neutral(root, "stream_options", 0, 0, e)) goto out;
     // No end-of-sequence token: every request runs max_tokens, so any min_tokens up to it holds.
     if ((v = field(root, "min_tokens")) && !whole_in(v, 0, out->max_tokens, &d)) {
         fail(e, 400, "min_tokens", "'min_tokens' must be a whole number in [0, max_tokens = %d]",
@@ -241,56 +249,83 @@ bool serve_result_finite(const engine_result *r, int logprobs) {
     return true;
 }
 
+// Steps [from, to) of a result as an OpenAI logprobs object; text_offset counts from `base`.
+static void write_logprobs(FILE *f, const serve_completion *c, const engine_result *r, int from,
+                           int to, long base) {
+    if (c->logprobs < 0) {
+        fputs("null", f);
+        return;
+    }
+    fputs("{\"tokens\":[", f);
+    for (int s = from; s < to; s++) {
+        if (s > from) fputc(',', f);
+        write_token(f, r->steps[s].token);
+    }
+    fputs("],\"token_logprobs\":[", f);
+    for (int s = from; s < to; s++) {
+        if (s > from) fputc(',', f);
+        write_logprob(f, r->steps[s].logprob);
+    }
+    fputs("],\"top_logprobs\":[", f);
+    for (int s = from; s < to; s++) {
+        const engine_step_record *rec = &r->steps[s];
+        fputs(s > from ? ",{" : "{", f);
+        bool sampled_in = false;
+        for (int k = 0; k < c->logprobs; k++) {
+            if (k) fputc(',', f);
+            write_token(f, rec->topk_ids[k]);
+            fputc(':', f);
+            write_logprob(f, rec->topk_logprobs[k]);
+            sampled_in |= rec->topk_ids[k] == rec->token;
+        }
+        // As vLLM and OpenAI: the sampled token is there even when it ranks lower.
+        if (!sampled_in && c->logprobs > 0) {
+            fputc(',', f);
+            write_token(f, rec->token);
+            fputc(':', f);
+            write_logprob(f, rec->logprob);
+        }
+        fputc('}', f);
+    }
+    // text is " token_id:A token_id:B ...": token s's text starts one past its space.
+    fputs("],\"text_offset\":[", f);
+    long offset = base;
+    for (int s = from; s < to; s++) {
+        char piece[32];
+        offset += s > from ? snprintf(piece, sizeof piece, " token_id:%d", r->steps[s - 1].token)
+                           : 0;
+        fprintf(f, "%s%ld", s > from ? "," : "", offset + 1);
+    }
+    fputs("]}", f);
+}
+
 // One choice: prompt `index`'s text and logprobs.
 static void write_choice(FILE *f, const serve_completion *c, const engine_result *r, int index) {
     fprintf(f, "{\"index\":%d,\"text\":\"", index);
     for (int s = 0; s < r->n_steps; s++) fprintf(f, " token_id:%d", r->steps[s].token);
     fputs("\",\"logprobs\":", f);
-    if (c->logprobs < 0) {
-        fputs("null", f);
-    } else {
-        fputs("{\"tokens\":[", f);
-        for (int s = 0; s < r->n_steps; s++) {
-            if (s) fputc(',', f);
-            write_token(f, r->steps[s].token);
-        }
-        fputs("],\"token_logprobs\":[", f);
-        for (int s = 0; s < r->n_steps; s++) {
-            if (s) fputc(',', f);
-            write_logprob(f, r->steps[s].logprob);
-        }
-        fputs("],\"top_logprobs\":[", f);
-        for (int s = 0; s < r->n_steps; s++) {
-            const engine_step_record *rec = &r->steps[s];
-            fputs(s ? ",{" : "{", f);
-            bool sampled_in = false;
-            for (int k = 0; k < c->logprobs; k++) {
-                if (k) fputc(',', f);
-                write_token(f, rec->topk_ids[k]);
-                fputc(':', f);
-                write_logprob(f, rec->topk_logprobs[k]);
-                sampled_in |= rec->topk_ids[k] == rec->token;
-            }
-            // As vLLM and OpenAI: the sampled token is there even when it ranks lower.
-            if (!sampled_in && c->logprobs > 0) {
-                fputc(',', f);
-                write_token(f, rec->token);
-                fputc(':', f);
-                write_logprob(f, rec->logprob);
-            }
-            fputc('}', f);
-        }
-        // text is " token_id:A token_id:B ...": token s's text starts one past its space.
-        fputs("],\"text_offset\":[", f);
-        long offset = 0;
-        for (int s = 0; s < r->n_steps; s++) {
-            char piece[32];
-            offset += s ? snprintf(piece, sizeof piece, " token_id:%d", r->steps[s - 1].token) : 0;
-            fprintf(f, "%s%ld", s ? "," : "", offset + 1);
-        }
-        fputs("]}", f);
-    }
+    write_logprobs(f, c, r, 0, r->n_steps, 0);
     fputs(",\"finish_reason\":\"length\"}", f);
+}
+
+void serve_write_completion_events(FILE *f, const serve_completion *c, const engine_result *r,
+                                   const char *model, long id, long created) {
+    for (int i = 0; i < c->n_prompts; i++) {
+        long offset = 0;
+        for (int s = 0; s < r[i].n_steps; s++) {
+            char piece[32];
+            int len = snprintf(piece, sizeof piece, " token_id:%d", r[i].steps[s].token);
+            fprintf(f, "data: {\"id\":\"cmpl-invar-%ld\",\"object\":\"text_completion\","
+                    "\"created\":%ld,\"model\":", id, created);
+            json_write_string(f, model);
+            fprintf(f, ",\"choices\":[{\"index\":%d,\"text\":\"%s\",\"logprobs\":", i, piece);
+            write_logprobs(f, c, &r[i], s, s + 1, offset);
+            fprintf(f, ",\"finish_reason\":%s}]}\n\n",
+                    s + 1 == r[i].n_steps ? "\"length\"" : "null");
+            offset += len;
+        }
+    }
+    fputs("data: [DONE]\n\n", f);
 }
 
 void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,

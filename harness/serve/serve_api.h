@@ -40,6 +40,7 @@ typedef struct {
     int logprobs;                // top logprobs per token, 0..ENGINE_MAX_TOPK; -1: none asked
     float temperature;           // default 1, as OpenAI's; 0 is greedy
     uint64_t seed;               // default 0
+    bool stream;                 // answer as server-sent events (serve_write_completion_events)
 } serve_completion;
 
 // A request that cannot be served: the HTTP status and the error body's fields.
@@ -53,7 +54,7 @@ typedef struct {
 // Reads a /v1/completions body. False with `e` filled when it is not one JSON object (trailing
 // bytes, a second object or a NUL byte included), a field has the wrong type or is out of range,
 // or asks for what this server does not do: every option that would change the output is
-// implemented or refused, never ignored (n > 1, stream, echo, best_of > 1, top_p != 1,
+// implemented or refused, never ignored (n > 1, echo, best_of > 1, top_p != 1,
 // top_k > 0, stop, stop_token_ids, logit_bias, penalties, min_p, suffix, prompt_logprobs,
 // a text prompt). max_completion_tokens is max_tokens' other name.
 bool serve_completion_parse(const char *body, size_t len, const serve_bounds *b,
@@ -71,6 +72,12 @@ bool serve_result_finite(const engine_result *r, int logprobs);
 // it is not among them; text_offset[i] is where tokens[i]'s text starts in text.
 void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,
                             const char *model, long id, long created);
+// The same response as server-sent events (stream: true), as OpenAI and vLLM stream it: one
+// event per token per choice, each a text_completion chunk with that token's logprobs, the last
+// chunk of a choice with finish_reason, then "data: [DONE]". Written once the request has
+// finished: the events are the answer's format, not yet its timing.
+void serve_write_completion_events(FILE *f, const serve_completion *c, const engine_result *r,
+                                   const char *model, long id, long created);
 // The model list (/v1/models), and one model (/v1/models/{id}).
 void serve_write_models(FILE *f, const serve_bounds *b, long created);
 void serve_write_model(FILE *f, const serve_bounds *b, long created);

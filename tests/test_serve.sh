@@ -156,6 +156,22 @@ while data.count(b"HTTP/1.1 200") < 2 and time.monotonic() - t0 < 5:
 sys.exit(0 if data.count(b"HTTP/1.1 200") == 2 else 1)
 PY
 echo "ok: two pipelined GETs answered on one connection"
+# Two Content-Length headers that disagree: 400 with an error body, never a guess.
+python3 - "$PORT" <<'PY' || fail "conflicting Content-Length headers: not refused with 400"
+import socket, sys
+body = b'{"prompt":[1,2],"max_tokens":1}'
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body)
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+sys.exit(0 if data.startswith(b"HTTP/1.1 400") and b'"error"' in data else 1)
+PY
+echo "ok: conflicting Content-Length headers refused"
 kill "$SERVE_PID"; wait "$SERVE_PID"
 [ $? = 0 ] || fail "invar serve did not stop cleanly on SIGTERM"
 

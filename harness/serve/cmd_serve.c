@@ -18,6 +18,7 @@
 #include <stdio.h>                   // FILE, open_memstream, fprintf
 #include <stdlib.h>                  // free, realloc
 #include <string.h>                  // strcmp, strerror, memcpy
+#include <strings.h>                 // strcasecmp
 #include <time.h>                    // time, nanosleep
 #include <unistd.h>                  // close
 
@@ -193,6 +194,23 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
     return ok;
 }
 
+// Content-Length headers of a request: how many, and whether they all agree.
+typedef struct {
+    int n;
+    const char *first;
+    bool differ;
+} length_headers;
+
+static enum MHD_Result note_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+    (void)kind;
+    length_headers *h = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0) return MHD_YES;
+    if (h->n++ == 0) h->first = value;
+    else if (strcmp(h->first, value ? value : "") != 0) h->differ = true;
+    return MHD_YES;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *data,
                               size_t *data_len, void **state) {
@@ -203,6 +221,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     // whole request (an answer queued on the first call makes MHD close the connection, which
     // drops a pipelined next request).
     if (!*state) {
+        // Two Content-Length headers that disagree frame the body two ways (a smuggling
+        // vector): refused, and the connection closes with the answer.
+        length_headers lengths = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, note_length, &lengths);
+        if (lengths.differ) {
+            serve_error e = {.status = 400, .type = "invalid_request_error"};
+            snprintf(e.message, sizeof e.message, "%d Content-Length headers that disagree",
+                     lengths.n);
+            return send_error(c, &e);
+        }
         upload *u = invar_calloc(1, sizeof(upload), "request body");
         u->post = post;
         *state = u;

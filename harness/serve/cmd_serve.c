@@ -37,6 +37,9 @@ enum {
     SERVE_MAX_BODY = 16 << 20,   // a request body larger than this is refused (413)
     SERVE_SMALL_BODY = 64 << 10, // bodies up to this are never refused for memory: a small
                                  // request is served however many large uploads stall
+    SERVE_THREAD_STACK = 256 << 10,  // a connection's thread: its handler keeps bodies and
+                                     // answers on the heap, so thousands of slow clients
+                                     // cost little memory
 };
 
 typedef struct {
@@ -346,7 +349,7 @@ int cmd_serve(int argc, char **argv) {
                *backend_name = "mla-unified", *port_file = NULL;
     int port = 8000, threads = 0, max_num_seqs = 16, budget = 256, max_model_len = 512,
         window_ms = 0, min_batch = 1, max_queue = 256, max_upload_mb = 256,
-        max_connections = 1000, connection_timeout = 60, drain_s = 60;
+        max_connections = 4096, connection_timeout = 60, drain_s = 60;
     uint64_t seed = 0;
     bool no_chunked = false, no_prefix = false;
     const cli_flag flags[] = {
@@ -486,13 +489,14 @@ int cmd_serve(int argc, char **argv) {
         invar_die(INVAR_EXIT_SYSTEM, "serve: pthread_mutex_init failed: %s", strerror(src));
     s.queue = serve_queue_start(e, &sched, &batching);
     // MHD_USE_ITC: the listening socket can be closed while connections finish (SIGTERM).
+    // MHD_USE_POLL: poll, not select, so descriptors past FD_SETSIZE (1024) still work.
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG |
-            MHD_USE_ITC,
+            MHD_USE_ITC | MHD_USE_POLL,
         (uint16_t)port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_NOTIFY_COMPLETED, request_done, &s, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)connection_timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
-        MHD_OPTION_END);
+        MHD_OPTION_THREAD_STACK_SIZE, (size_t)SERVE_THREAD_STACK, MHD_OPTION_END);
     if (!d) invar_die(INVAR_EXIT_SYSTEM, "serve: cannot listen on %s:%d (MHD_start_daemon "
                       "failed: %s)", host, port, strerror(errno));
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);

@@ -177,7 +177,7 @@ def uploads(a):
 
 def slow(a):
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    n = max(16, min(300, soft - 64))
+    n = max(16, min(1000, soft - 64))
     socks = []
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", a.port))

@@ -14,27 +14,9 @@
 #   - PASS (exit 0) for a server without metrics that does serve requests together.
 set -u
 BUILD=${1:-build}
-INVAR="$BUILD/invar"
-OUT="$BUILD/report/probe-hostile"
-rm -rf "$OUT"
-mkdir -p "$OUT"
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-wait_port_file() {  # wait_port_file FILE PID: the port, once the server wrote it (at most 60 s)
-    local i
-    for i in $(seq 600); do
-        [ -s "$1" ] && { cat "$1"; return 0; }
-        kill -0 "$2" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
+# shellcheck source=tests/servers/fixture.sh
+. "$(dirname "$0")/servers/fixture.sh"  # fixture_start, pids, wait_port_file, fail
+fixture_start probe-hostile
 
 start_bad() {  # start_bad MODE: tests/servers/bad_server.py in MODE; sets PORT
     rm -f "$OUT/port-$1"

@@ -15,27 +15,9 @@
 # Every server runs on a port the kernel picks (--port 0 / port files) and is killed on exit.
 set -u
 BUILD=${1:-build}
-INVAR="$BUILD/invar"
-OUT="$BUILD/report/serve"
-rm -rf "$OUT"
-mkdir -p "$OUT"
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-wait_port_file() {  # wait_port_file FILE PID: the port, once the server wrote it (at most 60 s)
-    local i
-    for i in $(seq 600); do
-        [ -s "$1" ] && { cat "$1"; return 0; }
-        kill -0 "$2" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
+# shellcheck source=tests/servers/fixture.sh
+. "$(dirname "$0")/servers/fixture.sh"  # fixture_start, pids, wait_port_file, fail
+fixture_start serve
 
 start_serve() {  # start_serve SET: starts invar serve on a free port, sets PORT and SERVE_PID
     local set=$1

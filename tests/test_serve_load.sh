@@ -15,17 +15,9 @@
 #               exits 0 and takes no new connection.
 set -u
 BUILD=${1:-build}
-INVAR="$BUILD/invar"
-OUT="$BUILD/report/serve-load"
-rm -rf "$OUT"
-mkdir -p "$OUT"
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/servers/fixture.sh
+. "$(dirname "$0")/servers/fixture.sh"  # fixture_start, pids, wait_port_file, fail
+fixture_start serve-load
 
 start_serve() {  # start_serve NAME ARGS...: invar serve --model tiny on a free port; PORT, SERVE_PID
     local name=$1 i

@@ -4,7 +4,8 @@
 # not get wrong:
 #   - INCONCLUSIVE (exit 4), never PASS: answers shorter than asked, one answer for every
 #     prompt, a server that serves one request at a time (invar serve --max-num-seqs 1 with the
-#     reference set, seen through its /metrics; a server without metrics, seen through timings);
+#     reference set, seen through its /metrics; vLLM's running-requests gauge, sampled; a server
+#     without metrics, seen through timings);
 #   - ERROR (exit 2), never FAIL or PASS: NaN or Infinity logprobs, numbers sent as strings or
 #     hex floats, trailing JSON, answers far longer than asked (memory stays bounded), a server
 #     that never answers (probe stops after two timeouts instead of waiting out every request);
@@ -18,11 +19,12 @@ BUILD=${1:-build}
 . "$(dirname "$0")/servers/fixture.sh"  # fixture_start, pids, wait_port_file, fail
 fixture_start probe-hostile
 
-start_bad() {  # start_bad MODE: tests/servers/bad_server.py in MODE; sets PORT
-    rm -f "$OUT/port-$1"
-    python3 tests/servers/bad_server.py --port-file "$OUT/port-$1" --mode "$1" &
+start_bad() {  # start_bad MODE [--gauge]: tests/servers/bad_server.py in MODE; sets PORT
+    local file="$OUT/port-$1${2:-}"
+    rm -f "$file"
+    python3 tests/servers/bad_server.py --port-file "$file" --mode "$@" &
     pids+=($!)
-    PORT=$(wait_port_file "$OUT/port-$1" $!) || fail "bad_server.py --mode $1 did not start"
+    PORT=$(wait_port_file "$file" $!) || fail "bad_server.py --mode $* did not start"
 }
 
 # probe_expect MODE EXIT TEXT [ARGS...]: probe the server on PORT with cases/probe-faults.ini;
@@ -51,6 +53,11 @@ start_bad serial
 probe_expect serial 4 "INCONCLUSIVE: the batched runs were never served together: at most"
 start_bad parallel
 probe_expect parallel 0 "served together: [0-9.]+ requests at once at bs=6 \\(from timings\\)"
+# The same two servers with vLLM's running-requests gauge at /metrics: probe samples it.
+start_bad serial --gauge
+probe_expect serial-gauge 4 "running-requests gauge at /metrics never showed more than 1"
+start_bad parallel --gauge
+probe_expect parallel-gauge 0 "served together: up to [2-6] requests running at once"
 
 # 2. ERROR: answers that are no answers; exit 2, each reason in requests.csv.
 for m in "nan:is NaN" "infinity:is Infinity" "strings:token_logprobs\\[0\\] is not a number" \

@@ -26,8 +26,10 @@
 #include <errno.h>                    // errno
 #include <stdarg.h>                   // va_list, va_start, va_end
 #include <limits.h>                   // PATH_MAX
+#include <pthread.h>                  // pthread_create, pthread_join, pthread_mutex_*
 #include <stdio.h>                    // printf, fprintf, snprintf, open_memstream
 #include <stdlib.h>                   // free, qsort
+#include <time.h>                     // nanosleep
 #include <string.h>                   // strcmp, strncmp, strlen, strchr, strerror
 
 #include <cjson/cJSON.h>              // cJSON_Parse, cJSON_GetObjectItemCaseSensitive
@@ -265,6 +267,77 @@ static bool server_step_counts(const probe *pr, step_counts *out) {
     return found;
 }
 
+// Requests a server reports running, sampled while a batched run is in flight: vLLM's
+// vllm:num_requests_running and SGLang's sglang:num_running_reqs gauges (every label set of one
+// scrape summed), the most seen. A server without either leaves `seen` false.
+typedef struct {
+    const probe *pr;
+    pthread_mutex_t mu;
+    bool stop, seen;
+    double most;
+    pthread_t thread;
+} gauge_sampler;
+
+static bool scrape_running(const probe *pr, double *running) {
+    probe_transfer t = {.url = pr->metrics_url, .after = -1, .max_reply = 4 << 20};
+    probe_http_run(&t, 1, 1, &pr->http, NULL, NULL);
+    static const char *const names[] = {"vllm:num_requests_running", "sglang:num_running_reqs"};
+    bool found = false;
+    *running = 0;
+    for (const char *line = t.status == 200 ? t.reply : NULL; line && *line;) {
+        const char *next = strchr(line, '\n');
+        for (int k = 0; k < 2; k++) {
+            size_t n = strlen(names[k]);
+            if (strncmp(line, names[k], n) != 0 || (line[n] != '{' && line[n] != ' ')) continue;
+            const char *value = line[n] == '{' ? strchr(line + n, '}') : line + n;
+            double v;
+            if (value && sscanf(value + (line[n] == '{'), " %lf", &v) == 1 && v >= 0) {
+                *running += v;
+                found = true;
+            }
+        }
+        line = next ? next + 1 : NULL;
+    }
+    free(t.reply);
+    return found;
+}
+
+static void *sample_gauges(void *arg) {
+    gauge_sampler *g = arg;
+    for (;;) {
+        pthread_mutex_lock(&g->mu);
+        bool stop = g->stop;
+        pthread_mutex_unlock(&g->mu);
+        if (stop) return NULL;
+        double running;
+        if (scrape_running(g->pr, &running)) {
+            pthread_mutex_lock(&g->mu);
+            g->seen = true;
+            if (running > g->most) g->most = running;
+            pthread_mutex_unlock(&g->mu);
+        }
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void gauges_start(gauge_sampler *g, const probe *pr) {
+    *g = (gauge_sampler){.pr = pr};
+    int rc = pthread_mutex_init(&g->mu, NULL);
+    if (rc == 0) rc = pthread_create(&g->thread, NULL, sample_gauges, g);
+    if (rc != 0) invar_die(INVAR_EXIT_SYSTEM, "probe: starting the metrics sampler: %s",
+                           strerror(rc));
+}
+
+static void gauges_stop(gauge_sampler *g) {
+    pthread_mutex_lock(&g->mu);
+    g->stop = true;
+    pthread_mutex_unlock(&g->mu);
+    int rc = pthread_join(g->thread, NULL);
+    if (rc != 0) invar_die(INVAR_EXIT_SYSTEM, "probe: pthread_join: %s", strerror(rc));
+    pthread_mutex_destroy(&g->mu);
+}
+
 // Whether every distinct prompt that was answered alone got one and the same answer (a canned
 // or mock server): such a server is invariant by construction and shows nothing.
 static bool one_answer_for_all(const probe *pr, const probe_run *base, int *distinct) {
@@ -481,13 +554,23 @@ static probe_verdict probe_config(probe *pr, const probe_run *base, arrival_patt
     bool counted = server_step_counts(pr, &before);
     long together = 0;
     int largest_step = 0;
+    // Else the running-requests gauges of vLLM or SGLang, sampled during each batched run.
+    bool gauged = false;
+    double most_running = 0;
     // Nothing answered alone: a batched run would compare nothing and wait out every timeout.
     int batches = base->answered > 0 ? c->n_batch_sizes : 0;
     for (int b = 0; b < batches; b++) {
         int bs = c->batch_sizes[b];
         char label[32];
         snprintf(label, sizeof label, "bs=%d", bs);
+        gauge_sampler g;
+        if (!counted && bs > 1) gauges_start(&g, pr);
         run_prompts(pr, &cur, cfg.name, label, bs, send_s);
+        if (!counted && bs > 1) {
+            gauges_stop(&g);
+            gauged |= g.seen;
+            if (g.most > most_running) most_running = g.most;
+        }
         failed += note_failures(&cur, n, label, &out, &named);
         if (counted && (counted = server_step_counts(pr, &after))) {
             if (bs > 1) together += after.together - before.together;
@@ -558,7 +641,12 @@ static probe_verdict probe_config(probe *pr, const probe_run *base, arrival_patt
             add_note(&out, "INCONCLUSIVE: the batched runs were never served together: the "
                      "server's /metrics counted no step with two requests or more (a server "
                      "that runs one request at a time cannot show batch variance)");
-        else if (!counted && best.concurrency < PROBE_MIN_CONCURRENCY)
+        else if (!counted && gauged && most_running < 2)
+            add_note(&out, "INCONCLUSIVE: the batched runs were never served together: the "
+                     "server's running-requests gauge at /metrics never showed more than %.0f "
+                     "(a server that runs one request at a time cannot show batch variance)",
+                     most_running);
+        else if (!counted && !gauged && best.concurrency < PROBE_MIN_CONCURRENCY)
             add_note(&out, "INCONCLUSIVE: the batched runs were never served together: at most "
                      "%.2f requests at once (bs=%d; the requests' bs=1 times over the time the "
                      "batch took, %d in flight), below %.1f: a server that runs one request at "
@@ -572,6 +660,9 @@ static probe_verdict probe_config(probe *pr, const probe_run *base, arrival_patt
     if (best_bs > 0 && verdict != PROBE_INCONCLUSIVE && counted)
         add_note(&out, "served together: %ld steps of up to %d requests (the server's /metrics)",
                  together, largest_step);
+    else if (best_bs > 0 && verdict != PROBE_INCONCLUSIVE && gauged)
+        add_note(&out, "served together: up to %.0f requests running at once (the server's "
+                 "/metrics)", most_running);
     else if (best_bs > 0 && verdict != PROBE_INCONCLUSIVE)
         add_note(&out, "served together: %.2f requests at once at bs=%d (from timings)",
                  best.concurrency, best_bs);

@@ -20,10 +20,14 @@
         parallel  good answers, 300 ms each, all at once, no /metrics
         lengthvary  good answers, one token fewer while another request is in flight
         bigmodels   /v1/models answers 100 MB;  vocab-neg, vocab-huge: vocab_size -5, 2e9
+  --gauge   also answer GET /metrics as vLLM does, vllm:num_requests_running = the completions
+            being computed now, not those waiting (what probe samples to tell batching from one
+            at a time; serial and parallel modes)
 
 Listens on 127.0.0.1, port 0 (the kernel picks a free one), written to FILE once listening.
 """
 import argparse
+import contextlib
 import hashlib
 import http.server
 import json
@@ -56,6 +60,18 @@ def good_answer(body):
                                       "top_logprobs": tops}}]}
 
 
+@contextlib.contextmanager
+def running():
+    """A completion being computed: what vLLM's num_requests_running counts (not the waiting)."""
+    with Handler.lock:
+        Handler.answering += 1
+    try:
+        yield
+    finally:
+        with Handler.lock:
+            Handler.answering -= 1
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     counter = 0
@@ -63,6 +79,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     serial = threading.Lock()
     mode = "mixed"
     in_flight = 0
+    gauge = False
+    answering = 0
 
     def log_message(self, *args):
         pass
@@ -76,6 +94,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        if self.path == "/metrics" and Handler.gauge:
+            with Handler.lock:
+                running = Handler.answering
+            text = ("# TYPE vllm:num_requests_running gauge\n"
+                    f'vllm:num_requests_running{{model_name="bad"}} {float(running)}\n')
+            data = text.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.path.rstrip("/") == "/v1/models":
             vocab = {"vocab-neg": -5, "vocab-huge": 2e9}.get(Handler.mode, 1000)
             if Handler.mode == "bigmodels":
@@ -149,9 +179,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         elif mode == "serial":
             with Handler.serial:
-                time.sleep(0.2)
+                with running():
+                    time.sleep(0.2)
         elif mode == "parallel":
-            time.sleep(0.3)
+            with running():
+                time.sleep(0.3)
         elif mode == "lengthvary":
             with Handler.lock:
                 Handler.in_flight += 1
@@ -191,8 +223,10 @@ def main():
                     choices=["mixed", "garbage", "short", "canned", "nan", "infinity", "strings",
                              "hex", "trailing", "huge", "never", "escape", "serial", "parallel",
                              "lengthvary", "bigmodels", "vocab-neg", "vocab-huge"])
+    ap.add_argument("--gauge", action="store_true")
     a = ap.parse_args()
     Handler.mode = a.mode
+    Handler.gauge = a.gauge
     srv = (Server if a.mode != "garbage" else GarbageServer)(
         ("127.0.0.1", 0), Handler if a.mode != "garbage" else Garbage)
     with open(a.port_file + ".tmp", "w") as f:

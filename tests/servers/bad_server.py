@@ -17,7 +17,7 @@
         never     reads the request and never answers
         escape    HTTP 400 whose error message holds terminal escapes
         serial    good answers, one request at a time (a lock), 200 ms each, no /metrics
-        parallel  good answers, 300 ms each, all at once, no /metrics
+        parallel  good answers, 300 ms each (1.5 s with --gauge), all at once
         lengthvary  good answers, one token fewer while another request is in flight
         bigmodels   /v1/models answers 100 MB;  vocab-neg, vocab-huge: vocab_size -5, 2e9
   --gauge   also answer GET /metrics as vLLM does, vllm:num_requests_running = the completions
@@ -182,8 +182,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 with running():
                     time.sleep(0.2)
         elif mode == "parallel":
+            # With the gauge, long enough for a sampler on a loaded machine to see them running.
             with running():
-                time.sleep(0.3)
+                time.sleep(1.5 if Handler.gauge else 0.3)
         elif mode == "lengthvary":
             with Handler.lock:
                 Handler.in_flight += 1

@@ -233,23 +233,32 @@ static achieved run_achieved(const probe_run *base, const probe_run *run, int n)
     return a;
 }
 
+// The server's /metrics text (free it), or NULL when it answers none.
+static char *fetch_metrics(const probe *pr) {
+    probe_transfer t = {.url = pr->metrics_url, .after = -1, .max_reply = 4 << 20};
+    probe_http_run(&t, 1, 1, &pr->http, NULL, NULL);
+    if (!t.error[0] && t.status == 200 && t.reply) return t.reply;
+    free(t.reply);
+    return NULL;
+}
+
 // Steps the server ran with two requests or more, and the most requests one step ran, from the
 // per-step batch-size counters invar serve exposes at /metrics
 // (invar_steps_with_batch_size{size="N"} COUNT). False when the server exposes none: its
-// batching is then estimated from timings (run_achieved).
+// batching is then read from its running-requests gauge (gauge_sampler) or timings
+// (run_achieved).
 typedef struct {
     long together;
     int largest;
 } step_counts;
 
 static bool server_step_counts(const probe *pr, step_counts *out) {
-    probe_transfer t = {.url = pr->metrics_url, .after = -1, .max_reply = 1 << 20};
-    probe_http_run(&t, 1, 1, &pr->http, NULL, NULL);
+    char *metrics = fetch_metrics(pr);
     bool found = false;
     *out = (step_counts){0, 0};
-    if (!t.error[0] && t.status == 200 && t.reply) {
+    if (metrics) {
         const char *key = "invar_steps_with_batch_size{size=\"";
-        for (const char *line = t.reply; line && *line;) {
+        for (const char *line = metrics; line && *line;) {
             const char *next = strchr(line, '\n');
             int size;
             long count;
@@ -263,7 +272,7 @@ static bool server_step_counts(const probe *pr, step_counts *out) {
             line = next ? next + 1 : NULL;
         }
     }
-    free(t.reply);
+    free(metrics);
     return found;
 }
 
@@ -279,12 +288,11 @@ typedef struct {
 } gauge_sampler;
 
 static bool scrape_running(const probe *pr, double *running) {
-    probe_transfer t = {.url = pr->metrics_url, .after = -1, .max_reply = 4 << 20};
-    probe_http_run(&t, 1, 1, &pr->http, NULL, NULL);
+    char *metrics = fetch_metrics(pr);
     static const char *const names[] = {"vllm:num_requests_running", "sglang:num_running_reqs"};
     bool found = false;
     *running = 0;
-    for (const char *line = t.status == 200 ? t.reply : NULL; line && *line;) {
+    for (const char *line = metrics; line && *line;) {
         const char *next = strchr(line, '\n');
         for (int k = 0; k < 2; k++) {
             size_t n = strlen(names[k]);
@@ -298,7 +306,7 @@ static bool scrape_running(const probe *pr, double *running) {
         }
         line = next ? next + 1 : NULL;
     }
-    free(t.reply);
+    free(metrics);
     return found;
 }
 

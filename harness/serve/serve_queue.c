@@ -48,6 +48,15 @@ static struct timespec after_ms(struct timespec t, int ms) {
     return t;
 }
 
+// CLOCK_MONOTONIC now + ms: a deadline for the queue's condition variables (both measure that
+// clock, immune to the wall clock being set).
+static struct timespec deadline_ms(int ms) {
+    struct timespec now;
+    if (clock_gettime(CLOCK_MONOTONIC, &now) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
+    return after_ms(now, ms);
+}
+
 static void finish_job(serve_queue *q, serve_job *job, const char *error) {
     snprintf(job->error, sizeof job->error, "%s", error ? error : "");
     job->done = true;
@@ -202,10 +211,10 @@ serve_queue *serve_queue_start(engine *e, const engine_sched *sched, const serve
     check_pthread(pthread_mutex_init(&q->mu, NULL), "pthread_mutex_init");
     pthread_condattr_t attr;
     check_pthread(pthread_condattr_init(&attr), "pthread_condattr_init");
-    // The window is measured on CLOCK_MONOTONIC, immune to the wall clock being set.
+    // Both wait on CLOCK_MONOTONIC deadlines (deadline_ms), immune to the wall clock being set.
     check_pthread(pthread_condattr_setclock(&attr, CLOCK_MONOTONIC), "pthread_condattr_setclock");
     check_pthread(pthread_cond_init(&q->wake, &attr), "pthread_cond_init");
-    check_pthread(pthread_cond_init(&q->finished, NULL), "pthread_cond_init");
+    check_pthread(pthread_cond_init(&q->finished, &attr), "pthread_cond_init");
     check_pthread(pthread_condattr_destroy(&attr), "pthread_condattr_destroy");
     check_pthread(pthread_create(&q->thread, NULL, engine_thread, q), "pthread_create");
     return q;
@@ -256,10 +265,7 @@ bool serve_queue_run_all(serve_queue *q, serve_job *jobs, int n, serve_client_go
     check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
     for (int i = 0; i < n; i++) {
         while (!jobs[i].done) {
-            struct timespec now;
-            if (clock_gettime(CLOCK_REALTIME, &now) != 0)
-                invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
-            struct timespec until = after_ms(now, 50);
+            struct timespec until = deadline_ms(50);
             int rc = pthread_cond_timedwait(&q->finished, &q->mu, &until);
             if (rc != ETIMEDOUT) check_pthread(rc, "pthread_cond_timedwait");
             if (!jobs[i].done && !jobs[i].cancelled && gone && gone(ctx)) {
@@ -278,13 +284,10 @@ bool serve_queue_run(serve_queue *q, serve_job *job, serve_client_gone gone, voi
 }
 
 bool serve_queue_drain(serve_queue *q, double timeout_s) {
-    struct timespec now;
-    if (clock_gettime(CLOCK_REALTIME, &now) != 0)
-        invar_die(INVAR_EXIT_SYSTEM, "serve: clock_gettime failed: %s", strerror(errno));
-    struct timespec until = after_ms(now, (int)(timeout_s * 1000));
+    struct timespec until = deadline_ms((int)(timeout_s * 1000));
     check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
     while (q->head || q->n_active > 0) {
-        int rc = pthread_cond_timedwait(&q->finished, &q->mu, &until);  // CLOCK_REALTIME
+        int rc = pthread_cond_timedwait(&q->finished, &q->mu, &until);
         if (rc == ETIMEDOUT) break;
         check_pthread(rc, "pthread_cond_timedwait");
     }

@@ -9,22 +9,23 @@
 #   bash tests/ci_catches_kernel_mutants.sh [OUT]      scratch copies and logs in OUT
 #                                                      (default build-ci-mutants)
 #   MUTANTS=a,b                                        only these mutants
-#   CASE=cases/x.ini                                   another case than cases/ci.ini
+#   CASES="cases/x.ini cases/y.ini"                    other cases than the three above
 #   KEEP_BASE=1                                        keep the built unmutated copy for the
 #                                                      next run into the same OUT
 #
-# Each mutant is planted in a copy of the tree and cases/ci.ini runs first: a catch there settles
-# it. Only a mutant that ci.ini misses is given to `invar kernels --device cpu --set invariant`;
-# caught there, it is a miss of ci.ini (exit 1); missed there too, it is no concern of this
+# Each mutant is planted in a copy of the tree and the cases run in order: the first catch settles
+# it. Only a mutant that every case misses is given to `invar kernels --device cpu --set invariant`;
+# caught there, it is a miss of the cases (exit 1); missed there too, it is no concern of this
 # rule (the mutation suite judges it). tests/ci_mutants_known_misses.txt lists the misses a
 # CPU-sized case cannot reach, each with its reason: those are reported, not failed, and one
-# that ci.ini catches after all fails the run until it is taken off the list.
+# that a case catches after all fails the run until it is taken off the list.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 out=${1:-$root/build-ci-mutants}
-case_file=${CASE:-cases/ci.ini}
+read -r -a case_files <<<"${CASES:-cases/ci.ini cases/reach.ini cases/long.ini}"
+cases_named="${case_files[*]}"
 jobs=$(nproc 2>/dev/null || echo 2)
 mkdir -p "$out" || { echo "ci-mutants: cannot create $out"; exit 2; }
 out=$(cd "$out" && pwd)
@@ -48,11 +49,24 @@ if [ ! -x "$base/build/invar" ]; then
     nice make -C "$base" --no-print-directory -j"$jobs" CUDA=0 BUILD=build build/invar \
         >"$out/base-build.log" 2>&1 || { tail -n 20 "$out/base-build.log"; echo "ci-mutants: the tree does not build"; exit 2; }
 fi
-(cd "$base" && nice build/invar run --case "$case_file" --out "$out/base-report" --quiet) \
-    >"$out/base-run.log" 2>&1 || {
-    tail -n 20 "$out/base-run.log"
-    echo "ci-mutants: $case_file fails on the unmutated tree: fix that first"
-    exit 2
+for c in "${case_files[@]}"; do
+    (cd "$base" && nice build/invar run --case "$c" --out "$out/base-report/$(basename "$c" .ini)" \
+        --quiet) >>"$out/base-run.log" 2>&1 || {
+        tail -n 20 "$out/base-run.log"
+        echo "ci-mutants: $c fails on the unmutated tree: fix that first"
+        exit 2
+    }
+done
+
+catching_case() {  # catching_case DIR LOG: runs the cases in DIR's tree in order; prints the first that fails
+    local c
+    for c in "${case_files[@]}"; do
+        if ! (cd "$1" && timeout 900 nice build/invar run --case "$c" \
+            --out "$1/report/$(basename "$c" .ini)" --quiet) >>"$2" 2>&1; then
+            echo "$c"
+            return
+        fi
+    done
 }
 
 patches=()
@@ -83,22 +97,22 @@ for p in "${patches[@]}"; do
     (cd "$dir" && git apply "$p") >"$out/$name.log" 2>&1 || { echo "$name: does not apply"; exit 2; }
     nice make -C "$dir" --no-print-directory -j"$jobs" CUDA=0 BUILD=build build/invar \
         >>"$out/$name.log" 2>&1 || { echo "$name: does not build ($out/$name.log)"; exit 2; }
-    if (cd "$dir" && timeout 900 nice build/invar run --case "$case_file" --out "$dir/report" --quiet) \
-        >>"$out/$name.log" 2>&1; then
+    caught_by=$(catching_case "$dir" "$out/$name.log")
+    if [ -z "$caught_by" ]; then
         if (cd "$dir" && timeout 900 nice build/invar kernels --device cpu --set invariant \
             --out "$dir/kernels") >>"$out/$name.log" 2>&1; then
             neither=$((neither + 1))
-            echo "$name: missed by $case_file and by invar kernels (not this rule's) [$((SECONDS - t0)) s]"
+            echo "$name: missed by $cases_named and by invar kernels (not this rule's) [$((SECONDS - t0)) s]"
         elif reason=$(known_reason "$name") && [ -n "$reason" ]; then
             known=$((known + 1))
-            echo "$name: missed by $case_file, caught by invar kernels: a known miss ($reason) [$((SECONDS - t0)) s]"
+            echo "$name: missed by $cases_named, caught by invar kernels: a known miss ($reason) [$((SECONDS - t0)) s]"
         else
             missed+=("$name")
-            echo "$name: MISSED by $case_file, caught by invar kernels: $(grep -a -m1 -E '<- must be stable|^FAIL' "$out/$name.log" | tr -s ' ' | cut -c1-160) [$((SECONDS - t0)) s]"
+            echo "$name: MISSED by $cases_named, caught by invar kernels: $(grep -a -m1 -E '<- must be stable|^FAIL' "$out/$name.log" | tr -s ' ' | cut -c1-160) [$((SECONDS - t0)) s]"
         fi
     else
         by_case=$((by_case + 1))
-        echo "$name: caught by $case_file: $(grep -a -m1 -E '^FAIL' "$out/$name.log" | cut -c1-100) [$((SECONDS - t0)) s]"
+        echo "$name: caught by $caught_by: $(grep -a -m1 -E '^FAIL' "$out/$name.log" | cut -c1-100) [$((SECONDS - t0)) s]"
         if [ -n "$(known_reason "$name")" ]; then
             stale+=("$name")
             echo "$name: listed in $known_file but caught: take it off the list"
@@ -108,7 +122,7 @@ for p in "${patches[@]}"; do
 done
 [ "${KEEP_BASE:-0}" = 1 ] || rm -rf "$base"
 echo
-echo "ci-mutants: $judged CPU kernel mutants: $by_case caught by $case_file, ${#missed[@]} missed by" \
+echo "ci-mutants: $judged CPU kernel mutants: $by_case caught by $cases_named, ${#missed[@]} missed by" \
      "it but caught by invar kernels, $known known misses, ${#stale[@]} listed but caught," \
      "$neither missed by both; $((SECONDS - start)) s"
 [ "$judged" -gt 0 ] && [ "${#missed[@]}" = 0 ] && [ "${#stale[@]}" = 0 ]

@@ -22,6 +22,7 @@ static const struct {
     {"tiny", 0xb3ef872d87da54d7},
     {"tiny-v2", 0x553d206b7ff3578f},
     {"tiny-tp", 0x0ca0eee54d87e1dd},
+    {"tiny-reach", 0x687314f70fb0f88b},
     {"small", 0x155000d6f2a33c89},
     {"v2-lite", 0x49c93c67b251c643},
 };

@@ -12,6 +12,7 @@
 #include "kv_cache.h"            // kv_cache_*
 #include "scheduler.h"           // scheduler_*, sched_item
 #include "tp_part.h"             // tp_part, tp_range, tp_part_make, tp_part_local_config
+#include "tp_slices.h"           // tp_slices, tp_slices_make, tp_slices_gate_up, tp_slices_finish
 #include "../common/hash.h"             // invar_mix64
 
 // ---------------------------------------------------------------------------------------------
@@ -104,6 +105,14 @@ typedef struct {
     int decode_split_size;       // batch-scheduled decode: KV split size for this step
 } step_shape;
 
+// TP-size invariance's per-slice weights of a layer (engine/tp_slices.h): gate/up cut per
+// slice (the down weights are read in place, by column offset, except the experts').
+typedef struct {
+    bf16 *mlp_gate_up[TP_SLICES];
+    bf16 *experts_gate_up[TP_SLICES], *experts_down[TP_SLICES];
+    bf16 *shared_gate_up[TP_SLICES];
+} slice_weights;
+
 struct engine {
     model_config cfg;            // the whole model, as engine_config() reports it
     // Tensor parallelism: this rank's part of the model and its handle on the group. Without
@@ -141,6 +150,13 @@ struct engine {
     int32_t *sampled;            // tokens sampled in one step, per item
     engine_rows_observer observe_rows; // NULL: none
     void *observe_ctx;
+
+    // TP-size invariance (lim.tp_size_invariant): this rank's slices, their weights, and the
+    // fp32 partials of one row-parallel layer ([slices, T, D]), a shared-expert partial [T, D]
+    // and the experts' fp32 rows [T*k, D].
+    tp_slices slices;
+    slice_weights *slice_w;
+    float *partials, *shared_partial, *expert_f32;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -482,6 +498,53 @@ static void alloc_activations(engine *e) {
 // Create / destroy
 // ---------------------------------------------------------------------------------------------
 
+// TP-size invariance: this rank's slices, their gate/up (and the experts' down) weights cut per
+// slice, and the fp32 partials.
+static void slices_setup(engine *e) {
+    ops_set *o = e->ops;
+    char err[256];
+    if (!o->tp_size_invariant)
+        invar_die(2, "engine: tp_size_invariance = on: kernel set %s (%s) has no TP-size-"
+                  "invariant path (the CPU invariant set has one)", o->name, o->device);
+    if (!tp_slices_make(&e->cfg, &e->part, &e->slices, err, sizeof err))
+        invar_die(2, "model config: %s", err);
+    const model_config *c = &e->local;
+    const tp_slices *sl = &e->slices;
+    int n = sl->n, D = c->hidden_size, E = c->n_routed_experts, Im = c->moe_intermediate_size,
+        ns = c->n_shared_experts;
+    size_t T = (size_t)e->lim.max_num_batched_tokens;
+    size_t k = c->n_routed_experts > 0 ? (size_t)c->num_experts_per_tok : 1;
+    e->partials = dalloc(e, (size_t)n * T * D, sizeof(float), "TP slices: fp32 partials");
+    e->shared_partial = dalloc(e, T * D, sizeof(float), "TP slices: shared-expert partial");
+    e->expert_f32 = dalloc(e, T * k * D, sizeof(float), "TP slices: fp32 expert rows");
+    e->slice_w = invar_calloc((size_t)c->num_hidden_layers, sizeof *e->slice_w, "TP slice weights");
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const layer_weights *w = &e->layers[i];
+        slice_weights *sw = &e->slice_w[i];
+        for (int s = 0; s < n; s++) {
+            size_t ci = (size_t)sl->inter[s].count, cm = (size_t)sl->moe_inter[s].count;
+            if (!w->moe) {
+                sw->mlp_gate_up[s] = device_bf16(e, 2 * ci * D, "TP slice: mlp gate/up");
+                continue;
+            }
+            sw->experts_gate_up[s] = device_bf16(e, (size_t)E * 2 * cm * D, "TP slice: experts gate/up");
+            sw->experts_down[s] = device_bf16(e, (size_t)E * D * cm, "TP slice: experts down");
+            if (ns > 0)
+                sw->shared_gate_up[s] = device_bf16(e, 2 * cm * ns * D, "TP slice: shared gate/up");
+        }
+        if (!w->moe) {
+            tp_slices_gate_up(o, sw->mlp_gate_up, w->mlp_gate_up, sl->inter, n, 1,
+                              c->intermediate_size, D, 1);
+            continue;
+        }
+        tp_slices_gate_up(o, sw->experts_gate_up, w->experts_gate_up, sl->moe_inter, n, 1, Im, D, E);
+        tp_slices_down(o, sw->experts_down, w->experts_down, sl->moe_inter, n, Im, D, E);
+        if (ns > 0)
+            tp_slices_gate_up(o, sw->shared_gate_up, w->shared_gate_up, sl->moe_inter, n, ns,
+                              Im * ns, D, 1);
+    }
+}
+
 static void check_limits(const model_config *c, const engine_limits *lim) {
     if (lim->max_num_seqs < 1) invar_die(2, "engine: max_num_seqs must be >= 1");
     if (lim->max_num_batched_tokens < 1) invar_die(2, "engine: max_num_batched_tokens must be >= 1");
@@ -546,6 +609,7 @@ engine *engine_create_shard(const model_config *cfg, weight_source *src, ops_set
     for (int i = 0; i < cfg->num_hidden_layers; i++)
         e->kv[i] = dalloc(e, (size_t)e->num_blocks * bs * entry, sizeof(bf16), "paged KV cache");
     alloc_activations(e);
+    if (limits->tp_size_invariant) slices_setup(e);
     e->cache = kv_cache_create(e->num_blocks, bs, false);
     e->sched = scheduler_create(e->cache, limits->max_num_seqs, limits->max_model_len);
     e->items = invar_malloc((size_t)limits->max_num_seqs * sizeof *e->items, "step items");
@@ -583,12 +647,22 @@ static void release_all(engine *e) {
     o->release(o, e->final_norm);
     o->release(o, e->rope_cos);
     o->release(o, e->rope_sin);
+    if (!e->slice_w) return;
+    for (int i = 0; i < e->cfg.num_hidden_layers; i++) {
+        bf16 **ptrs = (bf16 **)&e->slice_w[i];
+        for (size_t j = 0; j < sizeof e->slice_w[i] / sizeof(bf16 *); j++)
+            if (ptrs[j]) o->release(o, ptrs[j]);
+    }
+    o->release(o, e->partials);
+    o->release(o, e->shared_partial);
+    o->release(o, e->expert_f32);
 }
 
 void engine_destroy(engine *e) {
     if (!e) return;
     release_all(e);
     free(e->layers);
+    free(e->slice_w);
     free(e->kv);
     kv_cache_destroy(e->cache);
     scheduler_destroy(e->sched);
@@ -644,6 +718,82 @@ static void mlp(engine *e, bf16 *y, const bf16 *x, const bf16 *gate_up, const bf
     linear(o, e->a.gate_up, x, gate_up, T, 2 * I, D);
     o->silu_mul(o, e->a.act, e->a.gate_up, T, I);
     linear(o, y, e->a.act, down, T, D, I);
+}
+
+// ---------------------------------------------------------------------------------------------
+// TP-size invariance (engine/tp_slices.h): row-parallel layers as 8 fixed slices' fp32 partials
+// ---------------------------------------------------------------------------------------------
+
+static float *slice_partial(engine *e, int s, int T) {
+    return e->partials + (long)s * T * e->local.hidden_size;
+}
+
+// The partials summed in the fixed tree, over the ranks, rounded once into sublayer_out.
+static void slices_finish(engine *e, int T) {
+    tp_slices_finish(e->ops, e->part.size > 1 ? e->comm : NULL, e->partials, e->slices.n,
+                     (long)T * e->local.hidden_size, e->a.sublayer_out);
+}
+
+// Slice s's part of the attention output projection: its heads' columns of o_proj.
+static void o_proj_slices(engine *e, int layer, int T) {
+    const model_config *c = &e->local;
+    int D = c->hidden_size, H = c->num_attention_heads, v = c->v_head_dim;
+    for (int s = 0; s < e->slices.n; s++) {
+        tp_range h = e->slices.heads[s];
+        gemm_args g = {.y = slice_partial(e, s, T), .y_f32 = true,
+                       .x = e->a.attn_v + (long)h.begin * v, .ldx = (long)H * v,
+                       .w = e->layers[layer].o_proj + (long)h.begin * v, .ldw = (long)H * v,
+                       .M = T, .N = D, .K = h.count * v};
+        e->ops->gemm(e->ops, &g);
+    }
+    slices_finish(e, T);
+}
+
+// A gated MLP per slice: gate/up and silu of the slice's columns, its down projection into the
+// slice's partial (add: into shared_partial, then added to it). `ranges` scaled by `mult` are
+// the slices' columns of down ([D, I]).
+static void mlp_slices(engine *e, const bf16 *x, bf16 *const *gate_up, const bf16 *down, int I,
+                       const tp_range *ranges, int mult, int T, bool add) {
+    ops_set *o = e->ops;
+    int D = e->local.hidden_size;
+    for (int s = 0; s < e->slices.n; s++) {
+        int b = ranges[s].begin * mult, cols = ranges[s].count * mult;
+        linear(o, e->a.gate_up, x, gate_up[s], T, 2 * cols, D);
+        o->silu_mul(o, e->a.act, e->a.gate_up, T, cols);
+        float *y = add ? e->shared_partial : slice_partial(e, s, T);
+        gemm_args g = {.y = y, .y_f32 = true, .x = e->a.act, .w = down + b, .ldw = I, .M = T,
+                       .N = D, .K = cols};
+        o->gemm(o, &g);
+        if (add) o->add_f32(o, slice_partial(e, s, T), y, (long)T * D);
+    }
+}
+
+// The MoE block per slice: P_s = sum_j w_j · (a_j,s · w_down_j,sᵀ) + shared_s, all fp32.
+static void moe_slices(engine *e, int layer, int T, const moe_route_args *route) {
+    const model_config *c = &e->local;
+    ops_set *o = e->ops;
+    const slice_weights *sw = &e->slice_w[layer];
+    const tp_range *ranges = e->slices.moe_inter;
+    for (int s = 0; s < e->slices.n; s++) {
+        moe_experts_args experts = {.out = e->a.expert_out, .out_f32 = e->expert_f32, .x = e->a.x,
+                                    .topk_ids = route->topk_ids,
+                                    .w_gate_up = sw->experts_gate_up[s],
+                                    .w_down = sw->experts_down[s], .T = T, .k = route->k,
+                                    .E = route->E, .D = route->D, .I = ranges[s].count};
+        o->moe_experts(o, &experts);
+        moe_combine_args combine = {.out = e->a.sublayer_out, .expert_out = e->a.expert_out,
+                                    .expert_out_f32 = e->expert_f32,
+                                    .out_f32 = slice_partial(e, s, T),
+                                    .topk_weights = route->topk_weights,
+                                    .topk_ids = route->topk_ids, .T = T, .k = route->k,
+                                    .D = route->D, .E = route->E};
+        o->moe_combine(o, &combine);
+    }
+    int ns = c->n_shared_experts;
+    if (ns > 0)
+        mlp_slices(e, e->a.x, sw->shared_gate_up, e->layers[layer].shared_down,
+                   c->moe_intermediate_size * ns, ranges, ns, T, true);
+    slices_finish(e, T);
 }
 
 // q, and the new tokens' latent c_kv and k_pe, written to the cache before attention reads it.
@@ -765,6 +915,10 @@ static void attention(engine *e, int layer, const step_shape *st) {
     }
     if (e->backend->path != ATTENTION_UNIFIED)
         announce_rows(e, layer, ENGINE_ROWS_TOKENS, e->hs.row_request, e->hs.pos, st->T);
+    if (e->lim.tp_size_invariant) {
+        o_proj_slices(e, layer, st->T);
+        return;
+    }
     linear(e->ops, e->a.sublayer_out, e->a.attn_v, e->layers[layer].o_proj, st->T,
            c->hidden_size, c->num_attention_heads * c->v_head_dim);
 }
@@ -783,6 +937,10 @@ static void moe(engine *e, int layer, int T) {
         .topk_group = c->topk_group, .norm_topk_prob = c->norm_topk_prob,
         .routed_scaling_factor = (float)c->routed_scaling_factor};
     o->moe_route(o, &route);
+    if (e->lim.tp_size_invariant) {
+        moe_slices(e, layer, T, &route);
+        return;
+    }
     moe_experts_args experts = {.out = a->expert_out, .x = a->x, .topk_ids = a->topk_ids,
                                 .w_gate_up = w->experts_gate_up, .w_down = w->experts_down,
                                 .T = T, .k = k, .E = E, .D = D, .I = Im};
@@ -816,14 +974,21 @@ static void engine_forward(engine *e, const step_shape *st, int top_k) {
         const layer_weights *w = &e->layers[i];
         announce_rows(e, i, ENGINE_ROWS_TOKENS, e->hs.row_request, e->hs.pos, T);
         o->rmsnorm(o, a->x, D, a->h, D, w->input_norm, T, D, eps);
-        attention(e, i, st);
-        sum_over_ranks(e, a->sublayer_out, (long)T * D);
+        attention(e, i, st);  // with TP-size invariance summed over the ranks already
+        if (!e->lim.tp_size_invariant) sum_over_ranks(e, a->sublayer_out, (long)T * D);
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
 
         o->rmsnorm(o, a->x, D, a->h, D, w->post_attention_norm, T, D, eps);
-        if (w->moe) moe(e, i, T);
-        else mlp(e, a->sublayer_out, a->x, w->mlp_gate_up, w->mlp_down, T, c->intermediate_size);
-        sum_over_ranks(e, a->sublayer_out, (long)T * D);
+        if (w->moe) {
+            moe(e, i, T);
+        } else if (e->lim.tp_size_invariant) {
+            mlp_slices(e, a->x, e->slice_w[i].mlp_gate_up, w->mlp_down, c->intermediate_size,
+                       e->slices.inter, 1, T, false);
+            slices_finish(e, T);
+        } else {
+            mlp(e, a->sublayer_out, a->x, w->mlp_gate_up, w->mlp_down, T, c->intermediate_size);
+        }
+        if (!e->lim.tp_size_invariant) sum_over_ranks(e, a->sublayer_out, (long)T * D);
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
     }
     if (st->S == 0) return;

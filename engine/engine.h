@@ -25,6 +25,9 @@ typedef struct {
     int kv_cache_blocks;         // > 0: the pool has exactly this many blocks (at least one
                                  // request's worth); 0: sized from max_total_tokens
     bool prompt_logprobs;        // size buffers for requests that ask for prompt logprobs
+    // Row-parallel sums over 8 fixed slices in one tree (engine/tp_slices.h): the same bits at
+    // T = 1, 2, 4 and 8. Needs a kernel set with the path, T dividing 8, every count >= 8.
+    bool tp_size_invariant;
 } engine_limits;
 
 typedef struct {

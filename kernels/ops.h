@@ -126,6 +126,9 @@ typedef struct {
 // an expert got.
 typedef struct {
     bf16 *out;                  // [T * k, D]
+    // Non-NULL: the down projection's fp32 sums go here ([T * k, D]) and out is not written
+    // (TP-size invariance: an expert's part of a slice is summed with the others unrounded).
+    float *out_f32;
     const bf16 *x;              // [T, D]
     const int32_t *topk_ids;    // [T, k]
     const bf16 *w_gate_up;      // [E, 2I, D]
@@ -134,9 +137,13 @@ typedef struct {
 } moe_experts_args;
 
 // out[t] = bf16( sum_j topk_weights[t,j] * expert_out[t*k + j] ), fp32 products and sum.
+// With expert_out_f32 and out_f32 (TP-size invariance): the same sum over fp32 expert rows,
+// written unrounded to out_f32; out and expert_out are not used.
 typedef struct {
     bf16 *out;                  // [T, D]
     const bf16 *expert_out;     // [T * k, D]
+    const float *expert_out_f32; // [T * k, D] or NULL
+    float *out_f32;             // [T, D] or NULL
     const float *topk_weights;  // [T, k]
     const int32_t *topk_ids;    // [T, k] (a reference set may order its sum by expert load)
     int T, k, D, E;
@@ -174,6 +181,9 @@ struct ops_set {
     const char *name;           // "invariant" | "reference" | "adversarial"
     const char *device;         // "cpu" | "cuda"
     bool batch_invariant;
+    // The set computes moe_experts' out_f32 and moe_combine's fp32 form and has add_f32,
+    // round_to_bf16 and all_reduce_f32_tree: the engine's TP-size-invariant mode may run on it.
+    bool tp_size_invariant;
     // Every reduction takes its order from the batch at every shape (the negative control
     // that must be caught on any model); false for realistic sets.
     bool adversarial;
@@ -230,6 +240,10 @@ struct ops_set {
     void (*moe_experts)(ops_set *ops, const moe_experts_args *a);
     void (*moe_combine)(ops_set *ops, const moe_combine_args *a);
     void (*logprobs)(ops_set *ops, const logprobs_args *a);
+    // TP-size invariance's element-wise steps: x[i] = x[i] + y[i] in fp32; out[i] = bf16(x[i]).
+    // NULL where the set has no TP-size-invariant path.
+    void (*add_f32)(ops_set *ops, float *x, const float *y, long n);
+    void (*round_to_bf16)(ops_set *ops, bf16 *out, const float *x, long n);
 
     // --- collectives over a tensor-parallel group ------------------------------------------
     // Every rank of comm calls them with the same sizes; each returns when its buffer holds
@@ -241,6 +255,10 @@ struct ops_set {
     // ring all-reduce does, from the rank that owns i's chunk, the chunk boundaries following
     // n, rounding to bf16 at every hop as a bf16 ring does.
     void (*all_reduce)(ops_set *ops, tp_comm *comm, bf16 *buf, long n);
+    // TP-size invariance (T a power of two): buf fp32 summed as a pairwise tree over the ranks,
+    // ((x_0 + x_1) + (x_2 + x_3)) + ..., never rounded: the top levels of the fixed tree over
+    // the 8 slices whose lower levels each rank summed over its own. NULL: no such path.
+    void (*all_reduce_f32_tree)(ops_set *ops, tp_comm *comm, float *buf, long n);
     // buf [rows, ld] fp32: rank r holds columns [col_begin_r, col_end_r) of every row; on
     // return every rank holds every rank's columns. A copy, with no order to vary.
     void (*all_gather_columns)(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,

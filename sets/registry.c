@@ -15,23 +15,23 @@
 #endif
 
 static const kernel_set_entry entries[] = {
-    {"invariant", "cpu", inv_cpu_create, false, true, 0},
-    {"reference", "cpu", ref_cpu_create, false, false, 0},
-    {"adversarial", "cpu", adv_cpu_create, true, false, 0},
+    {"invariant", "cpu", inv_cpu_create, false, true, 0, true},
+    {"reference", "cpu", ref_cpu_create, false, false, 0, false},
+    {"adversarial", "cpu", adv_cpu_create, true, false, 0, false},
 #ifdef INVAR_CUDA
-    {"invariant", "cuda", inv_cuda_create, false, true, 0},
-    {"reference", "cuda", ref_cuda_create, false, false, 0},
-    {"adversarial", "cuda", adv_cuda_create, true, false, 0},
+    {"invariant", "cuda", inv_cuda_create, false, true, 0, false},
+    {"reference", "cuda", ref_cuda_create, false, false, 0, false},
+    {"adversarial", "cuda", adv_cuda_create, true, false, 0, false},
 #endif
-    {NULL, NULL, NULL, false, false, 0},
+    {NULL, NULL, NULL, false, false, 0, false},
 };
 
 // The invariant CPU set with the reference ring all-reduce: only the all-reduce differs, so
 // it is caught by the all-reduce alone, at T >= 3 only (CPU only: on CUDA the reference set's
 // ncclAllReduce is the one ring, and T >= 3 GPUs are not available to catch it).
 static const kernel_set_entry controls[] = {
-    {"invariant-ring", "cpu", inv_ring_cpu_create, false, false, 2},
-    {NULL, NULL, NULL, false, false, 0},
+    {"invariant-ring", "cpu", inv_ring_cpu_create, false, false, 2, false},
+    {NULL, NULL, NULL, false, false, 0, false},
 };
 
 // Plugin sets ("plugin:PATH") as cases and commands name them, one entry per (name, device)

@@ -15,6 +15,8 @@ typedef struct {
     // many ranks (two addends commute): resolution treats it as batch-invariant at
     // tensor_parallel <= this, and as a negative control that must be caught above it. 0: none.
     int order_free_up_to_tp;
+    // The set has the engine's TP-size-invariant path (ops_set.tp_size_invariant).
+    bool tp_size_invariant;
 } kernel_set_entry;
 
 // The sets `invar kernels` checks op by op, terminated by an entry whose set is NULL.

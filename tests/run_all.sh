@@ -113,8 +113,9 @@ fi
 # order-free (its CUDA configs run only on a GPU); sampled: temperature > 0, per-request seeds;
 # tp: tensor parallelism at T = 2, 3, 4, 8 on the CPU (about 12 s on 2 cores); configs: KV
 # blocks of 64, 7 and 1; eviction: a KV cache smaller than the run, and a control only bs=1
-# catches (cases/README.md says what each costs).
-for c in ci backends sampled small-model tp configs eviction; do
+# catches; reach and long: past the size thresholds ci.ini's tiny model and short prompts stay
+# under; tp-size: TP = 2, 4, 8 bitwise equal to TP = 1 (cases/README.md says what each costs).
+for c in ci reach long backends sampled small-model tp tp-size configs eviction; do
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
@@ -185,6 +186,20 @@ tp_ring_expectations() {
     echo "invariant-ring: invariant at T = 2, caught at T = 3, 4, 8"
 }
 suite "cases/tp.ini: the all-reduce alone caught at T >= 3 only" tp_ring_expectations "$REPORT/run/tp"
+# cases/tp-size.ini: with the option every T passed bitwise equal to T = 1; without it (the
+# control) every T noted a nonzero difference, so the comparison is one that can fail.
+tp_size_expectations() {
+    local t
+    for t in 2 4 8; do
+        grep -q "\"cpu/invariant/tensor_parallel=$t/tp_size_invariance=on\".*\"PASS\".*TP=1 vs TP=$t bitwise equal (0 of" \
+            "$1/summary.csv" || { echo "tp_size_invariance = on at T = $t: not PASS bitwise equal"; return 1; }
+        grep "\"cpu/invariant/tensor_parallel=$t/tp_size_invariance=off\"" "$1/summary.csv" |
+            grep -qE "max \|Δ logprob\| [1-9]|max \|Δ logprob\| 0\.[0-9]*[1-9]" ||
+            { echo "tp_size_invariance = off at T = $t: no difference from T = 1 (the control)"; return 1; }
+    done
+    echo "tp_size_invariance: T = 2, 4, 8 bitwise equal to T = 1; without it all three differ"
+}
+suite "cases/tp-size.ini: TP-size invariance holds, its control differs" tp_size_expectations "$REPORT/run/tp-size"
 # cases/eviction.ini's mla-split control with a cache for every request differs from its
 # baselines in the batched run at max_num_seqs = 1 and nowhere else: the one config of make check
 # that a runner skipping that run would leave uncaught.

@@ -147,6 +147,10 @@ static bool check_kv_cache_blocks(const char *v, char *why, int why_len) {
     snprintf(why, (size_t)why_len, "'%s' is not a KV cache size in [0, %d] blocks", v, 1 << 24);
     return false;
 }
+static void apply_tp_size_invariance(run_config *c, const char *v) {
+    c->tp_size_invariance = strcmp(v, "on") == 0;
+}
+
 static void apply_kv_cache_blocks(run_config *c, const char *v) {
     c->kv_cache_blocks = (int)strtol(v, NULL, 10);
 }
@@ -161,7 +165,7 @@ static const matrix_axis axes[] = {
     {"devices", NULL, "cpu, cuda, auto", "cpu", check_device, apply_device},
     {"kernel_sets", NULL, "a registered kernel set (invariant, reference, adversarial) or plugin:PATH", NULL,
      check_kernel_set, apply_kernel_set},
-    {"models", "model", "named model configs (tiny, tiny-v2, small, v2-lite) or checkpoint "
+    {"models", "model", "named model configs (tiny, tiny-v2, tiny-tp, tiny-reach, small, v2-lite) or checkpoint "
      "directories", NULL, check_model, apply_model},
     // The allowed names are the registry's: check_backend lists them.
     {"attention_backends", "backend", NULL, "auto",
@@ -179,6 +183,7 @@ static const matrix_axis axes[] = {
      check_block_size, apply_block_size},
     {"kv_cache_blocks", NULL, "integers >= 0 (0: every request at once)", "0",
      check_kv_cache_blocks, apply_kv_cache_blocks},
+    {"tp_size_invariance", NULL, "on, off", "off", check_on_off, apply_tp_size_invariance},
 };
 #define N_AXES ((int)(sizeof axes / sizeof axes[0]))
 _Static_assert(N_AXES <= MATRIX_MAX_AXES, "raise MATRIX_MAX_AXES");

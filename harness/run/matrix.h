@@ -40,6 +40,7 @@ typedef struct {
     int tensor_parallel;               // ranks the model is split across (engine/tp_engine.h)
     int block_size;                    // tokens per paged KV block
     int kv_cache_blocks;               // KV cache size in blocks; 0: every request at once
+    bool tp_size_invariance;           // row-parallel sums over 8 fixed slices (engine_limits)
     int axis_index[MATRIX_MAX_AXES];   // which value of each axis this config took
 } run_config;
 

@@ -233,7 +233,8 @@ static bool same_effective(const run_config *ca, const resolved_config *a, const
            a->max_num_batched_tokens == b->max_num_batched_tokens &&
            ca->arrivals == cb->arrivals && ca->threads == cb->threads &&
            ca->tensor_parallel == cb->tensor_parallel && ca->block_size == cb->block_size &&
-           ca->kv_cache_blocks == cb->kv_cache_blocks;
+           ca->kv_cache_blocks == cb->kv_cache_blocks &&
+           ca->tp_size_invariance == cb->tp_size_invariance;
 }
 
 int resolve_merge(const run_config *configs, resolved_config *r, int n) {
@@ -283,6 +284,24 @@ static void resolve_all_reduce_control(const kernel_set_entry *e, const run_conf
     }
 }
 
+// TP-size invariance runs on a set with the path, at a T dividing its 8 slices; elsewhere the
+// config is skipped with the reason (the model's counts are checked when its engine is built).
+static void resolve_tp_size_invariance(const kernel_set_entry *e, const char *device,
+                                       const run_config *cfg, resolved_config *out) {
+    if (!cfg->tp_size_invariance || out->skip) return;
+    int T = cfg->tensor_parallel > 0 ? cfg->tensor_parallel : 1;
+    char why[256];
+    if (!e->tp_size_invariant) {
+        snprintf(why, sizeof why, "tp_size_invariance = on: kernel set %s on %s has no TP-size-"
+                 "invariant path (the CPU invariant set has one)", e->set, device);
+        skip(out, false, why);
+    } else if (8 % T != 0) {
+        snprintf(why, sizeof why, "tp_size_invariance = on: tensor_parallel %d does not divide "
+                 "the 8 fixed slices", T);
+        skip(out, false, why);
+    }
+}
+
 resolved_config *resolve_matrix(const case_file *c, const run_config *configs, int n,
                                 const backend_selection *sel) {
     resolved_config *rs = invar_calloc((size_t)n, sizeof *rs, "resolved configs");
@@ -304,6 +323,7 @@ resolved_config *resolve_matrix(const case_file *c, const run_config *configs, i
         resolve_config(cfg, device, kernel_set_invariant_at(e, cfg->tensor_parallel),
                        case_max_model_len(c), &rs[k]);
         resolve_all_reduce_control(e, cfg, &rs[k]);
+        resolve_tp_size_invariance(e, device, cfg, &rs[k]);
         // One GPU per rank. Here, not in resolve_config: the shard plan resolves as on any
         // machine, and only this run knows how many GPUs it sees.
         int gpus = strcmp(device, "cuda") == 0 && cfg->tensor_parallel > 1 && !rs[k].skip

@@ -366,6 +366,15 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
         tp_delta d = tp_delta_compare(b1.res + r->first, base->res + r->first, r->compared);
         char note[256];
         tp_delta_note(&d, T, note, sizeof note);
+        if (r->cfg->tp_size_invariance) {  // judged: the same bits at every T
+            int differing = tp_requests_differing(b1.res + r->first, base->res + r->first,
+                                                  r->compared, r->c->top_k);
+            if (differing > 0) r->out->verdict = "FAIL";
+            snprintf(note, sizeof note, "tp_size_invariance: TP=1 vs TP=%d %s (%d of %d requests "
+                     "differ; max |Δ logprob| %.3g)", T,
+                     differing ? "DIFFER: TP-size invariance broken" : "bitwise equal",
+                     differing, r->compared, d.max_abs_delta);
+        }
         size_t used = strlen(r->out->note);
         snprintf(r->out->note + used, sizeof r->out->note - used, "%s%s", used ? "; " : "",
                  note);
@@ -464,6 +473,7 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         .block_size = cfg->block_size,
         .kv_cache_blocks = cfg->kv_cache_blocks,
         .prompt_logprobs = checks_prefill_vs_decode(rc),
+        .tp_size_invariant = cfg->tp_size_invariance,
     };
     progress_phase(prog, "loading weights");
     tp_engine *eng = tp_engine_create(&mc, model->w, rank_ops, ranks, &limits, c->seed);

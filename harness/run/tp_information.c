@@ -3,6 +3,7 @@
 
 #include <math.h>     // fabs
 #include <stdio.h>    // snprintf
+#include <string.h>   // memcmp
 
 tp_delta tp_delta_compare(const engine_result *tp1, const engine_result *tpT, int n) {
     tp_delta d = {0};
@@ -19,6 +20,24 @@ tp_delta tp_delta_compare(const engine_result *tp1, const engine_result *tpT, in
         }
     }
     return d;
+}
+
+// One step's record bit for bit, over what the engine wrote (the first top_k entries).
+static bool same_record(const engine_step_record *a, const engine_step_record *b, int top_k) {
+    return a->token == b->token && memcmp(&a->logprob, &b->logprob, sizeof a->logprob) == 0 &&
+           memcmp(a->topk_ids, b->topk_ids, (size_t)top_k * sizeof a->topk_ids[0]) == 0 &&
+           memcmp(a->topk_logprobs, b->topk_logprobs, (size_t)top_k * sizeof a->topk_logprobs[0]) == 0;
+}
+
+int tp_requests_differing(const engine_result *tp1, const engine_result *tpT, int n, int top_k) {
+    int differing = 0;
+    for (int i = 0; i < n; i++) {
+        bool same = tp1[i].n_steps == tpT[i].n_steps;
+        for (int s = 0; same && s < tp1[i].n_steps; s++)
+            same = same_record(&tp1[i].steps[s], &tpT[i].steps[s], top_k);
+        differing += !same;
+    }
+    return differing;
 }
 
 void tp_delta_note(const tp_delta *d, int T, char *buf, size_t len) {

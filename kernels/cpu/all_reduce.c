@@ -5,6 +5,7 @@
 // the sum starts, still moves with the offset).
 #include "inv_cpu_ops.h"     // inv_cpu_all_reduce, inv_cpu_all_gather_columns
 
+#include "../../common/check.h"  // invar_die
 #include "../bf16.h"         // bf16_to_float, float_to_bf16
 #include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "collective.h"      // cpu_comm_all_reduce, cpu_comm_all_gather_columns
@@ -26,6 +27,28 @@ void inv_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
     fingerprint_note(ops->fingerprints, "all_reduce", fingerprint_order(order, 1),
                      fingerprint_order(order, 1), "rank-order");
     cpu_comm_all_reduce(comm, buf, n, rank_order, NULL);
+}
+
+// The pairwise tree over ranks: strides 1, 2, 4, ... (T a power of two), fp32, never rounded.
+static void rank_tree(float *out, const float *const *ins, int T, long begin, long end) {
+    float part[64] = {0};
+    for (long i = begin; i < end; i++) {
+        for (int r = 0; r < T; r++) part[r] = ins[r][i];
+        for (int stride = 1; stride < T; stride *= 2)
+            for (int r = 0; r + stride < T; r += 2 * stride) part[r] += part[r + stride];
+        out[i - begin] = part[0];
+    }
+}
+
+void inv_cpu_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n) {
+    int T = tp_comm_size(comm);
+    if (T > 64 || (T & (T - 1)) != 0)
+        invar_die(INVAR_EXIT_INPUT, "all_reduce_f32_tree: %d ranks: the tree needs a power of "
+                  "two up to 64", T);
+    long order[] = {2, T};  // pairs, up the tree
+    fingerprint_note(ops->fingerprints, "all_reduce_f32_tree", fingerprint_order(order + 1, 1),
+                     fingerprint_order(order, 2), "rank-tree");
+    cpu_comm_all_reduce_f32(comm, buf, n, rank_tree);
 }
 
 void inv_cpu_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,

@@ -24,8 +24,8 @@ typedef struct {
     void *buf;
     long n;                  // all_reduce: message size; all_gather: columns begin, end
     long col_begin, col_end;
-    bf16 *scratch;           // all_reduce: this rank's reduced stretch, read by every rank
-    long scratch_cap;
+    void *scratch;           // all_reduce: this rank's reduced stretch, read by every rank
+    size_t scratch_bytes;
 } rank_slot;
 
 struct tp_comm_group {
@@ -105,35 +105,65 @@ static void barrier(tp_comm_group *g) {
 // n * r / T without the product overflowing.
 static long stretch_begin(long n, int r, int T) { return n / T * r + n % T * r / T; }
 
+// Publishes this rank's buffer of n elements and waits for every rank's; returns this rank's
+// scratch, grown to hold its stretch [begin, end) of `elem`-byte elements.
+static void *publish(tp_comm *c, void *buf, long n, size_t elem, long begin, long end) {
+    tp_comm_group *g = c->group;
+    rank_slot *mine = &g->slots[c->rank];
+    size_t bytes = (size_t)(end - begin) * elem;
+    if (bytes > mine->scratch_bytes) {
+        free(mine->scratch);
+        mine->scratch = invar_malloc(bytes, "all_reduce stretch");
+        mine->scratch_bytes = bytes;
+    }
+    mine->buf = buf;
+    mine->n = n;
+    barrier(g);  // every buffer published
+    for (int r = 0; r < g->size; r++)
+        if (g->slots[r].n != n)
+            invar_die(INVAR_EXIT_SYSTEM, "all_reduce: rank %d sends %ld elements, rank %d %ld",
+                      c->rank, n, r, g->slots[r].n);
+    return mine->scratch;
+}
+
+// After every rank reduced its stretch into its scratch: each rank copies every stretch into
+// its own buffer.
+static void gather_stretches(tp_comm *c, void *buf, long n, size_t elem) {
+    tp_comm_group *g = c->group;
+    int T = g->size;
+    barrier(g);  // every stretch reduced; no rank reads the inputs any more
+    for (int r = 0; r < T; r++) {
+        long b = stretch_begin(n, r, T), e = stretch_begin(n, r + 1, T);
+        // With fewer elements than ranks a stretch can be empty, its scratch never allocated.
+        if (e > b)
+            memcpy((char *)buf + (size_t)b * elem, g->slots[r].scratch, (size_t)(e - b) * elem);
+    }
+    barrier(g);  // every stretch copied: a rank may now reuse its scratch
+}
+
 void cpu_comm_all_reduce(tp_comm *c, bf16 *buf, long n, cpu_all_reduce_slice slice,
                          const void *order) {
     tp_comm_group *g = c->group;
     int T = g->size, me = c->rank;
     if (T == 1 || n <= 0) return;
-    rank_slot *mine = &g->slots[me];
     long begin = stretch_begin(n, me, T), end = stretch_begin(n, me + 1, T);
-    if (end - begin > mine->scratch_cap) {
-        free(mine->scratch);
-        mine->scratch = invar_malloc((size_t)(end - begin) * sizeof(bf16), "all_reduce stretch");
-        mine->scratch_cap = end - begin;
-    }
-    mine->buf = buf;
-    mine->n = n;
-    barrier(g);  // every buffer published
-    for (int r = 0; r < T; r++)
-        if (g->slots[r].n != n)
-            invar_die(INVAR_EXIT_SYSTEM, "all_reduce: rank %d sends %ld elements, rank %d %ld",
-                      me, n, r, g->slots[r].n);
+    bf16 *scratch = publish(c, buf, n, sizeof(bf16), begin, end);
     const bf16 *ins[T];
     for (int r = 0; r < T; r++) ins[r] = g->slots[r].buf;
-    slice(order, mine->scratch, ins, T, begin, end, n);
-    barrier(g);  // every stretch reduced; no rank reads the inputs any more
-    for (int r = 0; r < T; r++) {
-        long b = stretch_begin(n, r, T), e = stretch_begin(n, r + 1, T);
-        // With fewer elements than ranks a stretch can be empty, its scratch never allocated.
-        if (e > b) memcpy(buf + b, g->slots[r].scratch, (size_t)(e - b) * sizeof(bf16));
-    }
-    barrier(g);  // every stretch copied: a rank may now reuse its scratch
+    slice(order, scratch, ins, T, begin, end, n);
+    gather_stretches(c, buf, n, sizeof(bf16));
+}
+
+void cpu_comm_all_reduce_f32(tp_comm *c, float *buf, long n, cpu_all_reduce_f32_slice slice) {
+    tp_comm_group *g = c->group;
+    int T = g->size, me = c->rank;
+    if (T == 1 || n <= 0) return;
+    long begin = stretch_begin(n, me, T), end = stretch_begin(n, me + 1, T);
+    float *scratch = publish(c, buf, n, sizeof(float), begin, end);
+    const float *ins[T];
+    for (int r = 0; r < T; r++) ins[r] = g->slots[r].buf;
+    slice(scratch, ins, T, begin, end);
+    gather_stretches(c, buf, n, sizeof(float));
 }
 
 void cpu_comm_all_gather_columns(tp_comm *c, float *buf, int rows, long ld, long col_begin,

@@ -59,6 +59,38 @@ void inv_cpu_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// add_f32: x = x + y; round_to_bf16: out = bf16(x) (TP-size invariance's slice sums)
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    float *x;
+    const float *y;
+    bf16 *out;
+} f32_job;
+
+static void add_f32_range(void *arg, long begin, long end) {
+    const f32_job *j = arg;
+    for (long i = begin; i < end; i++) j->x[i] += j->y[i];
+}
+
+void inv_cpu_add_f32(ops_set *ops, float *x, const float *y, long n) {
+    const cpu_ctx *ctx = ops->ctx;
+    f32_job j = {.x = x, .y = y};
+    thread_pool_for(ctx->pool, n, add_f32_range, &j);
+}
+
+static void round_range(void *arg, long begin, long end) {
+    const f32_job *j = arg;
+    for (long i = begin; i < end; i++) j->out[i] = float_to_bf16(j->y[i]);
+}
+
+void inv_cpu_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
+    const cpu_ctx *ctx = ops->ctx;
+    f32_job j = {.y = x, .out = out};
+    thread_pool_for(ctx->pool, n, round_range, &j);
+}
+
+// ---------------------------------------------------------------------------------------------
 // silu_mul: out[m, i] = bf16( bf16(silu(gate)) * up ), silu(g) = g / (1 + e^-g)
 // ---------------------------------------------------------------------------------------------
 

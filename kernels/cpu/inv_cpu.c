@@ -68,7 +68,10 @@ void inv_cpu_init(ops_set *ops, int threads) {
         .moe_experts = inv_cpu_moe_experts,
         .moe_combine = inv_cpu_moe_combine,
         .logprobs = inv_cpu_logprobs,
+        .add_f32 = inv_cpu_add_f32,
+        .round_to_bf16 = inv_cpu_round_to_bf16,
         .all_reduce = inv_cpu_all_reduce,
+        .all_reduce_f32_tree = inv_cpu_all_reduce_f32_tree,
         .all_gather_columns = inv_cpu_all_gather_columns,
     };
 }
@@ -76,5 +79,8 @@ void inv_cpu_init(ops_set *ops, int threads) {
 ops_set *inv_cpu_create(int threads) {
     ops_set *ops = invar_calloc(1, sizeof *ops, "invariant cpu kernel set");
     inv_cpu_init(ops, threads);
+    // Only this set: the sets built on it replace moe_experts and moe_combine with kernels that
+    // know no fp32 form.
+    ops->tp_size_invariant = true;
     return ops;
 }

@@ -39,9 +39,12 @@ void inv_cpu_moe_route(ops_set *ops, const moe_route_args *a);
 void inv_cpu_moe_experts(ops_set *ops, const moe_experts_args *a);
 void inv_cpu_moe_combine(ops_set *ops, const moe_combine_args *a);
 void inv_cpu_logprobs(ops_set *ops, const logprobs_args *a);
+void inv_cpu_add_f32(ops_set *ops, float *x, const float *y, long n);           // elementwise.c
+void inv_cpu_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n);    // elementwise.c
 
 // --- collectives (kernels/cpu/all_reduce.c; the communicator: kernels/cpu/collective.h) ----
 void inv_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n);
+void inv_cpu_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n);
 void inv_cpu_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,
                                 long col_begin, long col_end);
 

@@ -159,7 +159,8 @@ void inv_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
     bf16 *xs = invar_malloc((size_t)max_rows * D * sizeof(bf16), "moe_experts gathered x");
     bf16 *gu = invar_malloc((size_t)max_rows * 2 * I * sizeof(bf16), "moe_experts gate_up");
     bf16 *act = invar_malloc((size_t)max_rows * I * sizeof(bf16), "moe_experts activation");
-    bf16 *ys = invar_malloc((size_t)max_rows * D * sizeof(bf16), "moe_experts down");
+    size_t y_size = a->out_f32 ? sizeof(float) : sizeof(bf16);
+    void *ys = invar_malloc((size_t)max_rows * D * y_size, "moe_experts down");
     for (int e = 0; e < a->E; e++) {
         int n = count[e + 1] - count[e];
         if (n == 0) continue;
@@ -171,10 +172,13 @@ void inv_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
         gemm_args up = {.y = gu, .x = xs, .w = w_up, .M = n, .N = 2 * I, .K = D};
         inv_cpu_gemm(ops, &up);
         inv_cpu_silu_mul(ops, act, gu, n, I);
-        gemm_args down = {.y = ys, .x = act, .w = w_down, .M = n, .N = D, .K = I};
+        gemm_args down = {.y = ys, .y_f32 = a->out_f32 != NULL, .x = act, .w = w_down, .M = n,
+                          .N = D, .K = I};
         inv_cpu_gemm(ops, &down);
+        char *to = a->out_f32 ? (char *)a->out_f32 : (char *)a->out;
         for (int i = 0; i < n; i++)
-            memcpy(a->out + (long)mine[i] * D, ys + (long)i * D, (size_t)D * sizeof(bf16));
+            memcpy(to + (size_t)mine[i] * D * y_size, (char *)ys + (size_t)i * D * y_size,
+                   (size_t)D * y_size);
     }
     free(ys);
     free(act);
@@ -198,6 +202,15 @@ static void combine_tokens(void *arg, long begin, long end) {
     int k = a->k, D = a->D;
     for (long t = begin; t < end; t++) {
         const float *w = a->topk_weights + t * k;
+        if (a->out_f32) {  // the same sum over fp32 rows, unrounded
+            const float *rows = a->expert_out_f32 + t * k * D;
+            for (int d = 0; d < D; d++) {
+                float sum = w[0] * rows[d];
+                for (int j = 1; j < k; j++) sum += w[j] * rows[(long)j * D + d];
+                a->out_f32[t * D + d] = sum;
+            }
+            continue;
+        }
         const bf16 *rows = a->expert_out + t * k * D;
         for (int d = 0; d < D; d++) {
             float sum = w[0] * bf16_to_float(rows[d]);

@@ -126,14 +126,16 @@ typedef struct {
 // an expert got.
 typedef struct {
     bf16 *out;                  // [T * k, D]
-    // Non-NULL: the down projection's fp32 sums go here ([T * k, D]) and out is not written
-    // (TP-size invariance: an expert's part of a slice is summed with the others unrounded).
-    float *out_f32;
     const bf16 *x;              // [T, D]
     const int32_t *topk_ids;    // [T, k]
     const bf16 *w_gate_up;      // [E, 2I, D]
     const bf16 *w_down;         // [E, D, I]
     int T, k, E, D, I;
+    // Non-NULL: the down projection's fp32 sums go here ([T * k, D]) and out is not written
+    // (TP-size invariance: an expert's part of a slice is summed with the others unrounded).
+    // Last, as the plugin ABI (kernels/invar_plugin.h) passes this struct: a plugin built
+    // before it reads the fields above where they were, and never gets a non-NULL one.
+    float *out_f32;
 } moe_experts_args;
 
 // out[t] = bf16( sum_j topk_weights[t,j] * expert_out[t*k + j] ), fp32 products and sum.
@@ -142,11 +144,11 @@ typedef struct {
 typedef struct {
     bf16 *out;                  // [T, D]
     const bf16 *expert_out;     // [T * k, D]
-    const float *expert_out_f32; // [T * k, D] or NULL
-    float *out_f32;             // [T, D] or NULL
     const float *topk_weights;  // [T, k]
     const int32_t *topk_ids;    // [T, k] (a reference set may order its sum by expert load)
     int T, k, D, E;
+    const float *expert_out_f32; // [T * k, D] or NULL (last: see moe_experts_args.out_f32)
+    float *out_f32;             // [T, D] or NULL
 } moe_combine_args;
 
 // Per row r of logits [R, V]: log_softmax, the sampled token and the top-k.

@@ -340,6 +340,7 @@ ops_set *plugin_set_create(const char *path, const char *device, int threads, in
     ops->name = s->name;
     ops->destroy = plugin_set_destroy;
     ops->batch_invariant = (p->invariant_claims & provided_ops(p)) == provided_ops(p);
+    ops->tp_size_invariant = false;  // the ABI has no fp32 forms of moe_experts and moe_combine
     install_ops(ops, p);
     return ops;
 }

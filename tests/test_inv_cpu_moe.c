@@ -8,7 +8,8 @@
 //     weights (fp32): fp32 logits, scores and normalization → relative L2 < 1e-5;
 //   moe_experts (bf16): four bf16 roundings along the chain (gate_up, silu, product, down),
 //     each ≤ 2^-9 relative → relative L2 < 1e-2;
-//   moe_combine (bf16): fp32 products and sum, one bf16 rounding → relative L2 < 4e-3.
+//   moe_combine (bf16): fp32 products and sum, one bf16 rounding → relative L2 < 4e-3;
+//   their fp32 forms: rounded, bitwise the bf16 forms' values.
 #include <stdarg.h>                 // cmocka
 #include <stddef.h>                 // cmocka
 #include <stdint.h>                 // cmocka
@@ -280,8 +281,88 @@ static void test_combine_invariance(void **state) {
     assert_int_equal(test_check_row_invariance(&c, test_batch_sizes, TEST_N_BATCH_SIZES), 0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The fp32 forms (TP-size invariance, engine/tp_slices.h): the down projection's sums and the
+// combine's, unrounded. Rounded, each equals the bf16 form's value bit for bit (the same sum,
+// rounded once), and some are not bf16 values (nothing rounded them on the way).
+// ---------------------------------------------------------------------------------------------
+
+static long not_bf16_values(const float *x, long n) {
+    long count = 0;
+    for (long i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        count += (bits & 0xFFFFu) != 0;
+    }
+    return count;
+}
+
+static void test_experts_f32_form(void **state) {
+    (void)state;
+    enum { T = 21, N = T * XK * XD };
+    fill_experts();
+    bf16 *x = test_alloc(sizeof(bf16) * T * XD), *out = test_alloc(sizeof(bf16) * N),
+         *rounded = test_alloc(sizeof(bf16) * N);
+    float *out_f32 = test_alloc(sizeof(float) * N);
+    int32_t ids[T * XK];
+    test_fill_bf16(x, T * XD, 31, 1.0f);
+    test_fill_i32(ids, T * XK, 32, 0, XE - 1);
+    for (int s = 0; s < TEST_N_THREADS; s++) {
+        ops_set *ops = test_cpu_set(s);
+        moe_experts_args a = {.out = out, .x = x, .topk_ids = ids, .w_gate_up = w_gate_up,
+                              .w_down = w_down, .T = T, .k = XK, .E = XE, .D = XD, .I = XI};
+        ops->moe_experts(ops, &a);
+        test_poison(out_f32, sizeof(float) * N);
+        a.out_f32 = out_f32;
+        ops->moe_experts(ops, &a);
+        assert_int_equal(test_unwritten_f32(out_f32, N), 0);
+        assert_true(not_bf16_values(out_f32, N) > N / 2);
+        ops->round_to_bf16(ops, rounded, out_f32, N);
+        assert_memory_equal(rounded, out, sizeof(bf16) * N);
+    }
+    free(out_f32);
+    free(rounded);
+    free(out);
+    free(x);
+}
+
+static void test_combine_f32_form(void **state) {
+    (void)state;
+    enum { T = 17 };
+    bf16 *eo = test_alloc(sizeof(bf16) * T * CK * CD), *out = test_alloc(sizeof(bf16) * T * CD),
+         *rounded = test_alloc(sizeof(bf16) * T * CD);
+    float *eo_f32 = test_alloc(sizeof(float) * T * CK * CD), *out_f32 = test_alloc(sizeof(float) * T * CD);
+    float w[T * CK];
+    int32_t ids[T * CK];
+    test_fill_bf16(eo, (long)T * CK * CD, 41, 1.0f);
+    for (long i = 0; i < (long)T * CK * CD; i++) eo_f32[i] = bf16_to_float(eo[i]);
+    test_fill_f32(w, T * CK, 42, 1.0f);
+    test_fill_i32(ids, T * CK, 43, 0, CE - 1);
+    for (int s = 0; s < TEST_N_THREADS; s++) {
+        ops_set *ops = test_cpu_set(s);
+        moe_combine_args a = {.out = out, .expert_out = eo, .topk_weights = w, .topk_ids = ids,
+                              .T = T, .k = CK, .D = CD, .E = CE};
+        ops->moe_combine(ops, &a);
+        test_poison(out_f32, sizeof(float) * T * CD);
+        a.expert_out_f32 = eo_f32;
+        a.out_f32 = out_f32;
+        ops->moe_combine(ops, &a);
+        assert_int_equal(test_unwritten_f32(out_f32, (long)T * CD), 0);
+        assert_true(not_bf16_values(out_f32, (long)T * CD) > T * CD / 2);
+        ops->round_to_bf16(ops, rounded, out_f32, (long)T * CD);
+        assert_memory_equal(rounded, out, sizeof(bf16) * T * CD);
+    }
+    free(out_f32);
+    free(eo_f32);
+    free(rounded);
+    free(out);
+    free(eo);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_experts_f32_form),
+        cmocka_unit_test(test_combine_f32_form),
         cmocka_unit_test(test_route_accuracy),
         cmocka_unit_test(test_route_invariance),
         cmocka_unit_test(test_experts_accuracy),

@@ -47,7 +47,7 @@ void tp_slices_down(ops_set *o, bf16 *const *out, const bf16 *down, const tp_ran
 
 // parts[s] (n slices of len fp32 values, one after another) summed: the tree's levels over this
 // rank's slices, then all_reduce_f32_tree over the group (comm NULL: one rank), then rounded
-// into out (bf16, len values).
+// into out (bf16, len values). On return parts[0] holds the fp32 sum.
 void tp_slices_finish(ops_set *o, tp_comm *comm, float *parts, int n, long len, bf16 *out);
 
 #endif

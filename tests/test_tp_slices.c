@@ -1,0 +1,124 @@
+// tests/test_tp_slices.c — TP-size invariance's slices (engine/tp_slices.c): each rank's slices
+// are exactly its part, T not dividing 8 and counts under 8 are refused naming the field, and the
+// fixed tree gives the same fp32 bits at T = 1, 2, 4 and 8 — the rank's levels (add_f32) and
+// the all-reduce's (all_reduce_f32_tree over rank threads) together — on fresh random partials
+// and on one element whose chain sum differs from its tree sum (so an order change shows).
+#include <stdarg.h>                     // cmocka
+#include <stddef.h>                     // cmocka
+#include <stdint.h>                     // cmocka
+#include <setjmp.h>                     // cmocka
+#include <cmocka.h>                     // assert_*, cmocka_unit_test
+
+#include <string.h>                     // memcpy, memcmp, strstr
+
+#include "../common/rank_threads.h"     // rank_threads_run
+#include "../engine/tp_slices.h"        // tp_slices, tp_slices_make, tp_slices_finish
+#include "../kernels/cpu/collective.h"  // tp_comm_group_create, tp_comm_group_rank
+#include "test_util.h"                  // test_alloc, test_fill_f32, test_poison
+
+static void every_rank_holds_its_part_in_slices(void **state) {
+    (void)state;
+    model_config cfg;
+    assert_true(model_config_by_name("tiny-tp", &cfg));
+    for (int T = 1; T <= 8; T *= 2)
+        for (int r = 0; r < T; r++) {
+            tp_part part;
+            tp_slices sl;
+            char err[256];
+            assert_true(tp_part_make(&cfg, r, T, &part, err, sizeof err));
+            assert_true(tp_slices_make(&cfg, &part, &sl, err, sizeof err));
+            assert_int_equal(sl.n, 8 / T);
+            // Consecutive slices from 0 that cover the rank's part exactly.
+            int heads = 0, inter = 0, moe = 0;
+            for (int s = 0; s < sl.n; s++) {
+                assert_int_equal(sl.heads[s].begin, heads);
+                assert_int_equal(sl.inter[s].begin, inter);
+                assert_int_equal(sl.moe_inter[s].begin, moe);
+                assert_true(sl.heads[s].count > 0 && sl.inter[s].count > 0 && sl.moe_inter[s].count > 0);
+                heads += sl.heads[s].count;
+                inter += sl.inter[s].count;
+                moe += sl.moe_inter[s].count;
+            }
+            assert_int_equal(heads, part.heads.count);
+            assert_int_equal(inter, part.inter.count);
+            assert_int_equal(moe, part.moe_inter.count);
+        }
+}
+
+static void refused_with_the_reason(void **state) {
+    (void)state;
+    model_config cfg;
+    tp_part part;
+    tp_slices sl;
+    char err[256];
+    assert_true(model_config_by_name("tiny-tp", &cfg));
+    assert_true(tp_part_make(&cfg, 0, 3, &part, err, sizeof err));
+    assert_false(tp_slices_make(&cfg, &part, &sl, err, sizeof err));
+    assert_non_null(strstr(err, "tensor_parallel 3 does not divide 8"));
+    assert_true(model_config_by_name("tiny", &cfg));  // 4 heads
+    assert_true(tp_part_make(&cfg, 0, 2, &part, err, sizeof err));
+    assert_false(tp_slices_make(&cfg, &part, &sl, err, sizeof err));
+    assert_non_null(strstr(err, "num_attention_heads 4"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tree at T = 1, 2, 4, 8
+// ---------------------------------------------------------------------------------------------
+
+enum { LEN = 1000 };
+
+typedef struct {
+    int T;
+    const float *slices;        // [8, LEN]: every slice's partial
+    tp_comm_group *group;
+    float *sum;                 // [LEN] rank 0's fp32 sum
+    bf16 *out[8];               // [LEN] each rank's rounded sum
+} tree_run;
+
+static void rank_finish(void *arg, int rank) {
+    tree_run *t = arg;
+    int n = 8 / t->T;
+    ops_set *o = inv_cpu_create(1);
+    float *parts = test_alloc(sizeof(float) * n * LEN);
+    memcpy(parts, t->slices + (long)rank * n * LEN, sizeof(float) * n * LEN);
+    test_poison(t->out[rank], sizeof(bf16) * LEN);
+    tp_slices_finish(o, t->T > 1 ? tp_comm_group_rank(t->group, rank) : NULL, parts, n, LEN,
+                     t->out[rank]);
+    if (rank == 0) memcpy(t->sum, parts, sizeof(float) * LEN);
+    free(parts);
+    o->destroy(o);
+}
+
+static void same_bits_at_every_t(void **state) {
+    (void)state;
+    float *slices = test_alloc(sizeof(float) * 8 * LEN), sums[4][LEN];
+    test_fill_f32(slices, 8L * LEN, 91, 4.0f);
+    // Element 0: 1 then seven halves of its ulp. A chain rounds each addition back to 1; the
+    // tree adds the small ones among themselves first: 1 + 3·2^-23.
+    slices[0] = 1.0f;
+    for (int s = 1; s < 8; s++) slices[(long)s * LEN] = 0x1p-24f;
+    bf16 *outs = test_alloc(sizeof(bf16) * 8 * LEN);
+    for (int i = 0, T = 1; T <= 8; i++, T *= 2) {
+        tree_run t = {.T = T, .slices = slices, .group = tp_comm_group_create(T), .sum = sums[i]};
+        for (int r = 0; r < 8; r++) t.out[r] = outs + (long)r * LEN;
+        rank_threads_run(T, rank_finish, &t);
+        tp_comm_group_destroy(t.group);
+        for (int r = 0; r < T; r++) {
+            assert_int_equal(test_unwritten_bf16(t.out[r], LEN), 0);
+            assert_memory_equal(t.out[r], t.out[0], sizeof(bf16) * LEN);
+        }
+        assert_memory_equal(sums[i], sums[0], sizeof(float) * LEN);
+    }
+    assert_true(sums[0][0] == 1.0f + 3 * 0x1p-23f);
+    free(outs);
+    free(slices);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_rank_holds_its_part_in_slices),
+        cmocka_unit_test(refused_with_the_reason),
+        cmocka_unit_test(same_bits_at_every_t),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # tests/ci_catches_kernel_mutants.sh — every CPU kernel mutant of tests/mutants/ (class: kernel,
-# device: cpu, not argued equivalent) that `invar kernels` catches must also be caught by
-# `make run`'s case, cases/ci.ini: a kernel bug the kernel checker sees but the CI matrix lets
-# through means ci.ini's shapes, prompts or batches do not reach it. Run by `make nightly`
+# device: cpu, not argued equivalent) that `invar kernels` catches must also be caught by an
+# engine run of `make check`: cases/ci.ini (the CI matrix), cases/reach.ini (past the size
+# thresholds ci.ini's tiny model stays under), cases/long.ini (contexts past the attention's
+# split) or cases/long-batch.ini (129 of them decoding together). A kernel bug the kernel
+# checker sees but these cases let through means their shapes, prompts or batches do not reach
+# it. Run by `make nightly`
 # (tests/README.md states its time); exit 0 when the rule holds for every mutant, 1 otherwise,
 # 2 when the tree does not build or a patch does not apply.
 #
 #   bash tests/ci_catches_kernel_mutants.sh [OUT]      scratch copies and logs in OUT
 #                                                      (default build-ci-mutants)
 #   MUTANTS=a,b                                        only these mutants
-#   CASES="cases/x.ini cases/y.ini"                    other cases than the three above
+#   CASES="cases/x.ini cases/y.ini"                    other cases than the four above
 #   KEEP_BASE=1                                        keep the built unmutated copy for the
 #                                                      next run into the same OUT
 #
@@ -24,7 +27,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 out=${1:-$root/build-ci-mutants}
-read -r -a case_files <<<"${CASES:-cases/ci.ini cases/reach.ini cases/long.ini}"
+read -r -a case_files <<<"${CASES:-cases/ci.ini cases/reach.ini cases/long.ini cases/long-batch.ini}"
 cases_named="${case_files[*]}"
 jobs=$(nproc 2>/dev/null || echo 2)
 mkdir -p "$out" || { echo "ci-mutants: cannot create $out"; exit 2; }

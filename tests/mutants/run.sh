@@ -143,7 +143,7 @@ run_check() {  # run_check DIR CHECK LOG: 0 survived, 1 caught, 2 not applicable
 }
 
 # The ladder after the targeted checks: make check's CPU suites, cheapest first.
-LADDER_CPU="units:all kernels:all case:sampled case:ci case:small-model case:backends case:configs case:eviction case:tp-size case:reach case:long"
+LADDER_CPU="units:all kernels:all case:sampled case:ci case:small-model case:backends case:configs case:eviction case:tp-size case:reach case:long case:long-batch"
 LADDER_CUDA="unit:test_cuda_ops kernels:all case:gpu"
 
 judge() {  # judge PATCH: prints the mutant's line; sets VERDICT

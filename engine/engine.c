@@ -521,17 +521,6 @@ static void slices_setup(engine *e) {
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const layer_weights *w = &e->layers[i];
         slice_weights *sw = &e->slice_w[i];
-        for (int s = 0; s < n; s++) {
-            size_t ci = (size_t)sl->inter[s].count, cm = (size_t)sl->moe_inter[s].count;
-            if (!w->moe) {
-                sw->mlp_gate_up[s] = device_bf16(e, 2 * ci * D, "TP slice: mlp gate/up");
-                continue;
-            }
-            sw->experts_gate_up[s] = device_bf16(e, (size_t)E * 2 * cm * D, "TP slice: experts gate/up");
-            sw->experts_down[s] = device_bf16(e, (size_t)E * D * cm, "TP slice: experts down");
-            if (ns > 0)
-                sw->shared_gate_up[s] = device_bf16(e, 2 * cm * ns * D, "TP slice: shared gate/up");
-        }
         if (!w->moe) {
             tp_slices_gate_up(o, sw->mlp_gate_up, w->mlp_gate_up, sl->inter, n, 1,
                               c->intermediate_size, D, 1);
@@ -921,6 +910,7 @@ static void attention(engine *e, int layer, const step_shape *st) {
     }
     linear(e->ops, e->a.sublayer_out, e->a.attn_v, e->layers[layer].o_proj, st->T,
            c->hidden_size, c->num_attention_heads * c->v_head_dim);
+    sum_over_ranks(e, e->a.sublayer_out, (long)st->T * c->hidden_size);
 }
 
 static void moe(engine *e, int layer, int T) {
@@ -954,6 +944,21 @@ static void moe(engine *e, int layer, int T) {
             Im * c->n_shared_experts);
         o->residual_add(o, a->sublayer_out, a->shared_out, (long)T * D);
     }
+    sum_over_ranks(e, a->sublayer_out, (long)T * D);
+}
+
+// A dense layer's MLP, summed over the ranks.
+static void dense_mlp(engine *e, int layer, int T) {
+    const model_config *c = &e->local;
+    const layer_weights *w = &e->layers[layer];
+    if (e->lim.tp_size_invariant) {
+        mlp_slices(e, e->a.x, e->slice_w[layer].mlp_gate_up, w->mlp_down, c->intermediate_size,
+                   e->slices.inter, 1, T, false);
+        slices_finish(e, T);
+        return;
+    }
+    mlp(e, e->a.sublayer_out, e->a.x, w->mlp_gate_up, w->mlp_down, T, c->intermediate_size);
+    sum_over_ranks(e, e->a.sublayer_out, (long)T * c->hidden_size);
 }
 
 // One step over the tokens whose metadata is already on the device; logits, log-softmax,
@@ -974,21 +979,13 @@ static void engine_forward(engine *e, const step_shape *st, int top_k) {
         const layer_weights *w = &e->layers[i];
         announce_rows(e, i, ENGINE_ROWS_TOKENS, e->hs.row_request, e->hs.pos, T);
         o->rmsnorm(o, a->x, D, a->h, D, w->input_norm, T, D, eps);
-        attention(e, i, st);  // with TP-size invariance summed over the ranks already
-        if (!e->lim.tp_size_invariant) sum_over_ranks(e, a->sublayer_out, (long)T * D);
+        // Each sublayer leaves sublayer_out complete: summed over the ranks.
+        attention(e, i, st);
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
 
         o->rmsnorm(o, a->x, D, a->h, D, w->post_attention_norm, T, D, eps);
-        if (w->moe) {
-            moe(e, i, T);
-        } else if (e->lim.tp_size_invariant) {
-            mlp_slices(e, a->x, e->slice_w[i].mlp_gate_up, w->mlp_down, c->intermediate_size,
-                       e->slices.inter, 1, T, false);
-            slices_finish(e, T);
-        } else {
-            mlp(e, a->sublayer_out, a->x, w->mlp_gate_up, w->mlp_down, T, c->intermediate_size);
-        }
-        if (!e->lim.tp_size_invariant) sum_over_ranks(e, a->sublayer_out, (long)T * D);
+        if (w->moe) moe(e, i, T);
+        else dense_mlp(e, i, T);
         o->residual_add(o, a->h, a->sublayer_out, (long)T * D);
     }
     if (st->S == 0) return;

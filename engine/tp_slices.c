@@ -32,7 +32,7 @@ bool tp_slices_make(const model_config *cfg, const tp_part *part, tp_slices *out
     return true;
 }
 
-void tp_slices_gate_up(ops_set *o, bf16 *const *out, const bf16 *gate_up, const tp_range *ranges,
+void tp_slices_gate_up(ops_set *o, bf16 **out, const bf16 *gate_up, const tp_range *ranges,
                        int n, int mult, int I, int D, int experts) {
     size_t whole = (size_t)experts * 2 * I * D;
     bf16 *host = invar_malloc(whole * sizeof(bf16), "TP slices: gate/up weights");
@@ -46,13 +46,15 @@ void tp_slices_gate_up(ops_set *o, bf16 *const *out, const bf16 *gate_up, const 
             memcpy(dst, src + (size_t)b * D, (size_t)c * D * sizeof(bf16));                // gate
             memcpy(dst + (size_t)c * D, src + (size_t)(I + b) * D, (size_t)c * D * sizeof(bf16)); // up
         }
-        o->upload(o, out[s], cut, (size_t)experts * 2 * c * D * sizeof(bf16));
+        size_t bytes = (size_t)experts * 2 * c * D * sizeof(bf16);
+        out[s] = o->alloc(o, bytes, "TP slice: gate/up weights");
+        o->upload(o, out[s], cut, bytes);
     }
     free(cut);
     free(host);
 }
 
-void tp_slices_down(ops_set *o, bf16 *const *out, const bf16 *down, const tp_range *ranges, int n,
+void tp_slices_down(ops_set *o, bf16 **out, const bf16 *down, const tp_range *ranges, int n,
                     int I, int D, int experts) {
     size_t whole = (size_t)experts * D * I;
     bf16 *host = invar_malloc(whole * sizeof(bf16), "TP slices: down weights");
@@ -62,7 +64,9 @@ void tp_slices_down(ops_set *o, bf16 *const *out, const bf16 *down, const tp_ran
         int b = ranges[s].begin, c = ranges[s].count;
         for (long row = 0; row < (long)experts * D; row++)
             memcpy(cut + row * c, host + row * I + b, (size_t)c * sizeof(bf16));
-        o->upload(o, out[s], cut, (size_t)experts * D * c * sizeof(bf16));
+        size_t bytes = (size_t)experts * D * c * sizeof(bf16);
+        out[s] = o->alloc(o, bytes, "TP slice: down weights");
+        o->upload(o, out[s], cut, bytes);
     }
     free(cut);
     free(host);

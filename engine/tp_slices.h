@@ -37,12 +37,12 @@ bool tp_slices_make(const model_config *cfg, const tp_part *part, tp_slices *out
 
 // A gated MLP's [2I, D] gate/up weight (gate rows, then up rows) cut into one [2c, D] copy
 // per slice of `ranges` (I = the sum of their counts times `mult`, ranges scaled by `mult`),
-// each on the set's device; `experts` such matrices one after another ([E, 2I, D] in, [E, 2c, D]
-// out per slice).
-void tp_slices_gate_up(ops_set *o, bf16 *const *out, const bf16 *gate_up, const tp_range *ranges,
+// each allocated on the set's device into out[s]; `experts` such matrices one after another
+// ([E, 2I, D] in, [E, 2c, D] out per slice).
+void tp_slices_gate_up(ops_set *o, bf16 **out, const bf16 *gate_up, const tp_range *ranges,
                        int n, int mult, int I, int D, int experts);
-// A down weight [experts, D, I] cut into one [experts, D, c] copy per slice.
-void tp_slices_down(ops_set *o, bf16 *const *out, const bf16 *down, const tp_range *ranges, int n,
+// A down weight [experts, D, I] cut into one [experts, D, c] copy per slice, allocated likewise.
+void tp_slices_down(ops_set *o, bf16 **out, const bf16 *down, const tp_range *ranges, int n,
                     int I, int D, int experts);
 
 // parts[s] (n slices of len fp32 values, one after another) summed: the tree's levels over this

@@ -365,8 +365,9 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
     if (ok) {
         tp_delta d = tp_delta_compare(b1.res + r->first, base->res + r->first, r->compared);
         char note[256];
-        tp_delta_note(&d, T, note, sizeof note);
-        if (r->cfg->tp_size_invariance) {  // judged: the same bits at every T
+        if (!r->cfg->tp_size_invariance) {
+            tp_delta_note(&d, T, note, sizeof note);
+        } else {  // judged: the same bits at every T
             int differing = tp_requests_differing(b1.res + r->first, base->res + r->first,
                                                   r->compared, r->c->top_k);
             if (differing > 0) r->out->verdict = "FAIL";

@@ -5,6 +5,8 @@
 #   identity    a request alone and the same request among 16 concurrent others: the same bits;
 #   abandon     20 requests of 400 tokens whose clients leave: none runs or waits a second
 #               later, and a 1-token request is served within 1 s;
+#   stream      stream: true answers token by token (the first event while the request runs),
+#               with the non-streamed bits; a client leaving mid-stream ends its request;
 #   busy        past --max-queue requests waiting or running, 429 with Retry-After, the rest
 #               served;
 #   uploads     many stalled large uploads: the server's RSS stays within 2x idle and a small
@@ -45,6 +47,7 @@ t0=$(date +%s)
 start_serve main --max-num-seqs 8 --max-upload-mb 4 --batch-window-ms 5
 client identity
 client abandon
+client stream
 client uploads
 client slow
 kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null

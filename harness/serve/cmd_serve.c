@@ -125,6 +125,125 @@ static bool client_gone(void *ctx) {
     return (p.revents & POLLIN) && recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+// A streamed answer (stream: true): its jobs run in the engine while MHD writes their events,
+// each as soon as the step that made its token is over (stream_read); the stream owns the
+// request and its jobs until MHD lets it go (stream_free).
+typedef struct {
+    server *s;
+    struct MHD_Connection *c;
+    serve_completion req;
+    serve_job *jobs;
+    int *sent, *ready;               // each job's records written as events, and available
+    long *offset;                    // each choice's text length so far (text_offset)
+    long id, created;
+    bool finished;                   // the last event ([DONE]) is in `events`
+    char *events;                    // written, not yet all handed to MHD
+    size_t len, pos;
+} stream;
+
+// Waits for the jobs' next records and writes them as events (then [DONE] when every job is
+// done, or an error event where one failed). False when the client went away.
+static bool stream_next(stream *st) {
+    int n = st->req.n_prompts;
+    bool done = serve_queue_wait_records(st->s->queue, st->jobs, n, st->sent, st->ready,
+                                         client_gone, st->c);
+    for (int i = 0; i < n; i++)
+        if (st->jobs[i].cancelled) return false;  // the client went away while we waited
+    free(st->events);
+    body_writer w;
+    FILE *f = body_open(&w);
+    const char *error = NULL;
+    for (int i = 0; i < n && !error; i++) {
+        for (; st->sent[i] < st->ready[i]; st->sent[i]++) {
+            engine_result one = {.steps = st->jobs[i].result.steps + st->sent[i], .n_steps = 1};
+            if (!serve_result_finite(&one, st->req.logprobs)) {
+                error = "a logprob came out NaN or +Infinity";
+                break;
+            }
+            serve_write_completion_event(f, &st->req, &st->jobs[i].result, i, st->sent[i],
+                                         st->s->bounds.model, st->id, st->created,
+                                         &st->offset[i]);
+        }
+        if (!error && st->jobs[i].done && st->jobs[i].error[0]) error = st->jobs[i].error;
+    }
+    if (error) {
+        serve_error e = {.status = 500, .type = "server_error"};
+        snprintf(e.message, sizeof e.message, "the engine could not run the request: %.400s",
+                 error);
+        serve_write_stream_error(f, &e);
+    }
+    if (error || done) {
+        serve_write_stream_done(f);
+        st->finished = true;
+    }
+    if (fclose(f) != 0)
+        invar_die(INVAR_EXIT_SYSTEM, "serve: writing a response failed: %s", strerror(errno));
+    st->events = w.buf;
+    st->len = w.len;
+    st->pos = 0;
+    return true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream *st = cls;
+    while (st->pos == st->len) {
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!stream_next(st)) return MHD_CONTENT_READER_END_WITH_ERROR;  // closes the connection
+    }
+    size_t n = st->len - st->pos < max ? st->len - st->pos : max;
+    memcpy(buf, st->events + st->pos, n);
+    st->pos += n;
+    return (ssize_t)n;
+}
+
+static void free_jobs(serve_job *jobs, int n) {
+    for (int i = 0; i < n; i++) free(jobs[i].result.steps);
+    free(jobs);
+}
+
+// MHD is done with the stream (sent, or the connection closed): jobs still running are ended
+// first, since they write into memory freed here.
+static void stream_free(void *cls) {
+    stream *st = cls;
+    serve_queue_cancel_all(st->s->queue, st->jobs, st->req.n_prompts);
+    free_jobs(st->jobs, st->req.n_prompts);
+    serve_completion_free(&st->req);
+    free(st->sent);
+    free(st->ready);
+    free(st->offset);
+    free(st->events);
+    free(st);
+}
+
+// Answers 200 with the events of jobs already handed to the queue; takes req and jobs.
+static enum MHD_Result stream_begin(server *s, struct MHD_Connection *c, serve_completion *req,
+                                   serve_job *jobs) {
+    int n = req->n_prompts;
+    stream *st = invar_calloc(1, sizeof *st, "stream");
+    *st = (stream){.s = s, .c = c, .req = *req, .jobs = jobs, .created = (long)time(NULL),
+                   .sent = invar_calloc((size_t)n, sizeof(int), "stream counts"),
+                   .ready = invar_calloc((size_t)n, sizeof(int), "stream counts"),
+                   .offset = invar_calloc((size_t)n, sizeof(long), "stream offsets")};
+    pthread_mutex_lock(&s->mu);
+    st->id = s->next_id++;
+    pthread_mutex_unlock(&s->mu);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 << 10, stream_read, st, stream_free);
+    if (!r) {
+        stream_free(st);
+        fprintf(stderr, "invar serve: MHD_create_response_from_callback failed\n");
+        return MHD_NO;
+    }
+    enum MHD_Result ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                                 "text/event-stream");
+    if (ok == MHD_YES) ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (ok == MHD_YES) ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    if (ok != MHD_YES) fprintf(stderr, "invar serve: queueing a stream failed\n");
+    MHD_destroy_response(r);  // the stream is freed when MHD lets the response go
+    return ok;
+}
+
 static enum MHD_Result completions(server *s, struct MHD_Connection *c, const upload *u) {
     serve_error e;
     if (u->too_large) {
@@ -153,7 +272,13 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
                                             "response records");
     }
     enum MHD_Result ok;
-    bool taken = serve_queue_run_all(s->queue, jobs, n, client_gone, c);
+    // A stream's jobs are handed in and its answer begins at once; others wait for their end.
+    bool taken = req.stream ? serve_queue_submit_all(s->queue, jobs, n)
+                            : serve_queue_run_all(s->queue, jobs, n, client_gone, c);
+    if (taken && req.stream) {
+        free(results);
+        return stream_begin(s, c, &req, jobs);
+    }
     const char *error = NULL;
     bool cancelled = false;
     for (int i = 0; i < n; i++) {
@@ -180,18 +305,11 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
         long id = s->next_id++;
         pthread_mutex_unlock(&s->mu);
         body_writer w;
-        if (req.stream) {
-            serve_write_completion_events(body_open(&w), &req, results, s->bounds.model, id,
-                                          (long)time(NULL));
-            ok = body_send(c, &w, MHD_HTTP_OK, "text/event-stream");
-        } else {
-            serve_write_completion(body_open(&w), &req, results, s->bounds.model, id,
-                                   (long)time(NULL));
-            ok = body_send(c, &w, MHD_HTTP_OK, "application/json");
-        }
+        serve_write_completion(body_open(&w), &req, results, s->bounds.model, id,
+                               (long)time(NULL));
+        ok = body_send(c, &w, MHD_HTTP_OK, "application/json");
     }
-    for (int i = 0; i < n; i++) free(jobs[i].result.steps);
-    free(jobs);
+    free_jobs(jobs, n);
     free(results);
     serve_completion_free(&req);
     return ok;

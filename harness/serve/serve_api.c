@@ -308,24 +308,37 @@ static void write_choice(FILE *f, const serve_completion *c, const engine_result
     fputs(",\"finish_reason\":\"length\"}", f);
 }
 
+void serve_write_completion_event(FILE *f, const serve_completion *c, const engine_result *r,
+                                  int choice, int step, const char *model, long id,
+                                  long created, long *offset) {
+    char piece[32];
+    int len = snprintf(piece, sizeof piece, " token_id:%d", r->steps[step].token);
+    fprintf(f, "data: {\"id\":\"cmpl-invar-%ld\",\"object\":\"text_completion\","
+            "\"created\":%ld,\"model\":", id, created);
+    json_write_string(f, model);
+    fprintf(f, ",\"choices\":[{\"index\":%d,\"text\":\"%s\",\"logprobs\":", choice, piece);
+    write_logprobs(f, c, r, step, step + 1, *offset);
+    fprintf(f, ",\"finish_reason\":%s}]}\n\n",
+            step + 1 == c->max_tokens ? "\"length\"" : "null");
+    *offset += len;
+}
+
+void serve_write_stream_error(FILE *f, const serve_error *e) {
+    fputs("data: ", f);
+    serve_write_error(f, e);  // one line, ended by its own newline
+    fputc('\n', f);
+}
+
+void serve_write_stream_done(FILE *f) { fputs("data: [DONE]\n\n", f); }
+
 void serve_write_completion_events(FILE *f, const serve_completion *c, const engine_result *r,
                                    const char *model, long id, long created) {
     for (int i = 0; i < c->n_prompts; i++) {
         long offset = 0;
-        for (int s = 0; s < r[i].n_steps; s++) {
-            char piece[32];
-            int len = snprintf(piece, sizeof piece, " token_id:%d", r[i].steps[s].token);
-            fprintf(f, "data: {\"id\":\"cmpl-invar-%ld\",\"object\":\"text_completion\","
-                    "\"created\":%ld,\"model\":", id, created);
-            json_write_string(f, model);
-            fprintf(f, ",\"choices\":[{\"index\":%d,\"text\":\"%s\",\"logprobs\":", i, piece);
-            write_logprobs(f, c, &r[i], s, s + 1, offset);
-            fprintf(f, ",\"finish_reason\":%s}]}\n\n",
-                    s + 1 == r[i].n_steps ? "\"length\"" : "null");
-            offset += len;
-        }
+        for (int s = 0; s < r[i].n_steps; s++)
+            serve_write_completion_event(f, c, &r[i], i, s, model, id, created, &offset);
     }
-    fputs("data: [DONE]\n\n", f);
+    serve_write_stream_done(f);
 }
 
 void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,

@@ -73,11 +73,20 @@ bool serve_result_finite(const engine_result *r, int logprobs);
 void serve_write_completion(FILE *f, const serve_completion *c, const engine_result *r,
                             const char *model, long id, long created);
 // The same response as server-sent events (stream: true), as OpenAI and vLLM stream it: one
-// event per token per choice, each a text_completion chunk with that token's logprobs, the last
-// chunk of a choice with finish_reason, then "data: [DONE]". Written once the request has
-// finished: the events are the answer's format, not yet its timing.
+// event per token per choice, each a text_completion chunk with that token's logprobs, the
+// choice's token max_tokens with finish_reason "length", then "data: [DONE]". The whole answer
+// at once; invar serve writes each event as its token comes out of the engine, with:
 void serve_write_completion_events(FILE *f, const serve_completion *c, const engine_result *r,
                                    const char *model, long id, long created);
+// record `step` of choice `choice` (r is that choice's result) as one event; *offset is where
+// its text starts in the choice's text, advanced past it;
+void serve_write_completion_event(FILE *f, const serve_completion *c, const engine_result *r,
+                                  int choice, int step, const char *model, long id,
+                                  long created, long *offset);
+// an error after the stream began (its status was 200 already): the error body as an event;
+void serve_write_stream_error(FILE *f, const serve_error *e);
+// and the stream's end.
+void serve_write_stream_done(FILE *f);
 // The model list (/v1/models), and one model (/v1/models/{id}).
 void serve_write_models(FILE *f, const serve_bounds *b, long created);
 void serve_write_model(FILE *f, const serve_bounds *b, long created);

@@ -59,6 +59,7 @@ static struct timespec deadline_ms(int ms) {
 
 static void finish_job(serve_queue *q, serve_job *job, const char *error) {
     snprintf(job->error, sizeof job->error, "%s", error ? error : "");
+    job->n_ready = job->result.n_steps;
     job->done = true;
     if (error) q->failed++;
 }
@@ -88,6 +89,7 @@ static void end_cancelled(serve_queue *q) {
         if (!job || !job->cancelled) continue;
         engine_abort(q->e, id);
         snprintf(job->error, sizeof job->error, "the client went away");
+        job->n_ready = job->result.n_steps;
         job->done = true;
         q->cancelled++;
         q->active[id] = NULL;
@@ -135,6 +137,7 @@ static void collect(serve_queue *q, int step_batch, const char *step_error) {
     for (int id = 0; id < q->n_ids; id++) {
         serve_job *job = q->active[id];
         if (!job) continue;
+        job->n_ready = job->result.n_steps;
         if (step_error || engine_finished(q->e, id)) {
             finish_job(q, job, step_error);
             q->active[id] = NULL;
@@ -234,9 +237,9 @@ void serve_queue_stop(serve_queue *q) {
     free(q);
 }
 
-bool serve_queue_run_all(serve_queue *q, serve_job *jobs, int n, serve_client_gone gone,
-                         void *ctx) {
+bool serve_queue_submit_all(serve_queue *q, serve_job *jobs, int n) {
     for (int i = 0; i < n; i++) {
+        jobs[i].n_ready = 0;
         jobs[i].done = false;
         jobs[i].cancelled = false;
         jobs[i].error[0] = '\0';
@@ -263,18 +266,70 @@ bool serve_queue_run_all(serve_queue *q, serve_job *jobs, int n, serve_client_go
         q->n_waiting++;
     }
     check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
-    for (int i = 0; i < n; i++) {
-        while (!jobs[i].done) {
-            struct timespec until = deadline_ms(50);
-            int rc = pthread_cond_timedwait(&q->finished, &q->mu, &until);
-            if (rc != ETIMEDOUT) check_pthread(rc, "pthread_cond_timedwait");
-            if (!jobs[i].done && !jobs[i].cancelled && gone && gone(ctx)) {
-                for (int k = 0; k < n; k++) jobs[k].cancelled = !jobs[k].done;
-                q->any_cancel = true;
-                check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
-            }
+    check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
+    return true;
+}
+
+// Called with the lock held: marks the jobs not yet done cancelled, for the engine thread to end
+// between two steps.
+static void cancel_locked(serve_queue *q, serve_job *jobs, int n) {
+    for (int k = 0; k < n; k++) jobs[k].cancelled = !jobs[k].done;
+    q->any_cancel = true;
+    check_pthread(pthread_cond_signal(&q->wake), "pthread_cond_signal");
+}
+
+static bool all_done(const serve_job *jobs, int n) {
+    for (int i = 0; i < n; i++)
+        if (!jobs[i].done) return false;
+    return true;
+}
+
+// Whether some job has records past seen[i] (seen NULL: never), or every job is done.
+static bool progressed(const serve_job *jobs, int n, const int *seen) {
+    if (all_done(jobs, n)) return true;
+    for (int i = 0; seen && i < n; i++)
+        if (jobs[i].n_ready > seen[i]) return true;
+    return false;
+}
+
+// Called with the lock held: waits until progressed(), checking every 50 ms whether the client
+// went away (then the jobs are cancelled and the wait goes on until the engine let them go).
+static void wait_locked(serve_queue *q, serve_job *jobs, int n, const int *seen,
+                        serve_client_gone gone, void *ctx) {
+    bool cancelled = false;
+    while (!progressed(jobs, n, cancelled ? NULL : seen)) {
+        struct timespec until = deadline_ms(50);
+        int rc = pthread_cond_timedwait(&q->finished, &q->mu, &until);
+        if (rc != ETIMEDOUT) check_pthread(rc, "pthread_cond_timedwait");
+        if (!cancelled && !all_done(jobs, n) && gone && gone(ctx)) {
+            cancel_locked(q, jobs, n);
+            cancelled = true;
         }
     }
+}
+
+bool serve_queue_wait_records(serve_queue *q, serve_job *jobs, int n, const int *seen,
+                              int *ready, serve_client_gone gone, void *ctx) {
+    check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
+    wait_locked(q, jobs, n, seen, gone, ctx);
+    for (int i = 0; i < n; i++) ready[i] = jobs[i].n_ready;
+    bool done = all_done(jobs, n);
+    check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
+    return done;
+}
+
+void serve_queue_cancel_all(serve_queue *q, serve_job *jobs, int n) {
+    check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
+    if (!all_done(jobs, n)) cancel_locked(q, jobs, n);
+    wait_locked(q, jobs, n, NULL, NULL, NULL);
+    check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
+}
+
+bool serve_queue_run_all(serve_queue *q, serve_job *jobs, int n, serve_client_gone gone,
+                         void *ctx) {
+    if (!serve_queue_submit_all(q, jobs, n)) return false;
+    check_pthread(pthread_mutex_lock(&q->mu), "pthread_mutex_lock");
+    wait_locked(q, jobs, n, NULL, gone, ctx);
     check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
     return true;
 }

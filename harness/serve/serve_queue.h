@@ -19,6 +19,8 @@ typedef struct serve_queue serve_queue;
 typedef struct serve_job {
     engine_request req;          // the caller's; its prompt must outlive the job
     engine_result result;        // steps: room for req.max_new_tokens records
+    int n_ready;                 // records of result written so far (the queue's: read them
+                                 // after serve_queue_wait_records says how many)
     bool done;
     bool cancelled;              // its client went away: ended where it is (the queue's)
     char error[512];             // "" when the request ran
@@ -49,6 +51,18 @@ bool serve_queue_run(serve_queue *q, serve_job *job, serve_client_gone gone, voi
 // The same for n jobs handed in together (one request's prompts): all or none are taken.
 bool serve_queue_run_all(serve_queue *q, serve_job *jobs, int n, serve_client_gone gone,
                          void *ctx);
+
+// Streaming: the two halves of serve_queue_run_all. submit hands the jobs in and returns at once
+// (false, nothing taken, when max_jobs would be passed); wait_records then blocks until some job
+// has more records than seen[i] or every job is done, and writes each job's record count to
+// ready[i] (records below it are final: the engine writes only later ones). True when every
+// job is done. The client check and cancellation are serve_queue_run_all's.
+bool serve_queue_submit_all(serve_queue *q, serve_job *jobs, int n);
+bool serve_queue_wait_records(serve_queue *q, serve_job *jobs, int n, const int *seen,
+                              int *ready, serve_client_gone gone, void *ctx);
+// Ends the jobs not yet done (their client went away) and waits until the engine let them go:
+// afterwards the caller may free them.
+void serve_queue_cancel_all(serve_queue *q, serve_job *jobs, int n);
 
 // Waits until no job waits or runs, at most timeout_s seconds; false when some still do.
 bool serve_queue_drain(serve_queue *q, double timeout_s);

@@ -117,6 +117,59 @@ def abandon(a):
           f"cancelled; a 1-token request served in {took:.2f} s")
 
 
+def stream(a):
+    """stream: true answers token by token: the first event arrives while its request still
+    runs, the events put together carry the non-streamed answer's bits, and a client that leaves
+    mid-stream has its request ended within a second."""
+    body = {"prompt": [11, 12, 13, 14], "max_tokens": 400, "logprobs": 3, "temperature": 0.7,
+            "seed": 21}
+    c = http.client.HTTPConnection("127.0.0.1", a.port, timeout=60)
+    c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True)),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200 or r.getheader("Content-Type") != "text/event-stream":
+        fail(f"stream: HTTP {r.status}, {r.getheader('Content-Type')}: {r.read()[:200]}")
+    first = r.readline()
+    running = metrics(a.port)["invar_requests_running"]
+    events = (first + r.read()).decode()
+    c.close()
+    if not first.startswith(b"data: {") or running < 1:
+        fail(f"stream: the first event ({first[:60]!r}) came when {running:.0f} requests ran: "
+             f"the answer was written after the request ended, not as it ran")
+    chunks = [json.loads(e[6:], parse_float=str) for e in events.split("\n\n")
+              if e.startswith("data: {")]
+    if not events.endswith("data: [DONE]\n\n") or len(chunks) != 400:
+        fail(f"stream: {len(chunks)} events, ending {events[-40:]!r}")
+    finals = [i for i, ch in enumerate(chunks) if ch["choices"][0]["finish_reason"] is not None]
+    if finals != [399] or chunks[399]["choices"][0]["finish_reason"] != "length":
+        fail(f"stream: finish_reason set on events {finals[:8]}, expected the last one only")
+    streamed = [t for ch in chunks for t in ch["choices"][0]["logprobs"]["token_logprobs"]]
+    status, _, whole = post(a.port, body)
+    if status != 200 or streamed != logprob_texts(whole)["token_logprobs"]:
+        fail("stream: the streamed logprobs differ from the same request's non-streamed answer")
+    before = metrics(a.port)["invar_requests_cancelled_total"]
+    c = http.client.HTTPConnection("127.0.0.1", a.port, timeout=60)
+    c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True, max_tokens=500)),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200 or not r.readline().startswith(b"data: {"):
+        fail(f"stream: a 500-token stream: HTTP {r.status}")
+    c.sock.close()
+    c.close()
+    t0 = time.monotonic()
+    while True:
+        m = metrics(a.port)
+        if m["invar_requests_running"] == 0 and m["invar_requests_cancelled_total"] > before:
+            break
+        if time.monotonic() - t0 > 1.0:
+            fail(f"stream: 1 s after a client left mid-stream, {m['invar_requests_running']:.0f} "
+                 f"running, {m['invar_requests_cancelled_total'] - before:.0f} cancelled")
+        time.sleep(0.02)
+    print(f"stream: the first of 400 events came while the request ran; the events carry the "
+          f"non-streamed bits; a client leaving mid-stream freed its request in "
+          f"{time.monotonic() - t0:.2f} s")
+
+
 def busy(a):
     """Two long requests fill --max-queue 2 (running or waiting in the engine); six more sent
     while they run must all be refused with 429, and the two answered."""
@@ -227,7 +280,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--pid", type=int, required=True)
-    ap.add_argument("command", choices=["identity", "abandon", "busy", "uploads", "slow", "drain"])
+    ap.add_argument("command", choices=["identity", "abandon", "stream", "busy", "uploads", "slow", "drain"])
     a = ap.parse_args()
     globals()[a.command](a)
 

@@ -235,9 +235,10 @@ static const char *const measurement_words[] = {
 static const char *const non_key_names[] = {"seed", "date", "host", "commit", "note", "notes",
                                             "splits", "plan", NULL};
 // A column with one of these words describes the device, not the code under test (invar bench's
-// floor_read_*: a plain read of the same bytes): neither a key nor compared, so a noisy floor
-// repeated down a run's rows never counts as slower rows.
-static const char *const device_words[] = {"floor", NULL};
+// floor_read_*: a plain read of the same bytes; roofline_*: a decode step's bytes over the
+// measured copy bandwidth): neither a key nor compared, so a noisy floor repeated down a run's
+// rows never counts as slower rows.
+static const char *const device_words[] = {"floor", "roofline", NULL};
 
 // True when one of the words of `name` (split at '_', '-', '/', ' ' and '.'; compared without
 // case) is in the NULL-terminated list `words`. Words of 64 characters or more match nothing.

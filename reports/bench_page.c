@@ -357,12 +357,21 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
     }
     static const char *const decode_cols[] = {"device", "model", "T", "batch", "prompt_len",
                                               "new_tokens", "invariant_tok_s", "reference_tok_s",
-                                              "ratio", NULL};
+                                              "ratio", "roofline_step_mb", "roofline_bound",
+                                              "roofline_tok_s", "invariant_pct_roofline",
+                                              "reference_pct_roofline", NULL};
     static const char *const decode_labels[] = {"device", "model", "ranks", "batch", "prompt",
                                                 "new tokens", "invariant tok/s",
-                                                "reference tok/s", "ratio", NULL};
+                                                "reference tok/s", "ratio", "step MB", "bound",
+                                                "roofline tok/s", "invariant % of roofline",
+                                                "reference % of roofline", NULL};
     if (r->t[F_DECODE] && r->t[F_DECODE]->nrows) {
         fputs("### End-to-end decode: tokens/s\n\n", f);
+        if (csv_col(r->t[F_DECODE], "roofline_tok_s") >= 0)
+            fputs("The roofline is the fastest a decode step can go on the device: its bytes (every "
+                  "weight it reads once, the routed experts its tokens touched, the latent KV cache, "
+                  "the fp32 logits) over the copy bandwidth, or its FLOPs over the best cuBLAS "
+                  "cell, whichever is slower (harness/bench/step_cost.h).\n\n", f);
         write_table(f, r->t[F_DECODE], decode_cols, decode_labels, NULL);
     }
     if (r->t[F_TP_ALL_REDUCE] && r->t[F_TP_ALL_REDUCE]->nrows) {

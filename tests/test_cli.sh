@@ -173,6 +173,23 @@ awk -F'","' 'NR > 1 && !($4 ~ /^[a-z_]+ [^ ]*[=x]/ && $5 + 0 > 0 && $6 ~ /^-?[0-
 grep -q '"gemm [0-9]*x[0-9]* M=1"' "$ops_csv" && grep -q '"mla_attention T=8 ' "$ops_csv" ||
     fail "bench --profile: the decode ops of batch 1 and 8 are not all there"
 echo "ok: bench --profile: $(($(wc -l <"$ops_csv") - 1)) op rows"
+# The roofline columns: the tiny model routes each token to 2 of 8 experts, so a step at batch 1
+# touches 2 and one at batch 8 between 2 and 8; each set's share is its rate over the roofline's.
+python3 - "$work/bp/bench_decode.csv" <<'PY' || fail "bench: the roofline columns of bench_decode.csv"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [r["batch"] for r in rows] == ["1", "8"], rows
+for r in rows:
+    b, ex = int(r["batch"]), float(r["roofline_experts_touched"])
+    assert (ex == 2.0) if b == 1 else (2.0 <= ex <= 8.0), r
+    assert float(r["roofline_step_mb"]) > 0 and float(r["roofline_step_gflop"]) > 0, r
+    assert r["roofline_bound"] == "memory", r  # no FLOP peak on the CPU
+    roof = float(r["roofline_tok_s"])
+    for s in ("invariant", "reference"):
+        share = 100.0 * float(r[s + "_tok_s"]) / roof
+        assert abs(share - float(r[s + "_pct_roofline"])) < 0.01 + 1e-3 * share, (s, r)
+PY
+echo "ok: bench: roofline columns (experts touched, step bytes and FLOPs, each set's share)"
 
 # top_k = 0 runs, and the reference set is still caught (on the chosen tokens' logprobs).
 expect 0 "2 passed, 0 failed" run --case "$work/case.ini" --out "$work/topk0"

@@ -23,6 +23,7 @@
 #include "../../sets/registry.h"  // kernel_set_create
 #include "../host.h"                  // host_seconds
 #include "op_profile.h"               // op_profile_*: --profile's per-op times
+#include "step_cost.h"                // decode_step_cost, route_count_*: the roofline
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 enum { REPEATS = 3 };
@@ -205,17 +206,45 @@ static void print_decode_ops(const char *device, const char *model, int B, int s
     free(rows);
 }
 
+// Mean distinct routed experts a decode step's MoE layer touches at batch B on `ops`: a
+// generate of its own through the routing counter (its downloads would slow a timed one).
+static double experts_touched(ops_set *ops, const model_config *c, weight_source *w, int B,
+                              int prompt_len, int new_tokens) {
+    if (c->n_routed_experts == 0) return 0.0;
+    route_count *r = route_count_wrap(ops, B);
+    ops_set *counted = route_count_set(r);
+    bench_engine e = bench_engine_open(&counted, 1, c, w, B, prompt_len, new_tokens);
+    generate_seconds(&e, new_tokens);
+    bench_engine_close(&e);
+    double mean = route_count_mean(r);
+    route_count_destroy(r);
+    return mean;
+}
+
 void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
-                  int prompt_len, int new_tokens, bool profile, const char *out_dir) {
+                  int prompt_len, int new_tokens, bool profile, const bench_ceiling *ceiling,
+                  const char *out_dir) {
     model_config c;
     if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
     weight_source *w = weights_synthetic(&c, 1);
     printf("\nend-to-end decode, model %s (%d layers), prompts of %d tokens, %d new tokens\n", model,
            c.num_hidden_layers, prompt_len, new_tokens);
-    printf("%6s %14s %14s %7s\n", "batch", "inv tok/s", "ref tok/s", "ratio");
-    static const char *const header[] = {"device", "model", "batch", "prompt_len", "new_tokens",
-                                         "invariant_tok_s", "reference_tok_s", "ratio"};
-    csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 8);
+    if (ceiling->peak_tflops > 0.0)
+        printf("roofline: a step's bytes at %.0f GB/s (copy), its FLOPs at %.1f TFLOP/s (the best "
+               "cuBLAS cell)\n", ceiling->copy_gbs, ceiling->peak_tflops);
+    else
+        printf("roofline: a step's bytes at %.0f GB/s (copy); no FLOP peak measured (the GEMM "
+               "section did not run): the memory roofline\n", ceiling->copy_gbs);
+    printf("%6s %14s %14s %7s %9s %9s %14s %8s %8s\n", "batch", "inv tok/s", "ref tok/s", "ratio",
+           "step MB", "experts", "roofline tok/s", "inv %", "ref %");
+    // The roofline columns describe the device and the model, not the code under test: a
+    // report diff neither keys on them nor times them (reports/baseline_diff.c).
+    static const char *const header[] = {
+        "device", "model", "batch", "prompt_len", "new_tokens", "invariant_tok_s",
+        "reference_tok_s", "ratio", "roofline_step_mb", "roofline_step_gflop",
+        "roofline_experts_touched", "roofline_bound", "roofline_tok_s", "invariant_pct_roofline",
+        "reference_pct_roofline"};
+    csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 15);
     static const char *const op_header[] = {"device", "model", "batch", "op", "calls_per_step",
                                             "invariant_us", "reference_us"};
     csv_report *op_csv = profile ? bench_csv_open(out_dir, "bench_decode_ops.csv", op_header, 7) : NULL;
@@ -226,9 +255,19 @@ void bench_decode(const char *device, const char *model, const int *batch_sizes,
         int B = batch_sizes[i];
         double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens);
         double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens);
-        printf("%6d %14.1f %14.1f %7.3f\n", B, ti, tr, ti / tr);
-        bench_row(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f", device, model, B, prompt_len, new_tokens, ti,
-                  tr, ti / tr);
+        // A decode step of the timed difference attends over prompt_len + 1 ...
+        // prompt_len + new_tokens - 1 positions: new_tokens / 2 more on average.
+        double experts = experts_touched(inv, &c, w, B, prompt_len, new_tokens);
+        step_cost cost = decode_step_cost(&c, B, prompt_len + new_tokens / 2.0, experts);
+        double t_bytes = cost.bytes / (ceiling->copy_gbs * 1e9);
+        double t_flops = ceiling->peak_tflops > 0.0 ? cost.flops / (ceiling->peak_tflops * 1e12) : 0.0;
+        double roof = B / (t_bytes > t_flops ? t_bytes : t_flops);
+        printf("%6d %14.1f %14.1f %7.3f %9.1f %9.2f %14.1f %7.1f%% %7.1f%%\n", B, ti, tr, ti / tr,
+               cost.bytes / 1e6, experts, roof, 100.0 * ti / roof, 100.0 * tr / roof);
+        bench_row(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f,%.3f,%.3f,%.3f,%s,%.1f,%.2f,%.2f", device,
+                  model, B, prompt_len, new_tokens, ti, tr, ti / tr, cost.bytes / 1e6,
+                  cost.flops / 1e9, experts, t_bytes >= t_flops ? "memory" : "compute", roof,
+                  100.0 * ti / roof, 100.0 * tr / roof);
     }
     if (profile) {
         // After every rate: the events would slow the engine's host side, which sets the pace

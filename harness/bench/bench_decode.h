@@ -10,12 +10,23 @@
 #include "../../kernels/ops.h"      // ops_set
 #include "../../reports/csv_report.h" // csv_report
 
+// The device's limits measured in the same run: the roofline's bandwidth (GB/s, read + write
+// as the copy figure counts them) and its compute peak (the best cuBLAS cell's TFLOP/s; 0 when
+// the GEMM section did not run: the roofline is then the memory one alone).
+typedef struct {
+    double copy_gbs;
+    double peak_tflops;
+} bench_ceiling;
+
 // Runs on `device` with the named model config for each batch size, writing one CSV row per
-// batch (both kernel sets' rates) to OUT_DIR/bench_decode.csv and a table to stdout. profile:
-// then, per batch, the time of one decode step op by op on each set (a table, and
-// OUT_DIR/bench_decode_ops.csv). Exits 2 on an unknown model name.
+// batch (both kernel sets' rates, and the roofline: a decode step's bytes and FLOPs as
+// harness/bench/step_cost.h counts them, the experts its tokens touched counted in a run of
+// its own, and each set's share of the roofline's tokens/s) to OUT_DIR/bench_decode.csv and a
+// table to stdout. profile: then, per batch, the time of one decode step op by op on each set
+// (a table, and OUT_DIR/bench_decode_ops.csv). Exits 2 on an unknown model name.
 void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
-                  int prompt_len, int new_tokens, bool profile, const char *out_dir);
+                  int prompt_len, int new_tokens, bool profile, const bench_ceiling *ceiling,
+                  const char *out_dir);
 
 // Decode tokens/s of the engine over T ranks (rank r on ops[r]) at batch B, prompts of
 // prompt_len tokens: the median of three differences between a generate of new_tokens and one

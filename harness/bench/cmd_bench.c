@@ -14,6 +14,7 @@
 #include "bench.h"               // bench_cuda, bench_shapes, BENCH_MLA_BLOCK
 #include "bench_decode.h"        // bench_decode
 #include "bench_meta.h"          // bench_meta_write
+#include "step_cost.h"           // host_copy_bandwidth_gbs
 #include "../cli_args.h"         // cli_parse, cli_usage_error
 #include "../commands.h"         // cmd_bench
 #include "../host.h"             // host_make_dirs
@@ -129,7 +130,8 @@ int cmd_bench(int argc, char **argv) {
         // on the CI-sized model.
         static const int cpu_batches[] = {1, 8};
         host_make_dirs(out_dir);
-        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, profile, out_dir);
+        const bench_ceiling ceiling = {.copy_gbs = host_copy_bandwidth_gbs((size_t)256 << 20)};
+        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, profile, &ceiling, out_dir);
         bench_meta_write(out_dir, "cpu", argc, argv);
         return 0;
     }

@@ -58,33 +58,45 @@ typedef struct {
     bf16 *final_rows;            // [S, D] rows whose logits are needed
     bf16 *final_normed;          // [S, D]
     float *logits;               // [S, V]
-    // step metadata
-    int32_t *local_ids;          // [T] vocabulary-parallel: ids of this rank's rows, or its zero row
-    int32_t *ids, *pos, *slot, *token_seq, *block_table, *seq_lens, *sample_rows;
-    float *temperature;
-    uint64_t *noise_seed;
-    int32_t *sample_pos;
-    // sampling results
-    int32_t *token, *topk_out_ids;
-    float *token_logprob, *topk_out_logprobs;
     // split prefill: the latent rows of every key a prefill item attends to, decompressed
-    int32_t *gather_slots;       // [max_keys]
     bf16 *key_latent;            // [max_keys, L+R]
     bf16 *key_kv;                // [max_keys, H*(nope+v)]
-    int32_t *new_begin, *new_end, *ctx_begin, *ctx_end; // [T] key ranges of prefill rows
     bf16 *attn_new, *attn_ctx;   // [T, H, v]
     float *lse_new, *lse_ctx;    // [T, H]
 } activations;
 
-// Host copies of a step's metadata and results.
+// A step's metadata and its sampling results on the device: views into two buffers packed anew
+// each step (pack_step), so that a step makes one upload and one download, not one an array (on a
+// GPU each is a host round trip). Token rows [T], sequences [n] (block_table [n, blocks a
+// sequence]), sample rows [S], split prefill keys [keys] and prefill rows' key ranges.
+typedef struct {
+    int32_t *ids, *pos, *slot, *token_seq, *block_table, *seq_lens, *sample_rows;
+    int32_t *local_ids;          // vocabulary-parallel: this rank's row of each token, or its
+                                 // zero row (ids itself at T = 1)
+    float *temperature;
+    uint64_t *noise_seed;
+    int32_t *sample_pos;
+    int32_t *gather_slots;
+    int32_t *new_begin, *new_end, *ctx_begin, *ctx_end;
+    // sampling results [S] and [S, top_k]
+    int32_t *token, *topk_ids;
+    float *token_logprob, *topk_logprobs;
+} step_views;
+
+// One packed buffer: its host side, its device side, the bytes a step's arrays took.
+typedef struct {
+    unsigned char *host;
+    void *device;
+    size_t used, cap;
+} step_pack;
+
+// Host copies of a step's metadata.
 typedef struct {
     int32_t *local_ids;
     int32_t *ids, *pos, *slot, *token_seq, *block_table, *seq_lens, *sample_rows;
     float *temperature;
     uint64_t *noise_seed;
     int32_t *sample_pos;
-    int32_t *token, *topk_ids;
-    float *token_logprob, *topk_logprobs;
     int *sample_item;            // item index of each sample row
     int32_t *sample_at;          // the position each sample row's record belongs to (host
                                  // bookkeeping, apart from sample_pos, which seeds the noise)
@@ -135,6 +147,9 @@ struct engine {
 
     activations a;
     host_step hs;
+    step_views dev;              // this step's metadata and results on the device
+    step_views host_out;         // its results on the host (views into out.host)
+    step_pack in, out;
     kv_cache *cache;
     scheduler *sched;
 
@@ -404,6 +419,12 @@ static void *dalloc(engine *e, size_t count, size_t size, const char *what) {
     return e->ops->alloc(e->ops, count * size, what);
 }
 
+enum { STEP_ALIGN = 256 };  // an array of a packed step starts as an allocation would
+
+static size_t step_bytes(size_t count, size_t size) {
+    return (count * size + STEP_ALIGN - 1) / STEP_ALIGN * STEP_ALIGN;
+}
+
 static void alloc_activations(engine *e) {
     const model_config *c = &e->local;
     size_t T = (size_t)e->lim.max_num_batched_tokens, S = (size_t)e->max_rows;
@@ -436,30 +457,18 @@ static void alloc_activations(engine *e) {
     a->final_rows = dalloc(e, S * D, sizeof(bf16), "final rows");
     a->final_normed = dalloc(e, S * D, sizeof(bf16), "final normed rows");
     a->logits = dalloc(e, S * (size_t)e->cfg.vocab_size, sizeof(float), "logits");  // gathered
-    a->local_ids = dalloc(e, T, sizeof(int32_t), "step token ids of this rank's vocabulary");
     size_t B = (size_t)e->max_blocks_per_seq;
-    a->ids = dalloc(e, T, sizeof(int32_t), "step token ids");
-    a->pos = dalloc(e, T, sizeof(int32_t), "step positions");
-    a->slot = dalloc(e, T, sizeof(int32_t), "step cache slots");
-    a->token_seq = dalloc(e, T, sizeof(int32_t), "step token sequences");
-    a->block_table = dalloc(e, S * B, sizeof(int32_t), "step block table");
-    a->seq_lens = dalloc(e, S, sizeof(int32_t), "step sequence lengths");
-    a->sample_rows = dalloc(e, S, sizeof(int32_t), "step sample rows");
-    a->temperature = dalloc(e, S, sizeof(float), "step temperatures");
-    a->noise_seed = dalloc(e, S, sizeof(uint64_t), "step noise seeds");
-    a->sample_pos = dalloc(e, S, sizeof(int32_t), "step sample positions");
-    a->token = dalloc(e, S, sizeof(int32_t), "sampled tokens");
-    a->token_logprob = dalloc(e, S, sizeof(float), "sampled logprobs");
-    a->topk_out_ids = dalloc(e, S * ENGINE_MAX_TOPK, sizeof(int32_t), "top-k ids");
-    a->topk_out_logprobs = dalloc(e, S * ENGINE_MAX_TOPK, sizeof(float), "top-k logprobs");
     size_t K = (size_t)e->max_keys;
-    a->gather_slots = dalloc(e, K, sizeof(int32_t), "split prefill key slots");
     a->key_latent = dalloc(e, K * (L + R), sizeof(bf16), "split prefill key latents");
     a->key_kv = dalloc(e, K * H * (nope + v), sizeof(bf16), "split prefill keys and values");
-    a->new_begin = dalloc(e, T, sizeof(int32_t), "split prefill key ranges");
-    a->new_end = dalloc(e, T, sizeof(int32_t), "split prefill key ranges");
-    a->ctx_begin = dalloc(e, T, sizeof(int32_t), "split prefill key ranges");
-    a->ctx_end = dalloc(e, T, sizeof(int32_t), "split prefill key ranges");
+    // The packed step buffers: room for every array at its largest, each aligned.
+    e->in.cap = 9 * step_bytes(T, 4) + step_bytes(S * B, 4) + 4 * step_bytes(S, 4) +
+                step_bytes(S, 8) + step_bytes(K, 4);
+    e->out.cap = 2 * step_bytes(S, 4) + 2 * step_bytes(S * ENGINE_MAX_TOPK, 4);
+    e->in.device = dalloc(e, e->in.cap, 1, "step metadata");
+    e->out.device = dalloc(e, e->out.cap, 1, "sampling results");
+    e->in.host = invar_calloc(e->in.cap, 1, "host step metadata");
+    e->out.host = invar_calloc(e->out.cap, 1, "host sampling results");
     a->attn_new = dalloc(e, T * H * v, sizeof(bf16), "split prefill new-token attention");
     a->attn_ctx = dalloc(e, T * H * v, sizeof(bf16), "split prefill context attention");
     a->lse_new = dalloc(e, T * H, sizeof(float), "split prefill log-sum-exp");
@@ -477,10 +486,6 @@ static void alloc_activations(engine *e) {
     hs->temperature = invar_calloc(S, sizeof(float), "host temperatures");
     hs->noise_seed = invar_calloc(S, sizeof(uint64_t), "host noise seeds");
     hs->sample_pos = invar_calloc(S, sizeof(int32_t), "host sample positions");
-    hs->token = invar_calloc(S, sizeof(int32_t), "host sampled tokens");
-    hs->token_logprob = invar_calloc(S, sizeof(float), "host sampled logprobs");
-    hs->topk_ids = invar_calloc(S * ENGINE_MAX_TOPK, sizeof(int32_t), "host top-k ids");
-    hs->topk_logprobs = invar_calloc(S * ENGINE_MAX_TOPK, sizeof(float), "host top-k logprobs");
     hs->sample_item = invar_calloc(S, sizeof(int), "host sample items");
     hs->sample_at = invar_calloc(S, sizeof(int32_t), "host sample record positions");
     hs->gather_slots = invar_calloc(K, sizeof(int32_t), "host key slots");
@@ -620,6 +625,10 @@ static void release_all(engine *e) {
     for (size_t i = 0; i < sizeof e->a / sizeof(void *); i++) o->release(o, fields[i]);
     void **host = (void **)&e->hs;
     for (size_t i = 0; i < sizeof e->hs / sizeof(void *); i++) free(host[i]);
+    o->release(o, e->in.device);
+    o->release(o, e->out.device);
+    free(e->in.host);
+    free(e->out.host);
     for (int i = 0; i < e->cfg.num_hidden_layers; i++) {
         layer_weights *w = &e->layers[i];
         void *ptrs[] = {w->input_norm, w->post_attention_norm, w->q_proj, w->q_a_proj,
@@ -682,16 +691,6 @@ static void announce_rows(engine *e, int layer, engine_rows_kind kind, const int
 // intermediate slice, and the kernel set's all-reduce adds them (in its own order).
 static void sum_over_ranks(engine *e, bf16 *x, long n) {
     if (e->part.size > 1) e->ops->all_reduce(e->ops, e->comm, x, n);
-}
-
-// Vocabulary-parallel lookup: this rank's row of each token, or its zero row.
-static void upload_local_ids(engine *e, int T) {
-    tp_range v = e->part.vocab;
-    for (int t = 0; t < T; t++) {
-        int32_t id = e->hs.ids[t];
-        e->hs.local_ids[t] = id >= v.begin && id < v.begin + v.count ? id - v.begin : v.count;
-    }
-    if (T > 0) e->ops->upload(e->ops, e->a.local_ids, e->hs.local_ids, (size_t)T * sizeof(int32_t));
 }
 
 static void linear(ops_set *o, void *y, const bf16 *x, const bf16 *w, int M, int N, int K) {
@@ -804,11 +803,11 @@ static void attention_inputs(engine *e, int layer, int T) {
     }
     linear(o, a->kv_a, a->x, w->kv_a_proj, T, L + R, D);
     o->rmsnorm(o, a->c_kv, L, a->kv_a, L + R, w->kv_a_norm, T, L, eps);
-    o->rope(o, a->q + nope, (long)H * qh, qh, T, H, R, a->pos, e->rope_cos, e->rope_sin,
+    o->rope(o, a->q + nope, (long)H * qh, qh, T, H, R, e->dev.pos, e->rope_cos, e->rope_sin,
             c->rope_interleave);
-    o->rope(o, a->kv_a + L, L + R, 0, T, 1, R, a->pos, e->rope_cos, e->rope_sin,
+    o->rope(o, a->kv_a + L, L + R, 0, T, 1, R, e->dev.pos, e->rope_cos, e->rope_sin,
             c->rope_interleave);
-    o->kv_cache_write(o, e->kv[layer], a->c_kv, L, a->kv_a + L, L + R, a->slot, T, L, R);
+    o->kv_cache_write(o, e->kv[layer], a->c_kv, L, a->kv_a + L, L + R, e->dev.slot, T, L, R);
 }
 
 // Absorbed attention of tokens [t0, t0 + T) in latent space, then W_UV into attn_v.
@@ -830,8 +829,8 @@ static void attention_absorbed(engine *e, int layer, int t0, int T, const step_s
 
     mla_attention_args m = {
         .out = a->attn_lat + lat_row, .q_lat = a->q_lat + lat_row, .q_pe = a->q + q_row + nope,
-        .kv_cache = e->kv[layer], .block_table = a->block_table, .token_seq = a->token_seq + t0,
-        .token_pos = a->pos + t0, .seq_lens = a->seq_lens, .T = T, .H = H, .L = L, .R = R,
+        .kv_cache = e->kv[layer], .block_table = e->dev.block_table, .token_seq = e->dev.token_seq + t0,
+        .token_pos = e->dev.pos + t0, .seq_lens = e->dev.seq_lens, .T = T, .H = H, .L = L, .R = R,
         .ld_out = (long)H * L, .ld_q_lat = (long)H * L, .ld_q_pe = (long)H * qh,
         .head_stride_q_pe = qh, .block_size = e->lim.block_size,
         .max_blocks_per_seq = e->max_blocks_per_seq, .num_seqs = st->num_seqs,
@@ -859,7 +858,7 @@ static void attention_split_prefill(engine *e, int layer, int t0, int T, const s
         nope = c->qk_nope_head_dim, v = c->v_head_dim, qh = nope + R, n = T - t0;
     if (n == 0) return;
     announce_rows(e, layer, ENGINE_ROWS_KEYS, e->hs.key_request, e->hs.key_position, st->keys);
-    o->embedding(o, a->key_latent, e->kv[layer], a->gather_slots, st->keys, L + R);
+    o->embedding(o, a->key_latent, e->kv[layer], e->dev.gather_slots, st->keys, L + R);
     gemm_args decompress = {.y = a->key_kv, .x = a->key_latent, .w = w->kv_b_proj,
                             .M = st->keys, .N = H * (nope + v), .K = L, .ldx = L + R};
     o->gemm(o, &decompress);
@@ -871,13 +870,13 @@ static void attention_split_prefill(engine *e, int layer, int t0, int T, const s
     announce_rows(e, layer, ENGINE_ROWS_TOKENS, e->hs.row_request + t0, e->hs.pos + t0, n);
     p.out = a->attn_new;
     p.lse = a->lse_new;
-    p.key_begin = a->new_begin;
-    p.key_end = a->new_end;
+    p.key_begin = e->dev.new_begin;
+    p.key_end = e->dev.new_end;
     o->mha_prefill(o, &p);
     p.out = a->attn_ctx;
     p.lse = a->lse_ctx;
-    p.key_begin = a->ctx_begin;
-    p.key_end = a->ctx_end;
+    p.key_begin = e->dev.ctx_begin;
+    p.key_end = e->dev.ctx_end;
     o->mha_prefill(o, &p);
     merge_attention_args merge = {.out = a->attn_v + (long)t0 * H * v, .a = a->attn_new,
                                   .b = a->attn_ctx, .lse_a = a->lse_new, .lse_b = a->lse_ctx,
@@ -971,9 +970,8 @@ static void engine_forward(engine *e, const step_shape *st, int top_k) {
     float eps = (float)c->rms_norm_eps;
     bool tp = e->part.size > 1;
 
-    if (tp) upload_local_ids(e, T);
     announce_rows(e, -1, ENGINE_ROWS_TOKENS, e->hs.row_request, e->hs.pos, T);
-    o->embedding(o, a->h, e->embed, tp ? a->local_ids : a->ids, T, D);
+    o->embedding(o, a->h, e->embed, e->dev.local_ids, T, D);
     sum_over_ranks(e, a->h, (long)T * D);
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const layer_weights *w = &e->layers[i];
@@ -992,7 +990,7 @@ static void engine_forward(engine *e, const step_shape *st, int top_k) {
     announce_rows(e, c->num_hidden_layers, ENGINE_ROWS_SAMPLES, e->hs.sample_request,
                   e->hs.sample_at, st->S);
     // Only the rows that sample need the final norm and the lm_head (a gather is an embedding).
-    o->embedding(o, a->final_rows, a->h, a->sample_rows, st->S, D);
+    o->embedding(o, a->final_rows, a->h, e->dev.sample_rows, st->S, D);
     o->rmsnorm(o, a->final_normed, D, a->final_rows, D, e->final_norm, st->S, D, eps);
     // Vocabulary-parallel lm_head: this rank's columns of the logits, gathered in place by
     // position (a copy, no arithmetic), so every rank takes the log-softmax, the sample and
@@ -1007,10 +1005,10 @@ static void engine_forward(engine *e, const step_shape *st, int top_k) {
         o->all_gather_columns(o, e->comm, a->logits, st->S, V, cols.begin,
                               cols.begin + cols.count);
     logprobs_args lp = {.logits = a->logits, .R = st->S, .V = V, .k = top_k,
-                        .temperature = a->temperature, .noise_seed = a->noise_seed,
-                        .position = a->sample_pos, .token = a->token,
-                        .token_logprob = a->token_logprob, .topk_ids = a->topk_out_ids,
-                        .topk_logprobs = a->topk_out_logprobs};
+                        .temperature = e->dev.temperature, .noise_seed = e->dev.noise_seed,
+                        .position = e->dev.sample_pos, .token = e->dev.token,
+                        .token_logprob = e->dev.token_logprob, .topk_ids = e->dev.topk_ids,
+                        .topk_logprobs = e->dev.topk_logprobs};
     o->logprobs(o, &lp);
 }
 
@@ -1077,11 +1075,64 @@ static void add_split_prefill_keys(engine *e, const sched_item *it, sched_view v
     *keys += end;
 }
 
-static void upload(engine *e, void *dst, const void *src, long count, size_t size) {
-    if (count > 0) e->ops->upload(e->ops, dst, src, (size_t)count * size);
+// Places count elements of `size` bytes next in p, copied from src on the host when src is not
+// NULL, and returns where they sit on the device.
+static void *pack(step_pack *p, const void *src, long count, size_t size) {
+    size_t bytes = (size_t)count * size, room = step_bytes((size_t)count, size);
+    if (p->used + room > p->cap)
+        invar_die(INVAR_EXIT_SYSTEM, "engine: a step's arrays need over %zu bytes", p->cap);
+    if (src && bytes) memcpy(p->host + p->used, src, bytes);
+    void *at = (char *)p->device + p->used;
+    p->used += room;
+    return at;
 }
 
-// Host-side metadata of one step, uploaded in one go.
+// The device views and the one upload of a step's metadata; the results' views (top_k a row).
+static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
+    host_step *hs = &e->hs;
+    step_views *d = &e->dev;
+    step_pack *in = &e->in, *out = &e->out;
+    int prefill_rows = st->T - st->T_decode;
+    in->used = 0;
+    d->ids = pack(in, hs->ids, st->T, sizeof(int32_t));
+    d->pos = pack(in, hs->pos, st->T, sizeof(int32_t));
+    d->slot = pack(in, hs->slot, st->T, sizeof(int32_t));
+    d->token_seq = pack(in, hs->token_seq, st->T, sizeof(int32_t));
+    d->block_table = pack(in, hs->block_table, (long)n * e->max_blocks_per_seq, sizeof(int32_t));
+    d->seq_lens = pack(in, hs->seq_lens, n, sizeof(int32_t));
+    d->sample_rows = pack(in, hs->sample_rows, st->S, sizeof(int32_t));
+    d->temperature = pack(in, hs->temperature, st->S, sizeof(float));
+    d->noise_seed = pack(in, hs->noise_seed, st->S, sizeof(uint64_t));
+    d->sample_pos = pack(in, hs->sample_pos, st->S, sizeof(int32_t));
+    d->gather_slots = pack(in, hs->gather_slots, st->keys, sizeof(int32_t));
+    d->new_begin = pack(in, hs->new_begin, prefill_rows, sizeof(int32_t));
+    d->new_end = pack(in, hs->new_end, prefill_rows, sizeof(int32_t));
+    d->ctx_begin = pack(in, hs->ctx_begin, prefill_rows, sizeof(int32_t));
+    d->ctx_end = pack(in, hs->ctx_end, prefill_rows, sizeof(int32_t));
+    d->local_ids = d->ids;
+    if (e->part.size > 1) {  // vocabulary-parallel lookup
+        tp_range v = e->part.vocab;
+        for (int t = 0; t < st->T; t++) {
+            int32_t id = hs->ids[t];
+            hs->local_ids[t] = id >= v.begin && id < v.begin + v.count ? id - v.begin : v.count;
+        }
+        d->local_ids = pack(in, hs->local_ids, st->T, sizeof(int32_t));
+    }
+    if (in->used) e->ops->upload(e->ops, in->device, in->host, in->used);
+    // The results: the same offsets on both sides, so the host reads them in place.
+    out->used = 0;
+    d->token = pack(out, NULL, st->S, sizeof(int32_t));
+    d->token_logprob = pack(out, NULL, st->S, sizeof(float));
+    d->topk_ids = pack(out, NULL, (long)st->S * top_k, sizeof(int32_t));
+    d->topk_logprobs = pack(out, NULL, (long)st->S * top_k, sizeof(float));
+    step_views *r = &e->host_out;
+    r->token = (int32_t *)(out->host + ((char *)d->token - (char *)out->device));
+    r->token_logprob = (float *)(out->host + ((char *)d->token_logprob - (char *)out->device));
+    r->topk_ids = (int32_t *)(out->host + ((char *)d->topk_ids - (char *)out->device));
+    r->topk_logprobs = (float *)(out->host + ((char *)d->topk_logprobs - (char *)out->device));
+}
+
+// Host-side metadata of one step (pack_step uploads it).
 static step_shape build_step(engine *e, const engine_request *reqs, const sched_item *items,
                              int n) {
     host_step *hs = &e->hs;
@@ -1111,33 +1162,15 @@ static step_shape build_step(engine *e, const engine_request *reqs, const sched_
     }
     st.decode_split_size = batch_scheduled_split_size(hs->seq_lens, n);
     for (int s = 0; s < st.S; s++) hs->sample_request[s] = items[hs->sample_item[s]].req;
-
-    activations *a = &e->a;
-    upload(e, a->ids, hs->ids, st.T, sizeof(int32_t));
-    upload(e, a->pos, hs->pos, st.T, sizeof(int32_t));
-    upload(e, a->slot, hs->slot, st.T, sizeof(int32_t));
-    upload(e, a->token_seq, hs->token_seq, st.T, sizeof(int32_t));
-    upload(e, a->block_table, hs->block_table, (long)n * B, sizeof(int32_t));
-    upload(e, a->seq_lens, hs->seq_lens, n, sizeof(int32_t));
-    upload(e, a->sample_rows, hs->sample_rows, st.S, sizeof(int32_t));
-    upload(e, a->temperature, hs->temperature, st.S, sizeof(float));
-    upload(e, a->noise_seed, hs->noise_seed, st.S, sizeof(uint64_t));
-    upload(e, a->sample_pos, hs->sample_pos, st.S, sizeof(int32_t));
-    int prefill_rows = st.T - st.T_decode;
-    upload(e, a->gather_slots, hs->gather_slots, st.keys, sizeof(int32_t));
-    upload(e, a->new_begin, hs->new_begin, prefill_rows, sizeof(int32_t));
-    upload(e, a->new_end, hs->new_end, prefill_rows, sizeof(int32_t));
-    upload(e, a->ctx_begin, hs->ctx_begin, prefill_rows, sizeof(int32_t));
-    upload(e, a->ctx_end, hs->ctx_end, prefill_rows, sizeof(int32_t));
     return st;
 }
 
-static void copy_record(const host_step *hs, int s, int top_k, engine_step_record *rec) {
+static void copy_record(const step_views *r, int s, int top_k, engine_step_record *rec) {
     memset(rec, 0, sizeof *rec);
-    rec->token = hs->token[s];
-    rec->logprob = hs->token_logprob[s];
-    memcpy(rec->topk_ids, hs->topk_ids + (long)s * top_k, (size_t)top_k * sizeof(int32_t));
-    memcpy(rec->topk_logprobs, hs->topk_logprobs + (long)s * top_k, (size_t)top_k * sizeof(float));
+    rec->token = r->token[s];
+    rec->logprob = r->token_logprob[s];
+    memcpy(rec->topk_ids, r->topk_ids + (long)s * top_k, (size_t)top_k * sizeof(int32_t));
+    memcpy(rec->topk_logprobs, r->topk_logprobs + (long)s * top_k, (size_t)top_k * sizeof(float));
 }
 
 static void record_samples(engine *e, const engine_request *reqs, const sched_item *items,
@@ -1146,20 +1179,18 @@ static void record_samples(engine *e, const engine_request *reqs, const sched_it
     ops_set *o = e->ops;
     host_step *hs = &e->hs;
     int S = st->S;
-    o->download(o, hs->token, e->a.token, (size_t)S * sizeof(int32_t));
-    o->download(o, hs->token_logprob, e->a.token_logprob, (size_t)S * sizeof(float));
-    o->download(o, hs->topk_ids, e->a.topk_out_ids, (size_t)S * top_k * sizeof(int32_t));
-    o->download(o, hs->topk_logprobs, e->a.topk_out_logprobs, (size_t)S * top_k * sizeof(float));
+    if (e->out.used) o->download(o, e->out.host, e->out.device, e->out.used);
+    const step_views *r = &e->host_out;
     for (int s = 0; s < S; s++) {
         int i = hs->sample_item[s], req = items[i].req, position = hs->sample_at[s];
         engine_result *res = results[req];
         if (reqs[req].prompt_logprobs && position < reqs[req].prompt_len) {
-            copy_record(hs, s, top_k, &res->prompt_steps[position]);
+            copy_record(r, s, top_k, &res->prompt_steps[position]);
             if (position + 1 > res->n_prompt_steps) res->n_prompt_steps = position + 1;
         }
         if (items[i].sample && position == items[i].start + items[i].n_tokens - 1) {
-            copy_record(hs, s, top_k, &res->steps[res->n_steps++]);
-            sampled[i] = hs->token[s];
+            copy_record(r, s, top_k, &res->steps[res->n_steps++]);
+            sampled[i] = r->token[s];
         }
     }
 }
@@ -1233,6 +1264,7 @@ int engine_step(engine *e, char *err, int err_len) {
     if (n_items <= 0) return n_items;
     if (e->backend->path != ATTENTION_UNIFIED) decodes_first(items, n_items);
     step_shape shape = build_step(e, e->reqs, items, n_items);
+    pack_step(e, &shape, n_items, e->session.top_k);
     engine_forward(e, &shape, e->session.top_k);
     for (int i = 0; i < n_items; i++) e->sampled[i] = -1;
     if (shape.S > 0)

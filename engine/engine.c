@@ -425,6 +425,21 @@ static size_t step_bytes(size_t count, size_t size) {
     return (count * size + STEP_ALIGN - 1) / STEP_ALIGN * STEP_ALIGN;
 }
 
+// The packed step buffers' host side: memory the device copies from directly where the set
+// has it (pinned, on CUDA), so that the step's upload needs no wait.
+static bool host_async(const engine *e) {
+    return e->ops->alloc_host && e->ops->release_host && e->ops->upload_async;
+}
+
+static unsigned char *host_alloc(engine *e, size_t bytes, const char *what) {
+    return host_async(e) ? e->ops->alloc_host(e->ops, bytes, what) : invar_calloc(bytes, 1, what);
+}
+
+static void host_release(engine *e, void *p) {
+    if (host_async(e)) e->ops->release_host(e->ops, p);
+    else free(p);
+}
+
 static void alloc_activations(engine *e) {
     const model_config *c = &e->local;
     size_t T = (size_t)e->lim.max_num_batched_tokens, S = (size_t)e->max_rows;
@@ -467,8 +482,8 @@ static void alloc_activations(engine *e) {
     e->out.cap = 2 * step_bytes(S, 4) + 2 * step_bytes(S * ENGINE_MAX_TOPK, 4);
     e->in.device = dalloc(e, e->in.cap, 1, "step metadata");
     e->out.device = dalloc(e, e->out.cap, 1, "sampling results");
-    e->in.host = invar_calloc(e->in.cap, 1, "host step metadata");
-    e->out.host = invar_calloc(e->out.cap, 1, "host sampling results");
+    e->in.host = host_alloc(e, e->in.cap, "host step metadata");
+    e->out.host = host_alloc(e, e->out.cap, "host sampling results");
     a->attn_new = dalloc(e, T * H * v, sizeof(bf16), "split prefill new-token attention");
     a->attn_ctx = dalloc(e, T * H * v, sizeof(bf16), "split prefill context attention");
     a->lse_new = dalloc(e, T * H, sizeof(float), "split prefill log-sum-exp");
@@ -627,8 +642,8 @@ static void release_all(engine *e) {
     for (size_t i = 0; i < sizeof e->hs / sizeof(void *); i++) free(host[i]);
     o->release(o, e->in.device);
     o->release(o, e->out.device);
-    free(e->in.host);
-    free(e->out.host);
+    host_release(e, e->in.host);
+    host_release(e, e->out.host);
     for (int i = 0; i < e->cfg.num_hidden_layers; i++) {
         layer_weights *w = &e->layers[i];
         void *ptrs[] = {w->input_norm, w->post_attention_norm, w->q_proj, w->q_a_proj,
@@ -1118,7 +1133,10 @@ static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
         }
         d->local_ids = pack(in, hs->local_ids, st->T, sizeof(int32_t));
     }
-    if (in->used) e->ops->upload(e->ops, in->device, in->host, in->used);
+    // Asynchronous where it can be: in->host is rewritten only at the next step, after this
+    // step's download, which follows the copy on the device.
+    if (in->used && host_async(e)) e->ops->upload_async(e->ops, in->device, in->host, in->used);
+    else if (in->used) e->ops->upload(e->ops, in->device, in->host, in->used);
     // The results: the same offsets on both sides, so the host reads them in place.
     out->used = 0;
     d->token = pack(out, NULL, st->S, sizeof(int32_t));

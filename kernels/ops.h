@@ -212,6 +212,12 @@ struct ops_set {
     void (*upload)(ops_set *ops, void *dst, const void *src, size_t bytes);
     void (*download)(ops_set *ops, void *dst, const void *src, size_t bytes);
     void (*sync)(ops_set *ops);
+    // Host memory the device copies from directly (CUDA: pinned, no staging copy), and an upload
+    // from it that returns at once, ordered before the ops that follow it: src must stay as it
+    // is until the next download or sync. NULL in a set without them (callers use upload).
+    void *(*alloc_host)(ops_set *ops, size_t bytes, const char *what); // exits naming `what`
+    void (*release_host)(ops_set *ops, void *p);
+    void (*upload_async)(ops_set *ops, void *dst, const void *src, size_t bytes);
 
     // --- ops ----------------------------------------------------------------------------
     // out[t] = table[ids[t]]   (D values)

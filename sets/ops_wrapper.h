@@ -12,7 +12,8 @@ typedef struct {
 } ops_wrapper;
 
 // w->base becomes a copy of *inner (name, device, flags, order log, ctx: what the engine reads
-// stays the inner set's) whose alloc, release, upload, download and sync call the inner set's.
+// stays the inner set's) whose memory ops (alloc, release, upload, download, sync, and the host
+// memory ops where the inner set has them) call the inner set's.
 void ops_wrapper_init(ops_wrapper *w, ops_set *inner);
 
 #endif

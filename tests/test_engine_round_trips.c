@@ -22,13 +22,20 @@
 
 typedef struct {
     ops_wrapper wrap;                 // first: the engine calls through wrap.base
-    long uploads, downloads;
+    long uploads, downloads, async_uploads;
 } counting_set;
 
 static void count_upload(ops_set *ops, void *dst, const void *src, size_t bytes) {
     counting_set *c = (counting_set *)ops;
     c->uploads++;
     c->wrap.inner->upload(c->wrap.inner, dst, src, bytes);
+}
+
+static void count_upload_async(ops_set *ops, void *dst, const void *src, size_t bytes) {
+    counting_set *c = (counting_set *)ops;
+    c->uploads++;
+    c->async_uploads++;
+    c->wrap.inner->upload_async(c->wrap.inner, dst, src, bytes);
 }
 
 static void count_download(ops_set *ops, void *dst, const void *src, size_t bytes) {
@@ -49,6 +56,7 @@ static void one_copy_each_way_a_step(void **state) {
     ops_wrapper_init(&c->wrap, inner);
     c->wrap.base.upload = count_upload;
     c->wrap.base.download = count_download;
+    c->wrap.base.upload_async = count_upload_async;
     engine_limits lim = {.max_num_seqs = N_REQ, .max_num_batched_tokens = 48,
                          .max_model_len = MAX_LEN, .max_total_tokens = N_REQ * MAX_LEN,
                          .block_size = 16};
@@ -81,6 +89,9 @@ static void one_copy_each_way_a_step(void **state) {
         steps++;
     }
     assert_true(steps > NEW);
+    // The set has host memory the device copies from directly: every step's upload returned
+    // at once (on CUDA, from pinned memory without a wait).
+    assert_int_equal(c->async_uploads, steps);
     for (int i = 0; i < N_REQ; i++) assert_int_equal(results[i].n_steps, NEW);
     // The same records as a generate of the same requests on the bare set.
     engine *plain = engine_create(&cfg, src, inner, &lim, 11);

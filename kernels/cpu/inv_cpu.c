@@ -54,6 +54,10 @@ void inv_cpu_init(ops_set *ops, int threads) {
         .upload = inv_cpu_upload,
         .download = inv_cpu_download,
         .sync = inv_cpu_sync,
+        // Host memory is the device's: the same calls, and an upload is done when it returns.
+        .alloc_host = inv_cpu_alloc,
+        .release_host = inv_cpu_release,
+        .upload_async = inv_cpu_upload,
         .embedding = inv_cpu_embedding,
         .rmsnorm = inv_cpu_rmsnorm,
         .gemm = inv_cpu_gemm,

@@ -150,6 +150,27 @@ void inv_cuda_download(ops_set *ops, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK("download", cudaStreamSynchronize(c->stream));
 }
 
+void *inv_cuda_alloc_host(ops_set *ops, size_t bytes, const char *what) {
+    (void)ops;
+    void *p = NULL;
+    cudaError_t rc = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (rc != cudaSuccess)
+        invar_die(INVAR_EXIT_SYSTEM, "cudaMallocHost of %zu bytes for %s failed: %s", bytes, what,
+                  cudaGetErrorString(rc));
+    return p;
+}
+
+void inv_cuda_release_host(ops_set *ops, void *p) {
+    (void)ops;
+    if (p) CUDA_CHECK("release_host", cudaFreeHost(p));
+}
+
+void inv_cuda_upload_async(ops_set *ops, void *dst, const void *src, size_t bytes) {
+    // From pinned memory the copy is a DMA on the stream: no staging, no wait.
+    CUDA_CHECK("upload_async", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                               cuda_ctx_of(ops)->stream));
+}
+
 void inv_cuda_sync(ops_set *ops) {
     CUDA_CHECK("sync", cudaStreamSynchronize(cuda_ctx_of(ops)->stream));
 }
@@ -199,6 +220,9 @@ void inv_cuda_init(ops_set *ops, const char *set_name) {
     ops->upload = inv_cuda_upload;
     ops->download = inv_cuda_download;
     ops->sync = inv_cuda_sync;
+    ops->alloc_host = inv_cuda_alloc_host;
+    ops->release_host = inv_cuda_release_host;
+    ops->upload_async = inv_cuda_upload_async;
     ops->embedding = inv_cuda_embedding;
     ops->rmsnorm = inv_cuda_rmsnorm;
     ops->gemm = inv_cuda_gemm;

@@ -14,6 +14,9 @@
 void *inv_cuda_alloc(ops_set *ops, size_t bytes, const char *what);
 void inv_cuda_release(ops_set *ops, void *p);
 void inv_cuda_upload(ops_set *ops, void *dst, const void *src, size_t bytes);
+void *inv_cuda_alloc_host(ops_set *ops, size_t bytes, const char *what);
+void inv_cuda_release_host(ops_set *ops, void *p);
+void inv_cuda_upload_async(ops_set *ops, void *dst, const void *src, size_t bytes);
 void inv_cuda_download(ops_set *ops, void *dst, const void *src, size_t bytes);
 void inv_cuda_sync(ops_set *ops);
 

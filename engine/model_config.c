@@ -145,6 +145,21 @@ static void config_v2_lite(model_config *c) {
     yarn(c, 40.0, 4096);
 }
 
+// DeepSeek-V3's real dimensions (its config.json: 61 layers, the first 3 dense), with 3 layers
+// here, 1 dense and 2 MoE: about 51 GB of bf16 weights, which an 80 GB GPU holds with room for
+// the KV cache and activations (a MoE layer's 256 experts alone are 22.5 GB).
+static void config_v3(model_config *c) {
+    base_config(c);
+    sizes(c, 129280, 7168, 18432, 2048, 3, 128);
+    mla(c, 1536, 512, 128, 64, 128);
+    moe(c, 256, 1, 8, 1);
+    v3_routing(c, 8, 4, 2.5);
+    c->max_position_embeddings = 163840;
+    yarn(c, 40.0, 4096);
+    c->rope_mscale = 1.0;
+    c->rope_mscale_all_dim = 1.0;
+}
+
 static const struct {
     const char *name;
     void (*make)(model_config *);
@@ -155,6 +170,7 @@ static const struct {
     {"tiny-reach", config_tiny_reach},
     {"small", config_small},
     {"v2-lite", config_v2_lite},
+    {"v3", config_v3},
 };
 #define N_NAMED (sizeof named_configs / sizeof named_configs[0])
 

@@ -4,17 +4,21 @@
 #include "weights.h"
 
 #include <math.h>                // sqrtf
+#include <pthread.h>             // pthread_mutex_*
 #include <stdlib.h>              // free
-#include <string.h>              // strstr, strlen
+#include <string.h>              // strstr, strlen, strerror
 #include <xxhash.h>              // XXH64
 
 #include "../kernels/bf16.h"     // float_to_bf16
 #include "../common/check.h"    // invar_die, invar_calloc
 #include "../common/hash.h"             // invar_mix64, invar_uniform
+#include "../common/thread_pool.h"      // thread_pool_create, thread_pool_for
 
 typedef struct {
     model_config cfg;
     uint64_t seed;
+    pthread_mutex_t pool_lock;   // guards pool
+    thread_pool *pool;           // made on the first large tensor
 } synthetic_ctx;
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -64,27 +68,61 @@ static bool synthetic_has(weight_source *s, const char *name) {
     return true;
 }
 
+// Tensors of at least this many elements are filled by every core: DeepSeek-V3's experts are
+// 14.7M elements each, 1,536 of them in two MoE layers, a couple of minutes on one core.
+enum { PARALLEL_ELEMENTS = 1 << 20 };
+
+typedef struct {
+    uint64_t name_hash;
+    float scale, offset;
+    bf16 *bf16_out;   // one of the two
+    float *f32_out;
+} fill_job;
+
+static void fill_range(void *arg, long begin, long end) {
+    const fill_job *j = arg;
+    for (long i = begin; i < end; i++) {
+        float v = element(j->name_hash, j->scale, j->offset, i);
+        if (j->bf16_out) j->bf16_out[i] = float_to_bf16(v);
+        else j->f32_out[i] = v;
+    }
+}
+
+// Element i is a function of i alone, so any split across threads gives the same tensor. One
+// pool a source, its loops one at a time (tensor-parallel ranks may load concurrently).
+static void fill(weight_source *s, const char *name, const int64_t *shape, int ndim, bf16 *bf16_out,
+                 float *f32_out) {
+    synthetic_ctx *c = s->ctx;
+    fill_job j = {.name_hash = XXH64(name, strlen(name), c->seed), .bf16_out = bf16_out,
+                  .f32_out = f32_out};
+    tensor_scale(name, shape, ndim, &j.scale, &j.offset);
+    int64_t n = element_count(shape, ndim);
+    if (n < PARALLEL_ELEMENTS) {
+        fill_range(&j, 0, (long)n);
+        return;
+    }
+    int rc = pthread_mutex_lock(&c->pool_lock);
+    if (rc != 0) invar_die(INVAR_EXIT_SYSTEM, "synthetic weights: pthread_mutex_lock failed: %s", strerror(rc));
+    if (!c->pool) c->pool = thread_pool_create(0);
+    thread_pool_for(c->pool, (long)n, fill_range, &j);
+    rc = pthread_mutex_unlock(&c->pool_lock);
+    if (rc != 0) invar_die(INVAR_EXIT_SYSTEM, "synthetic weights: pthread_mutex_unlock failed: %s", strerror(rc));
+}
+
 static void synthetic_read_f32(weight_source *s, const char *name, const int64_t *shape, int ndim,
                                float *dst) {
-    const synthetic_ctx *c = s->ctx;
-    float scale, offset;
-    tensor_scale(name, shape, ndim, &scale, &offset);
-    uint64_t name_hash = XXH64(name, strlen(name), c->seed);
-    int64_t n = element_count(shape, ndim);
-    for (int64_t i = 0; i < n; i++) dst[i] = element(name_hash, scale, offset, i);
+    fill(s, name, shape, ndim, NULL, dst);
 }
 
 static void synthetic_read_bf16(weight_source *s, const char *name, const int64_t *shape, int ndim,
                                 bf16 *dst) {
-    const synthetic_ctx *c = s->ctx;
-    float scale, offset;
-    tensor_scale(name, shape, ndim, &scale, &offset);
-    uint64_t name_hash = XXH64(name, strlen(name), c->seed);
-    int64_t n = element_count(shape, ndim);
-    for (int64_t i = 0; i < n; i++) dst[i] = float_to_bf16(element(name_hash, scale, offset, i));
+    fill(s, name, shape, ndim, dst, NULL);
 }
 
 static void synthetic_destroy(weight_source *s) {
+    synthetic_ctx *c = s->ctx;
+    if (c->pool) thread_pool_destroy(c->pool);
+    pthread_mutex_destroy(&c->pool_lock);
     free(s->ctx);
     free(s);
 }
@@ -93,6 +131,8 @@ weight_source *weights_synthetic(const model_config *cfg, uint64_t seed) {
     synthetic_ctx *c = invar_calloc(1, sizeof *c, "synthetic weights");
     c->cfg = *cfg;
     c->seed = seed;
+    int rc = pthread_mutex_init(&c->pool_lock, NULL);
+    if (rc != 0) invar_die(INVAR_EXIT_SYSTEM, "synthetic weights: pthread_mutex_init failed: %s", strerror(rc));
     weight_source *s = invar_calloc(1, sizeof *s, "synthetic weights");
     s->ctx = c;
     s->has = synthetic_has;

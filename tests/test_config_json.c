@@ -125,6 +125,20 @@ static void test_deepseek_v3_hub(void **state) {
     assert_true(info.fp8);
     assert_int_equal(info.fp8_block_n, 128);
     assert_int_equal(info.fp8_block_k, 128);
+    // The named config v3 is this model with 3 layers, the first dense (the hub's has 61, the
+    // first 3 dense): every other field the same, as config.json writes them.
+    model_config named;
+    assert_true(model_config_by_name("v3", &named));
+    assert_int_equal(named.num_hidden_layers, 3);
+    assert_int_equal(named.first_k_dense_replace, 1);
+    c.num_hidden_layers = named.num_hidden_layers;
+    c.first_k_dense_replace = named.first_k_dense_replace;
+    char *hub = config_json_format(&c, err, sizeof err), *ours = config_json_format(&named, err, sizeof err);
+    assert_non_null(hub);
+    assert_non_null(ours);
+    assert_string_equal(ours, hub);
+    free(hub);
+    free(ours);
 }
 
 static void test_deepseek_v2_lite_hub(void **state) {

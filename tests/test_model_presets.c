@@ -25,6 +25,7 @@ static const struct {
     {"tiny-reach", 0x687314f70fb0f88b},
     {"small", 0x155000d6f2a33c89},
     {"v2-lite", 0x49c93c67b251c643},
+    {"v3", 0x6ee2fe8dbcc9f1d8},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 

@@ -221,9 +221,11 @@ static double experts_touched(ops_set *ops, const model_config *c, weight_source
     return mean;
 }
 
-void bench_decode(const char *device, const char *model, const int *batch_sizes, int n_batch,
-                  int prompt_len, int new_tokens, bool profile, const bench_ceiling *ceiling,
-                  const char *out_dir) {
+// One model's rows: its rates at each batch size on both sets, the roofline, the profile.
+static void decode_model(const char *device, const bench_decode_rows *rows, ops_set *inv,
+                         ops_set *ref, int prompt_len, int new_tokens, bool profile,
+                         const bench_ceiling *ceiling, csv_report *csv, csv_report *op_csv) {
+    const char *model = rows->model;
     model_config c;
     if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
     weight_source *w = weights_synthetic(&c, 1);
@@ -237,22 +239,8 @@ void bench_decode(const char *device, const char *model, const int *batch_sizes,
                "section did not run): the memory roofline\n", ceiling->copy_gbs);
     printf("%6s %14s %14s %7s %9s %9s %14s %8s %8s\n", "batch", "inv tok/s", "ref tok/s", "ratio",
            "step MB", "experts", "roofline tok/s", "inv %", "ref %");
-    // The roofline columns describe the device and the model, not the code under test: a
-    // report diff neither keys on them nor times them (reports/baseline_diff.c).
-    static const char *const header[] = {
-        "device", "model", "batch", "prompt_len", "new_tokens", "invariant_tok_s",
-        "reference_tok_s", "ratio", "roofline_step_mb", "roofline_step_gflop",
-        "roofline_experts_touched", "roofline_bound", "roofline_tok_s", "invariant_pct_roofline",
-        "reference_pct_roofline"};
-    csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 15);
-    static const char *const op_header[] = {"device", "model", "batch", "op", "calls_per_step",
-                                            "invariant_us", "reference_us"};
-    csv_report *op_csv = profile ? bench_csv_open(out_dir, "bench_decode_ops.csv", op_header, 7) : NULL;
-    ops_set *inv = kernel_set_create("invariant", device, 0);
-    ops_set *ref = kernel_set_create("reference", device, 0);
-    if (!inv || !ref) invar_die(INVAR_EXIT_INPUT, "bench: no kernel sets on device '%s'", device);
-    for (int i = 0; i < n_batch; i++) {
-        int B = batch_sizes[i];
+    for (int i = 0; i < rows->n_batch; i++) {
+        int B = rows->batch_sizes[i];
         double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens);
         double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens);
         // A decode step of the timed difference attends over prompt_len + 1 ...
@@ -269,23 +257,41 @@ void bench_decode(const char *device, const char *model, const int *batch_sizes,
                   cost.flops / 1e9, experts, t_bytes >= t_flops ? "memory" : "compute", roof,
                   100.0 * ti / roof, 100.0 * tr / roof);
     }
-    if (profile) {
-        // After every rate: the events would slow the engine's host side, which sets the pace
-        // at small batches.
-        for (int i = 0; i < n_batch; i++) {
-            int B = batch_sizes[i], n_inv = 0, n_ref = 0;
-            op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, &n_inv);
-            op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, &n_ref);
-            print_decode_ops(device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, op_csv);
-            free(pi);
-            free(pr);
-        }
-        bench_csv_close(op_csv);
+    // After every rate: the events would slow the engine's host side, which sets the pace at
+    // small batches.
+    for (int i = 0; profile && i < rows->n_batch; i++) {
+        int B = rows->batch_sizes[i], n_inv = 0, n_ref = 0;
+        op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, &n_inv);
+        op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, &n_ref);
+        print_decode_ops(device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, op_csv);
+        free(pi);
+        free(pr);
     }
+    w->destroy(w);
+}
+
+void bench_decode(const char *device, const bench_decode_rows *rows, int n_rows, int prompt_len,
+                  int new_tokens, bool profile, const bench_ceiling *ceiling, const char *out_dir) {
+    // The roofline columns describe the device and the model, not the code under test: a
+    // report diff neither keys on them nor times them (reports/baseline_diff.c).
+    static const char *const header[] = {
+        "device", "model", "batch", "prompt_len", "new_tokens", "invariant_tok_s",
+        "reference_tok_s", "ratio", "roofline_step_mb", "roofline_step_gflop",
+        "roofline_experts_touched", "roofline_bound", "roofline_tok_s", "invariant_pct_roofline",
+        "reference_pct_roofline"};
+    csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 15);
+    static const char *const op_header[] = {"device", "model", "batch", "op", "calls_per_step",
+                                            "invariant_us", "reference_us"};
+    csv_report *op_csv = profile ? bench_csv_open(out_dir, "bench_decode_ops.csv", op_header, 7) : NULL;
+    ops_set *inv = kernel_set_create("invariant", device, 0);
+    ops_set *ref = kernel_set_create("reference", device, 0);
+    if (!inv || !ref) invar_die(INVAR_EXIT_INPUT, "bench: no kernel sets on device '%s'", device);
+    for (int m = 0; m < n_rows; m++)
+        decode_model(device, &rows[m], inv, ref, prompt_len, new_tokens, profile, ceiling, csv, op_csv);
+    if (op_csv) bench_csv_close(op_csv);
     bench_csv_close(csv);
     inv->destroy(inv);
     ref->destroy(ref);
-    w->destroy(w);
 }
 
 csv_report *bench_csv_open(const char *dir, const char *name, const char *const *header, int ncols) {

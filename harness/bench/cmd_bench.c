@@ -110,8 +110,8 @@ int cmd_bench(int argc, char **argv) {
     const cli_command cmd = {
         .name = "invar bench",
         .about = "cuda: GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS),\n"
-                 "      then end-to-end decode tokens/s of the v2-lite-shaped model at batch 1,\n"
-                 "      32, 128.\n"
+                 "      then end-to-end decode tokens/s and the roofline of the v2-lite-shaped\n"
+                 "      model at batch 1, 32, 128 and the v3-shaped one at batch 1, 32.\n"
                  "cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.",
         .flags = flags,
     };
@@ -131,7 +131,8 @@ int cmd_bench(int argc, char **argv) {
         static const int cpu_batches[] = {1, 8};
         host_make_dirs(out_dir);
         const bench_ceiling ceiling = {.copy_gbs = host_copy_bandwidth_gbs((size_t)256 << 20)};
-        bench_decode("cpu", "tiny", cpu_batches, 2, 64, quick ? 8 : 32, profile, &ceiling, out_dir);
+        const bench_decode_rows rows = {"tiny", cpu_batches, 2};
+        bench_decode("cpu", &rows, 1, 64, quick ? 8 : 32, profile, &ceiling, out_dir);
         bench_meta_write(out_dir, "cpu", argc, argv);
         return 0;
     }

@@ -355,18 +355,18 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
                                              "plain read % of copy", NULL};
         write_table(f, r->t[F_MLA], cols, labels, mla_memory_bound);
     }
-    static const char *const decode_cols[] = {"device", "model", "T", "batch", "prompt_len",
+    static const char *const decode_cols[] = {"device", "model", "phase", "T", "batch", "prompt_len",
                                               "new_tokens", "invariant_tok_s", "reference_tok_s",
                                               "ratio", "roofline_step_mb", "roofline_bound",
                                               "roofline_tok_s", "invariant_pct_roofline",
                                               "reference_pct_roofline", NULL};
-    static const char *const decode_labels[] = {"device", "model", "ranks", "batch", "prompt",
+    static const char *const decode_labels[] = {"device", "model", "phase", "ranks", "batch", "prompt",
                                                 "new tokens", "invariant tok/s",
                                                 "reference tok/s", "ratio", "step MB", "bound",
                                                 "roofline tok/s", "invariant % of roofline",
                                                 "reference % of roofline", NULL};
     if (r->t[F_DECODE] && r->t[F_DECODE]->nrows) {
-        fputs("### End-to-end decode: tokens/s\n\n", f);
+        fputs("### End to end: decode and prefill tokens/s\n\n", f);
         if (csv_col(r->t[F_DECODE], "roofline_tok_s") >= 0)
             fputs("The roofline is the fastest a decode step can go on the device: its bytes (every "
                   "weight it reads once, the routed experts its tokens touched, the latent KV cache, "

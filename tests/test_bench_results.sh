@@ -71,6 +71,6 @@ grep -q '^"device","cpu"$' "$work/cpu/meta.csv" && grep -q '^"command_line","ben
     fail "bench's meta.csv lacks the device or the command line"
 "$INVAR" report bench "$work/cpu-results" --add "$work/cpu" >"$work/cpu-page.md" 2>/dev/null || fail "filing the cpu run: exit $?"
 ls -d "$work/cpu-results/"*_cpu_* >/dev/null 2>&1 || fail "the cpu run is not filed as DATE_cpu_COMMIT"
-grep -q '^### End-to-end decode: tokens/s' "$work/cpu-page.md" || fail "the cpu run's page has no decode table"
+grep -q '^### End to end: decode and prefill tokens/s' "$work/cpu-page.md" || fail "the cpu run's page has no decode table"
 echo "ok: bench --device cpu writes meta.csv; the run files and pages"
 echo "test_bench_results: ok"

@@ -173,23 +173,30 @@ awk -F'","' 'NR > 1 && !($4 ~ /^[a-z_]+ [^ ]*[=x]/ && $5 + 0 > 0 && $6 ~ /^-?[0-
 grep -q '"gemm [0-9]*x[0-9]* M=1"' "$ops_csv" && grep -q '"mla_attention T=8 ' "$ops_csv" ||
     fail "bench --profile: the decode ops of batch 1 and 8 are not all there"
 echo "ok: bench --profile: $(($(wc -l <"$ops_csv") - 1)) op rows"
-# The roofline columns: the tiny model routes each token to 2 of 8 experts, so a step at batch 1
-# touches 2 and one at batch 8 between 2 and 8; each set's share is its rate over the roofline's.
+# The roofline columns: the tiny model routes each token to 2 of 8 experts, so a decode step at
+# batch 1 touches 2 and one at batch 8 between 2 and 8 (the prefill of 256 tokens: between 2 and
+# 8); each set's share is its rate over the roofline's.
 python3 - "$work/bp/bench_decode.csv" <<'PY' || fail "bench: the roofline columns of bench_decode.csv"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert [r["batch"] for r in rows] == ["1", "8"], rows
+assert [(r["phase"], r["batch"], r["prompt_len"]) for r in rows] == [
+    ("decode", "1", "64"), ("decode", "8", "64"), ("prefill", "1", "256")], rows
 for r in rows:
     b, ex = int(r["batch"]), float(r["roofline_experts_touched"])
-    assert (ex == 2.0) if b == 1 else (2.0 <= ex <= 8.0), r
+    assert (ex == 2.0) if (b, r["phase"]) == (1, "decode") else (2.0 <= ex <= 8.0), r
     assert float(r["roofline_step_mb"]) > 0 and float(r["roofline_step_gflop"]) > 0, r
     assert r["roofline_bound"] == "memory", r  # no FLOP peak on the CPU
     roof = float(r["roofline_tok_s"])
     for s in ("invariant", "reference"):
         share = 100.0 * float(r[s + "_tok_s"]) / roof
         assert abs(share - float(r[s + "_pct_roofline"])) < 0.01 + 1e-3 * share, (s, r)
+# Memory-bound, every row's roofline moves its bytes at the one copy bandwidth of the run: a
+# decode step's tokens are its batch, a prefill's its prompt.
+bw = [float(r["roofline_tok_s"]) * float(r["roofline_step_mb"]) /
+      int(r["batch"] if r["phase"] == "decode" else r["prompt_len"]) for r in rows]
+assert max(bw) - min(bw) < 1e-3 * max(bw), bw
 PY
-echo "ok: bench: roofline columns (experts touched, step bytes and FLOPs, each set's share)"
+echo "ok: bench: roofline columns of the decode and prefill rows (experts touched, bytes, FLOPs, shares)"
 
 # top_k = 0 runs, and the reference set is still caught (on the chosen tokens' logprobs).
 expect 0 "2 passed, 0 failed" run --case "$work/case.ini" --out "$work/topk0"

@@ -97,6 +97,18 @@ static void weight_bytes_are_the_loaded_tensors(void **state) {
                 fail_msg("%s: %d experts touched: %.0f bytes charged, the engine loads %.0f", *m,
                          touched, cost.bytes, expect);
         }
+        // A prefill of one token is a decode step over a context of one; a prefill of P tokens
+        // attends over P (P + 1) / 2 pairs, reads P latent rows and one logit row.
+        step_cost p1 = prefill_cost(&c, 1, 2), d1 = decode_step_cost(&c, 1, 1.0, 2);
+        assert_true(p1.bytes == d1.bytes && p1.flops == d1.flops);
+        step_cost p100 = prefill_cost(&c, 100, 2);
+        double latent = c.kv_lora_rank + c.qk_rope_head_dim;
+        assert_true(p100.bytes - p1.bytes == 99.0 * (2.0 * D + 2.0 * latent * c.num_hidden_layers));
+        step_cost one_tok = decode_step_cost(&c, 1, 0.0, 2);
+        double head_flops = 2.0 * (D + (double)c.vocab_size * D);
+        assert_true(p100.flops == 100.0 * (one_tok.flops - head_flops) + head_flops +
+                                      2.0 * c.num_attention_heads * 5050.0 *
+                                          (latent + c.kv_lora_rank) * c.num_hidden_layers);
         // More experts than exist touch them all.
         assert_true(decode_step_cost(&c, (int)B, 0.0, 1e9).bytes ==
                     decode_step_cost(&c, (int)B, 0.0, c.n_routed_experts).bytes);

@@ -367,8 +367,8 @@ int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, 
         // End to end on DeepSeek-V2-Lite's dimensions (4 of its 27 layers), and on V3's (3 of its
         // 61 layers: 51 GB of weights, so the 128-head MLA kernels and 256 experts run).
         static const int v2_lite_batches[] = {1, 32, 128}, v3_batches[] = {1, 32};
-        static const bench_decode_rows rows[] = {{"v2-lite", v2_lite_batches, 3},
-                                                 {"v3", v3_batches, 2}};
+        static const bench_decode_rows rows[] = {{"v2-lite", v2_lite_batches, 3, 4096},
+                                                 {"v3", v3_batches, 2, 4096}};
         bench_decode("cuda", rows, 2, 128, quick ? 16 : 64, profile, &ceiling, out_dir);
     }
     if ((!only || strcmp(only, "tp") == 0) && bench_tp(quick, out_dir)) {

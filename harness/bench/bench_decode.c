@@ -206,12 +206,13 @@ static void print_decode_ops(const char *device, const char *model, int B, int s
     free(rows);
 }
 
-// Mean distinct routed experts a decode step's MoE layer touches at batch B on `ops`: a
-// generate of its own through the routing counter (its downloads would slow a timed one).
+// Mean distinct routed experts a MoE layer touches in a step of `tokens` tokens (B for decode,
+// the prompt for a one-chunk prefill) at batch B on `ops`: a generate of its own through the
+// routing counter (its downloads would slow a timed one).
 static double experts_touched(ops_set *ops, const model_config *c, weight_source *w, int B,
-                              int prompt_len, int new_tokens) {
+                              int prompt_len, int new_tokens, int tokens) {
     if (c->n_routed_experts == 0) return 0.0;
-    route_count *r = route_count_wrap(ops, B);
+    route_count *r = route_count_wrap(ops, tokens);
     ops_set *counted = route_count_set(r);
     bench_engine e = bench_engine_open(&counted, 1, c, w, B, prompt_len, new_tokens);
     generate_seconds(&e, new_tokens);
@@ -219,6 +220,32 @@ static double experts_touched(ops_set *ops, const model_config *c, weight_source
     double mean = route_count_mean(r);
     route_count_destroy(r);
     return mean;
+}
+
+// One prompt of P tokens prefilled (and its last position sampled), the median of three.
+static double prefill_seconds(ops_set *ops, const model_config *c, weight_source *w, int P) {
+    bench_engine r = bench_engine_open(&ops, 1, c, w, 1, P, 2);  // room for its 2-token warm-up
+    double t[REPEATS];
+    for (int i = 0; i < REPEATS; i++) t[i] = generate_seconds(&r, 1);
+    qsort(t, REPEATS, sizeof t[0], compare_double);
+    bench_engine_close(&r);
+    return t[REPEATS / 2];
+}
+
+// A bench_decode.csv row, its roofline from `cost` and the run's ceiling; the rates are tokens/s.
+static void row(csv_report *csv, const char *device, const char *model, const char *phase, int B,
+                int prompt_len, int new_tokens, double ti, double tr, const step_cost *cost,
+                double experts, const bench_ceiling *ceiling) {
+    double t_bytes = cost->bytes / (ceiling->copy_gbs * 1e9);
+    double t_flops = ceiling->peak_tflops > 0.0 ? cost->flops / (ceiling->peak_tflops * 1e12) : 0.0;
+    double tokens = strcmp(phase, "prefill") == 0 ? prompt_len : B;
+    double roof = tokens / (t_bytes > t_flops ? t_bytes : t_flops);
+    printf("%6s %14s roofline %.1f tok/s (%s-bound): invariant %.1f%%, reference %.1f%%\n", "",
+           phase, roof, t_bytes >= t_flops ? "memory" : "compute", 100.0 * ti / roof, 100.0 * tr / roof);
+    bench_row(csv, "%s,%s,%s,%d,%d,%d,%.1f,%.1f,%.4f,%.3f,%.3f,%.3f,%s,%.1f,%.2f,%.2f", device,
+              model, phase, B, prompt_len, new_tokens, ti, tr, ti / tr, cost->bytes / 1e6,
+              cost->flops / 1e9, experts, t_bytes >= t_flops ? "memory" : "compute", roof,
+              100.0 * ti / roof, 100.0 * tr / roof);
 }
 
 // One model's rows: its rates at each batch size on both sets, the roofline, the profile.
@@ -237,25 +264,31 @@ static void decode_model(const char *device, const bench_decode_rows *rows, ops_
     else
         printf("roofline: a step's bytes at %.0f GB/s (copy); no FLOP peak measured (the GEMM "
                "section did not run): the memory roofline\n", ceiling->copy_gbs);
-    printf("%6s %14s %14s %7s %9s %9s %14s %8s %8s\n", "batch", "inv tok/s", "ref tok/s", "ratio",
-           "step MB", "experts", "roofline tok/s", "inv %", "ref %");
+    printf("%6s %14s %14s %7s %9s %9s\n", "batch", "inv tok/s", "ref tok/s", "ratio", "step MB",
+           "experts");
     for (int i = 0; i < rows->n_batch; i++) {
         int B = rows->batch_sizes[i];
         double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens);
         double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens);
         // A decode step of the timed difference attends over prompt_len + 1 ...
         // prompt_len + new_tokens - 1 positions: new_tokens / 2 more on average.
-        double experts = experts_touched(inv, &c, w, B, prompt_len, new_tokens);
+        double experts = experts_touched(inv, &c, w, B, prompt_len, new_tokens, B);
         step_cost cost = decode_step_cost(&c, B, prompt_len + new_tokens / 2.0, experts);
-        double t_bytes = cost.bytes / (ceiling->copy_gbs * 1e9);
-        double t_flops = ceiling->peak_tflops > 0.0 ? cost.flops / (ceiling->peak_tflops * 1e12) : 0.0;
-        double roof = B / (t_bytes > t_flops ? t_bytes : t_flops);
-        printf("%6d %14.1f %14.1f %7.3f %9.1f %9.2f %14.1f %7.1f%% %7.1f%%\n", B, ti, tr, ti / tr,
-               cost.bytes / 1e6, experts, roof, 100.0 * ti / roof, 100.0 * tr / roof);
-        bench_row(csv, "%s,%s,%d,%d,%d,%.1f,%.1f,%.4f,%.3f,%.3f,%.3f,%s,%.1f,%.2f,%.2f", device,
-                  model, B, prompt_len, new_tokens, ti, tr, ti / tr, cost.bytes / 1e6,
-                  cost.flops / 1e9, experts, t_bytes >= t_flops ? "memory" : "compute", roof,
-                  100.0 * ti / roof, 100.0 * tr / roof);
+        printf("%6d %14.1f %14.1f %7.3f %9.1f %9.2f\n", B, ti, tr, ti / tr, cost.bytes / 1e6, experts);
+        row(csv, device, model, "decode", B, prompt_len, new_tokens, ti, tr, &cost, experts,
+            ceiling);
+    }
+    if (rows->prefill_len > 0) {
+        // One prompt prefilled in one step (the budget is the prompt), its last position
+        // sampled: tokens/s of the prompt.
+        int P = rows->prefill_len;
+        double ti = P / prefill_seconds(inv, &c, w, P), tr = P / prefill_seconds(ref, &c, w, P);
+        double experts = experts_touched(inv, &c, w, 1, P, 2, P);
+        step_cost cost = prefill_cost(&c, P, experts);
+        printf("prefill of %d tokens: invariant %.1f tok/s, reference %.1f tok/s (ratio %.3f), "
+               "%.1f MB and %.1f GFLOP, %.2f experts a layer\n", P, ti, tr, ti / tr,
+               cost.bytes / 1e6, cost.flops / 1e9, experts);
+        row(csv, device, model, "prefill", 1, P, 1, ti, tr, &cost, experts, ceiling);
     }
     // After every rate: the events would slow the engine's host side, which sets the pace at
     // small batches.
@@ -275,11 +308,11 @@ void bench_decode(const char *device, const bench_decode_rows *rows, int n_rows,
     // The roofline columns describe the device and the model, not the code under test: a
     // report diff neither keys on them nor times them (reports/baseline_diff.c).
     static const char *const header[] = {
-        "device", "model", "batch", "prompt_len", "new_tokens", "invariant_tok_s",
+        "device", "model", "phase", "batch", "prompt_len", "new_tokens", "invariant_tok_s",
         "reference_tok_s", "ratio", "roofline_step_mb", "roofline_step_gflop",
         "roofline_experts_touched", "roofline_bound", "roofline_tok_s", "invariant_pct_roofline",
         "reference_pct_roofline"};
-    csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 15);
+    csv_report *csv = bench_csv_open(out_dir, "bench_decode.csv", header, 16);
     static const char *const op_header[] = {"device", "model", "batch", "op", "calls_per_step",
                                             "invariant_us", "reference_us"};
     csv_report *op_csv = profile ? bench_csv_open(out_dir, "bench_decode_ops.csv", op_header, 7) : NULL;

@@ -23,13 +23,14 @@ typedef struct {
     const char *model;
     const int *batch_sizes;
     int n_batch;
+    int prefill_len;             // > 0: also a prefill row, one prompt of this many tokens
 } bench_decode_rows;
 
 // Runs on `device`, for each model each of its batch sizes, writing one CSV row per batch (both
 // kernel sets' rates, and the roofline: a decode step's bytes and FLOPs as
 // harness/bench/step_cost.h counts them, the experts its tokens touched counted in a run of
 // its own, and each set's share of the roofline's tokens/s) to OUT_DIR/bench_decode.csv and a
-// table to stdout. profile: then, per batch, the time of one decode step op by op on each set
+// table to stdout, then the model's prefill row (phase "prefill": prompt tokens/s). profile: then, per batch, the time of one decode step op by op on each set
 // (a table, and OUT_DIR/bench_decode_ops.csv). Exits 2 on an unknown model name.
 void bench_decode(const char *device, const bench_decode_rows *rows, int n_rows, int prompt_len,
                   int new_tokens, bool profile, const bench_ceiling *ceiling, const char *out_dir);

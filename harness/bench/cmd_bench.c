@@ -131,7 +131,7 @@ int cmd_bench(int argc, char **argv) {
         static const int cpu_batches[] = {1, 8};
         host_make_dirs(out_dir);
         const bench_ceiling ceiling = {.copy_gbs = host_copy_bandwidth_gbs((size_t)256 << 20)};
-        const bench_decode_rows rows = {"tiny", cpu_batches, 2};
+        const bench_decode_rows rows = {"tiny", cpu_batches, 2, 256};
         bench_decode("cpu", &rows, 1, 64, quick ? 8 : 32, profile, &ceiling, out_dir);
         bench_meta_write(out_dir, "cpu", argc, argv);
         return 0;

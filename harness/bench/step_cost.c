@@ -13,7 +13,7 @@
 
 enum { BF16_BYTES = 2, F32_BYTES = 4 };
 
-step_cost decode_step_cost(const model_config *c, int B, double context, double experts_touched) {
+step_cost engine_step_cost(const model_config *c, const step_rows *r, double experts_touched) {
     const double D = c->hidden_size, H = c->num_attention_heads;
     const double qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
     const double latent = c->kv_lora_rank + c->qk_rope_head_dim;
@@ -41,16 +41,27 @@ step_cost decode_step_cost(const model_config *c, int B, double context, double 
         per_token += router + shared + c->num_experts_per_tok * expert;
         if (c->topk_method == MOE_TOPK_NOAUX_TC) f32_read += c->n_routed_experts;  // its bias
     }
-    const double lm_head = (double)c->vocab_size * D;
-    read += D + lm_head;  // final norm, lm_head
-    per_token += D + lm_head;
+    const double head = D + (double)c->vocab_size * D;  // final norm, lm_head: logit rows only
+    read += head;
     step_cost s;
-    s.bytes = BF16_BYTES * read + F32_BYTES * f32_read + BF16_BYTES * B * D  // weights, embedding
-              + BF16_BYTES * (double)B * context * latent * c->num_hidden_layers  // KV cache
-              + 2.0 * F32_BYTES * (double)B * c->vocab_size;            // logits out and in
-    const double attention = 2.0 * H * context * (latent + c->kv_lora_rank) * c->num_hidden_layers;
-    s.flops = (double)B * (2.0 * per_token + attention);
+    s.bytes = BF16_BYTES * read + F32_BYTES * f32_read + BF16_BYTES * r->tokens * D  // embedding
+              + BF16_BYTES * r->kv_positions * latent * c->num_hidden_layers      // KV cache
+              + 2.0 * F32_BYTES * (double)r->logit_rows * c->vocab_size;        // logits out, in
+    const double attention = 2.0 * H * r->attended * (latent + c->kv_lora_rank) * c->num_hidden_layers;
+    s.flops = 2.0 * r->tokens * per_token + 2.0 * r->logit_rows * head + attention;
     return s;
+}
+
+step_cost decode_step_cost(const model_config *c, int B, double context, double experts_touched) {
+    const step_rows r = {.tokens = B, .attended = B * context, .kv_positions = B * context,
+                         .logit_rows = B};
+    return engine_step_cost(c, &r, experts_touched);
+}
+
+step_cost prefill_cost(const model_config *c, int P, double experts_touched) {
+    const step_rows r = {.tokens = P, .attended = P * (P + 1.0) / 2.0, .kv_positions = P,
+                         .logit_rows = 1};
+    return engine_step_cost(c, &r, experts_touched);
 }
 
 // --- the routing counter -------------------------------------------------------------------------

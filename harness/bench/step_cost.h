@@ -22,9 +22,23 @@ typedef struct {
     double flops;
 } step_cost;
 
-// One decode step of B requests whose contexts average `context` tokens, when each MoE layer's
-// step touches `experts_touched` distinct routed experts (at most n_routed_experts).
+// A step of the engine: `tokens` rows through every layer, whose attention covers `attended`
+// (query, key) pairs in all and reads `kv_positions` cached latent rows once each (the absorbed
+// form every backend's decode uses, and mla-unified's prefill), with `logit_rows` rows through
+// the lm_head.
+typedef struct {
+    int tokens;
+    double attended, kv_positions;
+    int logit_rows;
+} step_rows;
+
+// The step when each MoE layer touches `experts_touched` distinct routed experts (at most
+// n_routed_experts).
+step_cost engine_step_cost(const model_config *c, const step_rows *r, double experts_touched);
+// A decode step of B requests whose contexts average `context` tokens.
 step_cost decode_step_cost(const model_config *c, int B, double context, double experts_touched);
+// The prefill of one prompt of P tokens in one step, sampling its last position.
+step_cost prefill_cost(const model_config *c, int P, double experts_touched);
 
 // A wrapper set that counts, for every moe_route call of `tokens` tokens (a decode step of that
 // batch), the distinct experts the call's tokens were routed to: one download of the routing a

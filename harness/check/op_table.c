@@ -38,6 +38,9 @@ static const op_entry table[] = {
     OP_ENTRY(logprobs, "a row of logits", 1e-4, REF_MUST_VARY_ON_CPU, REF_MUST_VARY),
     OP_ENTRY(all_reduce, "a token's slice on every rank", 1e-2, REF_MUST_VARY_ON_CPU,
              REF_MUST_VARY_ON_CPU),
+    // TP-size invariance's fp32 sum over ranks: fp32 in and out, held to fp32 addition's error.
+    OP_ENTRY(all_reduce_f32_tree, "a token's fp32 slice on every rank", 1e-5, REF_MUST_VARY_ON_CPU,
+             REF_MUST_VARY_ON_CPU),
     {NULL, NULL, 0.0, REF_MAY_BE_STABLE, REF_MAY_BE_STABLE, NULL, NULL, NULL},
 };
 

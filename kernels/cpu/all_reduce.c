@@ -30,7 +30,10 @@ void inv_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
 }
 
 // The pairwise tree over ranks: strides 1, 2, 4, ... (T a power of two), fp32, never rounded.
-static void rank_tree(float *out, const float *const *ins, int T, long begin, long end) {
+static void rank_tree(const void *order, float *out, const float *const *ins, int T, long begin,
+                      long end, long n) {
+    (void)order;
+    (void)n;
     float part[64] = {0};
     for (long i = begin; i < end; i++) {
         for (int r = 0; r < T; r++) part[r] = ins[r][i];
@@ -48,7 +51,7 @@ void inv_cpu_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n
     long order[] = {2, T};  // pairs, up the tree
     fingerprint_note(ops->fingerprints, "all_reduce_f32_tree", fingerprint_order(order + 1, 1),
                      fingerprint_order(order, 2), "rank-tree");
-    cpu_comm_all_reduce_f32(comm, buf, n, rank_tree);
+    cpu_comm_all_reduce_f32(comm, buf, n, rank_tree, NULL);
 }
 
 void inv_cpu_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,

@@ -154,7 +154,8 @@ void cpu_comm_all_reduce(tp_comm *c, bf16 *buf, long n, cpu_all_reduce_slice sli
     gather_stretches(c, buf, n, sizeof(bf16));
 }
 
-void cpu_comm_all_reduce_f32(tp_comm *c, float *buf, long n, cpu_all_reduce_f32_slice slice) {
+void cpu_comm_all_reduce_f32(tp_comm *c, float *buf, long n, cpu_all_reduce_f32_slice slice,
+                             const void *order) {
     tp_comm_group *g = c->group;
     int T = g->size, me = c->rank;
     if (T == 1 || n <= 0) return;
@@ -162,7 +163,7 @@ void cpu_comm_all_reduce_f32(tp_comm *c, float *buf, long n, cpu_all_reduce_f32_
     float *scratch = publish(c, buf, n, sizeof(float), begin, end);
     const float *ins[T];
     for (int r = 0; r < T; r++) ins[r] = g->slots[r].buf;
-    slice(scratch, ins, T, begin, end);
+    slice(order, scratch, ins, T, begin, end, n);
     gather_stretches(c, buf, n, sizeof(float));
 }
 

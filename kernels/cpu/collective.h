@@ -47,10 +47,12 @@ void cpu_comm_all_reduce(tp_comm *c, bf16 *buf, long n, cpu_all_reduce_slice sli
                          const void *order);
 
 // ops.h's all_reduce_f32_tree over fp32 buf: every rank reduces its stretch of the elements,
-// out[i - begin] from ins[0..T)[i], then every rank copies every stretch.
-typedef void (*cpu_all_reduce_f32_slice)(float *out, const float *const *ins, int T, long begin,
-                                         long end);
-void cpu_comm_all_reduce_f32(tp_comm *c, float *buf, long n, cpu_all_reduce_f32_slice slice);
+// out[i - begin] from ins[0..T)[i] (the slice may read i and n to pick its order, as above), then
+// every rank copies every stretch.
+typedef void (*cpu_all_reduce_f32_slice)(const void *order, float *out, const float *const *ins,
+                                         int T, long begin, long end, long n);
+void cpu_comm_all_reduce_f32(tp_comm *c, float *buf, long n, cpu_all_reduce_f32_slice slice,
+                             const void *order);
 
 // ops.h's all_gather_columns.
 void cpu_comm_all_gather_columns(tp_comm *c, float *buf, int rows, long ld, long col_begin,

@@ -35,7 +35,7 @@ static const char *const inv_cpu_paths[] = {
     "mha_prefill:online-softmax", "merge_attention:row",
     "moe_route:greedy", "moe_route:group-limited", "moe_route:noaux-tc",
     "moe_experts:per-expert-gemm", "moe_combine:ascending-k", "logprobs:row",
-    "all_reduce:rank-order", NULL,
+    "all_reduce:rank-order", "all_reduce_f32_tree:rank-tree", NULL,
 };
 
 void inv_cpu_init(ops_set *ops, int threads) {

@@ -33,3 +33,22 @@ static void ring_order(const void *order, bf16 *out, const bf16 *const *ins, int
 void ref_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
     cpu_comm_all_reduce(comm, buf, n, ring_order, ref_cpu_policy_of(ops));
 }
+
+// The same ring over fp32 partials (a ring all-reduce of fp32 tensors, as NCCL's on fp32 data):
+// no hop rounds to bf16, but where each sum starts still follows the element's chunk, so the
+// fp32 bits of a cancelling sum move with the message. The contract's name is the invariant
+// set's (a fixed tree); this is what a library gives in its place.
+static void ring_order_f32(const void *order, float *out, const float *const *ins, int T,
+                           long begin, long end, long n) {
+    const ref_cpu_policy *policy = order;
+    for (long i = begin; i < end; i++) {
+        int first = policy->all_reduce_first_rank(i, n, T);
+        float acc = ins[first][i];
+        for (int hop = 1; hop < T; hop++) acc += ins[(first + hop) % T][i];
+        out[i - begin] = acc;
+    }
+}
+
+void ref_cpu_all_reduce_f32(ops_set *ops, tp_comm *comm, float *buf, long n) {
+    cpu_comm_all_reduce_f32(comm, buf, n, ring_order_f32, ref_cpu_policy_of(ops));
+}

@@ -62,8 +62,9 @@ ops_set *ref_cpu_set_create(const char *name, const ref_cpu_policy *policy, int 
     ops->moe_experts = ref_cpu_moe_experts;
     ops->moe_combine = ref_cpu_moe_combine;
     ops->logprobs = ref_cpu_logprobs;
-    // The sum across ranks, in a ring's order (all_gather_columns stays: a copy).
+    // The sum across ranks, in a ring's order, bf16 and fp32 (all_gather_columns stays: a copy).
     ops->all_reduce = ref_cpu_all_reduce;
+    ops->all_reduce_f32_tree = ref_cpu_all_reduce_f32;
     // merge_attention stays the invariant set's: element-wise, no order to vary.
     return ops;
 }

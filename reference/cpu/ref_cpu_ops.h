@@ -22,6 +22,7 @@ void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a);         // mo
 void ref_cpu_moe_combine(ops_set *ops, const moe_combine_args *a);         // moe_combine_by_load.c
 void ref_cpu_logprobs(ops_set *ops, const logprobs_args *a);               // logprobs_split_vocab.c
 void ref_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n);   // all_reduce_ring.c
+void ref_cpu_all_reduce_f32(ops_set *ops, tp_comm *comm, float *buf, long n); // all_reduce_ring.c
 // The combine by load, its sums contracted into FMAs where a token's busiest expert has an
 // odd load when fuse_by_load (the adversarial set; the reference set passes false).
 void ref_cpu_moe_combine_by_load(ops_set *ops, const moe_combine_args *a, bool fuse_by_load);

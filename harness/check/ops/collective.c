@@ -3,11 +3,14 @@
 // A row is W values of one token on each of T ranks (a token's slice of a row-parallel
 // output): row m sits at offset m * W of every rank's message of M * W elements, so the batch
 // moves both the row's offset and the message size, the two things a ring's chunking reads.
+// all_reduce sums bf16 messages; all_reduce_f32_tree, the TP-size-invariant mode's, fp32 ones
+// (CPU sets only: the CUDA sets have no such op yet).
 // The T ranks are T threads (common/rank_threads.h): on the CPU over one CPU communicator, on
 // CUDA one GPU each over NCCL. Each rank's result for the row is compared, so a rank that
 // disagrees with the others shows too.
 #include <math.h>                          // ldexpf
 #include <stdlib.h>                        // free
+#include <string.h>                        // memcpy
 
 #include "../../../common/check.h"         // invar_malloc, invar_calloc, invar_die
 #include "../../../kernels/bf16.h"         // float_to_bf16
@@ -63,12 +66,26 @@ const op_shape all_reduce_cuda_shapes[] = {
     {.label = NULL},
 };
 
+// The fp32 form: the same rows (residuals 2^-24 .. 2^-28 of B, below fp32's ulp of B), W = 61.
+const op_shape all_reduce_f32_tree_cpu_shapes[] = {
+    {.label = "T=2 W=61", .all_reduce = {.T = 2, .W = 61}, .max_M = 1024, .quick = true},
+    {.label = "T=4 W=61", .all_reduce = {.T = 4, .W = 61}, .max_M = 1024, .quick = true,
+     .must_vary = true},
+    {.label = "T=8 W=61", .all_reduce = {.T = 8, .W = 61}, .max_M = 1024, .must_vary = true},
+    {.label = "T=4 W=7168", .all_reduce = {.T = 4, .W = 7168}, .max_M = 256, .must_vary = true},
+    {.label = NULL},
+};
+const op_shape all_reduce_f32_tree_cuda_shapes[] = {{.label = NULL}};
+
+static bool is_f32(const op_case *c) { return c->section == &all_reduce_f32_tree_op; }
+static size_t elem_size(const op_case *c) { return is_f32(c) ? sizeof(float) : sizeof(bf16); }
+
 static void all_reduce_declare(op_case *c) {
-    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
-    op_buffer_add(c, OP_ROW_IN, "all_reduce contributions", sizeof(bf16), T, W, W);
-    op_buffer_add(c, OP_BATCH_IN, "all_reduce messages", sizeof(bf16), 1, 1, 1);
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W, e = (int)elem_size(c);
+    op_buffer_add(c, OP_ROW_IN, "all_reduce contributions", e, T, W, W);
+    op_buffer_add(c, OP_BATCH_IN, "all_reduce messages", e, 1, 1, 1);
     op_buffer_add(c, OP_BATCH_IN, "all_reduce result rows", sizeof(int32_t), 1, 1, 1);
-    op_buffer_add(c, OP_OUT, "all_reduce results", sizeof(bf16), T, W, W);
+    op_buffer_add(c, OP_OUT, "all_reduce results", e, T, W, W);
 }
 
 // Each rank's values at its own magnitude, as row-parallel partial sums are. The odd elements
@@ -79,9 +96,36 @@ static void all_reduce_declare(op_case *c) {
 // (the fp32 difference is 2^16 times below the output's ulp), and only a per-hop bf16 rounding
 // (a ring) could show: that data let a pairwise tree over the ranks for big messages through
 // (mutant held-all-reduce-tree-large-message).
+// The fp32 rows: each rank at its own scale; odd elements from 3 on a cancelling pair +-B and
+// residuals 2^-24 .. 2^-28 of B on the other ranks, below fp32's ulp of B: the order of the fp32
+// sum decides which residuals survive, so a change of order shows in the fp32 result.
+static void all_reduce_row_f32(const op_case *c, op_rng *r, float *v) {
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
+    for (int rank = 0; rank < T; rank++) {
+        float scale = op_rng_float(r, 0.1f, 4.0f);
+        for (int j = 0; j < W; j++) v[(long)rank * W + j] = op_rng_float(r, -scale, scale);
+    }
+    for (int j = 3; j < W; j += 2) {
+        float B = op_rng_float(r, 0.5f, 4.0f);
+        int a = op_rng_int(r, T), b = (a + 1 + op_rng_int(r, T - 1 > 0 ? T - 1 : 1)) % T;
+        for (int rank = 0; rank < T; rank++) {
+            float x = B * op_rng_float(r, 0.5f, 1.0f) * ldexpf(1.0f, -24 - op_rng_int(r, 5));
+            v[(long)rank * W + j] = op_rng_int(r, 2) ? x : -x;
+        }
+        if (T > 1) {
+            v[(long)a * W + j] = B;
+            v[(long)b * W + j] = -B;
+        }
+    }
+}
+
 static void all_reduce_row(const op_case *c, uint64_t seed, void *const *in) {
     int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
     op_rng r = op_rng_from(seed, 17);
+    if (is_f32(c)) {
+        all_reduce_row_f32(c, &r, in[AR_IN]);
+        return;
+    }
     bf16 *v = in[AR_IN];  // [T][W]
     for (int rank = 0; rank < T; rank++) {
         float scale = op_rng_float(&r, 0.1f, 4.0f);
@@ -107,13 +151,14 @@ static void all_reduce_row(const op_case *c, uint64_t seed, void *const *in) {
 static void all_reduce_batch(op_case *c, op_batch *b) {
     int T = c->s->all_reduce.T, W = c->s->all_reduce.W, M = b->M;
     long n = (long)M * W;
-    const bf16 *rows = b->host[AR_IN];
-    bf16 *msg = op_batch_input(b, c, AR_MSG, (long)T * n);
+    size_t e = elem_size(c);
+    const char *rows = b->host[AR_IN];
+    char *msg = op_batch_input(b, c, AR_MSG, (long)T * n);
     int32_t *gather = op_batch_input(b, c, AR_GATHER, (long)M * T);
     for (int m = 0; m < M; m++)
         for (int rank = 0; rank < T; rank++) {
-            for (int j = 0; j < W; j++)
-                msg[rank * n + (long)m * W + j] = rows[((long)m * T + rank) * W + j];
+            memcpy(msg + ((long)rank * n + (long)m * W) * e, rows + ((long)m * T + rank) * W * e,
+                   (size_t)W * e);
             gather[m * T + rank] = rank * M + m;
         }
 }
@@ -121,21 +166,23 @@ static void all_reduce_batch(op_case *c, op_batch *b) {
 typedef struct {
     ops_set *ops;
     tp_comm_group *group;
-    bf16 *messages;
+    void *messages;
     long n;
+    bool f32;
 } ranks_job;
 
 static void reduce_as_rank(void *arg, int rank) {
     const ranks_job *j = arg;
-    j->ops->all_reduce(j->ops, tp_comm_group_rank(j->group, rank), j->messages + rank * j->n,
-                       j->n);
+    tp_comm *comm = tp_comm_group_rank(j->group, rank);
+    if (j->f32) j->ops->all_reduce_f32_tree(j->ops, comm, (float *)j->messages + rank * j->n, j->n);
+    else j->ops->all_reduce(j->ops, comm, (bf16 *)j->messages + rank * j->n, j->n);
 }
 
 // The ranks share the case's one ops_set: the CPU sets' all-reduce reads nothing of it but
 // its order policy.
 static void all_reduce_call_cpu(op_case *c, const op_batch *b) {
     int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
-    ranks_job j = {c->ops, tp_comm_group_create(T), b->dev[AR_MSG], (long)b->M * W};
+    ranks_job j = {c->ops, tp_comm_group_create(T), b->dev[AR_MSG], (long)b->M * W, is_f32(c)};
     rank_threads_run(T, reduce_as_rank, &j);
     tp_comm_group_destroy(j.group);
 }
@@ -243,11 +290,12 @@ static void all_reduce_call_cuda(op_case *c, const op_batch *b) {
 
 static void all_reduce_call(op_case *c, const op_batch *b) {
     int W = c->s->all_reduce.W;
-    if (c->ops->open_group) all_reduce_call_cuda(c, b);
+    if (c->ops->open_group && !is_f32(c)) all_reduce_call_cuda(c, b);
     else all_reduce_call_cpu(c, b);
-    // Every rank's result row into the output, row-major by token: a gather is an embedding.
+    // Every rank's result row into the output, row-major by token: a gather is an embedding (an
+    // fp32 row copied as twice as many 2-byte values).
     c->ops->embedding(c->ops, b->dev[AR_OUT], b->dev[AR_MSG], b->dev[AR_GATHER],
-                      b->M * c->s->all_reduce.T, W);
+                      b->M * c->s->all_reduce.T, is_f32(c) ? 2 * W : W);
 }
 
 static double all_reduce_error(op_case *c, uint64_t seed, const void *row) {
@@ -265,5 +313,23 @@ static double all_reduce_error(op_case *c, uint64_t seed, const void *row) {
     return err;
 }
 
+static double all_reduce_f32_error(op_case *c, uint64_t seed, const void *row) {
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
+    void **in = op_row_alone(c, seed);
+    const float *v = in[AR_IN];
+    double *ref = invar_malloc((size_t)T * W * sizeof(double), "all_reduce oracle");
+    for (int j = 0; j < W; j++) {
+        double sum = 0.0;
+        for (int rank = 0; rank < T; rank++) sum += v[(long)rank * W + j];
+        for (int rank = 0; rank < T; rank++) ref[(long)rank * W + j] = sum;
+    }
+    double err = f64_rel_l2_f32(row, ref, (long)T * W);
+    op_row_free(c, in);
+    free(ref);
+    return err;
+}
+
 const op_section all_reduce_op = {all_reduce_declare, all_reduce_row, all_reduce_batch,
                                   all_reduce_call, all_reduce_error};
+const op_section all_reduce_f32_tree_op = {all_reduce_declare, all_reduce_row, all_reduce_batch,
+                                           all_reduce_call, all_reduce_f32_error};

@@ -147,5 +147,7 @@ extern const op_section logprobs_op;          // ops/logprobs.c
 extern const op_shape logprobs_cpu_shapes[], logprobs_cuda_shapes[];
 extern const op_section all_reduce_op;        // ops/collective.c
 extern const op_shape all_reduce_cpu_shapes[], all_reduce_cuda_shapes[];
+extern const op_section all_reduce_f32_tree_op;  // ops/collective.c
+extern const op_shape all_reduce_f32_tree_cpu_shapes[], all_reduce_f32_tree_cuda_shapes[];
 
 #endif

@@ -150,6 +150,7 @@ struct engine {
     step_views dev;              // this step's metadata and results on the device
     step_views host_out;         // its results on the host (views into out.host)
     step_pack in, out;
+    bool in_flight;              // in.host went up asynchronously and no sync followed yet
     kv_cache *cache;
     scheduler *sched;
 
@@ -1108,6 +1109,10 @@ static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
     step_views *d = &e->dev;
     step_pack *in = &e->in, *out = &e->out;
     int prefill_rows = st->T - st->T_decode;
+    // The last step's upload may still read in.host when that step sampled nothing (a prefill
+    // chunk), since only a download waits for the device: wait before packing over it.
+    if (e->in_flight) e->ops->sync(e->ops);
+    e->in_flight = false;
     in->used = 0;
     d->ids = pack(in, hs->ids, st->T, sizeof(int32_t));
     d->pos = pack(in, hs->pos, st->T, sizeof(int32_t));
@@ -1135,8 +1140,12 @@ static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
     }
     // Asynchronous where it can be: in->host is rewritten only at the next step, after this
     // step's download, which follows the copy on the device.
-    if (in->used && host_async(e)) e->ops->upload_async(e->ops, in->device, in->host, in->used);
-    else if (in->used) e->ops->upload(e->ops, in->device, in->host, in->used);
+    if (in->used && host_async(e)) {
+        e->ops->upload_async(e->ops, in->device, in->host, in->used);
+        e->in_flight = true;
+    } else if (in->used) {
+        e->ops->upload(e->ops, in->device, in->host, in->used);
+    }
     // The results: the same offsets on both sides, so the host reads them in place.
     out->used = 0;
     d->token = pack(out, NULL, st->S, sizeof(int32_t));
@@ -1198,6 +1207,7 @@ static void record_samples(engine *e, const engine_request *reqs, const sched_it
     host_step *hs = &e->hs;
     int S = st->S;
     if (e->out.used) o->download(o, e->out.host, e->out.device, e->out.used);
+    e->in_flight = false;  // the download waited for the device
     const step_views *r = &e->host_out;
     for (int s = 0; s < S; s++) {
         int i = hs->sample_item[s], req = items[i].req, position = hs->sample_at[s];

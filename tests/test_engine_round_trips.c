@@ -2,8 +2,10 @@
 // each way: its metadata packed into one upload, its sampling results read back in one
 // download (on a GPU each copy is a host round trip; the engine once made up to 16 of them a
 // step). Counted through a wrapper of the invariant CPU set over a session of requests that
-// prefill (in chunks), hit the prefix cache and decode together; and the
-// records equal those of a plain generate.
+// prefill (in chunks), hit the prefix cache and decode together; and the records equal those of
+// a plain generate. The wrapper also holds the engine to upload_async's contract (its source
+// unchanged until the next sync or download), which a CPU set's synchronous copies cannot show
+// broken: a prefill chunk that samples nothing ends without a download.
 #include <stdarg.h>                   // cmocka
 #include <stddef.h>                   // cmocka
 #include <stdint.h>                   // cmocka
@@ -22,8 +24,33 @@
 
 typedef struct {
     ops_wrapper wrap;                 // first: the engine calls through wrap.base
-    long uploads, downloads, async_uploads;
+    long uploads, downloads, async_uploads, syncs;
+    // The last asynchronous upload's source and a hash of its bytes then, until a sync or a
+    // download; a rewrite of those bytes before either breaks upload_async's contract.
+    const unsigned char *pending;
+    size_t pending_bytes;
+    uint64_t pending_hash;
+    long violations;
 } counting_set;
+
+static uint64_t fnv1a(const unsigned char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+// Whether the pending upload's source still holds what it held when the copy was queued.
+static void check_pending(counting_set *c) {
+    if (c->pending && fnv1a(c->pending, c->pending_bytes) != c->pending_hash) c->violations++;
+}
+
+static void count_sync(ops_set *ops) {
+    counting_set *c = (counting_set *)ops;
+    c->syncs++;
+    check_pending(c);
+    c->pending = NULL;
+    c->wrap.inner->sync(c->wrap.inner);
+}
 
 static void count_upload(ops_set *ops, void *dst, const void *src, size_t bytes) {
     counting_set *c = (counting_set *)ops;
@@ -35,16 +62,33 @@ static void count_upload_async(ops_set *ops, void *dst, const void *src, size_t 
     counting_set *c = (counting_set *)ops;
     c->uploads++;
     c->async_uploads++;
+    check_pending(c);
+    c->pending = src;
+    c->pending_bytes = bytes;
+    c->pending_hash = fnv1a(src, bytes);
     c->wrap.inner->upload_async(c->wrap.inner, dst, src, bytes);
 }
 
 static void count_download(ops_set *ops, void *dst, const void *src, size_t bytes) {
     counting_set *c = (counting_set *)ops;
     c->downloads++;
+    check_pending(c);
+    c->pending = NULL;
     c->wrap.inner->download(c->wrap.inner, dst, src, bytes);
 }
 
 enum { N_REQ = 5, NEW = 6, MAX_LEN = 96 };
+
+static counting_set *counting_wrap(ops_set *inner) {
+    counting_set *c = test_alloc(sizeof *c);
+    memset(c, 0, sizeof *c);
+    ops_wrapper_init(&c->wrap, inner);
+    c->wrap.base.upload = count_upload;
+    c->wrap.base.download = count_download;
+    c->wrap.base.upload_async = count_upload_async;
+    c->wrap.base.sync = count_sync;
+    return c;
+}
 
 static void one_copy_each_way_a_step(void **state) {
     (void)state;
@@ -52,11 +96,7 @@ static void one_copy_each_way_a_step(void **state) {
     assert_true(model_config_by_name("tiny", &cfg));
     weight_source *src = weights_synthetic(&cfg, 11);
     ops_set *inner = inv_cpu_create(2);
-    counting_set *c = test_alloc(sizeof *c);
-    ops_wrapper_init(&c->wrap, inner);
-    c->wrap.base.upload = count_upload;
-    c->wrap.base.download = count_download;
-    c->wrap.base.upload_async = count_upload_async;
+    counting_set *c = counting_wrap(inner);
     engine_limits lim = {.max_num_seqs = N_REQ, .max_num_batched_tokens = 48,
                          .max_model_len = MAX_LEN, .max_total_tokens = N_REQ * MAX_LEN,
                          .block_size = 16};
@@ -92,6 +132,7 @@ static void one_copy_each_way_a_step(void **state) {
     // The set has host memory the device copies from directly: every step's upload returned
     // at once (on CUDA, from pinned memory without a wait).
     assert_int_equal(c->async_uploads, steps);
+    assert_int_equal(c->violations, 0);
     for (int i = 0; i < N_REQ; i++) assert_int_equal(results[i].n_steps, NEW);
     // The same records as a generate of the same requests on the bare set.
     engine *plain = engine_create(&cfg, src, inner, &lim, 11);
@@ -112,9 +153,47 @@ static void one_copy_each_way_a_step(void **state) {
     src->destroy(src);
 }
 
+// One prompt of 110 tokens under a 48-token budget: two chunks that sample nothing, so those
+// steps end without a download; the next step must not pack over the upload still in flight.
+static void a_chunk_that_samples_nothing_is_waited_for(void **state) {
+    (void)state;
+    model_config cfg;
+    assert_true(model_config_by_name("tiny", &cfg));
+    weight_source *src = weights_synthetic(&cfg, 12);
+    ops_set *inner = inv_cpu_create(2);
+    counting_set *c = counting_wrap(inner);
+    engine_limits lim = {.max_num_seqs = 1, .max_num_batched_tokens = 48, .max_model_len = 128,
+                         .max_total_tokens = 128, .block_size = 16};
+    engine *e = engine_create(&cfg, src, &c->wrap.base, &lim, 12);
+    engine_sched sched = {.max_num_seqs = 1, .max_num_batched_tokens = 48, .chunked_prefill = true,
+                          .top_k = 2};
+    int32_t prompt[110];
+    test_fill_i32(prompt, 110, 5, 0, cfg.vocab_size);
+    engine_request req = {.prompt = prompt, .prompt_len = 110, .max_new_tokens = 3};
+    engine_step_record records[3];
+    engine_result result = {.steps = records};
+    char err[256];
+    assert_true(engine_begin(e, &sched, err, sizeof err));
+    assert_int_equal(engine_submit(e, &req, &result, err, sizeof err), 0);
+    int silent = 0;  // steps that ended without a download
+    while (!engine_all_finished(e)) {
+        long down = c->downloads;
+        if (engine_step(e, err, sizeof err) <= 0) fail_msg("engine_step: %s", err);
+        silent += c->downloads == down;
+    }
+    assert_int_equal(silent, 2);
+    assert_int_equal(result.n_steps, 3);
+    if (c->violations) fail_msg("%ld uploads had their source rewritten before a sync", c->violations);
+    engine_destroy(e);
+    free(c);
+    inner->destroy(inner);
+    src->destroy(src);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(one_copy_each_way_a_step),
+        cmocka_unit_test(a_chunk_that_samples_nothing_is_waited_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

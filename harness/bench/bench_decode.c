@@ -240,11 +240,16 @@ static void row(csv_report *csv, const char *device, const char *model, const ch
     double t_flops = ceiling->peak_tflops > 0.0 ? cost->flops / (ceiling->peak_tflops * 1e12) : 0.0;
     double tokens = strcmp(phase, "prefill") == 0 ? prompt_len : B;
     double roof = tokens / (t_bytes > t_flops ? t_bytes : t_flops);
-    printf("%6s %14s roofline %.1f tok/s (%s-bound): invariant %.1f%%, reference %.1f%%\n", "",
-           phase, roof, t_bytes >= t_flops ? "memory" : "compute", 100.0 * ti / roof, 100.0 * tr / roof);
+    // Without a FLOP peak the roofline is the memory one alone, and says so: a prefill is
+    // compute-bound, and its share of a memory roofline means little.
+    const char *bound = ceiling->peak_tflops <= 0.0 ? "memory-only"
+                        : t_bytes >= t_flops        ? "memory"
+                                                    : "compute";
+    printf("%6s %14s roofline %.1f tok/s (%s): invariant %.1f%%, reference %.1f%%\n", "", phase,
+           roof, bound, 100.0 * ti / roof, 100.0 * tr / roof);
     bench_row(csv, "%s,%s,%s,%d,%d,%d,%.1f,%.1f,%.4f,%.3f,%.3f,%.3f,%s,%.1f,%.2f,%.2f", device,
               model, phase, B, prompt_len, new_tokens, ti, tr, ti / tr, cost->bytes / 1e6,
-              cost->flops / 1e9, experts, t_bytes >= t_flops ? "memory" : "compute", roof,
+              cost->flops / 1e9, experts, bound, roof,
               100.0 * ti / roof, 100.0 * tr / roof);
 }
 

@@ -224,12 +224,15 @@ static void summary_line(FILE *f, const bench_run *r) {
     }
     const csv_table *d = r->t[F_DECODE];
     if (d && d->nrows) {
-        fprintf(f, "%sdecode tokens/s invariant/reference", sep);
-        for (int i = 0; i < d->nrows; i++)
-            fprintf(f, "%s %s", i ? "," : "", csv_get(d, i, "ratio"));
-        fputs(" (batch", f);
-        for (int i = 0; i < d->nrows; i++) fprintf(f, "%s %s", i ? "," : "", csv_get(d, i, "batch"));
-        fputs(")", f);
+        // Each ratio named by its row: the model and phase where the file has them (runs from
+        // before both had decode rows of one model only).
+        fprintf(f, "%send-to-end tokens/s invariant/reference", sep);
+        bool named = csv_col(d, "model") >= 0 && csv_col(d, "phase") >= 0;
+        for (int i = 0; i < d->nrows; i++) {
+            fprintf(f, "%s %s (", i ? "," : "", csv_get(d, i, "ratio"));
+            if (named) fprintf(f, "%s %s ", csv_get(d, i, "model"), csv_get(d, i, "phase"));
+            fprintf(f, "batch %s)", csv_get(d, i, "batch"));
+        }
         sep = "; ";
     }
     if (!sep[0]) fputs("no GEMM, MLA or decode rows", f);

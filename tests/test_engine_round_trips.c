@@ -90,17 +90,39 @@ static counting_set *counting_wrap(ops_set *inner) {
     return c;
 }
 
+// The tiny model's synthetic weights, the invariant CPU set and the counting wrapper over it.
+typedef struct {
+    model_config cfg;
+    weight_source *src;
+    ops_set *inner;
+    counting_set *c;
+} rig;
+
+static rig rig_open(uint64_t seed) {
+    rig r;
+    assert_true(model_config_by_name("tiny", &r.cfg));
+    r.src = weights_synthetic(&r.cfg, seed);
+    r.inner = inv_cpu_create(2);
+    r.c = counting_wrap(r.inner);
+    return r;
+}
+
+static void rig_close(rig *r) {
+    free(r->c);
+    r->inner->destroy(r->inner);
+    r->src->destroy(r->src);
+}
+
 static void one_copy_each_way_a_step(void **state) {
     (void)state;
-    model_config cfg;
-    assert_true(model_config_by_name("tiny", &cfg));
-    weight_source *src = weights_synthetic(&cfg, 11);
-    ops_set *inner = inv_cpu_create(2);
-    counting_set *c = counting_wrap(inner);
+    rig rg = rig_open(11);
+    const model_config cfg = rg.cfg;
+    ops_set *inner = rg.inner;
+    counting_set *c = rg.c;
     engine_limits lim = {.max_num_seqs = N_REQ, .max_num_batched_tokens = 48,
                          .max_model_len = MAX_LEN, .max_total_tokens = N_REQ * MAX_LEN,
                          .block_size = 16};
-    engine *e = engine_create(&cfg, src, &c->wrap.base, &lim, 11);
+    engine *e = engine_create(&cfg, rg.src, &c->wrap.base, &lim, 11);
     engine_sched sched = {.max_num_seqs = N_REQ, .max_num_batched_tokens = 48,
                           .chunked_prefill = true, .top_k = 4, .prefix_caching = true};
     // Prompts of 20-60 tokens sharing a 32-token prefix: chunked prefill, prefix hits, decodes.
@@ -135,7 +157,7 @@ static void one_copy_each_way_a_step(void **state) {
     assert_int_equal(c->violations, 0);
     for (int i = 0; i < N_REQ; i++) assert_int_equal(results[i].n_steps, NEW);
     // The same records as a generate of the same requests on the bare set.
-    engine *plain = engine_create(&cfg, src, inner, &lim, 11);
+    engine *plain = engine_create(&cfg, rg.src, inner, &lim, 11);
     engine_step_record again[N_REQ][NEW];
     engine_result plain_results[N_REQ];
     for (int i = 0; i < N_REQ; i++) plain_results[i] = (engine_result){.steps = again[i]};
@@ -148,27 +170,22 @@ static void one_copy_each_way_a_step(void **state) {
         }
     engine_destroy(plain);
     engine_destroy(e);
-    free(c);
-    inner->destroy(inner);
-    src->destroy(src);
+    rig_close(&rg);
 }
 
 // One prompt of 110 tokens under a 48-token budget: two chunks that sample nothing, so those
 // steps end without a download; the next step must not pack over the upload still in flight.
 static void a_chunk_that_samples_nothing_is_waited_for(void **state) {
     (void)state;
-    model_config cfg;
-    assert_true(model_config_by_name("tiny", &cfg));
-    weight_source *src = weights_synthetic(&cfg, 12);
-    ops_set *inner = inv_cpu_create(2);
-    counting_set *c = counting_wrap(inner);
+    rig rg = rig_open(12);
+    counting_set *c = rg.c;
     engine_limits lim = {.max_num_seqs = 1, .max_num_batched_tokens = 48, .max_model_len = 128,
                          .max_total_tokens = 128, .block_size = 16};
-    engine *e = engine_create(&cfg, src, &c->wrap.base, &lim, 12);
+    engine *e = engine_create(&rg.cfg, rg.src, &c->wrap.base, &lim, 12);
     engine_sched sched = {.max_num_seqs = 1, .max_num_batched_tokens = 48, .chunked_prefill = true,
                           .top_k = 2};
     int32_t prompt[110];
-    test_fill_i32(prompt, 110, 5, 0, cfg.vocab_size);
+    test_fill_i32(prompt, 110, 5, 0, rg.cfg.vocab_size);
     engine_request req = {.prompt = prompt, .prompt_len = 110, .max_new_tokens = 3};
     engine_step_record records[3];
     engine_result result = {.steps = records};
@@ -185,9 +202,7 @@ static void a_chunk_that_samples_nothing_is_waited_for(void **state) {
     assert_int_equal(result.n_steps, 3);
     if (c->violations) fail_msg("%ld uploads had their source rewritten before a sync", c->violations);
     engine_destroy(e);
-    free(c);
-    inner->destroy(inner);
-    src->destroy(src);
+    rig_close(&rg);
 }
 
 int main(void) {

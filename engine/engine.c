@@ -1103,6 +1103,11 @@ static void *pack(step_pack *p, const void *src, long count, size_t size) {
     return at;
 }
 
+// Where a device view of p sits in p's host side (the same offset).
+static void *on_host(const step_pack *p, const void *device_view) {
+    return p->host + ((const char *)device_view - (const char *)p->device);
+}
+
 // The device views and the one upload of a step's metadata; the results' views (top_k a row).
 static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
     host_step *hs = &e->hs;
@@ -1138,8 +1143,8 @@ static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
         }
         d->local_ids = pack(in, hs->local_ids, st->T, sizeof(int32_t));
     }
-    // Asynchronous where it can be: in->host is rewritten only at the next step, after this
-    // step's download, which follows the copy on the device.
+    // Asynchronous where it can be: in->host is rewritten only at the next step's pack, after
+    // this step's download or the sync above, either of which follows the copy on the device.
     if (in->used && host_async(e)) {
         e->ops->upload_async(e->ops, in->device, in->host, in->used);
         e->in_flight = true;
@@ -1153,10 +1158,10 @@ static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
     d->topk_ids = pack(out, NULL, (long)st->S * top_k, sizeof(int32_t));
     d->topk_logprobs = pack(out, NULL, (long)st->S * top_k, sizeof(float));
     step_views *r = &e->host_out;
-    r->token = (int32_t *)(out->host + ((char *)d->token - (char *)out->device));
-    r->token_logprob = (float *)(out->host + ((char *)d->token_logprob - (char *)out->device));
-    r->topk_ids = (int32_t *)(out->host + ((char *)d->topk_ids - (char *)out->device));
-    r->topk_logprobs = (float *)(out->host + ((char *)d->topk_logprobs - (char *)out->device));
+    r->token = on_host(out, d->token);
+    r->token_logprob = on_host(out, d->token_logprob);
+    r->topk_ids = on_host(out, d->topk_ids);
+    r->topk_logprobs = on_host(out, d->topk_logprobs);
 }
 
 // Host-side metadata of one step (pack_step uploads it).

@@ -3,11 +3,12 @@
 
 #include <errno.h>               // errno, EEXIST
 #include <stdio.h>               // snprintf
-#include <string.h>              // strerror
+#include <stdlib.h>              // free
+#include <string.h>              // strerror, memcpy
 #include <sys/stat.h>            // mkdir, stat, S_ISDIR
 #include <time.h>                // clock_gettime
 
-#include "../common/check.h"    // invar_die
+#include "../common/check.h"    // invar_die, invar_malloc
 
 double host_seconds(void) {
     struct timespec t;
@@ -32,4 +33,21 @@ void host_make_dirs(const char *dir) {
         *p = saved;
         if (saved == '\0') return;
     }
+}
+
+double host_copy_bandwidth_gbs(size_t bytes) {
+    char *src = invar_malloc(bytes, "bench copy source"), *dst = invar_malloc(bytes, "bench copy destination");
+    for (size_t i = 0; i < bytes; i++) src[i] = (char)(i * 131u);
+    memcpy(dst, src, bytes);  // first touch of dst's pages
+    double best = 0.0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = host_seconds();
+        memcpy(dst, src, bytes);
+        double gbs = 2.0 * (double)bytes / (host_seconds() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    if (dst[bytes - 1] != src[bytes - 1]) invar_die(INVAR_EXIT_SYSTEM, "bench: host copy lost bytes");
+    free(src);
+    free(dst);
+    return best;
 }

@@ -14,10 +14,9 @@
 #include "bench.h"               // bench_cuda, bench_shapes, BENCH_MLA_BLOCK
 #include "bench_decode.h"        // bench_decode
 #include "bench_meta.h"          // bench_meta_write
-#include "step_cost.h"           // host_copy_bandwidth_gbs
 #include "../cli_args.h"         // cli_parse, cli_usage_error
 #include "../commands.h"         // cmd_bench
-#include "../host.h"             // host_make_dirs
+#include "../host.h"             // host_make_dirs, host_copy_bandwidth_gbs
 #include "../../common/check.h"  // INVAR_EXIT_INPUT
 #include "../../sets/registry.h" // cuda_device_available
 

@@ -5,8 +5,6 @@
 #include <stdbool.h>                 // bool
 #include <stdint.h>                  // int32_t
 #include <stdlib.h>                  // free
-#include <string.h>                  // memcpy
-#include <time.h>                    // clock_gettime
 
 #include "../../common/check.h"      // invar_calloc, invar_die
 #include "../../sets/ops_wrapper.h"  // ops_wrapper, ops_wrapper_init
@@ -118,29 +116,4 @@ void route_count_destroy(route_count *r) {
     free(r->ids);
     free(r->seen);
     free(r);
-}
-
-// --- the host's copy bandwidth -------------------------------------------------------------------
-
-static double now_s(void) {
-    struct timespec t;
-    if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) invar_die(INVAR_EXIT_SYSTEM, "bench: clock_gettime failed");
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-double host_copy_bandwidth_gbs(size_t bytes) {
-    char *src = invar_malloc(bytes, "bench copy source"), *dst = invar_malloc(bytes, "bench copy destination");
-    for (size_t i = 0; i < bytes; i++) src[i] = (char)(i * 131u);
-    memcpy(dst, src, bytes);  // first touch of dst's pages
-    double best = 0.0;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = now_s();
-        memcpy(dst, src, bytes);
-        double gbs = 2.0 * (double)bytes / (now_s() - t0) / 1e9;
-        if (gbs > best) best = gbs;
-    }
-    if (dst[bytes - 1] != src[bytes - 1]) invar_die(INVAR_EXIT_SYSTEM, "bench: host copy lost bytes");
-    free(src);
-    free(dst);
-    return best;
 }

@@ -12,8 +12,6 @@
 #ifndef INVAR_HARNESS_BENCH_STEP_COST_H
 #define INVAR_HARNESS_BENCH_STEP_COST_H
 
-#include <stddef.h>                   // size_t
-
 #include "../../engine/model_config.h" // model_config
 #include "../../kernels/ops.h"        // ops_set
 
@@ -49,10 +47,5 @@ ops_set *route_count_set(route_count *r);
 // Mean distinct experts a counted call; 0 when no call of that many tokens was seen.
 double route_count_mean(const route_count *r);
 void route_count_destroy(route_count *r);
-
-// The host's memcpy bandwidth in GB/s, read + write counted as CUDA's copy figure counts them
-// (kernels/cuda/cuda_timing.h), one thread, the best of 3 copies of `bytes`: the CPU bench's
-// ceiling (a lower one than all cores together reach).
-double host_copy_bandwidth_gbs(size_t bytes);
 
 #endif

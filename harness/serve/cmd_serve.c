@@ -125,6 +125,13 @@ static bool client_gone(void *ctx) {
     return (p.revents & POLLIN) && recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+// The 500 of a request the engine could not run, whether answered whole or in a stream.
+static serve_error engine_failed(const char *why) {
+    serve_error e = {.status = 500, .type = "server_error"};
+    snprintf(e.message, sizeof e.message, "the engine could not run the request: %.400s", why);
+    return e;
+}
+
 // A streamed answer (stream: true): its jobs run in the engine while MHD writes their events,
 // each as soon as the step that made its token is over (stream_read); the stream owns the
 // request and its jobs until MHD lets it go (stream_free).
@@ -167,9 +174,7 @@ static bool stream_next(stream *st) {
         if (!error && st->jobs[i].done && st->jobs[i].error[0]) error = st->jobs[i].error;
     }
     if (error) {
-        serve_error e = {.status = 500, .type = "server_error"};
-        snprintf(e.message, sizeof e.message, "the engine could not run the request: %.400s",
-                 error);
+        serve_error e = engine_failed(error);
         serve_write_stream_error(f, &e);
     }
     if (error || done) {
@@ -262,7 +267,6 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
         return send_error(c, &e);
     int n = req.n_prompts;
     serve_job *jobs = invar_calloc((size_t)n, sizeof *jobs, "jobs");
-    engine_result *results = invar_calloc((size_t)n, sizeof *results, "results");
     for (int i = 0; i < n; i++) {
         jobs[i].req = (engine_request){.prompt = req.prompts[i].tokens,
                                        .prompt_len = req.prompts[i].len,
@@ -275,10 +279,8 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
     // A stream's jobs are handed in and its answer begins at once; others wait for their end.
     bool taken = req.stream ? serve_queue_submit_all(s->queue, jobs, n)
                             : serve_queue_run_all(s->queue, jobs, n, client_gone, c);
-    if (taken && req.stream) {
-        free(results);
-        return stream_begin(s, c, &req, jobs);
-    }
+    if (taken && req.stream) return stream_begin(s, c, &req, jobs);
+    engine_result *results = invar_calloc((size_t)n, sizeof *results, "results");
     const char *error = NULL;
     bool cancelled = false;
     for (int i = 0; i < n; i++) {
@@ -296,9 +298,7 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, const up
     } else if (cancelled) {  // nobody to answer: close the connection
         ok = MHD_NO;
     } else if (error) {
-        e = (serve_error){.status = 500, .type = "server_error"};
-        snprintf(e.message, sizeof e.message, "the engine could not run the request: %.400s",
-                 error);
+        e = engine_failed(error);
         ok = send_error(c, &e);
     } else {
         pthread_mutex_lock(&s->mu);

@@ -18,7 +18,7 @@
 #include "../../../kernels/cpu/collective.h" // tp_comm_group_*
 #include "../../../kernels/f64/f64.h"      // f64_all_reduce, f64_rel_l2_bf16
 #include "../../../sets/registry.h"        // kernel_set_create_for_rank
-#include "op_section.h"                    // op_section, op_buffer_add, op_rng, op_fill_bf16
+#include "op_section.h"                    // op_section, op_buffer_add, op_rng
 
 // contributions [M][T][W] as rows are built; messages [T][M*W] as ranks hold them; gather:
 // the message row each output sub-row comes from; out [M][T][W], every rank's result.
@@ -88,48 +88,28 @@ static void all_reduce_declare(op_case *c) {
     op_buffer_add(c, OP_OUT, "all_reduce results", e, T, W, W);
 }
 
+// Element i of a row's values, stored as the op's element type holds it.
+static void put(const op_case *c, void *v, long i, float x) {
+    if (is_f32(c)) ((float *)v)[i] = x;
+    else ((bf16 *)v)[i] = float_to_bf16(x);
+}
+
 // Each rank's values at its own magnitude, as row-parallel partial sums are. The odd elements
 // from 3 on hold a cancelling pair (two ranks with +B and -B, as partial sums of opposite sign do) and
-// residuals 2^-14 .. 2^-18 of B on the other ranks: there the fp32 rounding of B + residual is
-// as large as the result itself, so a change in the order of the fp32 sum shows in the bf16
-// output. Without such elements every order of at most 8 bf16 addends rounds to the same bf16
+// residuals on the other ranks small enough that the rounding of B + residual is as large as the
+// result itself: 2^-14 .. 2^-18 of B for bf16 messages (the fp32 sum is rounded to bf16), 2^-24
+// .. 2^-28 for fp32 ones (below fp32's ulp of B). So a change in the order of the fp32 sum shows in
+// the output. Without such elements every order of at most 8 bf16 addends rounds to the same bf16
 // (the fp32 difference is 2^16 times below the output's ulp), and only a per-hop bf16 rounding
 // (a ring) could show: that data let a pairwise tree over the ranks for big messages through
 // (mutant held-all-reduce-tree-large-message).
-// The fp32 rows: each rank at its own scale; odd elements from 3 on a cancelling pair +-B and
-// residuals 2^-24 .. 2^-28 of B on the other ranks, below fp32's ulp of B: the order of the fp32
-// sum decides which residuals survive, so a change of order shows in the fp32 result.
-static void all_reduce_row_f32(const op_case *c, op_rng *r, float *v) {
-    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
-    for (int rank = 0; rank < T; rank++) {
-        float scale = op_rng_float(r, 0.1f, 4.0f);
-        for (int j = 0; j < W; j++) v[(long)rank * W + j] = op_rng_float(r, -scale, scale);
-    }
-    for (int j = 3; j < W; j += 2) {
-        float B = op_rng_float(r, 0.5f, 4.0f);
-        int a = op_rng_int(r, T), b = (a + 1 + op_rng_int(r, T - 1 > 0 ? T - 1 : 1)) % T;
-        for (int rank = 0; rank < T; rank++) {
-            float x = B * op_rng_float(r, 0.5f, 1.0f) * ldexpf(1.0f, -24 - op_rng_int(r, 5));
-            v[(long)rank * W + j] = op_rng_int(r, 2) ? x : -x;
-        }
-        if (T > 1) {
-            v[(long)a * W + j] = B;
-            v[(long)b * W + j] = -B;
-        }
-    }
-}
-
 static void all_reduce_row(const op_case *c, uint64_t seed, void *const *in) {
-    int T = c->s->all_reduce.T, W = c->s->all_reduce.W;
+    int T = c->s->all_reduce.T, W = c->s->all_reduce.W, tiny = is_f32(c) ? -24 : -14;
     op_rng r = op_rng_from(seed, 17);
-    if (is_f32(c)) {
-        all_reduce_row_f32(c, &r, in[AR_IN]);
-        return;
-    }
-    bf16 *v = in[AR_IN];  // [T][W]
+    void *v = in[AR_IN];  // [T][W]
     for (int rank = 0; rank < T; rank++) {
         float scale = op_rng_float(&r, 0.1f, 4.0f);
-        op_fill_bf16(v + (long)rank * W, W, &r, -scale, scale);
+        for (int j = 0; j < W; j++) put(c, v, (long)rank * W + j, op_rng_float(&r, -scale, scale));
     }
     // Odd elements from 3 on: elements 0-2 keep a row's norm at the ranks' scale (a row of W = 2
     // has none), so a ring's per-hop rounding of a cancelled element (the reference set) stays
@@ -138,12 +118,12 @@ static void all_reduce_row(const op_case *c, uint64_t seed, void *const *in) {
         float B = op_rng_float(&r, 0.5f, 4.0f);
         int a = op_rng_int(&r, T), b = (a + 1 + op_rng_int(&r, T - 1 > 0 ? T - 1 : 1)) % T;
         for (int rank = 0; rank < T; rank++) {
-            float x = B * op_rng_float(&r, 0.5f, 1.0f) * ldexpf(1.0f, -14 - op_rng_int(&r, 5));
-            v[(long)rank * W + j] = float_to_bf16(op_rng_int(&r, 2) ? x : -x);
+            float x = B * op_rng_float(&r, 0.5f, 1.0f) * ldexpf(1.0f, tiny - op_rng_int(&r, 5));
+            put(c, v, (long)rank * W + j, op_rng_int(&r, 2) ? x : -x);
         }
         if (T > 1) {
-            v[(long)a * W + j] = float_to_bf16(B);
-            v[(long)b * W + j] = float_to_bf16(-B);
+            put(c, v, (long)a * W + j, B);
+            put(c, v, (long)b * W + j, -B);
         }
     }
 }

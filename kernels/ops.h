@@ -37,7 +37,7 @@ typedef struct {
     int M, N, K;
     long ldx, ldy, ldw; // row strides; 0 means dense (K, N, K)
     int batch;          // 0 or 1 means one product
-    long stride_x, stride_y, stride_w; // between batch entries, in elements
+    long stride_x, stride_y, stride_w; // between batch entries, in elements (0: one shared)
 } gemm_args;
 
 // Absorbed MLA attention over the paged latent cache. For query token t and head h:
@@ -198,6 +198,10 @@ struct ops_set {
     // The "op:path" names the set's kernels can note, NULL-terminated (NULL: none declared):
     // what path coverage counts against.
     const char *const *paths;
+    // Why a declared path cannot be taken in this process (another GPU architecture, fewer GPUs
+    // than its ranks), or NULL where it can; NULL function: every path can. Coverage lists such
+    // a path with the reason instead of failing it.
+    const char *(*path_unreachable)(ops_set *ops, const char *path);
     // The kernels' state (thread pool; stream and scratch). A set built on another (reference/
     // and adversarial/ on the invariant sets, through inv_cpu_init / inv_cuda_init) keeps that
     // set's ctx, which the reused ops read, and holds this ops_set first in a struct of its own

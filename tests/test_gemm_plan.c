@@ -14,6 +14,7 @@
 #include <string.h>   // strcmp, memset
 
 #include "../kernels/cuda/gemm_plan_choose.cuh"  // gemm_split_count, gemm_split_begin, gemm_plan_choose
+#include "../kernels/cuda/gemm_paths.h"          // GEMM_SM90_PATHS
 
 // N and K of the benchmark grid, of V2-Lite and V3 layers, and edges (one k-tile, a K tail,
 // N past the 67 column tiles no split reaches).
@@ -138,6 +139,36 @@ static void every_plan_has_a_kernel_and_the_rules_splits(void **state) {
                                             N % 144 == 0);
                         }
     printf("gemm plans checked: %ld\n", plans);
+}
+
+// The invariant CUDA set declares as GEMM paths (kernels/cuda/gemm_paths.h) exactly the plans
+// gemm_plan_choose returns on 132 SMs (H100 SXM, H200) over shapes, batches and loads that reach
+// every rule: a path missing from the list fails a GPU's coverage as taken but undeclared, a path
+// no plan returns could never be reached.
+static void declared_gemm_paths_are_the_plans(void **state) {
+    (void)state;
+    static const char *const declared[] = {GEMM_SM90_PATHS};
+    static const int ns[] = {40, 72, 128, 144, 320, 576, 1536, 2048, 3072, 4096, 7168, 8832, 9472, 18048, 34944};
+    static const int ks[] = {40, 512, 1408, 2048, 7168, 16384};
+    static const int batches[] = {1, 16, 64};
+    bool produced[COUNT(declared)] = {false};
+    for (int ni = 0; ni < COUNT(ns); ni++)
+        for (int ki = 0; ki < COUNT(ks); ki++)
+            for (int M = 1; M <= 8192; M += M < 300 ? 1 : M < 2100 ? 7 : 97)
+                for (int bi = 0; bi < COUNT(batches); bi++)
+                    for (int load = 0; load < 3; load++) {  // tma, cp.async, scalar
+                        const gemm_plan p = gemm_plan_choose(M, ns[ni], ks[ki], batches[bi], load < 2, load == 0, 132);
+                        char path[64] = "gemm:";
+                        gemm_plan_path(&p, path + 5, (int)sizeof path - 5);
+                        int i = 0;
+                        while (i < COUNT(declared) && strcmp(declared[i], path) != 0) i++;
+                        if (i == COUNT(declared))
+                            fail_msg("M=%d N=%d K=%d batch=%d: plan %s is not in GEMM_SM90_PATHS", M, ns[ni], ks[ki],
+                                     batches[bi], path);
+                        produced[i] = true;
+                    }
+    for (int i = 0; i < COUNT(declared); i++)
+        if (!produced[i]) fail_msg("GEMM_SM90_PATHS lists %s, which no plan takes", declared[i]);
 }
 
 // The plan one dense TMA product of M x N x K gets on `sms` SMs, failing unless its name is `name`.
@@ -360,6 +391,7 @@ int main(void) {
         cmocka_unit_test(split_ctas_on_the_persistent_kernel_from_m_48),
         cmocka_unit_test(tile_order_covers_every_tile_once),
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),
+        cmocka_unit_test(declared_gemm_paths_are_the_plans),
         cmocka_unit_test(stream_k_where_the_last_round_is_thin),
         cmocka_unit_test(stream_k_tail_after_round_robin),
         cmocka_unit_test(dense_192_where_its_waves_cost_less),

@@ -17,7 +17,7 @@
 #include "op_table.h"               // op_table, op_table_find
 #include "../../common/check.h"    // invar_die
 #include "../../sets/registry.h" // kernel_sets, kernel_set_create, cuda_device_available
-#include "../../reports/csv_report.h" // csv_report_open, csv_report_row, csv_report_close
+#include "../../reports/csv_report.h" // csv_report_open, csv_report_row, csv_report_close, csv_row_write
 #include "../../reports/report_schema.h" // kernels_header, kernels_get, KERNELS_*
 #include "../../reports/csv_read.h"  // csv_table_read, csv_table_free
 #include "../../reports/row_verdict.h" // kernel_row_state
@@ -216,17 +216,21 @@ static int check_shape_label(const cli_command *cmd, const op_entry *op, const c
 // The paths a set declares (ops_set.paths) against those its checked calls noted: a line per
 // set, one per unreached path, and coverage.csv's rows, for batch-invariant sets. Checked at
 // every op's default shapes, such a set must reach each one (a path no shape takes is a path
-// nothing checks).
-static void report_coverage(report *rep, const ops_set *ops, const fingerprint_sink *prints,
+// nothing checks), except a path the set says this process cannot take (ops_set.path_unreachable:
+// another GPU architecture's kernel, a collective needing more GPUs), listed with its reason.
+static void report_coverage(report *rep, ops_set *ops, const fingerprint_sink *prints,
                             const op_entry *only) {
     // A set built on the invariant one keeps its list but not all of its kernels: not judged.
     if (!ops->paths || !ops->batch_invariant) return;
-    int declared = 0, reached = 0;
+    int declared = 0, reached = 0, unreachable = 0;
     for (const char *const *p = ops->paths; *p; p++) {
         bool hit = fingerprint_sink_reached(prints, *p);
+        const char *why = hit || !ops->path_unreachable ? NULL : ops->path_unreachable(ops, *p);
         declared++;
         reached += hit;
-        if (fprintf(rep->coverage, "%s,%s,%s,%s\n", ops->name, ops->device, *p, hit ? "yes" : "no") < 0)
+        unreachable += why != NULL;
+        const char *row[] = {ops->name, ops->device, *p, hit ? "yes" : why ? "unreachable" : "no", why};
+        if (!csv_row_write(rep->coverage, row, 5))
             invar_die(INVAR_EXIT_SYSTEM, "kernels: writing %s: %s", rep->coverage_path, strerror(errno));
     }
     const char *names[128];
@@ -239,13 +243,18 @@ static void report_coverage(report *rep, const ops_set *ops, const fingerprint_s
         rep->failed++;
     }
     bool must_reach = rep->every_shape && !only;
-    printf("%-6s %-9s %-4s coverage: %d of %d paths reached%s\n",
-           reached == declared || !must_reach ? "PATHS" : "FAIL", ops->name, ops->device, reached, declared,
-           must_reach ? "" : " (a partial run: not judged)");
-    for (const char *const *p = ops->paths; *p; p++)
-        if (!fingerprint_sink_reached(prints, *p))
-            printf("       %-9s %-4s unreached: %s\n", ops->name, ops->device, *p);
-    if (must_reach && reached < declared) rep->failed++;
+    bool short_of = reached + unreachable < declared;
+    char here[64] = "";
+    if (unreachable) snprintf(here, sizeof here, " (%d not reachable here)", unreachable);
+    printf("%-6s %-9s %-4s coverage: %d of %d paths reached%s%s\n", !short_of || !must_reach ? "PATHS" : "FAIL",
+           ops->name, ops->device, reached, declared, here, must_reach ? "" : " (a partial run: not judged)");
+    for (const char *const *p = ops->paths; *p; p++) {
+        if (fingerprint_sink_reached(prints, *p)) continue;
+        const char *why = ops->path_unreachable ? ops->path_unreachable(ops, *p) : NULL;
+        if (why) printf("       %-9s %-4s not reachable here: %s (%s)\n", ops->name, ops->device, *p, why);
+        else printf("       %-9s %-4s unreached: %s\n", ops->name, ops->device, *p);
+    }
+    if (must_reach && short_of) rep->failed++;
     fflush(stdout);
 }
 
@@ -505,7 +514,8 @@ int cmd_kernels(int argc, char **argv) {
         invar_die(INVAR_EXIT_INPUT, "kernels: --out %s: path too long", out);
     rep.coverage_path = coverage_path;
     rep.coverage = fopen(coverage_path, "w");
-    if (!rep.coverage || fprintf(rep.coverage, "set,device,path,reached\n") < 0)
+    static const char *const coverage_header[] = {"set", "device", "path", "reached", "why_unreachable"};
+    if (!rep.coverage || !csv_row_write(rep.coverage, coverage_header, 5))
         invar_die(INVAR_EXIT_SYSTEM, "kernels: %s: %s", coverage_path, strerror(errno));
     rep.every_shape = !o.quick && !shape_label && !plugin;
     o.on_shape = on_shape;

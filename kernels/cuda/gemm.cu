@@ -20,6 +20,7 @@
 #include "inv_cuda.h"       // inv_cuda_gemm_plan_describe
 #include "inv_cuda_ops.h"   // inv_cuda_gemm
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
+#include "../fingerprint.h" // fingerprint_note, fingerprint_order
 
 #define SMEM_PAD 8  // bf16 per row: row strides of 16B * odd keep ldmatrix conflict-free
 
@@ -185,7 +186,20 @@ static gemm_problem problem_of(const gemm_args *a) {
     return p;
 }
 
+// The order is the split count over the k-tiles and the instruction (gemm_plan.cuh: S chains of
+// k16 steps, added in split order); the plan's tile, split mode and load decide only who computes
+// a chain and when, so they are the path.
+static void note_gemm(ops_set *ops, const gemm_args *a) {
+    char path[48];
+    const int splits = inv_cuda_gemm_plan_describe(ops, a, path, (int)sizeof path);
+    long order[] = {splits, GEMM_BK, cuda_ctx_of(ops)->wgmma ? 1 : 0};
+    long shape[] = {a->N, a->K, a->batch > 1 ? a->batch : 1, a->y_f32 ? 1 : 0};
+    fingerprint_note(ops->fingerprints, "gemm", fingerprint_order(shape, 4), fingerprint_order(order, 3),
+                     path);
+}
+
 void inv_cuda_gemm(ops_set *ops, const gemm_args *a) {
+    if (ops->fingerprints && a->M > 0 && a->N > 0) note_gemm(ops, a);
     const gemm_problem p = problem_of(a);
     gemm_launch(cuda_ctx_of(ops), &p, a->batch > 1 ? a->batch : 1, "gemm");
 }
@@ -199,8 +213,7 @@ int inv_cuda_gemm_plan_describe(ops_set *ops, const gemm_args *a, char *path, in
     const gemm_problem p = problem_of(a);
     const int batch = a->batch > 1 ? a->batch : 1;
     const gemm_plan pl = gemm_sm90_plan(c, &p, batch, loads_aligned(&p, batch));
-    static const char *const loads[] = {"tma", "cp.async", "scalar"};
-    snprintf(path, (size_t)path_len, "%s %s", gemm_plan_name(&pl), loads[pl.load]);
+    gemm_plan_path(&pl, path, path_len);
     return pl.splits;
 }
 

@@ -11,6 +11,7 @@
 #define INVAR_KERNELS_CUDA_GEMM_PLAN_CUH
 
 #include <stdbool.h>  // bool
+#include <stdio.h>    // snprintf
 
 #define GEMM_BK 64                  // k per k-tile: one 128-byte swizzle row of bf16
 #define GEMM_SPLIT_TARGET_CTAS 132  // CTAs the splits fill: a constant, not the device's
@@ -180,6 +181,12 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
     if (pl->mode == SPLIT_GRID && pl->tile == TILE_64x128 && pl->grid_persistent) return "64x128/grid+persistent";
     if (pl->stream_k && pl->stream_k_rounds > 0) return "128x256/sk-tail";  // the only tile that takes it
     return names[pl->stream_k][pl->tile][pl->mode];
+}
+
+// The plan as a dispatch path (kernels/cuda/gemm_paths.h lists them): its name, then its load.
+static inline void gemm_plan_path(const gemm_plan *pl, char *out, int len) {
+    static const char *const loads[] = {"tma", "cp.async", "scalar"};
+    snprintf(out, (size_t)len, "%s %s", gemm_plan_name(pl), loads[pl->load]);
 }
 
 #endif

@@ -5,8 +5,10 @@
 #include <cuda_runtime.h>   // cudaMalloc, cudaMemcpyAsync, cudaStreamCreate, ...
 #include <stdio.h>          // snprintf
 #include <stdlib.h>         // free
+#include <string.h>         // strcmp, strncmp
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_die, invar_calloc
+#include "gemm_paths.h"     // GEMM_SM90_PATHS, GEMM_PORTABLE_PATH
 #include "inv_cuda_launch.h" // inv_cuda_stream, inv_cuda_*_with_*
 #include "inv_cuda_ops.h"   // inv_cuda_* ops, rmsnorm_launch, mla_attention_launch, logprobs_launch
 
@@ -198,12 +200,25 @@ ops_set *inv_cuda_create(int threads) {
     return ops;
 }
 
-// The paths the kernels above note (kernels/fingerprint.h), for `invar kernels`' coverage. Only
-// MLA attention and the all-reduce note theirs so far; the other ops note nothing yet.
+// The paths the kernels above note (kernels/fingerprint.h), for `invar kernels`' coverage: MLA
+// attention, the GEMM and the all-reduce note theirs; the other ops note nothing yet.
 static const char *const inv_cuda_paths[] = {
-    "mla_attention:wgmma", "mla_attention:wgmma16", "mla_attention:mma.sync",
-    "mla_attention:generic", "all_reduce:one-pass", "all_reduce:grid-stride", NULL,
+    "mla_attention:wgmma", "mla_attention:wgmma16", "mla_attention:mma.sync", "mla_attention:generic",
+    GEMM_SM90_PATHS, GEMM_PORTABLE_PATH, "all_reduce:one-pass", "all_reduce:grid-stride", NULL,
 };
+
+// A path of another architecture's kernels, or of a collective needing more GPUs than this host has.
+static const char *inv_cuda_path_unreachable(ops_set *ops, const char *path) {
+    const bool wgmma = cuda_ctx_of(ops)->wgmma;
+    const bool sm90_only = (strncmp(path, "gemm:", 5) == 0 && strcmp(path, GEMM_PORTABLE_PATH) != 0) ||
+                           strcmp(path, "mla_attention:wgmma") == 0 || strcmp(path, "mla_attention:wgmma16") == 0;
+    if (!wgmma && sm90_only) return "an sm_90a (wgmma) kernel: this GPU is not compute capability 9.0";
+    if (wgmma && strcmp(path, GEMM_PORTABLE_PATH) == 0)
+        return "the portable GEMM runs only where sm_90a's wgmma kernels cannot (compute capability 9.0 here)";
+    if (strncmp(path, "all_reduce:", 11) == 0 && inv_cuda_device_count() < 2)
+        return "a collective of 2 or more ranks on a GPU each: this host has 1 GPU";
+    return NULL;
+}
 
 void inv_cuda_init(ops_set *ops, const char *set_name) {
     cuda_ctx *c = (cuda_ctx *)invar_calloc(1, sizeof *c, "a CUDA set's context");
@@ -214,6 +229,7 @@ void inv_cuda_init(ops_set *ops, const char *set_name) {
     ops->batch_invariant = true;
     ops->ctx = c;
     ops->paths = inv_cuda_paths;
+    ops->path_unreachable = inv_cuda_path_unreachable;
     ops->destroy = inv_cuda_destroy;
     ops->alloc = inv_cuda_alloc;
     ops->release = inv_cuda_release;

@@ -92,6 +92,8 @@ else
 fi
 if [ "$gpu" = 1 ]; then
     # One suite per op (each its own kernels.csv): they run side by side, and each says its time.
+    # An earlier check's directories would count in the coverage read from them below.
+    rm -rf "$REPORT/kernels/cuda"
     # The three longest (over 75 s whole on an H200 beside the others) run one suite per set.
     for op in $("$BUILD/invar" kernels --help | sed -n 's/^ops: //p'); do
         case $op in
@@ -216,6 +218,11 @@ suite "cases/eviction.ini: a control caught at bs=1 only" bs1_only_control "$REP
 if [ "$gpu" = 1 ]; then
     suite "cases/gpu.ini's $gpu_shards shards merged (invar report merge)" "$BUILD/invar" report merge \
         "$REPORT/run/gpu" $(for i in $(seq 1 $gpu_shards); do echo "$REPORT/run/gpu-shard$i"; done)
+    # The per-op CUDA kernel suites above judge no coverage alone (each a partial run); together
+    # every path the invariant CUDA set declares must be reached, or excused by this host (an
+    # architecture's or a GPU count's).
+    suite "CUDA path coverage over the per-op kernel suites (invar report coverage)" "$BUILD/invar" report coverage \
+        $(find "$REPORT/kernels/cuda" -name coverage.csv -exec dirname {} \; | sort)
 fi
 # The CI report as CI systems read it: JUnit XML (validated by a real XML parser, its counts
 # checked against summary.csv), Markdown, plots.

@@ -79,7 +79,8 @@ expect 2 ": --seed: given twice" model write --config tiny --seed 1 --seed 2 --o
 # One parser for every command (harness/cli_args.h): --help is generated from each command's
 # table; an unknown flag, a missing value, a bad number and a stray argument are exit 2 in one
 # style, "invar COMMAND: FLAG: what is wrong", with a hint to run `invar COMMAND --help`.
-for c in run kernels bench "model write" "model check" "report render" "report plot" "report diff"; do
+for c in run kernels bench "model write" "model check" "report render" "report plot" "report diff" \
+    "report coverage"; do
     # shellcheck disable=SC2086  # the subcommand's words
     expect 0 "^usage: invar $c" $c --help
     # shellcheck disable=SC2086
@@ -318,6 +319,29 @@ if command -v script >/dev/null; then
 else
     echo "SKIP invar kernels progress on a terminal: no script(1)"
 fi
+
+# report coverage: runs split by op judged as one. A path reached in either run is covered, one
+# the host cannot take is excused with its reason, one reached by neither fails; a file missing,
+# a column missing or a reached value not yes/no/unreachable is exit 2 naming the file.
+mkdir -p "$work/cov-a" "$work/cov-b" "$work/cov-c" "$work/cov-bad" "$work/cov-nocol"
+printf 'set,device,path,reached,why_unreachable\ninvariant,cuda,gemm:x,yes,\ninvariant,cuda,gemm:y,no,\ninvariant,cuda,all_reduce:z,unreachable,"needs 2 GPUs, one a rank"\n' >"$work/cov-a/coverage.csv"
+printf 'set,device,path,reached,why_unreachable\ninvariant,cuda,gemm:x,no,\ninvariant,cuda,gemm:y,yes,\ninvariant,cuda,all_reduce:z,unreachable,"needs 2 GPUs, one a rank"\n' >"$work/cov-b/coverage.csv"
+printf 'set,device,path,reached,why_unreachable\ninvariant,cuda,gemm:x,yes,\ninvariant,cuda,gemm:y,no,\ninvariant,cuda,all_reduce:z,no,\n' >"$work/cov-c/coverage.csv"
+printf 'set,device,path,reached\ninvariant,cuda,gemm:x,maybe\n' >"$work/cov-bad/coverage.csv"
+printf 'set,device,reached\ninvariant,cuda,yes\n' >"$work/cov-nocol/coverage.csv"
+expect 0 "^PATHS +invariant cuda coverage: 2 of 3 paths reached over 2 runs \(1 not reachable here\)" \
+    report coverage "$work/cov-a" "$work/cov-b"
+grep -q "not reachable here: all_reduce:z (needs 2 GPUs, one a rank)" "$work/out.log" || fail "coverage: no reason given"
+expect 1 "unreached: gemm:y" report coverage "$work/cov-a" "$work/cov-c"
+grep -Eq "^FAIL +invariant cuda coverage: 1 of 3 paths reached over 2 runs" "$work/out.log" || fail "coverage: no FAIL line"
+expect 1 "unreached: all_reduce:z" report coverage "$work/cov-c"
+expect 2 "cov-bad/coverage.csv: line 2: reached is 'maybe'" report coverage "$work/cov-a" "$work/cov-bad"
+expect 2 "cov-nocol/coverage.csv: no column 'path'" report coverage "$work/cov-nocol"
+expect 2 "cov-none/coverage.csv: cannot open" report coverage "$work/cov-none"
+# Real runs: one op's run reaches only its own paths, so alone it leaves the others unreached.
+"$INVAR" kernels --device cpu --quick --op rmsnorm --out "$work/cov-rmsnorm" >/dev/null 2>&1 ||
+    fail "invar kernels --op rmsnorm exited $?"
+expect 1 "unreached: gemm:bf16" report coverage "$work/cov-rmsnorm"
 
 # The build's own source tree (common/source_id.h), whatever the current directory: the tree's
 # HEAD (and -dirty), "unknown" only for a tree that is no checkout of its own; meta.csv's

@@ -1,12 +1,13 @@
-// harness/report/cmd_report.c — `invar report render|plot|diff|merge|bench`: the final reports of
-// a report directory, redrawn from its CSVs, the diff against a baseline, and the bench results
-// page (harness/commands.h).
+// harness/report/cmd_report.c — `invar report render|plot|diff|merge|bench|coverage`: the final
+// reports of a report directory, redrawn from its CSVs, the diff against a baseline, the bench
+// results page, and path coverage over several kernel-check runs (harness/commands.h).
 #include "../commands.h"
 
 #include <stdbool.h>                    // bool
 #include <math.h>                       // INFINITY
 #include <stdio.h>                      // printf, fprintf
 
+#include "../../reports/coverage_merge.h" // coverage_merge
 #include "../../reports/baseline_diff.h" // baseline_diff_to, BASELINE_DIFF_DEFAULT_THRESHOLD
 #include "../../reports/bench_page.h" // bench_page_file, bench_page_write
 #include "../../reports/report_file.h" // report_file_open, report_file_commit
@@ -135,6 +136,36 @@ static int merge(int argc, char **argv) {
     return code;
 }
 
+static int coverage(int argc, char **argv) {
+    const char *dir_items[256];
+    cli_list dirs = {.item = dir_items, .max = 256};
+    const cli_flag flags[] = {
+        {.name = "DIR", .kind = CLI_STRINGS, .to.strings = &dirs, .required = true,
+         .help = "the output directory of each invar kernels run (its\n"
+                 "coverage.csv), e.g. one per --op"},
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "invar report coverage",
+        .about = "Path coverage of several invar kernels runs judged as one: a path a\n"
+                 "batch-invariant set declares is covered when some run reached it, and\n"
+                 "excused when this host cannot take it (another GPU architecture's kernel, a\n"
+                 "collective needing more GPUs: coverage.csv's why_unreachable). One line per\n"
+                 "set and device, then each path not reached. For runs split by op or set (as\n"
+                 "make check splits invar kernels --device cuda), whose own coverage lines are\n"
+                 "partial and not judged.",
+        .flags = flags,
+        .epilogue = "exit: 0 every declared path reached or excused, 1 a path unreached, 2 bad\n"
+                    "input or usage (a missing or malformed coverage.csv)",
+    };
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_GO_ON) return rc;
+    char err[4400];
+    int code = coverage_merge(dirs.item, dirs.n, stdout, err, (int)sizeof err);
+    if (code == 2) fprintf(stderr, "invar report coverage: error: %s\n", err);
+    return code;
+}
+
 static int bench(int argc, char **argv) {
     const char *dir = NULL, *add = NULL, *out = NULL;
     const cli_flag flags[] = {
@@ -203,6 +234,7 @@ int cmd_report(int argc, char **argv) {
         {"diff", diff, "regressions of a report directory against a baseline"},
         {"merge", merge, "the reports of a matrix's shards merged into one"},
         {"bench", bench, "the bench results page from the filed bench runs"},
+        {"coverage", coverage, "path coverage of several invar kernels runs as one"},
         {0},
     };
     return cli_dispatch("invar report", subs, argc, argv);

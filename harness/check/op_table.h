@@ -29,8 +29,9 @@ typedef struct {
     const char *label;  // as printed, e.g. "576x2048" (NULL ends a list)
     union {
         // heads > 1: that many products at once, laid out as the absorbed MLA's heads (a row of
-        // x holds every head's K values, a row of y every head's N; w is [heads][N][K])
-        struct { int N, K, heads; } gemm;
+        // x holds every head's K values, a row of y every head's N; w is [heads][N][K], or with
+        // one_weight a single [N][K] every head reads: a batch at weight stride 0)
+        struct { int N, K, heads; bool one_weight; } gemm;
         struct { int D, pad; } rmsnorm;
         struct { int H, R, max_pos; bool interleave; } rope;
         struct { int V, D; } embedding;

@@ -74,15 +74,31 @@ const op_shape gemm_cuda_shapes[] = {
     // past M (the x box of M rows) out of y at M < 64; the last column tile ragged (576 = 4.5 x 128)
     {.label = "576x2048 x2 heads", .gemm = {.N = 576, .K = 2048, .heads = 2}, .quick = true},
     {.label = "128x512 x16 heads", .gemm = {.N = 128, .K = 512, .heads = 16}},
+    // The plans no shape above reaches (kernels/cuda/gemm_paths.h; the run's coverage lines say
+    // which path each M takes). A batch of 32: one CTA walks 64 x 128 tiles' splits in stream-K
+    // order at M <= 64 (576 / 128 = 4.5 column tiles x 32 heads, a thin last round on 132 SMs).
+    {.label = "576x1024 x32 heads", .gemm = {.N = 576, .K = 1024, .heads = 32}, .max_M = 256},
+    // A batch of 64 at M = 4096: 128 x 256 tiles in stream-K order.
+    {.label = "320x512 x64 heads", .gemm = {.N = 320, .K = 512, .heads = 64}},
+    // One weight for every head (weight stride 0, which no tensor map takes): cp.async loads,
+    // 64 x 128 tiles up to M = 256 and 128 x 256 above; with 16 k-tiles in splits, the cta path's
+    // 64 x 128 and 128 x 128 tiles.
+    {.label = "64x64 x32 heads one weight", .gemm = {.N = 64, .K = 64, .heads = 32, .one_weight = true}},
+    {.label = "64x1024 x32 heads one weight", .gemm = {.N = 64, .K = 1024, .heads = 32, .one_weight = true}},
+    // K not a multiple of 8: rows not 16-byte aligned, the scalar loader (S = 1, and split).
+    {.label = "64x60", .gemm = {.N = 64, .K = 60}},
+    {.label = "64x1020", .gemm = {.N = 64, .K = 1020}},
     {.label = NULL},
 };
 
 static bool y_f32(const op_case *c) { return c->section == &gemm_f32_op; }
 static int heads_of(const op_case *c) { return c->s->gemm.heads > 1 ? c->s->gemm.heads : 1; }
+// Elements between the heads' weights: 0 where every head reads the one weight.
+static long weight_stride(const op_case *c) { return c->s->gemm.one_weight ? 0 : (long)c->s->gemm.N * c->s->gemm.K; }
 
 static void gemm_declare(op_case *c) {
     int N = c->s->gemm.N, K = c->s->gemm.K, H = heads_of(c);
-    op_shared_bf16(c, GEMM_W, (long)H * N * K, -1.0f, 1.0f, "gemm w");
+    op_shared_bf16(c, GEMM_W, c->s->gemm.one_weight ? (long)N * K : (long)H * N * K, -1.0f, 1.0f, "gemm w");
     op_buffer_add(c, OP_ROW_IN, "gemm x", sizeof(bf16), 1, H * K, H * K);
     int y_elem = y_f32(c) ? sizeof(float) : sizeof(bf16);
     op_buffer_add(c, OP_OUT, "gemm y", y_elem, 1, H * N, H * N);
@@ -107,7 +123,7 @@ static void gemm_call(op_case *c, const op_batch *b) {
         a.batch = H;
         a.stride_x = K;
         a.stride_y = N;
-        a.stride_w = (long)N * K;
+        a.stride_w = weight_stride(c);
     }
     c->ops->gemm(c->ops, &a);
 }
@@ -117,7 +133,7 @@ static double gemm_error(op_case *c, uint64_t seed, const void *row) {
     void **in = op_row_alone(c, seed);
     double *ref = invar_malloc((size_t)H * N * sizeof(double), "gemm oracle");
     for (int h = 0; h < H; h++) {
-        gemm_args a = {.x = (const bf16 *)in[GEMM_X] + (long)h * K, .w = (const bf16 *)c->host[GEMM_W] + (long)h * N * K,
+        gemm_args a = {.x = (const bf16 *)in[GEMM_X] + (long)h * K, .w = (const bf16 *)c->host[GEMM_W] + h * weight_stride(c),
                        .M = 1, .N = N, .K = K};
         f64_gemm(&a, ref + (long)h * N);
     }

@@ -8,6 +8,7 @@
 #include "block_reduce.cuh"  // block_reduce
 #include "cuda_ctx.cuh"      // CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"    // inv_cuda_logprobs
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 #define LOGPROBS_THREADS 1024
@@ -103,5 +104,10 @@ void logprobs_launch(cuda_ctx *c, const logprobs_args *a, int threads) {
 }
 
 void inv_cuda_logprobs(ops_set *ops, const logprobs_args *a) {
-    logprobs_launch(cuda_ctx_of(ops), a, LOGPROBS_THREADS);
+    const int threads = LOGPROBS_THREADS;  // noted as launched: a row's block over V
+    long order[] = {threads, a->V};
+    long shape[] = {a->V, a->k};
+    fingerprint_note(ops->fingerprints, "logprobs", fingerprint_order(shape, 2), fingerprint_order(order, 2),
+                     "block-1024");
+    logprobs_launch(cuda_ctx_of(ops), a, threads);
 }

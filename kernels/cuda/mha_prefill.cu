@@ -11,6 +11,7 @@
 #include "block_reduce.cuh"  // warp_sum
 #include "cuda_ctx.cuh"      // cuda_ctx, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"    // inv_cuda_mha_prefill, inv_cuda_merge_attention
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 
 namespace {
 
@@ -76,6 +77,10 @@ void inv_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
     if (a->v > MAX_V_PER_LANE * WARP)
         invar_die(INVAR_EXIT_INPUT, "mha_prefill: v_head_dim %d above %d", a->v,
                   MAX_V_PER_LANE * WARP);
+    long order[] = {1, WARP};  // one key at a time in increasing order, 32-lane dots
+    long shape[] = {a->H, a->nope, a->R, a->v};
+    fingerprint_note(ops->fingerprints, "mha_prefill", fingerprint_order(shape, 4), fingerprint_order(order, 2),
+                     "warp-online-softmax");
     long warps = (long)a->T * a->H;
     unsigned blocks = (unsigned)((warps + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
     mha_prefill_kernel<<<blocks, WARPS_PER_BLOCK * WARP, 0, cuda_ctx_of(ops)->stream>>>(*a);
@@ -84,6 +89,10 @@ void inv_cuda_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
 
 void inv_cuda_merge_attention(ops_set *ops, const merge_attention_args *a) {
     if (a->T == 0) return;
+    long order[] = {2};  // a's product, then b's, then the scale: one formula for every row
+    long shape[] = {a->H, a->v};
+    fingerprint_note(ops->fingerprints, "merge_attention", fingerprint_order(shape, 2), fingerprint_order(order, 1),
+                     "row");
     merge_attention_kernel<<<(unsigned)((long)a->T * a->H), 128, 0, cuda_ctx_of(ops)->stream>>>(*a);
     CUDA_CHECK_LAUNCH("merge_attention");
 }

@@ -7,6 +7,8 @@
 #include "block_reduce.cuh"  // warp_sum
 #include "cuda_ctx.cuh"      // cuda_ctx, cuda_scratch, CUDA_CHECK_LAUNCH
 #include "gemm.cuh"          // gemm_problem, gemm_launch
+#include "gemm_plan.cuh"     // gemm_split_count, GEMM_BK
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "inv_cuda_ops.h"    // inv_cuda_moe_*, inv_cuda_silu_mul
 
 // --- route ---
@@ -107,6 +109,12 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
         invar_die(INVAR_EXIT_INPUT, "moe_route: impossible routing shape (E=%d k=%d n_group=%d topk_group=%d; "
                   "n_group at most %d)", a->E, a->k, a->n_group, a->topk_group, ROUTE_MAX_GROUPS);
     if (a->T <= 0) return;
+    static const char *const method_path[] = {
+        [MOE_TOPK_GREEDY] = "greedy", [MOE_TOPK_GROUP_LIMITED_GREEDY] = "group-limited", [MOE_TOPK_NOAUX_TC] = "noaux-tc"};
+    long order[] = {32, a->D};  // a logit: 32 lanes striding over D, then the xor tree
+    long shape[] = {a->D, a->E, a->k, a->topk_method, a->n_group, a->topk_group};
+    fingerprint_note(ops->fingerprints, "moe_route", fingerprint_order(shape, 6), fingerprint_order(order, 2),
+                     method_path[a->topk_method]);
     size_t smem = (size_t)a->E * (3 * sizeof(float) + 1);
     moe_route_kernel<<<(unsigned)a->T, ROUTE_THREADS, smem, cuda_ctx_of(ops)->stream>>>(*a);
     CUDA_CHECK_LAUNCH("moe_route");
@@ -144,6 +152,13 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     cuda_ctx *c = cuda_ctx_of(ops);
     const long Tk = (long)a->T * a->k;
     if (Tk <= 0) return;
+    // The order is the two grouped GEMMs' (split-K from (N, K) on sm_90a, none elsewhere).
+    const bool wgmma = c->wgmma;
+    long order[] = {wgmma ? gemm_split_count(2 * a->I, a->D) : 1, wgmma ? gemm_split_count(a->D, a->I) : 1, GEMM_BK,
+                    wgmma};
+    long shape[] = {a->D, a->I, a->E, a->k};
+    fingerprint_note(ops->fingerprints, "moe_experts", fingerprint_order(shape, 4), fingerprint_order(order, 4),
+                     "grouped-gemm");
     int32_t *lists = (int32_t *)cuda_scratch(c, SCRATCH_MOE_LISTS, (size_t)(a->E + 1 + 2 * Tk) * 4, "moe_experts row lists");
     int32_t *offsets = lists, *tok_rows = lists + a->E + 1, *entry_rows = tok_rows + Tk;
     uint16_t *gu = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_GATE_UP, (size_t)Tk * 2 * a->I * 2, "moe_experts gate_up");
@@ -190,6 +205,10 @@ __global__ void moe_combine_kernel(uint16_t *out, const uint16_t *eo, const floa
 void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     long n = (long)a->T * a->D;
     if (n <= 0) return;
+    long order[] = {a->k};  // j ascending from the first product
+    long shape[] = {a->D, a->k};
+    fingerprint_note(ops->fingerprints, "moe_combine", fingerprint_order(shape, 2), fingerprint_order(order, 1),
+                     "ascending-k");
     moe_combine_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_ctx_of(ops)->stream>>>(
         a->out, a->expert_out, a->topk_weights, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine");

@@ -9,6 +9,7 @@
 #include "block_reduce.cuh"  // block_reduce
 #include "cuda_ctx.cuh"      // cuda_ctx, CUDA_CHECK_LAUNCH
 #include "inv_cuda_ops.h"    // inv_cuda_rmsnorm, rmsnorm_launch
+#include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 
 #define RMSNORM_INVARIANT_THREADS 256
 
@@ -62,5 +63,10 @@ void rmsnorm_launch(cuda_ctx *c, bf16 *out, long ld_out, const bf16 *x, long ld_
 
 void inv_cuda_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x, const bf16 *w,
                       int M, int D, float eps) {
-    rmsnorm_launch(cuda_ctx_of(ops), out, ld_out, x, ld_x, w, M, D, eps, RMSNORM_INVARIANT_THREADS);
+    const int threads = RMSNORM_INVARIANT_THREADS;  // noted as launched: the chains, then the block's tree
+    long order[] = {threads, RMSNORM_LOADS_AHEAD, D};
+    long shape[] = {D};
+    fingerprint_note(ops->fingerprints, "rmsnorm", fingerprint_order(shape, 1), fingerprint_order(order, 3),
+                     "block-256");
+    rmsnorm_launch(cuda_ctx_of(ops), out, ld_out, x, ld_x, w, M, D, eps, threads);
 }

@@ -52,6 +52,9 @@ elif [ -z "${CHECK_CUDA_BUILD+set}" ] && [ "$gpu" != 1 ] &&
      { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
     skip_suite "CUDA build compiles: not asked (make check asks, through CHECK_CUDA_BUILD, where nvcc is and the build is CPU-only)"
 fi
+# cases/long-batch.ini, the longest engine suite (on a GPU host too, beside the other suites),
+# starts next: started in its turn it ended last, alone.
+suite "invar run --case cases/long-batch.ini" "$BUILD/invar" run --case cases/long-batch.ini --out "$REPORT/run/long-batch"
 
 if [ "$gpu" = 1 ]; then
     # test_cuda_ops, the longest unit suite on a GPU (141 s inside a parallel check on the H200),
@@ -118,7 +121,7 @@ fi
 # catches; reach and long: past the size thresholds ci.ini's tiny model and short prompts stay
 # under; long-batch: 129 long contexts decoding together; tp-size: TP = 2, 4, 8 bitwise equal
 # to TP = 1 (cases/README.md says what each costs).
-for c in ci reach long long-batch backends sampled small-model tp tp-size configs eviction; do
+for c in ci reach long backends sampled small-model tp tp-size configs eviction; do  # long-batch: above
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint

@@ -16,8 +16,8 @@
 
 static const kernel_set_entry entries[] = {
     {"invariant", "cpu", inv_cpu_create, false, true, 0, true},
-    {"reference", "cpu", ref_cpu_create, false, false, 0, false},
-    {"adversarial", "cpu", adv_cpu_create, true, false, 0, false},
+    {"reference", "cpu", ref_cpu_create, false, false, 0, true},
+    {"adversarial", "cpu", adv_cpu_create, true, false, 0, true},
 #ifdef INVAR_CUDA
     {"invariant", "cuda", inv_cuda_create, false, true, 0, false},
     {"reference", "cuda", ref_cuda_create, false, false, 0, false},

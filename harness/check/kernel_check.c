@@ -37,8 +37,13 @@ const int kernel_check_exhaustive_batch_sizes_count =
 // --- seeds -----------------------------------------------------------------------------------
 
 
+// An fp32 form is its op's, as a plugin names them.
 int kernel_check_plugin_op(const op_entry *op) {
-    return plugin_op_by_name(strcmp(op->name, "gemm_f32") == 0 ? "gemm" : op->name);
+    static const char *const forms[][2] = {
+        {"gemm_f32", "gemm"}, {"moe_experts_f32", "moe_experts"}, {"moe_combine_f32", "moe_combine"}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+        if (strcmp(op->name, forms[i][0]) == 0) return plugin_op_by_name(forms[i][1]);
+    return plugin_op_by_name(op->name);
 }
 
 // A built-in set vouches for its ops as a whole, a plugin op by op (its claims), so a plugin's
@@ -323,6 +328,10 @@ int kernel_check_op(ops_set *ops, const op_entry *op, const check_opts *o,
     for (int i = 0; shapes[i].label; i++) {
         if (!kernel_check_shape_selected(&shapes[i], o)) continue;
         if (shapes[i].invariant_sets_only && !kernel_check_expects_invariant(ops, op)) continue;
+        if (op->tp_size_form && !ops->tp_size_invariant) {
+            if (o->on_skip) o->on_skip(o->user, ops, op, &shapes[i], "the set has no TP-size-invariant fp32 form");
+            continue;
+        }
         int gpus = is_cuda(ops) && shapes[i].devices > 1 ? cuda_device_count() : 0;
         if (is_cuda(ops) && shapes[i].devices > gpus && shapes[i].devices > 1) {
             char why[128];

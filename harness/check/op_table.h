@@ -81,6 +81,9 @@ typedef struct {
     const op_shape *cpu_shapes;   // small enough that the CPU run stays around a minute
     const op_shape *cuda_shapes;  // real DeepSeek sizes
     const op_section *section;    // how its rows are built, run and checked
+    // A form of TP-size invariance (fp32 partials): checked on sets that have it
+    // (ops_set.tp_size_invariant), a SKIP line on the others.
+    bool tp_size_form;
 } op_entry;
 
 // The table, terminated by an entry whose name is NULL.

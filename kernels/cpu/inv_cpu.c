@@ -83,8 +83,8 @@ void inv_cpu_init(ops_set *ops, int threads) {
 ops_set *inv_cpu_create(int threads) {
     ops_set *ops = invar_calloc(1, sizeof *ops, "invariant cpu kernel set");
     inv_cpu_init(ops, threads);
-    // Only this set: the sets built on it replace moe_experts and moe_combine with kernels that
-    // know no fp32 form.
+    // Not in inv_cpu_init: a set built on it that replaces moe_experts or moe_combine says for
+    // itself whether its kernels know the fp32 forms (reference/ and adversarial/ do).
     ops->tp_size_invariant = true;
     return ops;
 }

@@ -45,11 +45,13 @@ static void combine_tokens(void *arg, long begin, long end) {
             float acc = 0.0f;
             for (int i = 0; i < a->k; i++) {
                 int j = order[i];
-                float e = bf16_to_float(a->expert_out[(t * a->k + j) * a->D + d]);
+                long at = (t * a->k + j) * a->D + d;
+                float e = a->out_f32 ? a->expert_out_f32[at] : bf16_to_float(a->expert_out[at]);
                 if (fuse) acc = fmaf(w[j], e, acc);
                 else acc += w[j] * e;
             }
-            a->out[t * a->D + d] = float_to_bf16(acc);
+            if (a->out_f32) a->out_f32[t * a->D + d] = acc;  // the fp32 form: the same order, unrounded
+            else a->out[t * a->D + d] = float_to_bf16(acc);
         }
     }
     free(order);

@@ -28,7 +28,9 @@ void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
     bf16 *xg = invar_malloc((size_t)rows * D * sizeof(bf16), "moe gathered x (reference)");
     bf16 *gu = invar_malloc((size_t)rows * 2 * I * sizeof(bf16), "moe gate_up (reference)");
     bf16 *act = invar_malloc((size_t)rows * I * sizeof(bf16), "moe activation (reference)");
-    bf16 *down = invar_malloc((size_t)rows * D * sizeof(bf16), "moe down (reference)");
+    // The fp32 form (out_f32) keeps the down projection's sums unrounded.
+    const size_t down_elem = a->out_f32 ? sizeof(float) : sizeof(bf16);
+    char *down = invar_malloc((size_t)rows * D * down_elem, "moe down (reference)");
 
     for (int e = 0; e < a->E; e++) {
         // Gather the expert's rows (output rows t*k + j), in token order.
@@ -51,12 +53,13 @@ void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
                         .M = n, .N = 2 * I, .K = D};
         ref_cpu_gemm_planned(ops, &up, up_plan);
         ops->silu_mul(ops, act, gu, n, I);  // the invariant set's, by nature invariant
-        gemm_args dn = {.y = down, .x = act, .w = a->w_down + (long)e * D * I,
+        gemm_args dn = {.y = down, .y_f32 = a->out_f32 != NULL, .x = act, .w = a->w_down + (long)e * D * I,
                         .M = n, .N = D, .K = I};
         ref_cpu_gemm_planned(ops, &dn, down_plan);
 
+        char *to = a->out_f32 ? (char *)a->out_f32 : (char *)a->out;
         for (int i = 0; i < n; i++)
-            memcpy(a->out + group[i] * D, down + (long)i * D, (size_t)D * sizeof(bf16));
+            memcpy(to + group[i] * D * (long)down_elem, down + (long)i * D * (long)down_elem, (size_t)D * down_elem);
     }
     free(group);
     free(xg);

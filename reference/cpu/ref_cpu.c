@@ -48,6 +48,9 @@ ops_set *ref_cpu_set_create(const char *name, const ref_cpu_policy *policy, int 
     r->invariant_moe_route = ops->moe_route;
     ops->name = name;
     ops->batch_invariant = false;
+    // Its moe_experts and moe_combine keep their fp32 forms (in their own orders): the engine's
+    // TP-size-invariant mode runs on it as on the invariant set, and is caught where it varies.
+    ops->tp_size_invariant = true;
     ops->orders = order_log_create();
     ops->destroy = ref_cpu_destroy;
 

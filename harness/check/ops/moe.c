@@ -137,6 +137,10 @@ const op_shape moe_experts_cuda_shapes[] = {
     {.label = NULL},
 };
 
+// moe_experts_f32: the fp32 form (out_f32, TP-size invariance): the same rows, the down
+// projection's sums unrounded.
+static bool experts_f32(const op_case *c) { return c->section == &moe_experts_f32_op; }
+
 static void moe_experts_declare(op_case *c) {
     long D = c->s->moe_experts.D, I = c->s->moe_experts.I, E = c->s->moe_experts.E;
     int k = c->s->moe_experts.k;
@@ -144,7 +148,7 @@ static void moe_experts_declare(op_case *c) {
     op_shared_bf16(c, EXP_DOWN, E * D * I, -0.05f, 0.05f, "experts w_down");
     op_buffer_add(c, OP_ROW_IN, "experts x", sizeof(bf16), 1, D, D);
     op_buffer_add(c, OP_ROW_IN, "experts ids", sizeof(int32_t), 1, k, k);
-    op_buffer_add(c, OP_OUT, "experts out", sizeof(bf16), k, D, D);
+    op_buffer_add(c, OP_OUT, "experts out", experts_f32(c) ? sizeof(float) : sizeof(bf16), k, D, D);
 }
 
 // Routing is skewed as real routers are: three tokens in four choose expert 0 (a hot expert),
@@ -175,7 +179,8 @@ static void moe_experts_call(op_case *c, const op_batch *b) {
     moe_experts_args a = moe_experts_args_for(c, b->M, true);
     a.x = b->dev[EXP_X];
     a.topk_ids = b->dev[EXP_IDS];
-    a.out = b->dev[EXP_OUT];
+    if (experts_f32(c)) a.out_f32 = b->dev[EXP_OUT];
+    else a.out = b->dev[EXP_OUT];
     c->ops->moe_experts(c->ops, &a);
 }
 
@@ -187,7 +192,7 @@ static double moe_experts_error(op_case *c, uint64_t seed, const void *row) {
     a.x = in[EXP_X];
     a.topk_ids = in[EXP_IDS];
     f64_moe_experts(&a, ref);
-    double err = f64_rel_l2_bf16(row, ref, n);
+    double err = experts_f32(c) ? f64_rel_l2_f32(row, ref, n) : f64_rel_l2_bf16(row, ref, n);
     op_row_free(c, in);
     free(ref);
     return err;
@@ -195,6 +200,8 @@ static double moe_experts_error(op_case *c, uint64_t seed, const void *row) {
 
 const op_section moe_experts_op = {moe_experts_declare, moe_experts_row, NULL, moe_experts_call,
                                    moe_experts_error};
+const op_section moe_experts_f32_op = {moe_experts_declare, moe_experts_row, NULL, moe_experts_call,
+                                       moe_experts_error};
 
 // --- moe_combine -----------------------------------------------------------------------------
 // A row is one token: its k expert outputs, weights and expert ids (other tokens change the
@@ -218,28 +225,44 @@ const op_shape moe_combine_cuda_shapes[] = {
     {.label = NULL},
 };
 
+// moe_combine_f32: the fp32 form (TP-size invariance): fp32 expert rows in, the weighted sum out
+// unrounded.
+static bool combine_f32(const op_case *c) { return c->section == &moe_combine_f32_op; }
+
 static void moe_combine_declare(op_case *c) {
     int D = c->s->moe_combine.D, k = c->s->moe_combine.k;
-    op_buffer_add(c, OP_ROW_IN, "combine expert_out", sizeof(bf16), k, D, D);
+    const int elem = combine_f32(c) ? sizeof(float) : sizeof(bf16);
+    op_buffer_add(c, OP_ROW_IN, "combine expert_out", elem, k, D, D);
     op_buffer_add(c, OP_ROW_IN, "combine weights", sizeof(float), 1, k, k);
     op_buffer_add(c, OP_ROW_IN, "combine ids", sizeof(int32_t), 1, k, k);
-    op_buffer_add(c, OP_OUT, "combine out", sizeof(bf16), 1, D, D);
+    op_buffer_add(c, OP_OUT, "combine out", elem, 1, D, D);
 }
 
 static void moe_combine_row(const op_case *c, uint64_t seed, void *const *in) {
     int D = c->s->moe_combine.D, k = c->s->moe_combine.k;
     op_rng r = op_rng_from(seed, 14);
-    op_fill_bf16(in[COMB_OUTS], (long)k * D, &r, -1.0f, 1.0f);
+    if (combine_f32(c)) {
+        float *e = in[COMB_OUTS];
+        for (long i = 0; i < (long)k * D; i++) e[i] = op_rng_float(&r, -1.0f, 1.0f);
+    } else {
+        op_fill_bf16(in[COMB_OUTS], (long)k * D, &r, -1.0f, 1.0f);
+    }
     float *w = in[COMB_WEIGHTS];
     for (int j = 0; j < k; j++) w[j] = op_rng_float(&r, 0.05f, 1.0f);
     op_distinct_ids(in[COMB_IDS], k, c->s->moe_combine.E, &r);
 }
 
 static moe_combine_args moe_combine_args_for(const op_case *c, int T, void *const *buf) {
-    return (moe_combine_args){.out = buf[COMB_OUT], .expert_out = buf[COMB_OUTS],
-                              .topk_weights = buf[COMB_WEIGHTS], .topk_ids = buf[COMB_IDS],
-                              .T = T, .k = c->s->moe_combine.k, .D = c->s->moe_combine.D,
-                              .E = c->s->moe_combine.E};
+    moe_combine_args a = {.topk_weights = buf[COMB_WEIGHTS], .topk_ids = buf[COMB_IDS], .T = T,
+                          .k = c->s->moe_combine.k, .D = c->s->moe_combine.D, .E = c->s->moe_combine.E};
+    if (combine_f32(c)) {
+        a.expert_out_f32 = buf[COMB_OUTS];
+        a.out_f32 = buf[COMB_OUT];
+    } else {
+        a.expert_out = buf[COMB_OUTS];
+        a.out = buf[COMB_OUT];
+    }
+    return a;
 }
 
 static void moe_combine_call(op_case *c, const op_batch *b) {
@@ -252,8 +275,15 @@ static double moe_combine_error(op_case *c, uint64_t seed, const void *row) {
     void **in = op_row_alone(c, seed);
     double *ref = invar_malloc((size_t)D * sizeof(double), "combine oracle");
     moe_combine_args a = moe_combine_args_for(c, 1, in);
-    f64_moe_combine(&a, ref);
-    double err = f64_rel_l2_bf16(row, ref, D);
+    if (combine_f32(c)) {  // the same sum over the fp32 rows, in double
+        for (int d = 0; d < D; d++) {
+            ref[d] = 0.0;
+            for (int j = 0; j < a.k; j++) ref[d] += (double)a.topk_weights[j] * a.expert_out_f32[(long)j * D + d];
+        }
+    } else {
+        f64_moe_combine(&a, ref);
+    }
+    double err = combine_f32(c) ? f64_rel_l2_f32(row, ref, D) : f64_rel_l2_bf16(row, ref, D);
     op_row_free(c, in);
     free(ref);
     return err;
@@ -261,3 +291,5 @@ static double moe_combine_error(op_case *c, uint64_t seed, const void *row) {
 
 const op_section moe_combine_op = {moe_combine_declare, moe_combine_row, NULL, moe_combine_call,
                                    moe_combine_error};
+const op_section moe_combine_f32_op = {moe_combine_declare, moe_combine_row, NULL, moe_combine_call,
+                                       moe_combine_error};

@@ -140,6 +140,7 @@ extern const op_shape mla_attention_cpu_shapes[], mla_attention_cuda_shapes[];
 extern const op_shape mha_prefill_cpu_shapes[], mha_prefill_cuda_shapes[];
 extern const op_shape merge_attention_cpu_shapes[], merge_attention_cuda_shapes[];
 extern const op_section moe_route_op, moe_experts_op, moe_combine_op;      // ops/moe.c
+extern const op_section moe_experts_f32_op, moe_combine_f32_op;           // ops/moe.c
 extern const op_shape moe_route_cpu_shapes[], moe_route_cuda_shapes[];
 extern const op_shape moe_experts_cpu_shapes[], moe_experts_cuda_shapes[];
 extern const op_shape moe_combine_cpu_shapes[], moe_combine_cuda_shapes[];

@@ -293,7 +293,7 @@ static void resolve_tp_size_invariance(const kernel_set_entry *e, const char *de
     char why[256];
     if (!e->tp_size_invariant) {
         snprintf(why, sizeof why, "tp_size_invariance = on: kernel set %s on %s has no TP-size-"
-                 "invariant path (the CPU invariant set has one)", e->set, device);
+                 "invariant path (the CPU sets have one)", e->set, device);
         skip(out, false, why);
     } else if (8 % T != 0) {
         snprintf(why, sizeof why, "tp_size_invariance = on: tensor_parallel %d does not divide "

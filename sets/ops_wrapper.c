@@ -1,4 +1,5 @@
-// sets/ops_wrapper.c — the memory ops of a wrapping set, forwarded to the set it wraps.
+// sets/ops_wrapper.c — the memory ops (and TP-size invariance's steps) of a wrapping set,
+// forwarded to the set it wraps.
 #include "ops_wrapper.h"
 
 static ops_set *inner_of(ops_set *ops) { return ((ops_wrapper *)ops)->inner; }
@@ -24,6 +25,19 @@ static void wrapper_upload_async(ops_set *ops, void *dst, const void *src, size_
     inner_of(ops)->upload_async(inner_of(ops), dst, src, bytes);
 }
 
+// TP-size invariance's steps, forwarded too: a set built on another finds its own state from
+// the ops pointer it is called with (the reference set's ring order, reference/cpu/ref_cpu_set.h),
+// which a copied pointer would read out of the wrapper.
+static void wrapper_add_f32(ops_set *ops, float *x, const float *y, long n) {
+    inner_of(ops)->add_f32(inner_of(ops), x, y, n);
+}
+static void wrapper_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
+    inner_of(ops)->round_to_bf16(inner_of(ops), out, x, n);
+}
+static void wrapper_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n) {
+    inner_of(ops)->all_reduce_f32_tree(inner_of(ops), comm, buf, n);
+}
+
 void ops_wrapper_init(ops_wrapper *w, ops_set *inner) {
     w->inner = inner;
     w->base = *inner;
@@ -36,4 +50,7 @@ void ops_wrapper_init(ops_wrapper *w, ops_set *inner) {
     w->base.alloc_host = inner->alloc_host ? wrapper_alloc_host : NULL;
     w->base.release_host = inner->release_host ? wrapper_release_host : NULL;
     w->base.upload_async = inner->upload_async ? wrapper_upload_async : NULL;
+    w->base.add_f32 = inner->add_f32 ? wrapper_add_f32 : NULL;
+    w->base.round_to_bf16 = inner->round_to_bf16 ? wrapper_round_to_bf16 : NULL;
+    w->base.all_reduce_f32_tree = inner->all_reduce_f32_tree ? wrapper_all_reduce_f32_tree : NULL;
 }

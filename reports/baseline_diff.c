@@ -24,10 +24,10 @@
 // The bench's tables compared, T_GEMM to T_TP_DECODE (a folder of `invar bench --out`, as
 // results/bench/ keeps them, has those and meta.csv only). bench_decode_ops.csv is left out: a
 // profile of one step, its small ops' times too noisy to hold a threshold.
-enum { T_SUMMARY, T_KERNELS, T_GEMM, T_MLA, T_DECODE, T_TP_ALL_REDUCE, T_TP_DECODE, T_META,
+enum { T_SUMMARY, T_KERNELS, T_GEMM, T_MLA, T_MOE, T_DECODE, T_TP_ALL_REDUCE, T_TP_DECODE, T_META,
        N_TABLES };
 static const char *const table_files[N_TABLES] = {
-    "summary.csv", "kernels.csv", "bench_gemm.csv", "bench_mla.csv", "bench_decode.csv",
+    "summary.csv", "kernels.csv", "bench_gemm.csv", "bench_mla.csv", "bench_moe.csv", "bench_decode.csv",
     "bench_tp_all_reduce.csv", "bench_tp_decode.csv", "meta.csv",
 };
 
@@ -93,7 +93,7 @@ static bool report_dir_load(report_dir *d, const char *dir, char *err, int len) 
     }
     if (!any) {
         snprintf(err, (size_t)len, "%s: no report CSV (summary.csv, kernels.csv, bench_gemm.csv, "
-                 "bench_mla.csv, bench_decode.csv, bench_tp_*.csv)", dir);
+                 "bench_mla.csv, bench_moe.csv, bench_decode.csv, bench_tp_*.csv)", dir);
         return false;
     }
     // A sealed report (a finished run, a merge) must still be what invar wrote; a shard's or a

@@ -17,9 +17,9 @@
 #include "run_meta.h"          // run_meta_get
 
 // The bench's files, as harness/bench/ names them.
-enum { F_GEMM, F_MLA, F_DECODE, F_TP_ALL_REDUCE, F_TP_DECODE, F_DECODE_OPS, N_FILES };
+enum { F_GEMM, F_MLA, F_MOE, F_DECODE, F_TP_ALL_REDUCE, F_TP_DECODE, F_DECODE_OPS, N_FILES };
 static const char *const bench_files[N_FILES] = {
-    "bench_gemm.csv", "bench_mla.csv", "bench_decode.csv", "bench_tp_all_reduce.csv",
+    "bench_gemm.csv", "bench_mla.csv", "bench_moe.csv", "bench_decode.csv", "bench_tp_all_reduce.csv",
     "bench_tp_decode.csv", "bench_decode_ops.csv",
 };
 
@@ -357,6 +357,16 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
                                              "reference us", "invariant TFLOP/s",
                                              "plain read % of copy", NULL};
         write_table(f, r->t[F_MLA], cols, labels, mla_memory_bound);
+    }
+    if (r->t[F_MOE] && r->t[F_MOE]->nrows) {
+        fputs("### Routed experts (moe_experts): share of the device-to-device copy bandwidth\n\n"
+              "Each touched expert's three matrices read once, and the tokens' rows, over the time, as a "
+              "share of the measured copy bandwidth.\n\n", f);
+        static const char *const cols[] = {"tokens", "experts_touched", "inv_pct_copy", "ref_pct_copy", "inv_us",
+                                           "ref_us", "ratio_inv_over_ref", NULL};
+        static const char *const labels[] = {"tokens", "experts touched", "invariant % of copy",
+                                             "reference % of copy", "invariant us", "reference us", "ratio", NULL};
+        write_table(f, r->t[F_MOE], cols, labels, NULL);
     }
     static const char *const decode_cols[] = {"device", "model", "phase", "T", "batch", "prompt_len",
                                               "new_tokens", "invariant_tok_s", "reference_tok_s",

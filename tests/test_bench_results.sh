@@ -23,6 +23,7 @@ diff -u tests/fixtures/bench_page.md "$work/page.md" || fail "the fixtures' page
 grep -q 'geometric mean over the 6 rows: \*\*0.984\*\*' "$work/page.md" || fail "no GEMM geomean 0.984"
 grep -q '^- `2026-01-01_fixture-gpu_aaaaaaaaaa`: .*GEMM geomean invariant/cuBLAS 1.000' "$work/page.md" ||
     fail "no summary line for the older run"
+grep -q '^| 32 | 61 | 69.5 | 70.4 | 380.00 | 375.00 | 0.987 |$' "$work/page.md" || fail "no routed-experts row"
 echo "ok: report bench $fixtures: the newest run's tables, one line for the older"
 
 # The committed page is the page of the committed runs.

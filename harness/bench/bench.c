@@ -2,7 +2,8 @@
 // cmd_bench.c): the invariant CUDA kernels against the reference set (cuBLAS, split-count MLA),
 // timed with CUDA events.
 //
-// GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, after
+// GEMM over the DeepSeek projection shapes x M, MLA decode over batch x context x heads, the
+// routed experts at V2-Lite's shapes and decode batches (bench_moe.csv: share of copy), after
 // measuring the device-to-device copy bandwidth that the MLA numbers are compared with (or only
 // the --shape rows of one section: a kernel developer's loop on one shape). Every
 // timing: warm-up, then the median of many runs, each run on the next of several input copies
@@ -314,6 +315,89 @@ static double bench_mla(ops_set *inv, ops_set *ref, const bench_opts *o, const b
     return worst_pct;
 }
 
+// --- MoE routed experts ------------------------------------------------------------------------
+// moe_experts at DeepSeek-V2-Lite's expert shapes and its decode batches: most of a decode step's
+// bytes at batch 32 and 128 are the experts its tokens touch, read by grouped GEMMs of a few rows
+// an expert, so the row says what share of copy bandwidth that reaches.
+
+#define MOE_D 2048
+#define MOE_I 1408
+#define MOE_E 64
+#define MOE_K 6
+static const int moe_tokens[] = {1, 32, 128};
+
+typedef struct {
+    ops_set *ops;
+    moe_experts_args base;
+} moe_job;
+
+static void moe_once(void *arg, int rep) {
+    (void)rep;  // the weights (over a GB) are far past L2 whichever copy: one set of them
+    moe_job *j = arg;
+    j->ops->moe_experts(j->ops, &j->base);
+}
+
+// Each token's k distinct experts, uniformly drawn (seeded); returns how many experts are touched.
+static int moe_route_uniform(int32_t *ids, int T, uint64_t seed) {
+    bool touched[MOE_E] = {false};
+    int count = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < MOE_K; j++) {
+            int e;
+            bool taken;
+            uint64_t draw = seed + (uint64_t)(t * MOE_K + j) * 1000003u;
+            do {
+                e = (int)(invar_uniform(invar_mix64(draw++)) * MOE_E) % MOE_E;
+                taken = false;
+                for (int q = 0; q < j; q++) taken |= ids[t * MOE_K + q] == e;
+            } while (taken);
+            ids[t * MOE_K + j] = e;
+            count += !touched[e];
+            touched[e] = true;
+        }
+    return count;
+}
+
+static void bench_moe(ops_set *inv, ops_set *ref, const bench_opts *o, double copy_gbs, csv_report *csv) {
+    const long w_gate_up = (long)MOE_E * 2 * MOE_I * MOE_D, w_down = (long)MOE_E * MOE_D * MOE_I;
+    const int max_T = moe_tokens[sizeof moe_tokens / sizeof moe_tokens[0] - 1];
+    uint16_t *wgu = inv->alloc(inv, (size_t)w_gate_up * 2, "bench moe w_gate_up");
+    uint16_t *wdn = inv->alloc(inv, (size_t)w_down * 2, "bench moe w_down");
+    uint16_t *x = inv->alloc(inv, (size_t)max_T * MOE_D * 2, "bench moe x");
+    uint16_t *out = inv->alloc(inv, (size_t)max_T * MOE_K * MOE_D * 2, "bench moe out");
+    int32_t *ids = inv->alloc(inv, (size_t)max_T * MOE_K * 4, "bench moe expert ids");
+    fill_random(inv, wgu, w_gate_up, 0x4e4eu);
+    fill_random(inv, wdn, w_down, 0x4f4fu);
+    fill_random(inv, x, (long)max_T * MOE_D, 0x5050u);
+    printf("\n%6s %8s %10s %10s %8s %8s %7s %7s %6s\n", "tokens", "experts", "inv us", "ref us", "inv GB/s",
+           "ref GB/s", "inv %cp", "ref %cp", "ratio");
+    for (size_t r = 0; r < sizeof moe_tokens / sizeof moe_tokens[0]; r++) {
+        const int T = moe_tokens[r];
+        int32_t *h_ids = invar_malloc((size_t)T * MOE_K * 4, "bench moe expert ids");
+        const int touched = moe_route_uniform(h_ids, T, 0x6000u + (uint64_t)T);
+        inv->upload(inv, ids, h_ids, (size_t)T * MOE_K * 4);
+        free(h_ids);
+        moe_job j = {inv, {.out = out, .x = x, .topk_ids = ids, .w_gate_up = wgu, .w_down = wdn, .T = T,
+                           .k = MOE_K, .E = MOE_E, .D = MOE_D, .I = MOE_I}};
+        double t_inv = cuda_time_median_ms(inv, moe_once, &j, o->warmup, o->reps);
+        j.ops = ref;
+        double t_ref = cuda_time_median_ms(ref, moe_once, &j, o->warmup, o->reps);
+        // Each touched expert's three matrices once, the tokens' rows in and their k rows out.
+        const double bytes = (double)touched * 3.0 * MOE_D * MOE_I * 2.0 + (double)T * MOE_D * 2.0 +
+                             (double)T * MOE_K * MOE_D * 2.0;
+        const double gi = bytes / t_inv / 1e6, gr = bytes / t_ref / 1e6;
+        bench_row(csv, "%d,%d,%d,%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.3f", MOE_D, MOE_I, MOE_E, MOE_K, T, touched,
+                  t_inv * 1e3, t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, t_ref / t_inv);
+        printf("%6d %8d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %6.3f\n", T, touched, t_inv * 1e3, t_ref * 1e3, gi,
+               gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, t_ref / t_inv);
+        fflush(stdout);
+    }
+    inv->release(inv, wgu);
+    inv->release(inv, wdn);
+    inv->release(inv, x);
+    inv->release(inv, out);
+    inv->release(inv, ids);
+}
 
 int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
@@ -362,6 +446,14 @@ int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, 
                      shapes->n ? " (the --shape rows)" : "");
         else
             snprintf(summary + n, sizeof summary - n, "; MLA decode: no memory-bound 16-head row");
+    }
+    if (!only || strcmp(only, "moe") == 0) {
+        static const char *const header[] = {"D", "I", "E", "k", "tokens", "experts_touched", "inv_us", "ref_us",
+                                             "inv_gbs", "ref_gbs", "inv_pct_copy", "ref_pct_copy",
+                                             "ratio_inv_over_ref"};
+        csv_report *m = bench_csv_open(out_dir, "bench_moe.csv", header, 13);
+        bench_moe(inv, ref, &o, copy_gbs, m);
+        bench_csv_close(m);
     }
     if (!only || strcmp(only, "decode") == 0) {
         // End to end on DeepSeek-V2-Lite's dimensions (4 of its 27 layers), and on V3's (3 of its

@@ -1,7 +1,7 @@
 // harness/bench/cmd_bench.c — `invar bench` (harness/commands.h): the command line, the CPU
 // decode rates, and the CUDA sections through harness/bench/bench.h.
 //
-//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|decode|tp] [--profile]
+//   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|moe|decode|tp] [--profile]
 //               [--shape N:K:M | B:C:H ...]
 //
 // Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
@@ -87,17 +87,19 @@ int cmd_bench(int argc, char **argv) {
          .help = "cuda (the default; a SKIP without a device, exit 2 when\n"
                  "asked for) or cpu"},
         {.name = "--out", .metavar = "DIR", .to.string = &out_dir,
-         .help = "where bench_gemm.csv, bench_mla.csv, bench_decode.csv go\n"
-                 "(default build/bench)"},
+         .help = "where bench_gemm.csv, bench_mla.csv, bench_moe.csv,\n"
+                 "bench_decode.csv go (default build/bench)"},
         {.name = "--quick", .kind = CLI_SWITCH, .to.on = &quick,
          .help = "fewer repetitions (CI smoke run)"},
         {.name = "--profile", .kind = CLI_SWITCH, .to.on = &profile,
          .help = "after the decode rates, one decode step's time op by op on\n"
                  "each set (bench_decode_ops.csv): where invariance costs time"},
-        {.name = "--only", .choices = "gemm|mla|decode|tp", .to.string = &only,
+        {.name = "--only", .choices = "gemm|mla|moe|decode|tp", .to.string = &only,
          .help = "one section (a kernel developer's tuning loop); the copy\n"
-                 "ceiling always runs. tp: the all-reduce and decode at T = 1, 2\n"
-                 "(needs two GPUs; a SKIP line otherwise)"},
+                 "ceiling always runs. moe: the routed experts at V2-Lite's\n"
+                 "shapes, 1, 32 and 128 tokens (bench_moe.csv). tp: the\n"
+                 "all-reduce and decode at T = 1, 2 (needs two GPUs; a SKIP\n"
+                 "line otherwise)"},
         {.name = "--shape", .kind = CLI_STRINGS, .to.strings = &shape_list, .metavar = "N:K:M|B:C:H",
          .help = "only this row of the section, repeatable (up to 64, in\n"
                  "order): --only gemm takes N:K:M (e.g. 1536:7168:1), --only\n"
@@ -108,9 +110,10 @@ int cmd_bench(int argc, char **argv) {
     };
     const cli_command cmd = {
         .name = "invar bench",
-        .about = "cuda: GEMM and MLA decode, invariant CUDA kernels vs the reference set (cuBLAS),\n"
-                 "      then end-to-end decode tokens/s and the roofline of the v2-lite-shaped\n"
-                 "      model at batch 1, 32, 128 and the v3-shaped one at batch 1, 32.\n"
+        .about = "cuda: GEMM, MLA decode and the routed experts (moe_experts), invariant CUDA\n"
+                 "      kernels vs the reference set (cuBLAS), then end-to-end decode tokens/s\n"
+                 "      and the roofline of the v2-lite-shaped model at batch 1, 32, 128 and\n"
+                 "      the v3-shaped one at batch 1, 32.\n"
                  "cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.",
         .flags = flags,
     };

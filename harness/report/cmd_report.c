@@ -82,7 +82,7 @@ static int diff(int argc, char **argv) {
                  "has a shard row: invar run --shard I/N). An unreadable summary.csv or kernels.csv (no\n"
                  "config/op or verdict column, no rows) is exit 2. Either directory may be a bench\n"
                  "folder (invar bench --out DIR, results/bench/*): bench_gemm.csv, bench_mla.csv,\n"
-                 "bench_decode.csv and bench_tp_*.csv rows matched by shape, their times and\n"
+                 "bench_moe.csv, bench_decode.csv and bench_tp_*.csv rows matched by shape, their times and\n"
                  "tokens/s compared.",
         .flags = flags,
         .epilogue = "exit: 0 no regression, 1 a regression, 2 bad input or usage, 3 a file could\n"

@@ -119,7 +119,7 @@ grep -q "^NOTE   reference cpu  gemm .*never varied at this shape" "$work/out.lo
 expect 0 "^3 passed, 0 failed, 0 skipped" kernels --device cpu --op gemm --shape 37x203 --quick --out "$work/k-shape-quick" --threads 2
 [ "$(cut -d, -f4 "$work/k-shape-quick/kernels.csv" | sort -u | tr '\n' ' ')" = '"37x203" "shape" ' ] ||
     fail "kernels --shape 37x203 --quick: other shapes than 37x203 in kernels.csv"
-expect 2 "^invar bench: --only: 'nope' is not one of gemm\|mla\|decode" bench --only nope
+expect 2 "^invar bench: --only: 'nope' is not one of gemm\|mla\|moe\|decode" bench --only nope
 expect 2 "^invar bench: --shape: needs --only gemm \(N:K:M\) or --only mla \(batch:context:heads\)" bench --shape 1536:7168:1
 expect 2 "^invar bench: --shape: needs --only gemm" bench --only decode --shape 1536:7168:1
 expect 2 "^invar bench: --shape: '1536x7168:1' is not N:K:M \(three positive integers\)" \

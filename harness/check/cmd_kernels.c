@@ -6,6 +6,7 @@
 #include <limits.h>                 // PATH_MAX
 #include <spawn.h>                  // posix_spawn
 #include <stdio.h>                  // printf, fprintf, FILE
+#include <stdlib.h>                 // free
 #include <string.h>                 // strcmp, strerror, strsignal
 #include <sys/wait.h>               // waitpid, WIFSIGNALED, WTERMSIG
 #include <unistd.h>                 // environ, unlink
@@ -15,7 +16,7 @@
 #include "../host.h"                // host_seconds, host_make_dirs
 #include "kernel_check.h"           // kernel_check_op, kernel_check_must_vary, check_opts, ...
 #include "op_table.h"               // op_table, op_table_find
-#include "../../common/check.h"    // invar_die
+#include "../../common/check.h"    // invar_die, invar_calloc
 #include "../../sets/registry.h" // kernel_sets, kernel_set_create, cuda_device_available
 #include "../../reports/csv_report.h" // csv_report_open, csv_report_row, csv_report_close, csv_row_write
 #include "../../reports/report_schema.h" // kernels_header, kernels_get, KERNELS_*
@@ -223,13 +224,17 @@ static void report_coverage(report *rep, ops_set *ops, const fingerprint_sink *p
     // A set built on the invariant one keeps its list but not all of its kernels: not judged.
     if (!ops->paths || !ops->batch_invariant) return;
     int declared = 0, reached = 0, unreachable = 0;
-    for (const char *const *p = ops->paths; *p; p++) {
-        bool hit = fingerprint_sink_reached(prints, *p);
-        const char *why = hit || !ops->path_unreachable ? NULL : ops->path_unreachable(ops, *p);
-        declared++;
-        reached += hit;
-        unreachable += why != NULL;
-        const char *row[] = {ops->name, ops->device, *p, hit ? "yes" : why ? "unreachable" : "no", why};
+    while (ops->paths[declared]) declared++;
+    // Per path: reached, or why this host cannot take it (NULL: it could and did not).
+    bool *hit = invar_calloc((size_t)declared, sizeof *hit, "coverage: paths reached");
+    const char **why = invar_calloc((size_t)declared, sizeof *why, "coverage: reasons");
+    for (int i = 0; i < declared; i++) {
+        const char *p = ops->paths[i];
+        hit[i] = fingerprint_sink_reached(prints, p);
+        if (!hit[i] && ops->path_unreachable) why[i] = ops->path_unreachable(ops, p);
+        reached += hit[i];
+        unreachable += why[i] != NULL;
+        const char *row[] = {ops->name, ops->device, p, hit[i] ? "yes" : why[i] ? "unreachable" : "no", why[i]};
         if (!csv_row_write(rep->coverage, row, 5))
             invar_die(INVAR_EXIT_SYSTEM, "kernels: writing %s: %s", rep->coverage_path, strerror(errno));
     }
@@ -248,13 +253,13 @@ static void report_coverage(report *rep, ops_set *ops, const fingerprint_sink *p
     if (unreachable) snprintf(here, sizeof here, " (%d not reachable here)", unreachable);
     printf("%-6s %-9s %-4s coverage: %d of %d paths reached%s%s\n", !short_of || !must_reach ? "PATHS" : "FAIL",
            ops->name, ops->device, reached, declared, here, must_reach ? "" : " (a partial run: not judged)");
-    for (const char *const *p = ops->paths; *p; p++) {
-        if (fingerprint_sink_reached(prints, *p)) continue;
-        const char *why = ops->path_unreachable ? ops->path_unreachable(ops, *p) : NULL;
-        if (why) printf("       %-9s %-4s not reachable here: %s (%s)\n", ops->name, ops->device, *p, why);
-        else printf("       %-9s %-4s unreached: %s\n", ops->name, ops->device, *p);
+    for (int i = 0; i < declared; i++) {
+        if (why[i]) printf("       %-9s %-4s not reachable here: %s (%s)\n", ops->name, ops->device, ops->paths[i], why[i]);
+        else if (!hit[i]) printf("       %-9s %-4s unreached: %s\n", ops->name, ops->device, ops->paths[i]);
     }
     if (must_reach && short_of) rep->failed++;
+    free(hit);
+    free(why);
     fflush(stdout);
 }
 

@@ -206,7 +206,8 @@ static const char *const inv_cuda_paths[] = {
     "mla_attention:wgmma", "mla_attention:wgmma16", "mla_attention:mma.sync", "mla_attention:generic",
     GEMM_SM90_PATHS, GEMM_PORTABLE_PATH, "rmsnorm:block-256", "logprobs:block-1024",
     "moe_route:greedy", "moe_route:group-limited", "moe_route:noaux-tc", "moe_experts:grouped-gemm",
-    "moe_combine:ascending-k", "mha_prefill:warp-online-softmax", "merge_attention:row", "all_reduce:one-pass", "all_reduce:grid-stride", NULL,
+    "moe_combine:ascending-k", "mha_prefill:warp-online-softmax", "merge_attention:row",
+    "all_reduce:one-pass", "all_reduce:grid-stride", NULL,
 };
 
 // A path of another architecture's kernels, or of a collective needing more GPUs than this host has.

@@ -70,7 +70,7 @@ void f64_moe_route(const moe_route_args *a, int32_t *ids, double *weights);
 // out [T*k][D]: expert topk_ids[t,j] applied to x[t] exactly, silu(gate)·up unrounded.
 void f64_moe_experts(const moe_experts_args *a, double *out);
 
-// out [T][D] = sum_j topk_weights[t,j] * expert_out[t*k + j]
+// out [T][D] = sum_j topk_weights[t,j] * expert_out[t*k + j] (expert_out_f32's rows where given)
 void f64_moe_combine(const moe_combine_args *a, double *out);
 
 // --- logprobs -------------------------------------------------------------------------------

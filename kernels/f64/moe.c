@@ -116,9 +116,11 @@ void f64_moe_combine(const moe_combine_args *a, double *out) {
     for (long t = 0; t < a->T; t++)
         for (long d = 0; d < a->D; d++) {
             double sum = 0.0;
-            for (int j = 0; j < a->k; j++)
+            for (int j = 0; j < a->k; j++) {
+                const long at = (t * a->k + j) * a->D + d;
                 sum += (double)a->topk_weights[t * a->k + j] *
-                        bf16_to_float(a->expert_out[(t * a->k + j) * a->D + d]);
+                       (a->expert_out_f32 ? a->expert_out_f32[at] : bf16_to_float(a->expert_out[at]));
+            }
             out[t * a->D + d] = sum;
         }
 }

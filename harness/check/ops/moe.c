@@ -275,14 +275,7 @@ static double moe_combine_error(op_case *c, uint64_t seed, const void *row) {
     void **in = op_row_alone(c, seed);
     double *ref = invar_malloc((size_t)D * sizeof(double), "combine oracle");
     moe_combine_args a = moe_combine_args_for(c, 1, in);
-    if (combine_f32(c)) {  // the same sum over the fp32 rows, in double
-        for (int d = 0; d < D; d++) {
-            ref[d] = 0.0;
-            for (int j = 0; j < a.k; j++) ref[d] += (double)a.topk_weights[j] * a.expert_out_f32[(long)j * D + d];
-        }
-    } else {
-        f64_moe_combine(&a, ref);
-    }
+    f64_moe_combine(&a, ref);
     double err = combine_f32(c) ? f64_rel_l2_f32(row, ref, D) : f64_rel_l2_bf16(row, ref, D);
     op_row_free(c, in);
     free(ref);

@@ -138,22 +138,143 @@ while data.count(b"HTTP/1.1 200") < 2 and time.monotonic() - t0 < 5:
 sys.exit(0 if data.count(b"HTTP/1.1 200") == 2 else 1)
 PY
 echo "ok: two pipelined GETs answered on one connection"
-# Two Content-Length headers that disagree: 400 with an error body, never a guess.
+# Two Content-Length headers that disagree: 400 with an error body, never a guess; as a
+# connection's first request (the gate reads it) and as a later one (the server's handler).
 python3 - "$PORT" <<'PY' || fail "conflicting Content-Length headers: not refused with 400"
 import socket, sys
 body = b'{"prompt":[1,2],"max_tokens":1}'
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body)
-data = b""
-while True:
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    data += chunk
-sys.exit(0 if data.startswith(b"HTTP/1.1 400") and b'"error"' in data else 1)
+bad = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+       b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body)
+for first in [b"", b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"]:
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+    s.sendall(first + bad)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    if first:
+        if not data.startswith(b"HTTP/1.1 200"):
+            sys.exit(1)
+        data = data[data.index(b"HTTP/1.1", 1):]
+    if not (data.startswith(b"HTTP/1.1 400") and b'"error"' in data):
+        print(f"first request {first!r}: {data[:200]!r}")
+        sys.exit(1)
 PY
 echo "ok: conflicting Content-Length headers refused"
+# Requests the HTTP layer itself refuses (a malformed head, one too large, an HTTP version
+# other than 1.x, a body framed other than by Content-Length): each answered with its status
+# and an OpenAI error body in JSON, never the HTTP library's HTML or a silent close.
+python3 - "$PORT" <<'PY' || fail "the gate: a refused head not answered in JSON, or a good one not served (lines above)"
+import json, socket, sys, time
+port = int(sys.argv[1])
+def raw(head):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(head)
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return data
+cases = [
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nno colon in this line\r\n\r\n", 400),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Name: value\r\n\r\n", 400),
+    (b"GET /health HTTP/x.y\r\nHost: x\r\n\r\n", 400),
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET /health\r\n\r\n", 400),
+    (b"GET /health HTTP/3.0\r\nHost: x\r\n\r\n", 505),
+    (b"GET /health HTTP/0.9\r\nHost: x\r\n\r\n", 505),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n", 431),
+    (b"GET /" + b"a" * 40000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n{}", 400),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", 413),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 411),
+]
+bad = []
+for head, want in cases:
+    data = raw(head)
+    top, _, body = data.partition(b"\r\n\r\n")
+    lines = top.split(b"\r\n")
+    ok = lines[0].startswith(b"HTTP/1.1 %d " % want)
+    ok = ok and any(l.lower() == b"content-type: application/json" for l in lines[1:])
+    try:
+        ok = ok and isinstance(json.loads(body)["error"]["message"], str)
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        bad.append(f"{head[:60]!r}...: expected {want} with a JSON error, got {data[:160]!r}")
+# What must still pass: a head just under the limit, one ended by bare LFs, one sent in pieces.
+def pieces(*parts):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    for part in parts:
+        s.sendall(part)
+        time.sleep(0.2)
+    data = s.recv(65536)
+    s.close()
+    return data
+for name, data in [
+        ("a 15,000-byte header", raw(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                     b"X-Big: " + b"a" * 15000 + b"\r\n\r\n")),
+        ("bare LF line ends", raw(b"GET /health HTTP/1.1\nHost: x\nConnection: close\n\n")),
+        ("a head in three pieces", pieces(b"GET /hea", b"lth HTTP/1.1\r\nHost: x\r\n", b"\r\n"))]:
+    if not data.startswith(b"HTTP/1.1 200 "):
+        bad.append(f"{name}: expected 200, got {data[:160]!r}")
+# After the gate hands a connection on, the HTTP library reads it as any other: a short
+# request after a long one that came in pieces on the same connection, a body sent after its
+# head, each answered at once (not at the idle timeout).
+def answer(s):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+    while length and len(body) < length[0]:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+s = socket.create_connection(("127.0.0.1", port), timeout=3)
+try:
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 3000 + b"\r\n")
+    time.sleep(0.2)  # the head in two pieces: the gate waited for the rest
+    s.sendall(b"\r\n")
+    first = answer(s)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    second = answer(s)
+    if not (first.startswith(b"HTTP/1.1 200 ") and second.startswith(b"HTTP/1.1 200 ")):
+        bad.append(f"a short request after a long one on one connection: {first[:60]!r} then {second[:60]!r}")
+except TimeoutError:
+    bad.append("a short request after a long one on one connection: no answer in 3 s")
+s.close()
+s = socket.create_connection(("127.0.0.1", port), timeout=3)
+body = b'{"prompt":[1,2],"max_tokens":1}'
+try:
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body))
+    time.sleep(0.2)
+    s.sendall(body)
+    got = answer(s)
+    if not got.startswith(b"HTTP/1.1 200 "):
+        bad.append(f"a body sent 0.2 s after its head: {got[:100]!r}")
+except TimeoutError:
+    bad.append("a body sent 0.2 s after its head: no answer in 3 s")
+s.close()
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+PY
+echo "ok: malformed, oversized, HTTP/0.9-3.0 and chunked requests answered with JSON errors; long, LF-ended, slow and kept-alive heads and late bodies served"
 kill "$SERVE_PID"; wait "$SERVE_PID"
 [ $? = 0 ] || fail "invar serve did not stop cleanly on SIGTERM"
 

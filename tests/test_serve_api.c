@@ -2,7 +2,9 @@
 // back, through probe's exact reader, to the engine's float32 bits (a 7-digit printer fails);
 // the sampled token is in top_logprobs; text_offset points at each token's text; requests that
 // are not one JSON object, or ask for what the server does not do, are refused with 400 and a
-// body that is JSON whatever bytes the client sent.
+// body that is JSON whatever bytes the client sent. The gate's head check (serve_gate.h) passes
+// random well-formed heads whole and never judges one early, and refuses each malformed head
+// with the status the HTTP layer owes it.
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +23,7 @@
 #include "../common/hash.h"              // invar_mix64
 #include "../harness/probe/probe_json.h" // probe_parse_completion: reads numbers as strtof
 #include "../harness/serve/serve_api.h"  // serve_completion_parse, serve_write_*
+#include "../harness/serve/serve_gate.h" // serve_head_check, SERVE_GATE_MAX_HEAD
 #include "test_util.h"                   // test_alloc, test_poison
 
 static uint64_t seed;
@@ -362,6 +365,121 @@ static void streamed_events_are_the_answer(void **state) {
     refused("{\"prompt\":[1],\"stream\":1}", 25, &bounds, 400, "'stream' must be true or false");
 }
 
+// A random well-formed head: a token method, a target, HTTP/1.0 or 1.1, headers of token names
+// and printable values (tabs and obs-text too), CRLF or bare LF line ends, empty lines first.
+static size_t random_head(uint64_t *r, char *out, size_t cap) {
+    static const char tchars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                 "!#$%&'*+-.^_`|~";
+    size_t n = 0;
+#define PUT(c) (n < cap ? (void)(out[n++] = (char)(c)) : (void)0)
+#define NEXT() (*r = invar_mix64(*r + 0x9e3779b97f4a7c15ull))
+#define EOL() (NEXT() % 2 ? (PUT('\r'), PUT('\n')) : PUT('\n'))
+    for (uint64_t k = NEXT() % 3; k > 0; k--) EOL();
+    for (uint64_t k = 1 + NEXT() % 7; k > 0; k--) PUT(tchars[NEXT() % (sizeof tchars - 1)]);
+    PUT(' ');
+    PUT('/');
+    for (uint64_t k = NEXT() % 40; k > 0; k--) PUT(33 + NEXT() % 94);  // visible, no spaces
+    const char *version = NEXT() % 2 ? " HTTP/1.1" : " HTTP/1.0";
+    for (const char *v = version; *v; v++) PUT(*v);
+    EOL();
+    for (uint64_t h = NEXT() % 12; h > 0; h--) {
+        for (uint64_t k = 1 + NEXT() % 20; k > 0; k--) PUT(tchars[NEXT() % (sizeof tchars - 1)]);
+        PUT(':');
+        for (uint64_t k = NEXT() % 60; k > 0; k--) {
+            uint64_t c = NEXT() % 100;
+            PUT(c < 4 ? '\t' : c < 8 ? 0x80 + NEXT() % 128 : 32 + NEXT() % 95);
+        }
+        EOL();
+    }
+    EOL();
+#undef PUT
+#undef NEXT
+#undef EOL
+    return n;
+}
+
+static void head_refused(const char *head, size_t len, int status, const char *why) {
+    serve_error e;
+    serve_head got = serve_head_check(head, len, &e);
+    if (got != SERVE_HEAD_REFUSED || e.status != status)
+        fail_msg("'%.60s': verdict %d status %d, expected refused with %d", head, (int)got,
+                 got == SERVE_HEAD_REFUSED ? e.status : 0, status);
+    if (!strstr(e.message, why)) fail_msg("'%.60s': message '%s' lacks '%s'", head, e.message, why);
+}
+
+static void heads_judged_as_the_http_layer_would(void **state) {
+    (void)state;
+    uint64_t r = seed;
+    char head[4096];
+    for (int t = 0; t < 300; t++) {
+        size_t n = random_head(&r, head, sizeof head);
+        serve_error e = {.status = -1};
+        for (size_t cut = 0; cut < n; cut++)  // never judged before its last byte
+            if (serve_head_check(head, cut, &e) != SERVE_HEAD_INCOMPLETE)
+                fail_msg("head %d judged %d at %zu of %zu bytes (%s): '%.*s'", t,
+                         (int)serve_head_check(head, cut, &e), cut, n, e.message, (int)n, head);
+        if (serve_head_check(head, n, &e) != SERVE_HEAD_GOOD)
+            fail_msg("head %d refused (%s): '%.*s'", t, e.message, (int)n, head);
+        // A body or a pipelined request after the head is not the head's business.
+        memcpy(head + n, "\x01garbage", 8);
+        assert_int_equal(serve_head_check(head, n + 8, &e), SERVE_HEAD_GOOD);
+    }
+#define REFUSED(h, status, why) head_refused(h, sizeof h - 1, status, why)
+    REFUSED("GARBAGE\r\n", 400, "expected METHOD TARGET");
+    REFUSED("GET /x\r\n", 400, "HTTP/0.9");
+    REFUSED("GET  HTTP/1.1\r\n", 400, "not METHOD TARGET");
+    REFUSED(" GET /x HTTP/1.1\r\n", 400, "expected METHOD TARGET");
+    REFUSED("G(T /x HTTP/1.1\r\n", 400, "method is not a token");
+    REFUSED("GET /x\x01 HTTP/1.1\r\n", 400, "control character");
+    REFUSED("GET /x HTTP/1.1\rHost: y\r\n\r\n", 400, "control character");  // a lone CR
+    REFUSED("GET /x HTTP/x.y\r\n", 400, "malformed HTTP version");
+    REFUSED("GET /x HTTP/1.10\r\n", 400, "malformed HTTP version");
+    REFUSED("GET /x http/1.1\r\n", 400, "malformed HTTP version");
+    REFUSED("GET /x HTTP/2.0\r\n", 505, "not supported");
+    REFUSED("GET /x HTTP/0.9\r\n", 505, "not supported");
+    REFUSED("GET /x HTTP/1.1\r\nno colon\r\n\r\n", 400, "has no colon");
+    REFUSED("GET /x HTTP/1.1\r\nHost : y\r\n\r\n", 400, "not a token");
+    REFUSED("GET /x HTTP/1.1\r\n: y\r\n\r\n", 400, "empty name");
+    REFUSED("GET /x HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 400, "folded");
+    REFUSED("GET /x HTTP/1.1\r\nA: b\x00c\r\n\r\n", 400, "control character");
+    REFUSED("POST /x HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400, "not a number");
+    REFUSED("POST /x HTTP/1.1\r\nContent-Length:\r\n\r\n", 400, "not a number");
+    REFUSED("POST /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "not a number");
+    REFUSED("POST /x HTTP/1.1\r\ncontent-length: 18446744073709551616\r\n\r\n", 413, "64 bits");
+    REFUSED("POST /x HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400, "disagree");
+    REFUSED("POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411, "Content-Length");
+    REFUSED("POST /x HTTP/1.1\r\nTRANSFER-ENCODING: gzip\r\n\r\n", 411, "Content-Length");
+#undef REFUSED
+    serve_error e;
+    // The largest number 64 bits hold, the same length twice, padding around a value: good.
+    const char *good[] = {
+        "POST /x HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n",
+        "POST /x HTTP/1.1\r\nContent-Length: 7\r\ncontent-length:7 \r\n\r\n",
+        "GET /x  HTTP/1.1\r\nHost:\t y \t\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        if (serve_head_check(good[i], strlen(good[i]), &e) != SERVE_HEAD_GOOD)
+            fail_msg("'%s' refused: %s", good[i], e.message);
+    // A bad line is refused as soon as it is whole, before the head ends.
+    const char *early = "GET /x HTTP/9.9\r\nHost: y\r\n";
+    assert_int_equal(serve_head_check(early, 17, &e), SERVE_HEAD_REFUSED);
+    assert_int_equal(serve_head_check(early, 16, &e), SERVE_HEAD_INCOMPLETE);
+    // Too large: 414 in the request line, 431 after it, at exactly one byte past the limit.
+    size_t big = SERVE_GATE_MAX_HEAD + 1;
+    char *b = test_alloc(big + 64);
+    memset(b, 'a', big + 64);
+    memcpy(b, "GET /", 5);
+    assert_int_equal(serve_head_check(b, big - 1, &e), SERVE_HEAD_INCOMPLETE);
+    head_refused(b, big, 414, "request line is longer");
+    size_t at = (size_t)sprintf(b, "GET /x HTTP/1.1\r\nX: ");
+    memset(b + at, 'a', big + 64 - at);
+    assert_int_equal(serve_head_check(b, big - 1, &e), SERVE_HEAD_INCOMPLETE);
+    head_refused(b, big, 431, "request head is longer");
+    memcpy(b + big - 5, "\r\n\r\n", 4);  // ends exactly at the limit: good
+    assert_int_equal(serve_head_check(b, big - 1, &e), SERVE_HEAD_GOOD);
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(served_logprobs_read_back_bit_for_bit),
@@ -369,6 +487,7 @@ int main(void) {
         cmocka_unit_test(requests_one_object_nothing_ignored),
         cmocka_unit_test(prompt_lists_are_choices),
         cmocka_unit_test(streamed_events_are_the_answer),
+        cmocka_unit_test(heads_judged_as_the_http_layer_would),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -12,7 +12,8 @@
 #   uploads     many stalled large uploads: the server's RSS stays within 2x idle and a small
 #               request is still served;
 #   slow        slow connections held open (sized from the open-file limit): a new client is
-#               served within 1 s;
+#               served within 1 s; again past --max-connections (the slow connection idle
+#               longest makes room);
 #   drain       SIGTERM during a long request: the request gets its whole answer, the server
 #               exits 0 and takes no new connection.
 set -u
@@ -49,6 +50,10 @@ client identity
 client abandon
 client stream
 client uploads
+client slow
+kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null
+
+start_serve full --max-connections 32
 client slow
 kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null
 

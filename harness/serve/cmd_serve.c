@@ -1,6 +1,7 @@
 // harness/serve/cmd_serve.c — `invar serve --model NAME|DIR --kernel-set SET [--device cpu|cuda]
 // [--host 127.0.0.1] [--port P]`: an OpenAI-compatible HTTP server over invar's own engine
-// (libmicrohttpd, one thread per connection; one engine thread, harness/serve/serve_queue.h):
+// (libmicrohttpd, one thread per connection, behind a gate that judges each first request head,
+// harness/serve/serve_gate.h; one engine thread, harness/serve/serve_queue.h):
 //   POST /v1/completions  token-id prompts, top-k logprobs with token ids, seeded sampling
 //   GET  /v1/models       the served model, its max_model_len and vocab_size
 //   GET  /health          200 once serving
@@ -20,7 +21,6 @@
 #include <string.h>                  // strcmp, strerror, memcpy
 #include <strings.h>                 // strcasecmp
 #include <time.h>                    // time, nanosleep
-#include <unistd.h>                  // close
 
 #include <microhttpd.h>              // MHD_start_daemon, MHD_queue_response, ...
 
@@ -31,12 +31,15 @@
 #include "../run/case_file.h"        // case_model_open
 #include "../cli_args.h"             // cli_parse, cli_usage_error, CLI_GO_ON
 #include "serve_api.h"               // serve_completion_parse, serve_write_*
+#include "serve_gate.h"              // serve_gate_start, SERVE_GATE_MAX_HEAD
 #include "serve_queue.h"             // serve_queue_*
 
 enum {
     SERVE_MAX_BODY = 16 << 20,   // a request body larger than this is refused (413)
     SERVE_SMALL_BODY = 64 << 10, // bodies up to this are never refused for memory: a small
                                  // request is served however many large uploads stall
+    SERVE_CONNECTION_MEMORY = 64 << 10,  // MHD's memory for one connection: a head the gate
+                                         // let through (SERVE_GATE_MAX_HEAD) fits it
     SERVE_THREAD_STACK = 256 << 10,  // a connection's thread: its handler keeps bodies and
                                      // answers on the heap, so thousands of slow clients
                                      // cost little memory
@@ -447,6 +450,14 @@ static void request_done(void *cls, struct MHD_Connection *c, void **state,
     }
 }
 
+// The gate's hand-off: MHD reads the connection from its first byte (the gate only peeked).
+static bool admit(void *ctx, int fd, const struct sockaddr *addr, socklen_t addr_len) {
+    if (MHD_add_connection(ctx, fd, addr, addr_len) == MHD_YES) return true;
+    // MHD has closed it: over --max-connections, or out of memory or threads.
+    fprintf(stderr, "invar serve: MHD_add_connection failed: %s\n", strerror(errno));
+    return false;
+}
+
 // The port, for a test to read once the server listens: written under a temporary name and
 // renamed, so a reader never sees half of it.
 static void write_port_file(const char *path, unsigned port) {
@@ -606,19 +617,27 @@ int cmd_serve(int argc, char **argv) {
     if ((src = pthread_mutex_init(&s.mu, NULL)) != 0)
         invar_die(INVAR_EXIT_SYSTEM, "serve: pthread_mutex_init failed: %s", strerror(src));
     s.queue = serve_queue_start(e, &sched, &batching);
-    // MHD_USE_ITC: the listening socket can be closed while connections finish (SIGTERM).
+    // MHD_USE_NO_LISTEN_SOCKET: the gate (harness/serve/serve_gate.h) listens and hands MHD
+    // only connections whose first head it accepted, so the HTTP layer's refusals are JSON.
+    // MHD_USE_ITC: MHD's polling thread wakes for each connection handed to it.
     // MHD_USE_POLL: poll, not select, so descriptors past FD_SETSIZE (1024) still work.
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG |
-            MHD_USE_ITC | MHD_USE_POLL,
-        (uint16_t)port, NULL, NULL, handle, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, request_done, &s, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)connection_timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
+            MHD_USE_ITC | MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET,
+        0, NULL, NULL, handle, &s, MHD_OPTION_NOTIFY_COMPLETED, request_done, &s,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)connection_timeout,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVE_CONNECTION_MEMORY,
         MHD_OPTION_THREAD_STACK_SIZE, (size_t)SERVE_THREAD_STACK, MHD_OPTION_END);
-    if (!d) invar_die(INVAR_EXIT_SYSTEM, "serve: cannot listen on %s:%d (MHD_start_daemon "
-                      "failed: %s)", host, port, strerror(errno));
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    unsigned bound = info ? info->port : (unsigned)port;
+    if (!d) invar_die(INVAR_EXIT_SYSTEM, "serve: MHD_start_daemon failed: %s", strerror(errno));
+    char gate_err[256];
+    serve_gate_limits gate_limits = {.max_pending = max_connections,
+                                     .idle_timeout_s = connection_timeout};
+    serve_gate *gate = serve_gate_start(&addr, &gate_limits, admit, d, gate_err,
+                                        sizeof gate_err);
+    if (!gate) invar_die(INVAR_EXIT_SYSTEM, "serve: cannot listen on %s:%d (%s)", host, port,
+                         gate_err);
+    unsigned bound = serve_gate_port(gate);
     if (port_file) write_port_file(port_file, bound);
     printf("invar serve: %s on %s (kernel set %s, backend %s, prefix caching %s, chunked prefill "
            "%s, batch window %d ms) at http://%s:%u/v1\n", s.bounds.model, device, set,
@@ -634,9 +653,7 @@ int cmd_serve(int argc, char **argv) {
     printf("invar serve: %s: finishing the requests in flight (at most %d s)\n",
            sig == SIGINT ? "SIGINT" : "SIGTERM", drain_s);
     fflush(stdout);
-    MHD_socket listening = MHD_quiesce_daemon(d);
-    if (listening != MHD_INVALID_SOCKET && close(listening) != 0)
-        fprintf(stderr, "invar serve: closing the listening socket: %s\n", strerror(errno));
+    serve_gate_stop(gate);
     bool drained = serve_queue_drain(s.queue, drain_s);
     for (double waited = 0; waited < drain_s; waited += 0.01) {  // answers being sent
         pthread_mutex_lock(&s.mu);

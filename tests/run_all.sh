@@ -53,8 +53,20 @@ elif [ -z "${CHECK_CUDA_BUILD+set}" ] && [ "$gpu" != 1 ] &&
     skip_suite "CUDA build compiles: not asked (make check asks, through CHECK_CUDA_BUILD, where nvcc is and the build is CPU-only)"
 fi
 # cases/long-batch.ini, the longest engine suite (on a GPU host too, beside the other suites),
-# starts next: started in its turn it ended last, alone.
-suite "invar run --case cases/long-batch.ini" "$BUILD/invar" run --case cases/long-batch.ini --out "$REPORT/run/long-batch"
+# starts next: started in its turn it ended last, alone. Where 4 or more suites run at once, its
+# two configs run as two shards side by side (LONG_BATCH_SHARDS): one alone was the whole
+# check's critical path on a 16-core GPU host.
+jobs=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
+long_batch_shards=${LONG_BATCH_SHARDS:-$([ "$jobs" -ge 4 ] && echo 2 || echo 1)}
+case "$long_batch_shards" in 1 | 2) ;; *) echo "LONG_BATCH_SHARDS=$long_batch_shards: 1 or 2 (the case has 2 configs)"; exit 2 ;; esac
+if [ "$long_batch_shards" = 1 ]; then
+    suite "invar run --case cases/long-batch.ini" "$BUILD/invar" run --case cases/long-batch.ini --out "$REPORT/run/long-batch"
+else
+    for i in 1 2; do
+        suite "invar run --case cases/long-batch.ini --shard $i/2" "$BUILD/invar" run \
+            --case cases/long-batch.ini --shard "$i/2" --out "$REPORT/run/long-batch-shard$i"
+    done
+fi
 
 if [ "$gpu" = 1 ]; then
     # test_cuda_ops, the longest unit suite on a GPU (141 s inside a parallel check on the H200),

@@ -194,17 +194,17 @@ static void tap_call(op_tap *p, const char *op, int M, const tap_group *g, int n
     }
 }
 
-// An op over `n` elements of the announced rows (residual_add, all_reduce): row t is the t-th
-// of n / rows equal parts.
-static void tap_flat(op_tap *p, const char *op, const void *x, long n) {
+// An op over `n` elements of the announced rows (residual_add, all_reduce, TP-size invariance's
+// fp32 steps): row t is the t-th of n / rows equal parts.
+static void tap_flat(op_tap *p, const char *op, const void *x, long n, op_tap_type type) {
     if (p->follow < 0) return;
     if (p->n_rows <= 0 || n % p->n_rows != 0) {
         p->unplaced += n > 0;
         return;
     }
     long D = n / p->n_rows;
-    tap_group g = {x, D, 1, 0, D, OP_TAP_BF16, NULL};
-    tap_call(p, op, p->n_rows, &g, 1, "D=%ld", D);
+    tap_group g = {x, D, 1, 0, D, type, NULL};
+    tap_call(p, op, p->n_rows, &g, 1, type == OP_TAP_F32 ? "D=%ld f32" : "D=%ld", D);
 }
 
 // --- the wrapped ops -----------------------------------------------------------------------------
@@ -241,7 +241,7 @@ static void tap_rope(ops_set *ops, bf16 *x, long ld_token, long ld_head, int T, 
 }
 static void tap_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
     INNER(ops)->residual_add(INNER(ops), x, y, n);
-    tap_flat(tap_of(ops), "residual_add", x, n);
+    tap_flat(tap_of(ops), "residual_add", x, n, OP_TAP_BF16);
 }
 static void tap_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int I) {
     INNER(ops)->silu_mul(INNER(ops), out, gate_up, M, I);
@@ -278,17 +278,22 @@ static void tap_moe_route(ops_set *ops, const moe_route_args *a) {
                       {a->topk_weights, a->k, 1, 0, a->k, OP_TAP_F32, NULL}};
     tap_call(tap_of(ops), "moe_route", a->T, g, 2, "E=%d k=%d D=%d", a->E, a->k, a->D);
 }
+// With out_f32 (TP-size invariance) the fp32 rows are the output: out is not written, and
+// hashing it would compare whatever an earlier op left there.
 static void tap_moe_experts(ops_set *ops, const moe_experts_args *a) {
     INNER(ops)->moe_experts(INNER(ops), a);
     long row = (long)a->k * a->D;  // token t's k outputs
     tap_group g = {a->out, row, 1, 0, row, OP_TAP_BF16, NULL};
-    tap_call(tap_of(ops), "moe_experts", a->T, &g, 1, "E=%d k=%d D=%d I=%d", a->E, a->k, a->D,
-             a->I);
+    if (a->out_f32) g = (tap_group){a->out_f32, row, 1, 0, row, OP_TAP_F32, NULL};
+    tap_call(tap_of(ops), "moe_experts", a->T, &g, 1, "E=%d k=%d D=%d I=%d%s", a->E, a->k, a->D,
+             a->I, a->out_f32 ? " f32" : "");
 }
 static void tap_moe_combine(ops_set *ops, const moe_combine_args *a) {
     INNER(ops)->moe_combine(INNER(ops), a);
     tap_group g = {a->out, a->D, 1, 0, a->D, OP_TAP_BF16, NULL};
-    tap_call(tap_of(ops), "moe_combine", a->T, &g, 1, "k=%d D=%d", a->k, a->D);
+    if (a->out_f32) g = (tap_group){a->out_f32, a->D, 1, 0, a->D, OP_TAP_F32, NULL};
+    tap_call(tap_of(ops), "moe_combine", a->T, &g, 1, "k=%d D=%d%s", a->k, a->D,
+             a->out_f32 ? " f32" : "");
 }
 static void tap_logprobs(ops_set *ops, const logprobs_args *a) {
     INNER(ops)->logprobs(INNER(ops), a);
@@ -300,7 +305,19 @@ static void tap_logprobs(ops_set *ops, const logprobs_args *a) {
 }
 static void tap_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
     INNER(ops)->all_reduce(INNER(ops), comm, buf, n);
-    tap_flat(tap_of(ops), "all_reduce", buf, n);
+    tap_flat(tap_of(ops), "all_reduce", buf, n, OP_TAP_BF16);
+}
+static void tap_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n) {
+    INNER(ops)->all_reduce_f32_tree(INNER(ops), comm, buf, n);
+    tap_flat(tap_of(ops), "all_reduce_f32_tree", buf, n, OP_TAP_F32);
+}
+static void tap_add_f32(ops_set *ops, float *x, const float *y, long n) {
+    INNER(ops)->add_f32(INNER(ops), x, y, n);
+    tap_flat(tap_of(ops), "add_f32", x, n, OP_TAP_F32);
+}
+static void tap_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
+    INNER(ops)->round_to_bf16(INNER(ops), out, x, n);
+    tap_flat(tap_of(ops), "round_to_bf16", out, n, OP_TAP_BF16);
 }
 static void tap_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,
                                    long col_begin, long col_end) {
@@ -345,6 +362,9 @@ op_tap *op_tap_wrap(ops_set *inner) {
     b->moe_combine = tap_moe_combine;
     b->logprobs = tap_logprobs;
     b->all_reduce = inner->all_reduce ? tap_all_reduce : NULL;
+    b->all_reduce_f32_tree = inner->all_reduce_f32_tree ? tap_all_reduce_f32_tree : NULL;
+    b->add_f32 = inner->add_f32 ? tap_add_f32 : NULL;
+    b->round_to_bf16 = inner->round_to_bf16 ? tap_round_to_bf16 : NULL;
     b->all_gather_columns = inner->all_gather_columns ? tap_all_gather_columns : NULL;
     b->bind_thread = inner->bind_thread ? tap_bind_thread : NULL;
     b->open_group = inner->open_group ? tap_open_group : NULL;

@@ -3,6 +3,8 @@
 //   - for each op of the forward pass, a planted divergence in that op alone (its output's
 //     lowest bit flipped in calls of more rows than the request alone ever gives) is named:
 //     that op, with a ULP distance of at least one, and the request's row at both shapes;
+//   - in TP-size-invariant mode (tiny-tp), a divergence planted in moe_experts' or
+//     moe_combine's fp32 rows is named there;
 //   - on the split backend (context keys and prefill rows announced apart) mha_prefill and
 //     merge_attention are named the same way;
 //   - on the split backend, a request prefilled in a step whose first rows are another
@@ -118,13 +120,20 @@ static void p_moe_route(ops_set *ops, const moe_route_args *a) {
     if (plants(ops, "moe_route", a->T))
         for (int t = 0; t < a->T; t++) flip_f32(&a->topk_weights[(long)t * a->k]);
 }
+// With out_f32 (TP-size invariance) the fp32 rows are the output: the flip goes there.
 static void p_moe_experts(ops_set *ops, const moe_experts_args *a) {
     INNER(ops)->moe_experts(INNER(ops), a);
-    if (plants(ops, "moe_experts", a->T)) flip_bf16_rows(a->out, (long)a->k * a->D, a->T);
+    if (!plants(ops, "moe_experts", a->T)) return;
+    if (a->out_f32)
+        for (int t = 0; t < a->T; t++) flip_f32(&a->out_f32[(long)t * a->k * a->D]);
+    else flip_bf16_rows(a->out, (long)a->k * a->D, a->T);
 }
 static void p_moe_combine(ops_set *ops, const moe_combine_args *a) {
     INNER(ops)->moe_combine(INNER(ops), a);
-    if (plants(ops, "moe_combine", a->T)) flip_bf16_rows(a->out, a->D, a->T);
+    if (!plants(ops, "moe_combine", a->T)) return;
+    if (a->out_f32)
+        for (int t = 0; t < a->T; t++) flip_f32(&a->out_f32[(long)t * a->D]);
+    else flip_bf16_rows(a->out, a->D, a->T);
 }
 static void p_logprobs(ops_set *ops, const logprobs_args *a) {
     INNER(ops)->logprobs(INNER(ops), a);
@@ -240,6 +249,45 @@ static void test_each_op_named(void **state) {
                                       "mla_attention", "residual_add", "silu_mul", "moe_route",
                                       "moe_experts", "moe_combine", "logprobs"};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) expect_named(f, ops[i], "mla-unified");
+}
+
+// TP-size invariance (tiny-tp, its 8 fixed slices at T = 1): the MoE ops write their fp32
+// rows and leave the bf16 ones alone, so a divergence planted there is named there, in fp32
+// ULPs (a tap hashing the unwritten bf16 rows named a later op, or none).
+static void test_tp_size_f32_ops_named(void **state) {
+    fixture *f = *state;
+    model_config cfg;
+    assert_true(model_config_by_name("tiny-tp", &cfg));
+    weight_source *src = weights_synthetic(&cfg, f->seed);
+    assert_true(f->ops->tp_size_invariant);
+    for (int i = 0; i < REQS; i++)
+        for (int p = 0; p < f->reqs[i].prompt_len; p++) f->prompts[i][p] %= cfg.vocab_size;
+    static const char *const ops[] = {"moe_experts", "moe_combine"};
+    for (int i = 0; i < 2; i++) {
+        planted_set *p = plant(f->ops, ops[i]);
+        engine_sched sched = {.max_num_seqs = REQS, .max_num_batched_tokens = 64,
+                              .chunked_prefill = true, .top_k = TOP_K,
+                              .backend = attention_backend_by_name("mla-unified")};
+        engine_sched one = sched;
+        one.max_num_seqs = 1;
+        localize_run alone = {.reqs = &f->reqs[f->target], .count = 1, .sched = one,
+                              .follow = 0, .label = "alone"};
+        localize_run batch = {.reqs = f->reqs, .count = REQS, .sched = sched,
+                              .follow = f->target, .label = "at bs=4"};
+        engine_limits lim = limits();
+        lim.tp_size_invariant = true;
+        localization loc;
+        memset(&loc, 0x5A, sizeof loc);
+        ops_set *ranks[1] = {&p->base};
+        assert_true(localize_request(ranks, 1, &cfg, src, &lim, f->seed, &alone, &batch, &loc));
+        printf("  tp-size %s: %s\n", ops[i], loc.text);
+        if (!loc.found || strcmp(loc.op, ops[i]) != 0 || !strstr(loc.text, " f32)") ||
+            !strstr(loc.text, "; max 1 ulp "))  // the one planted fp32 ULP
+            fail_msg("planted in %s's fp32 rows, named '%s' (found %d): %s", ops[i],
+                     loc.found ? loc.op : "", loc.found, loc.text);
+        free(p);
+    }
+    src->destroy(src);
 }
 
 static void test_split_prefill_ops_named(void **state) {
@@ -425,6 +473,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_each_op_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_prefill_ops_named, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tp_size_f32_ops_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_prefill_rows_placed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prefill_vs_decode_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nothing_planted, setup, teardown),

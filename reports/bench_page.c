@@ -244,6 +244,7 @@ static void describe(FILE *f, const bench_run *r) {
     fprintf(f, "%.10s, ", date);
     md(f, dev[0] ? dev : "-");
     fprintf(f, ", invar %.10s%s", commit, strstr(commit, "-dirty") ? "-dirty" : "");
+    if (strcmp(run_meta_get(r->meta, "finished"), "no") == 0) fputs(", cut short", f);
 }
 
 // A table of the columns of t named in cols (header labels in labels); a column the file lacks
@@ -328,7 +329,13 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
                                             "compute_capability", "driver", "cuda_runtime",
                                             "cublas", "collective_library", "gpu_links",
                                             "invar_commit", "host", "command_line", NULL};
-    fprintf(f, "Folder `%s/%s`.\n\n| meta.csv | |\n| --- | --- |\n", results_dir, r->name);
+    fprintf(f, "Folder `%s/%s`.\n\n", results_dir, r->name);
+    // meta.csv's "finished" is no: the run ended early (a time limit, a crash); runs filed
+    // before the row existed have none and finished.
+    if (strcmp(run_meta_get(r->meta, "finished"), "no") == 0)
+        fputs("This run was cut short (meta.csv: finished no): the sections it did not reach "
+              "are missing below, and its last section may be partial.\n\n", f);
+    fputs("| meta.csv | |\n| --- | --- |\n", f);
     for (int i = 0; meta_keys[i]; i++) {
         const char *v = run_meta_get(r->meta, meta_keys[i]);
         // "-": a field this device has not (a CPU run's driver); the CPU model only for one

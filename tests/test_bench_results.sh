@@ -4,7 +4,8 @@
 # `invar report bench` writes the page from the filed runs (the fixtures' page must equal
 # tests/fixtures/bench_page.md; the committed kernels/cuda/BENCH.md must be results/bench's page,
 # so a filed run without its page fails here), and `invar report diff` reads two run folders:
-# exit 1 on a row slower than the threshold, 0 above it, writing nothing into either folder.
+# exit 1 on a row slower than the threshold, 0 above it, writing nothing into either folder. A
+# bench killed mid-run has meta.csv saying finished no, files, and its page says cut short.
 # The fixtures (tests/fixtures/bench_results/) are hand-written, not measurements. About 5 s.
 set -u
 BUILD=${1:-build}
@@ -73,5 +74,24 @@ grep -q '^"device","cpu"$' "$work/cpu/meta.csv" && grep -q '^"command_line","ben
 "$INVAR" report bench "$work/cpu-results" --add "$work/cpu" >"$work/cpu-page.md" 2>/dev/null || fail "filing the cpu run: exit $?"
 ls -d "$work/cpu-results/"*_cpu_* >/dev/null 2>&1 || fail "the cpu run is not filed as DATE_cpu_COMMIT"
 grep -q '^### End to end: decode and prefill tokens/s' "$work/cpu-page.md" || fail "the cpu run's page has no decode table"
+grep -q '^"finished","yes"$' "$work/cpu/meta.csv" || fail "a finished bench's meta.csv does not say finished yes"
 echo "ok: bench --device cpu writes meta.csv; the run files and pages"
+
+# A run cut short (killed once its meta.csv is there, before its sections end) still has
+# meta.csv, saying finished no; it files, and its page says it was cut short.
+"$INVAR" bench --device cpu --quick --out "$work/cut" >"$work/cut.log" 2>&1 &
+pid=$!
+for _ in $(seq 400); do
+    [ -s "$work/cut/meta.csv" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+grep -q '^"finished","no"$' "$work/cut/meta.csv" || { cat "$work/cut.log"; fail "a bench killed mid-run left no meta.csv saying finished no"; }
+"$INVAR" report bench "$work/cut-results" --add "$work/cut" >"$work/cut-page.md" 2>"$work/cut-add.log" ||
+    { cat "$work/cut-add.log"; fail "filing a run cut short: exit $?"; }
+grep -q '^This run was cut short (meta.csv: finished no)' "$work/cut-page.md" &&
+    grep -q '^## Newest run: .*, cut short$' "$work/cut-page.md" || fail "the page of a run cut short does not say so"
+echo "ok: a bench killed mid-run files, its page marked cut short"
 echo "test_bench_results: ok"

@@ -10,7 +10,8 @@
 // whose total exceeds twice the 60 MB L2. Beside each GEMM (N, K) and MLA row, the floor its
 // memory-bound cases are read against: a plain read of its weights or cache, timed the same way
 // (read us, the CSVs' floor_read_* columns: a reference read, the start of a launch included,
-// not a proven bound). Writes DIR/bench_gemm.csv and DIR/bench_mla.csv, and last DIR/meta.csv;
+// not a proven bound). Writes DIR/bench_gemm.csv and DIR/bench_mla.csv (cmd_bench.c writes
+// DIR/meta.csv before and after);
 // with two GPUs also the tensor-parallel rows (harness/bench/bench_tp.h).
 #include <math.h>                // exp, log, sqrt
 #include <stdint.h>              // uint16_t, uint64_t, int32_t

@@ -8,8 +8,10 @@
 #include <stdbool.h>  // bool
 
 // Writes out_dir/meta.csv for a bench on `device` ("cuda" or "cpu"); exits 3 naming the file
-// when it cannot be written. Called once the CSVs are written, so a folder with a meta.csv holds
-// a finished run.
-void bench_meta_write(const char *out_dir, const char *device, int argc, char **argv);
+// when it cannot be written. Called before the first section with `finished` false and again
+// once every CSV is written with true (its "finished" row: no / yes), so a run cut short still
+// has a meta.csv and files, marked as cut short.
+void bench_meta_write(const char *out_dir, const char *device, int argc, char **argv,
+                      bool finished);
 
 #endif

@@ -134,8 +134,9 @@ int cmd_bench(int argc, char **argv) {
         host_make_dirs(out_dir);
         const bench_ceiling ceiling = {.copy_gbs = host_copy_bandwidth_gbs((size_t)256 << 20)};
         const bench_decode_rows rows = {"tiny", cpu_batches, 2, 256};
+        bench_meta_write(out_dir, "cpu", argc, argv, false);
         bench_decode("cpu", &rows, 1, 64, quick ? 8 : 32, profile, &ceiling, out_dir);
-        bench_meta_write(out_dir, "cpu", argc, argv);
+        bench_meta_write(out_dir, "cpu", argc, argv, true);
         return 0;
     }
     char why[256];
@@ -143,7 +144,11 @@ int cmd_bench(int argc, char **argv) {
         printf("SKIP: no CUDA device: %s\n", why);
         return explicit_device ? INVAR_EXIT_INPUT : 0;
     }
+    // meta.csv first, "finished" no: a run cut short (a time limit, a crash) still files, its
+    // sections up to the cut with it; yes once every section is written.
+    host_make_dirs(out_dir);
+    bench_meta_write(out_dir, "cuda", argc, argv, false);
     rc = bench_cuda(out_dir, quick, only, profile, &shapes);
-    if (rc == 0) bench_meta_write(out_dir, "cuda", argc, argv);  // a finished run only
+    if (rc == 0) bench_meta_write(out_dir, "cuda", argc, argv, true);
     return rc;
 }

@@ -196,6 +196,10 @@ cases = [
     (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n{}", 400),
     (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", 413),
     (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 411),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2 \r\n\r\n{}", 400),
+    (b"GET /health HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(600)) + b"\r\n", 431),
+    (b"GET /health HTTP/1.1\r\nCookie: " + b"a=1;" * 600 + b"\r\n\r\n", 431),
+    (b"GET /health?" + b"a&" * 600 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 431),
 ]
 bad = []
 for head, want in cases:
@@ -223,6 +227,11 @@ for name, data in [
         ("a 15,000-byte header", raw(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                                      b"X-Big: " + b"a" * 15000 + b"\r\n\r\n")),
         ("bare LF line ends", raw(b"GET /health HTTP/1.1\nHost: x\nConnection: close\n\n")),
+        ("500 header fields", raw(b"GET /health HTTP/1.1\r\nConnection: close\r\n" +
+                                  b"".join(b"X-%d: v\r\n" % i for i in range(498)) + b"\r\n")),
+        ("a cookie of 400 pairs and 100 query arguments",
+         raw(b"GET /health?" + b"a=1&" * 100 + b" HTTP/1.1\r\nConnection: close\r\nCookie: " +
+             b"c=1; " * 400 + b"\r\n\r\n")),
         ("a head in three pieces", pieces(b"GET /hea", b"lth HTTP/1.1\r\nHost: x\r\n", b"\r\n"))]:
     if not data.startswith(b"HTTP/1.1 200 "):
         bad.append(f"{name}: expected 200, got {data[:160]!r}")
@@ -256,6 +265,20 @@ try:
         bad.append(f"a short request after a long one on one connection: {first[:60]!r} then {second[:60]!r}")
 except TimeoutError:
     bad.append("a short request after a long one on one connection: no answer in 3 s")
+s.close()
+# A client that shuts its side with the head unfinished is closed at once (nothing more can come).
+s = socket.create_connection(("127.0.0.1", port), timeout=3)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+s.shutdown(socket.SHUT_WR)
+t0 = time.monotonic()
+try:
+    closed = s.recv(100) == b""
+except ConnectionResetError:  # closed with the unread head in it: a reset, also closed
+    closed = True
+except TimeoutError:
+    closed = False
+if not closed or time.monotonic() - t0 > 1.0:
+    bad.append("an unfinished head then a half-close: not closed within 1 s")
 s.close()
 s = socket.create_connection(("127.0.0.1", port), timeout=3)
 body = b'{"prompt":[1,2],"max_tokens":1}'

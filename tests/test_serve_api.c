@@ -449,17 +449,38 @@ static void heads_judged_as_the_http_layer_would(void **state) {
     REFUSED("POST /x HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400, "disagree");
     REFUSED("POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411, "Content-Length");
     REFUSED("POST /x HTTP/1.1\r\nTRANSFER-ENCODING: gzip\r\n\r\n", 411, "Content-Length");
+    REFUSED("POST /x HTTP/1.1\r\nContent-Length: 2 \r\n\r\n", 400, "blanks after");
+    REFUSED("POST /x HTTP/1.1\r\nContent-Length: 2\t\r\n\r\n", 400, "blanks after");
 #undef REFUSED
     serve_error e;
-    // The largest number 64 bits hold, the same length twice, padding around a value: good.
+    // The largest number 64 bits hold, the same length twice, blanks around a value (not after
+    // a Content-Length, which the HTTP library refuses): good.
     const char *good[] = {
         "POST /x HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n",
-        "POST /x HTTP/1.1\r\nContent-Length: 7\r\ncontent-length:7 \r\n\r\n",
+        "POST /x HTTP/1.1\r\nContent-Length: 7\r\ncontent-length:7\r\n\r\n",
         "GET /x  HTTP/1.1\r\nHost:\t y \t\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         if (serve_head_check(good[i], strlen(good[i]), &e) != SERVE_HEAD_GOOD)
             fail_msg("'%s' refused: %s", good[i], e.message);
+    // Header fields, query arguments and cookies: SERVE_GATE_MAX_RECORDS in all, one more 431.
+    char *many = test_alloc(SERVE_GATE_MAX_HEAD);
+    for (int extra = 0; extra <= 1; extra++) {
+        // 100 query arguments, a Cookie field of 200 pairs (201 records), then plain fields
+        int fields = SERVE_GATE_MAX_RECORDS - 100 - 201 + extra;
+        size_t at = (size_t)sprintf(many, "GET /x?a");
+        for (int i = 1; i < 100; i++) at += (size_t)sprintf(many + at, "&a");
+        at += (size_t)sprintf(many + at, " HTTP/1.1\r\nCookie: c=1");
+        for (int i = 1; i < 200; i++) at += (size_t)sprintf(many + at, "; c=1");
+        at += (size_t)sprintf(many + at, "\r\n");
+        for (int i = 0; i < fields; i++) at += (size_t)sprintf(many + at, "X%d:v\r\n", i);
+        at += (size_t)sprintf(many + at, "\r\n");
+        serve_head got = serve_head_check(many, at, &e);
+        if (got != (extra ? SERVE_HEAD_REFUSED : SERVE_HEAD_GOOD) || (extra && e.status != 431))
+            fail_msg("%d records: verdict %d (%s)", SERVE_GATE_MAX_RECORDS + extra, (int)got,
+                     got == SERVE_HEAD_REFUSED ? e.message : "");
+    }
+    free(many);
     // A bad line is refused as soon as it is whole, before the head ends.
     const char *early = "GET /x HTTP/9.9\r\nHost: y\r\n";
     assert_int_equal(serve_head_check(early, 17, &e), SERVE_HEAD_REFUSED);

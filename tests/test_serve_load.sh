@@ -12,8 +12,8 @@
 #   uploads     many stalled large uploads: the server's RSS stays within 2x idle and a small
 #               request is still served;
 #   slow        slow connections held open (sized from the open-file limit): a new client is
-#               served within 1 s; again past --max-connections (the slow connection idle
-#               longest makes room);
+#               served within 1 s; again past --max-connections, and again with the server
+#               out of descriptors (ulimit -n 128): the slow connection idle longest makes room;
 #   drain       SIGTERM during a long request: the request gets its whole answer, the server
 #               exits 0 and takes no new connection.
 set -u
@@ -23,11 +23,12 @@ BUILD=${1:-build}
 fixture_start serve-load
 
 start_serve() {  # start_serve NAME ARGS...: invar serve --model tiny on a free port; PORT, SERVE_PID
-    local name=$1 i
+    local name=$1 i  # NOFILE=N: the server's open-file limit
     shift
     rm -f "$OUT/port-$name"
-    "$INVAR" serve --model tiny --kernel-set invariant --port 0 --port-file "$OUT/port-$name" \
-        --threads 2 --seed 5 "$@" >"$OUT/serve-$name.log" 2>&1 &
+    (if [ -n "${NOFILE:-}" ]; then ulimit -n "$NOFILE" || exit 1; fi
+     exec "$INVAR" serve --model tiny --kernel-set invariant --port 0 --port-file "$OUT/port-$name" \
+        --threads 2 --seed 5 "$@") >"$OUT/serve-$name.log" 2>&1 &
     SERVE_PID=$!
     pids+=("$SERVE_PID")
     for i in $(seq 600); do
@@ -54,6 +55,9 @@ client slow
 kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null
 
 start_serve full --max-connections 32
+client slow
+kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null
+NOFILE=128 start_serve fds --connection-timeout 30
 client slow
 kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null
 

@@ -38,8 +38,10 @@ enum {
     SERVE_MAX_BODY = 16 << 20,   // a request body larger than this is refused (413)
     SERVE_SMALL_BODY = 64 << 10, // bodies up to this are never refused for memory: a small
                                  // request is served however many large uploads stall
-    SERVE_CONNECTION_MEMORY = 64 << 10,  // MHD's memory for one connection: a head the gate
-                                         // let through (SERVE_GATE_MAX_HEAD) fits it
+    SERVE_CONNECTION_MEMORY = 128 << 10,  // MHD's memory for one connection: half its read
+                                          // buffer, half a record per header field, query
+                                          // argument and cookie; a head the gate let through
+                                          // (SERVE_GATE_MAX_HEAD, SERVE_GATE_MAX_RECORDS) fits
     SERVE_THREAD_STACK = 256 << 10,  // a connection's thread: its handler keeps bodies and
                                      // answers on the heap, so thousands of slow clients
                                      // cost little memory

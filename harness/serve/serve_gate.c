@@ -44,7 +44,7 @@ static serve_head refuse(serve_error *e, int status, const char *fmt, const char
 
 // The request line: METHOD SP TARGET SP HTTP/d.d (libmicrohttpd's reading: the method ends at
 // the first space, the version starts after the last one, spaces around the target are skipped).
-static serve_head check_request_line(const char *l, size_t n, serve_error *e) {
+static serve_head check_request_line(const char *l, size_t n, int *records, serve_error *e) {
     for (size_t i = 0; i < n; i++)
         if (control_char((unsigned char)l[i]))
             return refuse(e, 400, "malformed request line '%s%s': a control character", l, n);
@@ -73,6 +73,9 @@ static serve_head check_request_line(const char *l, size_t n, serve_error *e) {
     if (version[5] != '1')
         return refuse(e, 505, "HTTP version %s%s not supported (this server speaks HTTP/1.0 "
                       "and HTTP/1.1)", version, vlen);
+    const char *query = memchr(target, '?', (size_t)(version - target));
+    if (query)
+        for (const char *p = query; p < version; p++) *records += p == query || *p == '&';
     return SERVE_HEAD_INCOMPLETE;
 }
 
@@ -80,7 +83,7 @@ static serve_head check_request_line(const char *l, size_t n, serve_error *e) {
 // bits, every copy the same; a Transfer-Encoding (chunked bodies) is refused: a body is
 // framed by Content-Length alone, so no chunk syntax reaches the HTTP library's HTML errors.
 static serve_head check_header(const char *l, size_t n, const char **length, size_t *length_n,
-                               serve_error *e) {
+                               int *records, serve_error *e) {
     if (l[0] == ' ' || l[0] == '\t')
         return refuse(e, 400, "a folded header line ('%s%s'): obsolete line folding is not "
                       "accepted", l, n);
@@ -97,13 +100,20 @@ static serve_head check_header(const char *l, size_t n, const char **length, siz
             return refuse(e, 400, "header '%s%s' holds a control character", l,
                           (size_t)(colon - l));
     while (v < end && (*v == ' ' || *v == '\t')) v++;
+    const char *text_end = end;  // before trailing whitespace is dropped
     while (end > v && (end[-1] == ' ' || end[-1] == '\t')) end--;
     size_t name_n = (size_t)(colon - l), vn = (size_t)(end - v);
+    *records += 1;
+    if (name_n == 6 && strncasecmp(l, "Cookie", 6) == 0)  // the HTTP library keeps each pair
+        for (const char *p = v; p <= end; p++) *records += p == end || *p == ';';
     if (name_n == 17 && strncasecmp(l, "Transfer-Encoding", 17) == 0)
         return refuse(e, 411, "Transfer-Encoding '%s%s' not accepted: send the body with a "
                       "Content-Length", v, vn);
     if (name_n != 14 || strncasecmp(l, "Content-Length", 14) != 0) return SERVE_HEAD_INCOMPLETE;
     if (vn == 0) return refuse(e, 400, "Content-Length '%s%s' is not a number", v, vn);
+    // The HTTP library reads the number up to the line's end: trailing blanks are its 400 page.
+    if (text_end != end)
+        return refuse(e, 400, "Content-Length '%s%s' has blanks after the number", v, vn);
     uint64_t value = 0;
     for (size_t i = 0; i < vn; i++) {
         if (v[i] < '0' || v[i] > '9')
@@ -125,6 +135,7 @@ static serve_head check_header(const char *l, size_t n, const char **length, siz
 serve_head serve_head_check(const char *buf, size_t len, serve_error *e) {
     size_t pos = 0;
     bool request_line = false;
+    int records = 0;  // header fields, query arguments and cookies
     const char *length = NULL;
     size_t length_n = 0;
     for (;;) {
@@ -144,11 +155,19 @@ serve_head serve_head_check(const char *buf, size_t len, serve_error *e) {
         pos = end;
         if (!request_line) {
             if (n == 0) continue;  // empty lines before a request are tolerated (RFC 9112 2.2)
-            if (check_request_line(line, n, e) == SERVE_HEAD_REFUSED) return SERVE_HEAD_REFUSED;
+            if (check_request_line(line, n, &records, e) == SERVE_HEAD_REFUSED)
+                return SERVE_HEAD_REFUSED;
             request_line = true;
         } else if (n == 0) {
             return SERVE_HEAD_GOOD;
-        } else if (check_header(line, n, &length, &length_n, e) == SERVE_HEAD_REFUSED) {
+        } else if (check_header(line, n, &length, &length_n, &records, e) ==
+                   SERVE_HEAD_REFUSED) {
+            return SERVE_HEAD_REFUSED;
+        }
+        if (records > SERVE_GATE_MAX_RECORDS) {
+            *e = (serve_error){.status = 431, .type = "invalid_request_error"};
+            snprintf(e->message, sizeof e->message, "the request has more than %d header "
+                     "fields, query arguments and cookies", SERVE_GATE_MAX_RECORDS);
             return SERVE_HEAD_REFUSED;
         }
     }
@@ -241,10 +260,14 @@ static void answer_refused(serve_gate *g, pending *p, const serve_error *e, size
                       "Content-Length: %zu\r\nConnection: close\r\n\r\n", e->status,
                       reason(e->status), body_len);
     // Small enough for an empty socket buffer; a client that reads nothing loses its answer.
-    if (send(p->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT) != hn ||
-        send(p->fd, body, body_len, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)body_len)
+    ssize_t sent = send(p->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent == hn) sent = send(p->fd, body, body_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0)
         fprintf(stderr, "invar serve: sending a %d answer failed: %s\n", e->status,
                 strerror(errno));
+    else if (sent != (ssize_t)body_len)
+        fprintf(stderr, "invar serve: a %d answer was sent in part (the client's buffer was "
+                "full)\n", e->status);
     free(body);
     if (shutdown(p->fd, SHUT_WR) != 0 && errno != ENOTCONN)
         fprintf(stderr, "invar serve: shutdown of a refused connection failed: %s\n",
@@ -254,9 +277,9 @@ static void answer_refused(serve_gate *g, pending *p, const serve_error *e, size
     p->recheck_at = 0;
 }
 
-// A pending connection is readable: more of its head, its end, or (draining) bytes to drop.
-// False when it left the list (admitted or closed).
-static bool service(serve_gate *g, int i, long long now) {
+// A pending connection is readable (or hung up: `revents`): more of its head, its end, or
+// (draining) bytes to drop. False when it left the list (admitted or closed).
+static bool service(serve_gate *g, int i, short revents, long long now) {
     pending *p = &g->conns[i];
     if (p->close_at) {
         ssize_t r = recv(p->fd, g->peek, sizeof g->peek, MSG_DONTWAIT);
@@ -283,6 +306,12 @@ static bool service(serve_gate *g, int i, long long now) {
         answer_refused(g, p, &e, (size_t)r, now);
         return true;
     case SERVE_HEAD_INCOMPLETE:
+        // The client shut its side with the head unfinished: no more of it can come (and a
+        // hang-up stays readable whatever the low-water mark, so waiting would spin).
+        if (revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+            drop(g, i, true);
+            return false;
+        }
         if ((size_t)r > p->seen) {
             p->seen = (size_t)r;
             p->idle_since = now;
@@ -300,36 +329,54 @@ static long long deadline(const serve_gate *g, const pending *p) {
     return p->close_at ? p->close_at : p->idle_since + 1000LL * g->limits.idle_timeout_s;
 }
 
-static void accept_new(serve_gate *g, long long now, long long *accept_paused_until) {
+// Makes room for a new connection: closes the one whose head has been idle longest (one
+// answered and draining only when every one is: closing it early may lose its answer). False
+// when none is pending.
+static bool evict_one(serve_gate *g) {
+    int pick = -1;
+    for (int i = 0; i < g->n; i++) {
+        const pending *a = &g->conns[i], *b = pick < 0 ? NULL : &g->conns[pick];
+        if (!b || (a->close_at == 0) > (b->close_at == 0) ||
+            ((a->close_at == 0) == (b->close_at == 0) && a->idle_since < b->idle_since))
+            pick = i;
+    }
+    if (pick < 0) return false;
+    drop(g, pick, true);
+    return true;
+}
+
+// Slow clients cannot lock new ones out: past max_pending, or out of descriptors, the pending
+// connection idle longest makes room for the new one.
+static void accept_new(serve_gate *g, long long now, long long *accept_paused_until,
+                       long long *last_complaint) {
     for (int k = 0; k < 64; k++) {
         pending p = {.addr_len = sizeof p.addr, .idle_since = now};
         p.fd = accept4(g->listen_fd, (struct sockaddr *)&p.addr, &p.addr_len,
                        SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (p.fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                fprintf(stderr, "invar serve: accept failed: %s (pausing %d ms)\n",
-                        strerror(errno), GATE_ACCEPT_PAUSE_MS);
+            int err = errno;
+            if ((err == EMFILE || err == ENFILE) && evict_one(g)) continue;
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+                if (now - *last_complaint >= 1000) {  // once a second, not once a retry
+                    fprintf(stderr, "invar serve: accept failed: %s (pausing %d ms)\n",
+                            strerror(err), GATE_ACCEPT_PAUSE_MS);
+                    *last_complaint = now;
+                }
                 *accept_paused_until = now + GATE_ACCEPT_PAUSE_MS;
-            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                       errno != ECONNABORTED) {
-                fprintf(stderr, "invar serve: accept failed: %s\n", strerror(errno));
+            } else if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR &&
+                       err != ECONNABORTED) {
+                fprintf(stderr, "invar serve: accept failed: %s\n", strerror(err));
             }
             return;
         }
-        // Full: the connection idle longest makes room (slow clients cannot lock new ones out).
-        if (g->n == g->limits.max_pending) {
-            int oldest = 0;
-            for (int i = 1; i < g->n; i++)
-                if (g->conns[i].idle_since < g->conns[oldest].idle_since) oldest = i;
-            drop(g, oldest, true);
-        }
+        if (g->n == g->limits.max_pending) evict_one(g);
         g->conns[g->n++] = p;
     }
 }
 
 static void *gate_loop(void *arg) {
     serve_gate *g = arg;
-    long long accept_paused_until = 0;
+    long long accept_paused_until = 0, last_complaint = -1000000;
     for (;;) {
         long long now = now_ms(), wake_at = -1;
         int np = 0;
@@ -358,11 +405,11 @@ static void *gate_loop(void *arg) {
         // Backwards: a connection leaving the list takes the last one's place, already seen.
         for (int i = g->n - 1; i >= 0; i--) {
             if (g->polls[2 + i].revents) {
-                if (!service(g, i, now)) continue;
+                if (!service(g, i, g->polls[2 + i].revents, now)) continue;
             }
             if (i < g->n && now >= deadline(g, &g->conns[i])) drop(g, i, true);
         }
-        if (g->polls[1].revents) accept_new(g, now, &accept_paused_until);
+        if (g->polls[1].revents) accept_new(g, now, &accept_paused_until, &last_complaint);
     }
     return NULL;
 }
@@ -393,6 +440,7 @@ serve_gate *serve_gate_start(const struct sockaddr_in *addr, const serve_gate_li
     if (!op && getsockname(g->listen_fd, (struct sockaddr *)&bound, &bound_len) != 0)
         op = "getsockname";
     if (!op && pipe2(g->wake, O_CLOEXEC) != 0) op = "pipe2";
+    bool piped = !op;
     int prc = op ? 0 : pthread_create(&g->thread, NULL, gate_loop, g);
     if (prc != 0) {
         errno = prc;
@@ -400,6 +448,10 @@ serve_gate *serve_gate_start(const struct sockaddr_in *addr, const serve_gate_li
     }
     if (op) {
         snprintf(err, err_len, "%s failed: %s", op, strerror(errno));
+        if (piped) {
+            close(g->wake[0]);
+            close(g->wake[1]);
+        }
         if (g->listen_fd >= 0) close(g->listen_fd);
         free(g->conns);
         free(g->polls);

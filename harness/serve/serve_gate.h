@@ -18,6 +18,8 @@
 enum {
     SERVE_GATE_MAX_HEAD = 16 << 10,  // a request head (request line and headers) past this is
                                      // refused: 414 while still in the request line, else 431
+    SERVE_GATE_MAX_RECORDS = 512,    // header fields + query arguments + cookies past this:
+                                     // 431 (the HTTP library keeps a record of each)
 };
 
 // What serve_head_check found in the bytes received so far.
@@ -28,7 +30,7 @@ typedef enum {
 } serve_head;
 
 // Judges the start of a connection's bytes: the first request head (leading empty lines
-// skipped, lines ended by CRLF or a bare LF, folded header lines joined) in buf[0..len).
+// skipped, lines ended by CRLF or a bare LF; folded header lines are refused) in buf[0..len).
 // Each line is judged as soon as it is whole, so a bad request line is refused before the
 // rest of the head comes. Bytes after the head (a body, a pipelined request) are not read.
 serve_head serve_head_check(const char *buf, size_t len, serve_error *e);

@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
 # tests/localize_mutants.sh — how often localization names the op a kernel bug is in. Plants each
-# CPU kernel mutant of tests/mutants/ (class kernel, device cpu, touching kernels/cpu/) in a
-# scratch copy of the tree, runs cases/smoke.ini and, when smoke does not catch it,
-# cases/ci.ini; for a mutant a case catches, the first differing op of its failing invariant
-# config (summary.csv's first_op, its first word) must be the mutated op: the patch header's
-# `checks: kernels:OP`, else the op its name and file say. Not part of make check: a build and
-# a case or two per mutant take minutes in all (the result file states how long).
+# kernel mutant of tests/mutants/ (class kernel, not argued equivalent; on the CPU those of
+# device cpu touching kernels/cpu/, on a GPU those of device cuda touching kernels/cuda/) in a
+# scratch copy of the tree and runs the device's cases in order until one catches it (CPU:
+# cases/smoke.ini, then cases/ci.ini; CUDA: cases/gpu.ini's invariant configs); for a mutant a
+# case catches, the first differing op of its failing invariant config (summary.csv's first_op,
+# its first word) must be the mutated op: the patch header's `checks: kernels:OP`, else the op
+# its name and file say. Not part of make check: a build and a case or two per mutant take
+# minutes in all (the result file states how long).
 #
 #   bash tests/localize_mutants.sh [OUT]    OUT: results folder (default build/localize-mutants)
+#   LOCALIZE_DEVICE=cpu|cuda                which mutants and cases (default cpu; cuda needs a GPU)
 #   LOCALIZE_MUTANTS=a,b                    only these mutants
-#   LOCALIZE_JOBS=N                         make -jN (default: nproc)
+#   LOCALIZE_PARALLEL=N                     mutants judged at once, each in its own copy of the
+#                                           built tree (default 1)
+#   LOCALIZE_JOBS=N                         make -jN of each mutant's build (default: the cores
+#                                           shared among LOCALIZE_PARALLEL)
 #
 # Writes OUT/mutants.csv (mutant, mutated op, case that caught it, named op, match, first_op)
-# and prints the figure; exit 0 when at least 95% of the caught mutants are named right.
+# and prints the figure; exit 0 when at least 95% of the caught mutants are named right, 1 when
+# fewer, 2 when the tree does not build or a patch does not apply.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/build/localize-mutants}
-jobs=${LOCALIZE_JOBS:-$(nproc 2>/dev/null || echo 2)}
-work="$out/tree"
+device=${LOCALIZE_DEVICE:-cpu}
+parallel=${LOCALIZE_PARALLEL:-1}
+case "$device" in
+cpu) cases=(smoke ci) only=() build_flags=(CUDA=0) ;;
+cuda)
+    cases=(gpu) only=(--only 'cuda/invariant*') build_flags=()
+    nvidia-smi -L >/dev/null 2>&1 ||
+        { echo "localize_mutants: LOCALIZE_DEVICE=cuda needs a GPU (nvidia-smi lists none)"; exit 2; } ;;
+*) echo "localize_mutants: LOCALIZE_DEVICE=$device: cpu or cuda"; exit 2 ;;
+esac
+[[ "$parallel" =~ ^[1-9][0-9]*$ ]] || { echo "localize_mutants: LOCALIZE_PARALLEL=$parallel: not a count"; exit 2; }
+cores=$(nproc 2>/dev/null || echo 2)
+jobs=${LOCALIZE_JOBS:-$((cores / parallel > 0 ? cores / parallel : 1))}
 mkdir -p "$out" || { echo "localize_mutants: cannot create $out"; exit 2; }
 out=$(cd "$out" && pwd)
 work="$out/tree"
@@ -25,7 +43,7 @@ export GIT_CEILING_DIRECTORIES="$out"
 # shellcheck source=tests/mutants/header.sh
 . "$root/tests/mutants/header.sh"
 # shellcheck source=tests/mutants/tree.sh
-. "$root/tests/mutants/tree.sh"  # tree_copy, cpu_kernel_mutant
+. "$root/tests/mutants/tree.sh"  # tree_copy
 
 # The op a patch mutates: its first kernels:OP check, else its name's op, else its file's.
 mutated_op() {
@@ -35,40 +53,51 @@ mutated_op() {
     done
     name=$(basename "$patch" .patch)
     for c in merge-attention:merge_attention moe-combine:moe_combine moe-experts:moe_experts \
-             moe-route:moe_route silu:silu_mul residual:residual_add all-reduce:all_reduce; do
+             moe-route:moe_route silu:silu_mul residual:residual_add all-reduce:all_reduce \
+             cuda-mla-:mla_attention cuda-gemm-:gemm rmsnorm:rmsnorm logprobs:logprobs; do
         case "$name" in *"${c%%:*}"*) echo "${c#*:}"; return ;; esac
     done
-    file=$(grep -m1 '^diff --git a/kernels/cpu/' "$patch" | sed 's|^diff --git a/kernels/cpu/||; s| .*||; s|\.c$||')
+    file=$(grep -m1 '^diff --git a/kernels/[a-z]*/' "$patch" |
+        sed 's|^diff --git a/kernels/[a-z]*/||; s| .*||; s|\.cu$||; s|\.c$||')
     echo "$file"
 }
 
-started=$(date +%s)
-rm -rf "$work"
-mkdir -p "$work"
-tree_copy "$root" "$work" || { echo "localize_mutants: cannot copy the tree"; exit 2; }
-[ -d "$root/build" ] && cp -a "$root/build" "$work/build"
-echo "localize_mutants: building the unmutated copy in $work (-j$jobs)"
-nice make -C "$work" --no-print-directory -j"$jobs" CUDA=0 build/invar >"$out/base-build.log" 2>&1 ||
-    { tail -n 20 "$out/base-build.log"; echo "localize_mutants: the tree does not build"; exit 2; }
+# The patches judged here: kernel bugs of this device, in its own kernels folder.
+judged_here() {
+    [ "$(header "$1" class)" = kernel ] && [ "$(header "$1" device)" = "$device" ] &&
+        [ -z "$(header "$1" equivalent)" ] && grep -q "^diff --git a/kernels/$device/" "$1"
+}
 
-csv="$out/mutants.csv"
-echo "mutant,mutated_op,caught_by,named_op,match,first_op" >"$csv"
-caught=0 named=0
-for patch in "$root"/tests/mutants/*.patch; do
+# The first failing config whose expectation was invariance, and its first differing op.
+first_failing_op() {
+    python3 - "$1" <<'PY'
+import csv, sys
+for row in csv.DictReader(open(sys.argv[1], newline="")):
+    if row["verdict"] == "FAIL" and row["expected"] == "invariant" and row.get("first_op"):
+        print(row["first_op"])
+        break
+PY
+}
+
+# judge PATCH: the mutant built and run in its own copy of the built tree; its csv row into
+# rows/NAME, its line on stdout; 2 when it cannot be planted.
+judge() {
+    local patch=$1 name op dir by=- case_name first_op named_op match=no
     name=$(basename "$patch" .patch)
-    if [ -n "${LOCALIZE_MUTANTS:-}" ] && [[ ",$LOCALIZE_MUTANTS," != *",$name,"* ]]; then continue; fi
-    cpu_kernel_mutant "$patch" || continue
-    grep -q '^diff --git a/kernels/cpu/' "$patch" || continue
     op=$(mutated_op "$patch")
-    if ! (cd "$work" && git apply "$patch") 2>"$out/$name.log"; then
-        echo "localize_mutants: $name does not apply"; exit 2
+    dir="$out/m/$name"
+    rm -rf "$dir"
+    cp -a "$work" "$dir" || { echo "localize_mutants: cannot copy the tree for $name"; return 2; }
+    if ! (cd "$dir" && git apply "$patch") 2>"$out/$name.log"; then
+        echo "localize_mutants: $name does not apply"
+        return 2
     fi
-    by=-
-    if nice make -C "$work" --no-print-directory -j"$jobs" CUDA=0 build/invar >>"$out/$name.log" 2>&1; then
-        for case_name in smoke ci; do
-            rm -rf "$out/report"
-            if ! (cd "$work" && timeout 900 nice build/invar run -q --case "cases/$case_name.ini" \
-                    --out "$out/report") >>"$out/$name.log" 2>&1; then
+    if nice make -C "$dir" --no-print-directory -j"$jobs" "${build_flags[@]}" build/invar \
+            >>"$out/$name.log" 2>&1; then
+        for case_name in "${cases[@]}"; do
+            rm -rf "$dir/report"
+            if ! (cd "$dir" && timeout 900 nice build/invar run -q --case "cases/$case_name.ini" \
+                    "${only[@]}" --out "$dir/report") >>"$out/$name.log" 2>&1; then
                 by=case:$case_name
                 break
             fi
@@ -76,33 +105,61 @@ for patch in "$root"/tests/mutants/*.patch; do
     else
         by=build-failed
     fi
-    (cd "$work" && git apply -R "$patch") || { echo "localize_mutants: $name does not revert"; exit 2; }
     if [ "${by#case:}" = "$by" ]; then
-        echo "$name,$op,$by,,," >>"$csv"
+        echo "$name,$op,$by,,," >"$out/rows/$name"
         printf '%-48s %-16s %s\n' "$name" "$op" "not caught by a case"
-        continue
+    else
+        first_op=$(first_failing_op "$dir/report/summary.csv")
+        named_op=${first_op%% *}
+        [ "$named_op" = "$op" ] && match=yes
+        printf '%s,%s,%s,%s,%s,"%s"\n' "$name" "$op" "$by" "$named_op" "$match" \
+            "${first_op//\"/\"\"}" >"$out/rows/$name"
+        printf '%-48s %-16s %-11s named %-16s %s\n' "$name" "$op" "$by" "${named_op:--}" "$match"
     fi
-    # The first failing config whose expectation was invariance, and its first differing op.
-    first_op=$(python3 - "$out/report/summary.csv" <<'EOF'
-import csv, sys
-for row in csv.DictReader(open(sys.argv[1], newline="")):
-    if row["verdict"] == "FAIL" and row["expected"] == "invariant" and row.get("first_op"):
-        print(row["first_op"])
-        break
-EOF
-)
-    named_op=${first_op%% *}
-    match=no
-    caught=$((caught + 1))
-    if [ "$named_op" = "$op" ]; then match=yes; named=$((named + 1)); fi
-    printf '%s,%s,%s,%s,%s,"%s"\n' "$name" "$op" "$by" "$named_op" "$match" "${first_op//\"/\"\"}" >>"$csv"
-    printf '%-48s %-16s %-11s named %-16s %s\n' "$name" "$op" "$by" "${named_op:--}" "$match"
+    rm -rf "$dir"
+}
+
+started=$(date +%s)
+rm -rf "$work" "$out/m" "$out/rows"
+mkdir -p "$work" "$out/m" "$out/rows"
+tree_copy "$root" "$work" || { echo "localize_mutants: cannot copy the tree"; exit 2; }
+[ -d "$root/build" ] && cp -a "$root/build" "$work/build"
+echo "localize_mutants: building the unmutated copy in $work ($device, -j$cores)"
+nice make -C "$work" --no-print-directory -j"$cores" "${build_flags[@]}" build/invar \
+    >"$out/base-build.log" 2>&1 ||
+    { tail -n 20 "$out/base-build.log"; echo "localize_mutants: the tree does not build"; exit 2; }
+
+# LOCALIZE_PARALLEL judges at a time, each in the background; a planting failure stops the run.
+running=0 failed=0
+for patch in "$root"/tests/mutants/*.patch; do
+    name=$(basename "$patch" .patch)
+    if [ -n "${LOCALIZE_MUTANTS:-}" ] && [[ ",$LOCALIZE_MUTANTS," != *",$name,"* ]]; then continue; fi
+    judged_here "$patch" || continue
+    if [ "$running" -ge "$parallel" ]; then
+        wait -n || failed=1
+        running=$((running - 1))
+    fi
+    [ "$failed" = 0 ] || break
+    judge "$patch" &
+    running=$((running + 1))
 done
-seconds=$(( $(date +%s) - started ))
+while [ "$running" -gt 0 ]; do
+    wait -n || failed=1
+    running=$((running - 1))
+done
+[ "$failed" = 0 ] || { echo "localize_mutants: a mutant could not be planted (above)"; exit 2; }
+
+csv="$out/mutants.csv"
+echo "mutant,mutated_op,caught_by,named_op,match,first_op" >"$csv"
+for row in "$out"/rows/*; do [ -f "$row" ] && cat "$row"; done >>"$csv"
+caught=$(awk -F, 'NR > 1 && $3 ~ /^case:/' "$csv" | wc -l)
+named=$(awk -F, 'NR > 1 && $3 ~ /^case:/ && $5 == "yes"' "$csv" | wc -l)
+seconds=$(($(date +%s) - started))
 if [ "$caught" = 0 ]; then
     echo "localize_mutants: no mutant was caught by a case ($seconds s)"
     exit 1
 fi
 pct=$((100 * named / caught))
-echo "localize_mutants: the mutated op named for $named of $caught case-caught CPU kernel mutants ($pct%) in $seconds s; $csv"
+echo "localize_mutants: the mutated op named for $named of $caught case-caught $device kernel" \
+    "mutants ($pct%) in $seconds s; $csv"
 [ $((100 * named)) -ge $((95 * caught)) ]

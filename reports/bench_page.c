@@ -238,13 +238,17 @@ static void summary_line(FILE *f, const bench_run *r) {
     if (!sep[0]) fputs("no GEMM, MLA or decode rows", f);
 }
 
+// meta.csv's "finished" is no: the run ended early (a time limit, a crash); runs filed before
+// the row existed have none and finished.
+static bool cut_short(const bench_run *r) { return strcmp(run_meta_get(r->meta, "finished"), "no") == 0; }
+
 static void describe(FILE *f, const bench_run *r) {
     const char *date = run_meta_get(r->meta, "date_utc"), *dev = run_meta_get(r->meta, "device");
     const char *commit = run_meta_get(r->meta, "invar_commit");
     fprintf(f, "%.10s, ", date);
     md(f, dev[0] ? dev : "-");
     fprintf(f, ", invar %.10s%s", commit, strstr(commit, "-dirty") ? "-dirty" : "");
-    if (strcmp(run_meta_get(r->meta, "finished"), "no") == 0) fputs(", cut short", f);
+    if (cut_short(r)) fputs(", cut short", f);
 }
 
 // A table of the columns of t named in cols (header labels in labels); a column the file lacks
@@ -330,9 +334,7 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
                                             "cublas", "collective_library", "gpu_links",
                                             "invar_commit", "host", "command_line", NULL};
     fprintf(f, "Folder `%s/%s`.\n\n", results_dir, r->name);
-    // meta.csv's "finished" is no: the run ended early (a time limit, a crash); runs filed
-    // before the row existed have none and finished.
-    if (strcmp(run_meta_get(r->meta, "finished"), "no") == 0)
+    if (cut_short(r))
         fputs("This run was cut short (meta.csv: finished no): the sections it did not reach "
               "are missing below, and its last section may be partial.\n\n", f);
     fputs("| meta.csv | |\n| --- | --- |\n", f);

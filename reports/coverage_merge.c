@@ -72,6 +72,20 @@ static bool read_run(path_table *t, const char *dir, char *err, int err_len) {
     return true;
 }
 
+void coverage_write_set(FILE *out, bool failed, const char *set, const char *device, int reached,
+                        int declared, const char *runs, int excused, const char *tail) {
+    fprintf(out, "%-6s %-9s %-4s coverage: %d of %d paths reached%s", failed ? "FAIL" : "PATHS", set,
+            device, reached, declared, runs);
+    if (excused) fprintf(out, " (%d not reachable here)", excused);
+    fprintf(out, "%s\n", tail);
+}
+
+void coverage_write_path(FILE *out, const char *set, const char *device, const char *path,
+                         const char *why) {
+    if (why) fprintf(out, "       %-9s %-4s not reachable here: %s (%s)\n", set, device, path, why);
+    else fprintf(out, "       %-9s %-4s unreached: %s\n", set, device, path);
+}
+
 int coverage_merge(const char *const *dirs, int n, FILE *out, char *err, int err_len) {
     path_table t = {0};
     for (int d = 0; d < n; d++)
@@ -94,18 +108,14 @@ int coverage_merge(const char *const *dirs, int n, FILE *out, char *err, int err
             }
         const bool short_of = reached + excused < declared;
         if (short_of) code = 1;
-        fprintf(out, "%-6s %-9s %-4s coverage: %d of %d paths reached over %d runs", short_of ? "FAIL" : "PATHS",
-                t.rows[i].set, t.rows[i].device, reached, declared, n);
-        if (excused) fprintf(out, " (%d not reachable here)", excused);
-        fprintf(out, "\n");
+        char runs[32];
+        snprintf(runs, sizeof runs, " over %d runs", n);
+        coverage_write_set(out, short_of, t.rows[i].set, t.rows[i].device, reached, declared, runs, excused, "");
         for (int j = i; j < t.n; j++) {
             const path_row *r = &t.rows[j];
             if (strcmp(r->set, t.rows[i].set) || strcmp(r->device, t.rows[i].device) || r->state == PATH_REACHED)
                 continue;
-            if (r->state == PATH_EXCUSED)
-                fprintf(out, "       %-9s %-4s not reachable here: %s (%s)\n", r->set, r->device, r->path, r->why);
-            else
-                fprintf(out, "       %-9s %-4s unreached: %s\n", r->set, r->device, r->path);
+            coverage_write_path(out, r->set, r->device, r->path, r->state == PATH_EXCUSED ? r->why : NULL);
         }
     }
     if (t.n == 0) fprintf(out, "coverage: no declared paths in %d runs (no batch-invariant set checked)\n", n);

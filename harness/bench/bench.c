@@ -10,8 +10,8 @@
 // whose total exceeds twice the 60 MB L2. Beside each GEMM (N, K) and MLA row, the floor its
 // memory-bound cases are read against: a plain read of its weights or cache, timed the same way
 // (read us, the CSVs' floor_read_* columns: a reference read, the start of a launch included,
-// not a proven bound). Writes DIR/bench_gemm.csv and DIR/bench_mla.csv (cmd_bench.c writes
-// DIR/meta.csv before and after);
+// not a proven bound). Writes DIR/meta.csv (finished no), DIR/bench_gemm.csv, bench_mla.csv and
+// bench_moe.csv, then DIR/meta.csv again (finished yes);
 // with two GPUs also the tensor-parallel rows (harness/bench/bench_tp.h).
 #include <math.h>                // exp, log, sqrt
 #include <stdint.h>              // uint16_t, uint64_t, int32_t
@@ -25,6 +25,7 @@
 #include "bench.h"               // bench_shapes, bench_cuda
 #include "bench_decode.h"        // bench_decode
 #include "bench_inputs.h"        // bench_gemm_run_at, bench_l2_copies, BENCH_L2_BYTES
+#include "bench_meta.h"          // bench_meta_write
 #include "bench_tp.h"            // bench_tp
 #include "../host.h"             // host_make_dirs
 #ifdef INVAR_CUDA
@@ -387,10 +388,11 @@ static void bench_moe(ops_set *inv, ops_set *ref, const bench_opts *o, double co
         const double bytes = (double)touched * 3.0 * MOE_D * MOE_I * 2.0 + (double)T * MOE_D * 2.0 +
                              (double)T * MOE_K * MOE_D * 2.0;
         const double gi = bytes / t_inv / 1e6, gr = bytes / t_ref / 1e6;
+        const double pi = 100.0 * gi / copy_gbs, pr = 100.0 * gr / copy_gbs;
         bench_row(csv, "%d,%d,%d,%d,%d,%d,%.2f,%.2f,%.0f,%.0f,%.1f,%.1f,%.3f", MOE_D, MOE_I, MOE_E, MOE_K, T, touched,
-                  t_inv * 1e3, t_ref * 1e3, gi, gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, t_ref / t_inv);
+                  t_inv * 1e3, t_ref * 1e3, gi, gr, pi, pr, t_ref / t_inv);
         printf("%6d %8d %10.1f %10.1f %8.0f %8.0f %6.1f%% %6.1f%% %6.3f\n", T, touched, t_inv * 1e3, t_ref * 1e3, gi,
-               gr, 100.0 * gi / copy_gbs, 100.0 * gr / copy_gbs, t_ref / t_inv);
+               gr, pi, pr, t_ref / t_inv);
         fflush(stdout);
     }
     inv->release(inv, wgu);
@@ -400,7 +402,8 @@ static void bench_moe(ops_set *inv, ops_set *ref, const bench_opts *o, double co
     inv->release(inv, ids);
 }
 
-int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes) {
+int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes,
+               int argc, char **argv) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
     ops_set *inv = kernel_set_create("invariant", "cuda", 0);
     ops_set *ref = kernel_set_create("reference", "cuda", 0);
@@ -414,6 +417,9 @@ int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, 
         return INVAR_EXIT_INPUT;  // before the output directory: a refused run creates nothing
     }
     host_make_dirs(out_dir);
+    // meta.csv first, "finished" no: a run cut short (a time limit, a crash) still files with
+    // the sections it wrote; yes once every section is written.
+    bench_meta_write(out_dir, "cuda", argc, argv, false);
     double copy_gbs = cuda_copy_bandwidth_gbs(inv, (size_t)1 << 30);
     printf("device-to-device copy: %.0f GB/s (1 GiB, read + write)\n\n", copy_gbs);
 
@@ -472,11 +478,15 @@ int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, 
     printf("\nsummary: copy %.0f GB/s%s; CSVs in %s\n", copy_gbs, summary, out_dir);
     inv->destroy(inv);
     ref->destroy(ref);
+    bench_meta_write(out_dir, "cuda", argc, argv, true);
     return 0;
 }
 #else
-int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes) {
+int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes,
+               int argc, char **argv) {
     (void)out_dir;
+    (void)argc;
+    (void)argv;
     (void)quick;
     (void)only;
     (void)profile;

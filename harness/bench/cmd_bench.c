@@ -144,11 +144,5 @@ int cmd_bench(int argc, char **argv) {
         printf("SKIP: no CUDA device: %s\n", why);
         return explicit_device ? INVAR_EXIT_INPUT : 0;
     }
-    // meta.csv first, "finished" no: a run cut short (a time limit, a crash) still files, its
-    // sections up to the cut with it; yes once every section is written.
-    host_make_dirs(out_dir);
-    bench_meta_write(out_dir, "cuda", argc, argv, false);
-    rc = bench_cuda(out_dir, quick, only, profile, &shapes);
-    if (rc == 0) bench_meta_write(out_dir, "cuda", argc, argv, true);
-    return rc;
+    return bench_cuda(out_dir, quick, only, profile, &shapes, argc, argv);
 }

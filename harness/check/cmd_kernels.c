@@ -21,6 +21,7 @@
 #include "../../reports/csv_report.h" // csv_report_open, csv_report_row, csv_report_close, csv_row_write
 #include "../../reports/report_schema.h" // kernels_header, kernels_get, KERNELS_*
 #include "../../reports/csv_read.h"  // csv_table_read, csv_table_free
+#include "../../reports/coverage_merge.h" // coverage_write_set, coverage_write_path
 #include "../../reports/row_verdict.h" // kernel_row_state
 #include "../../reports/render.h"    // report_render_kernels
 #include "../../sets/plugin_set.h" // plugin_probe, plugin_set_is, plugin_set_op_source, plugin_set_take_error
@@ -249,14 +250,10 @@ static void report_coverage(report *rep, ops_set *ops, const fingerprint_sink *p
     }
     bool must_reach = rep->every_shape && !only;
     bool short_of = reached + unreachable < declared;
-    char here[64] = "";
-    if (unreachable) snprintf(here, sizeof here, " (%d not reachable here)", unreachable);
-    printf("%-6s %-9s %-4s coverage: %d of %d paths reached%s%s\n", !short_of || !must_reach ? "PATHS" : "FAIL",
-           ops->name, ops->device, reached, declared, here, must_reach ? "" : " (a partial run: not judged)");
-    for (int i = 0; i < declared; i++) {
-        if (why[i]) printf("       %-9s %-4s not reachable here: %s (%s)\n", ops->name, ops->device, ops->paths[i], why[i]);
-        else if (!hit[i]) printf("       %-9s %-4s unreached: %s\n", ops->name, ops->device, ops->paths[i]);
-    }
+    coverage_write_set(stdout, short_of && must_reach, ops->name, ops->device, reached, declared, "", unreachable,
+                       must_reach ? "" : " (a partial run: not judged)");
+    for (int i = 0; i < declared; i++)
+        if (!hit[i]) coverage_write_path(stdout, ops->name, ops->device, ops->paths[i], why[i]);
     if (must_reach && short_of) rep->failed++;
     free(hit);
     free(why);

@@ -11,10 +11,10 @@
 #include <stdio.h>                   // fprintf, open_memstream, snprintf
 #include <stdlib.h>                  // free
 #include <string.h>                  // memchr, strerror, strncasecmp
-#include <time.h>                    // clock_gettime
 #include <unistd.h>                  // close, pipe2, write
 
 #include "../../common/check.h"      // invar_calloc, invar_die, INVAR_EXIT_SYSTEM
+#include "../host.h"                 // host_seconds
 
 // --- the head ------------------------------------------------------------------------------
 
@@ -206,11 +206,7 @@ struct serve_gate {
     char peek[SERVE_GATE_MAX_HEAD + 1];
 };
 
-static long long now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
+static long long now_ms(void) { return (long long)(host_seconds() * 1000.0); }
 
 // Poll reports a socket readable only when more than `bytes` are waiting, so a head that is
 // still coming wakes the loop once per new piece, not once per loop.

@@ -149,9 +149,11 @@ if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 "$py" "$here_root/tests/third_party/table.py" --out "$work/tp-cpu" --device cpu >/dev/null 2>&1
 [ $? = 2 ] || fail "table.py --device cpu without --fake: not exit 2"
+"$py" "$here_root/tests/third_party/table.py" --out "$work/tp-cpu" --device cpu --fake numpy --jobs 0 >/dev/null 2>&1
+[ $? = 2 ] || fail "table.py --jobs 0: not exit 2"
 mkdir -p "$work/no-third-party"
 PYTHON=$py THIRD_PARTY_FAKE=numpy THIRD_PARTY_DIR="$work/no-third-party" RESULTS_DIR="$work/tp-results" \
-    THIRD_PARTY_ARGS=--quick INVAR_LIB="$INVAR_LIB" bash "$here_root/tests/gpu_third_party.sh" "$work/tp" \
+    THIRD_PARTY_ARGS="--quick --jobs 3" INVAR_LIB="$INVAR_LIB" bash "$here_root/tests/gpu_third_party.sh" "$work/tp" \
     >"$work/tp.log" 2>&1
 rc=$?
 csv="$work/tp/third_party.csv"
@@ -181,6 +183,11 @@ else
         fail "gpu_third_party.sh: the missing source printed no SKIP line"
     tp_row engine numpy.matmul_split_small | grep -q '"batch-variant",.*expected batch-variant, observed batch-variant, PASS' ||
         fail "third_party.csv: the engine's batch-variant GEMM was not caught"
+    # --jobs 3 ran the children at once; the rows keep kernels.py's order, the engine rows last.
+    order=$(awk -F'","' 'NR > 1 { printf "%s:%s ", $6, $7 }' "$csv")
+    want=$(cd "$here_root/tests/third_party" && "$py" -c 'import kernels as K
+print(" ".join(["kernel:" + e[0] for e in K.FAKE_KERNELS] + ["engine:" + e[0] for e in K.FAKE_ENGINE]) + " ")')
+    [ "$order" = "$want" ] || fail "third_party.csv with --jobs 3: rows out of order: $order (want $want)"
     ls "$work/tp-results/"*-cpu-*.csv >/dev/null 2>&1 || fail "gpu_third_party.sh: no dated copy under RESULTS_DIR"
     echo "gpu_third_party.sh on the CPU (numpy stand-ins): $(($(wc -l <"$csv") - 1)) rows, usage and skips checked"
 fi

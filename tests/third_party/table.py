@@ -1,7 +1,7 @@
 """tests/third_party/table.py — the third-party kernel table (tests/gpu_third_party.sh runs it).
 
     python3 tests/third_party/table.py --out DIR [--device cuda|cpu] [--fake numpy] [--only NAMES]
-                                       [--quick] [--budget-s N] [--no-engine] [--engine-case FILE]
+                                       [--quick] [--budget-s N] [--jobs N] [--no-engine] [--engine-case FILE]
 
 Each kernel of tests/third_party/kernels.py is checked by invar's kernel checker through the
 Python bridge in a process of its own (a crash or a sticky CUDA error loses only that kernel's
@@ -12,6 +12,7 @@ varying M, row and shape, or the largest M tried; the worst relative L2 error ag
 float64 oracle and the tolerance. --fake numpy: numpy stand-ins on the CPU (the table's own
 test in make check). Exit: 0 the table was written, 2 bad usage."""
 import argparse
+import concurrent.futures
 import csv
 import datetime
 import json
@@ -202,6 +203,8 @@ def main(argv):
     p.add_argument("--budget-s", type=int, default=0, help="seconds for the whole table (0: none); kernels "
                    "that would start past it are rows saying so")
     p.add_argument("--kernel-timeout-s", type=int, default=900)
+    p.add_argument("--jobs", type=int, default=1, help="children at once (default 1); rows keep the table's "
+                   "order, each written as soon as it and every row above it are known")
     p.add_argument("--no-engine", action="store_true", help="only the kernel checks")
     p.add_argument("--engine-case", metavar="FILE", help="the case of the end-to-end runs (default: "
                    "tests/third_party/engine.ini on cuda, cases/smoke.ini on the CPU)")
@@ -210,6 +213,8 @@ def main(argv):
     args = p.parse_args(argv)
     if args.fake and args.device != "cpu":
         p.error("--fake numpy: only with --device cpu")
+    if args.jobs < 1:
+        p.error(f"--jobs {args.jobs}: at least 1")
     if not args.fake and args.device == "cpu":
         p.error("--device cpu: only with --fake numpy (the third-party kernels are CUDA kernels)")
     if args.engine_case is None:
@@ -248,31 +253,37 @@ def main(argv):
 
         base = [f"--device={args.device}"] + (["--fake", args.fake] if args.fake else []) + \
             (["--quick"] if args.quick else [])
+
+        def judged(fields, argv, out):
+            """A child's row, or a "not run" row when the budget was spent before it could start."""
+            if not budget_left():
+                return {**fields, "verdict": "not run", "note": f"the table's budget of {args.budget_s} s was spent"}
+            return {**fields, **_run_child(argv + ["--out", out], out, args.kernel_timeout_s)}
+
+        # Every row in the table's order: a fixed row, or a child to run (the budget is read when it starts).
+        plan = []
         for name, source, op, adapter, claims, _ in kernels:
             if only and name not in only:
                 continue
             fields = {"kind": "kernel", "kernel": name, "source": source, "op": op, "adapter": adapter,
                       "claims_invariant": "yes" if claims else "no"}
-            if not budget_left():
-                row({**fields, "verdict": "not run", "note": f"the table's budget of {args.budget_s} s was spent"})
-                continue
-            out = os.path.join(args.out, "kernels", name)
-            row({**fields, **_run_child(base + ["--one", name, "--out", out], out, args.kernel_timeout_s)})
+            plan.append((fields, base + ["--one", name], os.path.join(args.out, "kernels", name)))
         if not args.fake and not only:
             for name, source, why in K.NOT_JUDGED:
-                row({"kind": "kernel", "kernel": name, "source": source, "verdict": "not judged", "note": why})
+                plan.append(({"kind": "kernel", "kernel": name, "source": source, "verdict": "not judged",
+                              "note": why}, None, None))
         for name, load, claims in engines:
             if only and name not in only:
                 continue
             fields = {"kind": "engine", "kernel": name, "source": "invar run --kernel-set plugin:python",
                       "op": "gemm", "adapter": f"the engine's every GEMM; case {os.path.relpath(args.engine_case, ROOT)}",
                       "claims_invariant": "yes" if claims else "no"}
-            if not budget_left():
-                row({**fields, "verdict": "not run", "note": f"the table's budget of {args.budget_s} s was spent"})
-                continue
-            out = os.path.join(args.out, "engine", name)
-            row({**fields, **_run_child(base + ["--engine", name, "--engine-case", args.engine_case, "--out", out],
-                                        out, args.kernel_timeout_s)})
+            plan.append((fields, base + ["--engine", name, "--engine-case", args.engine_case],
+                         os.path.join(args.out, "engine", name)))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [pool.submit(judged, fields, argv, out) if argv else None for fields, argv, out in plan]
+            for (fields, _, _), fut in zip(plan, futures):
+                row(fut.result() if fut else fields)
     print(f"table: {path}")
     return 0
 

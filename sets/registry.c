@@ -19,9 +19,9 @@ static const kernel_set_entry entries[] = {
     {"reference", "cpu", ref_cpu_create, false, false, 0, true},
     {"adversarial", "cpu", adv_cpu_create, true, false, 0, true},
 #ifdef INVAR_CUDA
-    {"invariant", "cuda", inv_cuda_create, false, true, 0, false},
-    {"reference", "cuda", ref_cuda_create, false, false, 0, false},
-    {"adversarial", "cuda", adv_cuda_create, true, false, 0, false},
+    {"invariant", "cuda", inv_cuda_create, false, true, 0, true},
+    {"reference", "cuda", ref_cuda_create, false, false, 0, true},
+    {"adversarial", "cuda", adv_cuda_create, true, false, 0, true},
 #endif
     {NULL, NULL, NULL, false, false, 0, false},
 };

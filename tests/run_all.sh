@@ -161,7 +161,7 @@ suite "invar serve under load (tests/test_serve_load.sh)" bash tests/test_serve_
 
 # cases/gpu.ini, the longest suite whole (about 120 s on an H200 beside the others), runs as
 # gpu_shards shards side by side (GPU_SHARDS, checked at the top), merged into one report below.
-for c in gpu gpu-tp; do  # gpu-tp: T = 2 needs two GPUs, SKIP (visibly, per config) with one
+for c in gpu gpu-tp gpu-tp-size; do  # gpu-tp(-size): T = 2 needs two GPUs, SKIP (visibly, per config) with one
     if [ "$gpu" != 1 ]; then
         skip_suite "invar run --case cases/$c.ini: $no_gpu"
     elif [ "$c" = gpu ]; then

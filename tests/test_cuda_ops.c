@@ -1184,6 +1184,104 @@ static void test_kv_cache_write_padding(void **state) {
     inv->release(inv, dcache);
 }
 
+// --- TP-size invariance's fp32 forms ---------------------------------------------------------
+
+#define POISON32 0xFFFFFFFFu             // a NaN fp32: no op may leave it behind
+
+static float *rand_f32(long n, float scale, uint64_t seed) {
+    float *h = invar_malloc((size_t)n * 4, "test data");
+    for (long i = 0; i < n; i++) h[i] = scale * (2.0f * invar_uniform(invar_mix64(seed + (uint64_t)i)) - 1.0f);
+    return h;
+}
+
+static void assert_written32(const float *h, long n, const char *what) {
+    for (long i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &h[i], 4);
+        if (b == POISON32) fail_msg("%s: element %ld was not written", what, i);
+    }
+}
+
+// moe_experts' out_f32 holds the sums its bf16 form rounds (bf16(out_f32) == out, bit for bit);
+// moe_combine's fp32 form, add_f32 and round_to_bf16 give the CPU invariant set's bits (the same
+// order, no FMA contraction on either side).
+static void test_tp_size_fp32_forms(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv, *cpu = kernel_set_create("invariant", "cpu", 1);
+    assert_non_null(cpu);
+    assert_true(inv->tp_size_invariant && s->ref->tp_size_invariant);
+    enum { T = 37, K = 4, E = 8, D = 256, I = 192 };
+    const long Tk = (long)T * K;
+    int32_t ids[T * K];
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) ids[t * K + j] = (int)((t * 3 + j * 5 + (t % 7 == 0 ? 2 : 0)) % E);
+    for (int t = 0; t < T; t++)  // a token picks an expert once
+        for (int j = 0; j < K; j++)
+            for (int i = 0; i < j; i++) assert_int_not_equal(ids[t * K + j], ids[t * K + i]);
+    uint16_t *x = rand_bf16((long)T * D, 1.0f, 31), *wgu = rand_bf16((long)E * 2 * I * D, 0.08f, 32),
+             *wd = rand_bf16((long)E * D * I, 0.08f, 33);
+    void *dx = to_dev(inv, x, (size_t)T * D * 2), *dids = to_dev(inv, ids, sizeof ids),
+         *dwgu = to_dev(inv, wgu, (size_t)E * 2 * I * D * 2), *dwd = to_dev(inv, wd, (size_t)E * D * I * 2);
+    void *dout = inv->alloc(inv, (size_t)Tk * D * 2, "experts out"), *dout32 = inv->alloc(inv, (size_t)Tk * D * 4, "experts out f32");
+    poison(inv, dout, (size_t)Tk * D * 2);
+    poison(inv, dout32, (size_t)Tk * D * 4);
+    moe_experts_args ea = {.out = dout, .x = dx, .topk_ids = dids, .w_gate_up = dwgu, .w_down = dwd,
+                           .T = T, .k = K, .E = E, .D = D, .I = I};
+    inv->moe_experts(inv, &ea);
+    ea.out = NULL;
+    ea.out_f32 = dout32;
+    inv->moe_experts(inv, &ea);
+    uint16_t *out = from_dev(inv, dout, (size_t)Tk * D * 2);
+    float *out32 = from_dev(inv, dout32, (size_t)Tk * D * 4);
+    assert_written16(out, Tk * D);
+    assert_written32(out32, Tk * D, "moe_experts out_f32");
+    for (long i = 0; i < Tk * D; i++)
+        if (float_to_bf16(out32[i]) != out[i])
+            fail_msg("moe_experts: row %ld col %ld: bf16(out_f32) %04x, the bf16 form %04x", i / D, i % D,
+                     float_to_bf16(out32[i]), out[i]);
+
+    // moe_combine's fp32 form over those rows, against the CPU set's.
+    float w[T * K];
+    for (int i = 0; i < T * K; i++) w[i] = 0.05f + 0.9f * invar_uniform(invar_mix64(77u + (uint64_t)i));
+    void *dw = to_dev(inv, w, sizeof w), *dcomb = inv->alloc(inv, (size_t)T * D * 4, "combine f32");
+    poison(inv, dcomb, (size_t)T * D * 4);
+    moe_combine_args ca = {.topk_weights = dw, .topk_ids = dids, .T = T, .k = K, .D = D, .E = E,
+                           .expert_out_f32 = dout32, .out_f32 = dcomb};
+    inv->moe_combine(inv, &ca);
+    float *comb = from_dev(inv, dcomb, (size_t)T * D * 4), *want = invar_malloc((size_t)T * D * 4, "cpu combine");
+    moe_combine_args cc = ca;
+    cc.topk_weights = w;
+    cc.topk_ids = ids;
+    cc.expert_out_f32 = out32;
+    cc.out_f32 = want;
+    cpu->moe_combine(cpu, &cc);
+    assert_written32(comb, (long)T * D, "moe_combine out_f32");
+    if (memcmp(comb, want, (size_t)T * D * 4) != 0) fail_msg("moe_combine fp32 form: not the CPU set's bits");
+
+    // add_f32 and round_to_bf16, elementwise, against the CPU set's.
+    const long n = 100003;
+    float *a = rand_f32(n, 3.0f, 41), *b = rand_f32(n, 1e-3f, 42);
+    void *da = to_dev(inv, a, (size_t)n * 4), *db = to_dev(inv, b, (size_t)n * 4);
+    void *dr = inv->alloc(inv, (size_t)n * 2, "rounded");
+    poison(inv, dr, (size_t)n * 2);
+    inv->add_f32(inv, da, db, n);
+    inv->round_to_bf16(inv, dr, da, n);
+    float *sum = from_dev(inv, da, (size_t)n * 4);
+    uint16_t *r16 = from_dev(inv, dr, (size_t)n * 2), *want16 = invar_malloc((size_t)n * 2, "cpu rounded");
+    cpu->add_f32(cpu, a, b, n);
+    cpu->round_to_bf16(cpu, want16, a, n);
+    assert_memory_equal(sum, a, (size_t)n * 4);
+    assert_written16(r16, n);
+    assert_memory_equal(r16, want16, (size_t)n * 2);
+
+    free(x); free(wgu); free(wd); free(out); free(out32); free(comb); free(want);
+    free(a); free(b); free(sum); free(r16); free(want16);
+    void *bufs[] = {dx, dids, dwgu, dwd, dout, dout32, dw, dcomb, da, db, dr};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) inv->release(inv, bufs[i]);
+    cpu->destroy(cpu);
+}
+
 // --- logprobs: ties --------------------------------------------------------------------------
 
 // Two equal maxima: greedy takes the lower id, as does the oracle; the top-k lists agree.
@@ -1277,6 +1375,7 @@ int main(void) {
         TIMED_TEST(test_kv_cache_write_padding),
         TIMED_TEST(test_logprobs_ties),
         TIMED_TEST(test_plain_read_every_byte),
+        TIMED_TEST(test_tp_size_fp32_forms),
     };
     // INVAR_TEST_FILTER=test_mla_* runs only the matching tests (cmocka's * and ? patterns): one
     // kernel's tests on a GPU host without the minutes the others take.

@@ -11,7 +11,8 @@
 //                 load is odd (shows with two experts per token)
 //   logprobs      block size from a hash of R
 //   all_reduce    NCCL all-gather, then every element summed around the ring from a rank
-//                 hashed from the message size, bf16 at every hop (caught from T = 3 on)
+//                 hashed from the message size, bf16 at every hop (caught from T = 3 on); the
+//                 fp32 one of TP-size invariance the same chain, unrounded
 // The routed experts, the router and prefill attention keep the invariant kernels (README,
 // "The kernel sets"); their inputs come from the ops above. Every choice is deterministic, so a
 // repeated batch gives the same bits: caught as batch-variant, never as nondeterministic.
@@ -133,7 +134,9 @@ __global__ void adv_expert_load_kernel(int *load, const int32_t *ids, long n) {
 
 #define ADV_MAX_K 64
 
-__global__ void adv_combine_kernel(uint16_t *out, const uint16_t *eo, const float *w, const int32_t *ids,
+// F32 (TP-size invariance): fp32 expert rows in, the sum stored unrounded; the same order.
+template <bool F32>
+__global__ void adv_combine_kernel(void *out, const void *eo, const float *w, const int32_t *ids,
                                    const int *load, int T, int k, int D) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * D) return;
@@ -152,10 +155,12 @@ __global__ void adv_combine_kernel(uint16_t *out, const uint16_t *eo, const floa
     float s = 0.0f;
     for (int p = 0; p < k; p++) {
         int j = order[p];
-        float e = bf16_to_float(eo[(t * k + j) * D + d]);
+        const long at = (t * k + j) * D + d;
+        float e = F32 ? ((const float *)eo)[at] : bf16_to_float(((const uint16_t *)eo)[at]);
         s = fuse ? __fmaf_rn(w[t * k + j], e, s) : __fadd_rn(s, __fmul_rn(w[t * k + j], e));
     }
-    out[i] = float_to_bf16(s);
+    if (F32) ((float *)out)[i] = s;
+    else ((uint16_t *)out)[i] = float_to_bf16(s);
 }
 
 static void adv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
@@ -169,8 +174,10 @@ static void adv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     CUDA_CHECK("moe_combine (adversarial)", cudaMemsetAsync(load, 0, (size_t)a->E * sizeof(int), stream));
     adv_expert_load_kernel<<<(unsigned)((tk + 255) / 256), 256, 0, stream>>>(load, a->topk_ids, tk);
     CUDA_CHECK_LAUNCH("moe_combine (adversarial) loads");
-    adv_combine_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(a->out, a->expert_out, a->topk_weights,
-                                                                          a->topk_ids, load, a->T, a->k, a->D);
+    const bool f32 = a->out_f32 != NULL;
+    (f32 ? adv_combine_kernel<true> : adv_combine_kernel<false>)<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
+        f32 ? (void *)a->out_f32 : (void *)a->out, f32 ? (const void *)a->expert_out_f32 : (const void *)a->expert_out,
+        a->topk_weights, a->topk_ids, load, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine (adversarial)");
 }
 
@@ -183,6 +190,13 @@ static void adv_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) 
     int T = tp_comm_size(comm);
     int first = (int)(invar_mix64((uint64_t)n) % (uint64_t)T);
     inv_cuda_all_reduce_from_rank(ops, comm, buf, n, first, true);
+}
+
+// TP-size invariance's fp32 sum, by the same rule: a chain from the hashed rank, never rounded
+// (caught from T = 3 on, as the bf16 one).
+static void adv_cuda_all_reduce_f32(ops_set *ops, tp_comm *comm, float *buf, long n) {
+    int T = tp_comm_size(comm);
+    inv_cuda_all_reduce_f32_from_rank(ops, comm, buf, n, (int)(invar_mix64((uint64_t)n) % (uint64_t)T));
 }
 
 // --- the set -------------------------------------------------------------------------------------
@@ -215,5 +229,9 @@ ops_set *adv_cuda_create(int threads) {
     ops->moe_combine = adv_cuda_moe_combine;
     ops->logprobs = adv_cuda_logprobs;
     ops->all_reduce = adv_cuda_all_reduce;
+    ops->all_reduce_f32_tree = adv_cuda_all_reduce_f32;
+    // Its moe_combine keeps the fp32 form (in its own order): the engine's TP-size-invariant mode
+    // runs on it and is caught.
+    ops->tp_size_invariant = true;
     return ops;
 }

@@ -17,7 +17,6 @@
 #define OP_ENTRY(op, row, tol, ref, adv) \
     {#op, row, tol, ref, adv, op##_cpu_shapes, op##_cuda_shapes, &op##_op, false}
 
-static const op_shape no_shapes[] = {{.label = NULL}};  // an op with no kernels on that device yet
 
 static const op_entry table[] = {
     OP_ENTRY(gemm, "a row of x", 1e-2, REF_MUST_VARY, REF_MUST_VARY),
@@ -43,12 +42,12 @@ static const op_entry table[] = {
     // TP-size invariance's fp32 sum over ranks: fp32 in and out, held to fp32 addition's error.
     {"all_reduce_f32_tree", "a token's fp32 slice on every rank", 1e-5, REF_MUST_VARY_ON_CPU, REF_MUST_VARY_ON_CPU,
      all_reduce_f32_tree_cpu_shapes, all_reduce_f32_tree_cuda_shapes, &all_reduce_f32_tree_op, true},
-    // Its fp32 forms of the MoE block (no CUDA kernels yet): the bf16 ops' CPU shapes. The expert
-    // rows keep the rounded intermediates (gate_up, the activation); the combine is fp32 alone.
+    // Its fp32 forms of the MoE block: the bf16 ops' shapes. The expert rows keep the rounded
+    // intermediates (gate_up, the activation); the combine is fp32 alone.
     {"moe_experts_f32", "a token's k experts (fp32 rows)", 2e-2, REF_MUST_VARY_ON_CPU, REF_MUST_VARY_ON_CPU,
-     moe_experts_cpu_shapes, no_shapes, &moe_experts_f32_op, true},
+     moe_experts_cpu_shapes, moe_experts_cuda_shapes, &moe_experts_f32_op, true},
     {"moe_combine_f32", "a token (fp32 rows in and out)", 1e-5, REF_MUST_VARY_ON_CPU, REF_MUST_VARY_ON_CPU,
-     moe_combine_cpu_shapes, no_shapes, &moe_combine_f32_op, true},
+     moe_combine_cpu_shapes, moe_combine_cuda_shapes, &moe_combine_f32_op, true},
     {NULL, NULL, 0.0, REF_MAY_BE_STABLE, REF_MAY_BE_STABLE, NULL, NULL, NULL, false},
 };
 

@@ -198,6 +198,50 @@ void inv_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
     inv_cuda_all_reduce_from_rank(ops, comm, buf, n, 0, false);
 }
 
+// --- all_reduce_f32_tree ---
+
+// out[i] from gathered[r][i]: first < 0, the pairwise tree ((x_0 + x_1) + (x_2 + x_3)) + ...
+// (T a power of two, kernels/cpu/all_reduce.c's rank_tree); else the chain from rank `first` up.
+// fp32, never rounded; __fadd_rn as written.
+__global__ void all_reduce_f32_sum_kernel(float *out, const float *gathered, long n, int T, int first) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        if (first >= 0) {
+            float acc = gathered[(long)first * n + i];
+            for (int hop = 1; hop < T; hop++) acc = __fadd_rn(acc, gathered[(long)((first + hop) % T) * n + i]);
+            out[i] = acc;
+            continue;
+        }
+        float part[8];
+        for (int r = 0; r < T; r++) part[r] = gathered[(long)r * n + i];
+        for (int stride = 1; stride < T; stride *= 2)
+            for (int r = 0; r + stride < T; r += 2 * stride) part[r] = __fadd_rn(part[r], part[r + stride]);
+        out[i] = part[0];
+    }
+}
+
+void inv_cuda_all_reduce_f32_from_rank(ops_set *ops, tp_comm *comm, float *buf, long n, int first) {
+    int T = tp_comm_size(comm);
+    if (T == 1 || n <= 0) return;
+    if (first < 0 && (T > 8 || (T & (T - 1)) != 0))
+        invar_die(INVAR_EXIT_INPUT, "all_reduce_f32_tree: %d ranks: the tree needs a power of two up to 8", T);
+    if (first >= T)
+        invar_die(INVAR_EXIT_SYSTEM, "cuda %s set: all_reduce_f32 starting at rank %d of %d", ops->name, first, T);
+    long order[] = {first < 0 ? 2 : 1, T, first};  // pairs up the tree, or a chain from `first`
+    fingerprint_note(ops->fingerprints, "all_reduce_f32_tree", fingerprint_order(order + 1, 1),
+                     fingerprint_order(order, first < 0 ? 2 : 3), first < 0 ? "rank-tree" : "rank-chain");
+    cuda_ctx *c = cuda_ctx_of(ops);
+    ncclComm_t nc = (ncclComm_t)inv_cuda_nccl_comm(comm, "all_reduce_f32_tree");
+    float *gathered = (float *)cuda_scratch(c, SCRATCH_ALL_REDUCE, (size_t)T * n * sizeof(float),
+                                            "all_reduce_f32_tree gathered messages");
+    NCCL_CHECK("all_reduce_f32_tree", ncclAllGather(buf, gathered, (size_t)n, ncclFloat32, nc, c->stream));
+    all_reduce_f32_sum_kernel<<<grid_for(n), 256, 0, c->stream>>>(buf, gathered, n, T, first);
+    CUDA_CHECK_LAUNCH("all_reduce_f32_tree (fixed-order sum)");
+}
+
+void inv_cuda_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n) {
+    inv_cuda_all_reduce_f32_from_rank(ops, comm, buf, n, -1);
+}
+
 // --- all_gather_columns ---
 
 __global__ void gather_range_kernel(long long *mine, long begin, long end, int rows) {

@@ -1,6 +1,7 @@
 // kernels/cuda/elementwise.cu — ops with no reduction, batch-invariant by nature: embedding,
-// residual add, SiLU-and-multiply, the KV-cache write. One thread per element or per 8-element
-// chunk; each element's arithmetic is the same whatever the launch shape.
+// residual add, SiLU-and-multiply, the KV-cache write, TP-size invariance's fp32 add and rounding.
+// One thread per element or per 8-element chunk; each element's arithmetic is the same whatever
+// the launch shape.
 #include <cuda_runtime.h>   // dim3
 #include <math.h>           // expf
 
@@ -77,4 +78,28 @@ void inv_cuda_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, lon
     kv_cache_write_kernel<<<(unsigned)T, 128, 0, cuda_ctx_of(ops)->stream>>>(kv_cache, c_kv, ld_c_kv, k_pe,
                                                                              ld_k_pe, slot, L, R);
     CUDA_CHECK_LAUNCH("kv_cache_write");
+}
+
+// --- TP-size invariance's fp32 steps: x += y; out = bf16(x) ---
+
+__global__ void add_f32_kernel(float *x, const float *y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+void inv_cuda_add_f32(ops_set *ops, float *x, const float *y, long n) {
+    if (n <= 0) return;
+    add_f32_kernel<<<blocks_for(n, 256), 256, 0, cuda_ctx_of(ops)->stream>>>(x, y, n);
+    CUDA_CHECK_LAUNCH("add_f32");
+}
+
+__global__ void round_to_bf16_kernel(uint16_t *out, const float *x, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = float_to_bf16(x[i]);
+}
+
+void inv_cuda_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
+    if (n <= 0) return;
+    round_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, cuda_ctx_of(ops)->stream>>>(out, x, n);
+    CUDA_CHECK_LAUNCH("round_to_bf16");
 }

@@ -197,6 +197,9 @@ ops_set *inv_cuda_create(int threads) {
     (void)threads;  // CPU worker count; meaningless on a GPU
     ops_set *ops = (ops_set *)invar_calloc(1, sizeof *ops, "the invariant CUDA ops table");
     inv_cuda_init(ops, "invariant");
+    // Not in inv_cuda_init: a set built on it that replaces moe_experts or moe_combine says for
+    // itself whether its kernels know the fp32 forms (reference/ and adversarial/ do).
+    ops->tp_size_invariant = true;
     return ops;
 }
 
@@ -207,7 +210,7 @@ static const char *const inv_cuda_paths[] = {
     GEMM_SM90_PATHS, GEMM_PORTABLE_PATH, "rmsnorm:block-256", "logprobs:block-1024",
     "moe_route:greedy", "moe_route:group-limited", "moe_route:noaux-tc", "moe_experts:grouped-gemm",
     "moe_combine:ascending-k", "mha_prefill:warp-online-softmax", "merge_attention:row",
-    "all_reduce:one-pass", "all_reduce:grid-stride", NULL,
+    "all_reduce:one-pass", "all_reduce:grid-stride", "all_reduce_f32_tree:rank-tree", NULL,
 };
 
 // A path of another architecture's kernels, or of a collective needing more GPUs than this host has.
@@ -218,7 +221,7 @@ static const char *inv_cuda_path_unreachable(ops_set *ops, const char *path) {
     if (!wgmma && sm90_only) return "an sm_90a (wgmma) kernel: this GPU is not compute capability 9.0";
     if (wgmma && strcmp(path, GEMM_PORTABLE_PATH) == 0)
         return "the portable GEMM runs only where sm_90a's wgmma kernels cannot (compute capability 9.0 here)";
-    if (strncmp(path, "all_reduce:", 11) == 0 && inv_cuda_device_count() < 2)
+    if (strncmp(path, "all_reduce", 10) == 0 && inv_cuda_device_count() < 2)
         return "a collective of 2 or more ranks on a GPU each: this host has 1 GPU";
     return NULL;
 }
@@ -256,7 +259,10 @@ void inv_cuda_init(ops_set *ops, const char *set_name) {
     ops->moe_experts = inv_cuda_moe_experts;
     ops->moe_combine = inv_cuda_moe_combine;
     ops->logprobs = inv_cuda_logprobs;
+    ops->add_f32 = inv_cuda_add_f32;
+    ops->round_to_bf16 = inv_cuda_round_to_bf16;
     ops->all_reduce = inv_cuda_all_reduce;
+    ops->all_reduce_f32_tree = inv_cuda_all_reduce_f32_tree;
     ops->all_gather_columns = inv_cuda_all_gather_columns;
     ops->bind_thread = inv_cuda_bind_thread;
     ops->open_group = inv_cuda_open_group;

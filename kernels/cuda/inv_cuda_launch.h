@@ -30,6 +30,10 @@ void inv_cuda_logprobs_with_block(ops_set *ops, const logprobs_args *a, int thre
 // (mod T) in fp32, rounded after every hop when round_each_hop, else once (invariant: 0, false).
 void inv_cuda_all_reduce_from_rank(ops_set *ops, tp_comm *comm, bf16 *buf, long n, int first,
                                    bool round_each_hop);
+// The fp32 all-reduce with its order as a parameter: first < 0, the invariant pairwise tree over
+// the ranks (T a power of two); else element i summed from rank `first` up (mod T), a chain.
+// Never rounded.
+void inv_cuda_all_reduce_f32_from_rank(ops_set *ops, tp_comm *comm, float *buf, long n, int first);
 // Rank comm's NCCL communicator (an ncclComm_t), exiting with `op` named when none is attached.
 void *inv_cuda_nccl_comm(tp_comm *comm, const char *op);
 // A set's device made current for a call from any thread, then the caller's given back.

@@ -67,8 +67,12 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a);
 void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a);
 void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a);
 void inv_cuda_logprobs(ops_set *ops, const logprobs_args *a);
+// TP-size invariance's element-wise fp32 steps (elementwise.cu).
+void inv_cuda_add_f32(ops_set *ops, float *x, const float *y, long n);
+void inv_cuda_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n);
 // Collectives (collective.cu): NCCL moves the bytes, the sums are ours.
 void inv_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n);
+void inv_cuda_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n);
 void inv_cuda_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld,
                                  long col_begin, long col_end);
 void inv_cuda_bind_thread(ops_set *ops);

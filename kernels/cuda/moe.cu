@@ -179,9 +179,10 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
 
     inv_cuda_silu_mul(ops, act, gu, (int)Tk, a->I);
 
-    // down: compact rows -> out[t*k + j].
+    // down: compact rows -> out[t*k + j], or its fp32 sums unrounded (out_f32: TP-size invariance).
     gemm_problem d = {};
-    d.y = a->out; d.x = act; d.w = a->w_down;
+    d.y = a->out_f32 ? (void *)a->out_f32 : (void *)a->out; d.y_f32 = a->out_f32 != NULL;
+    d.x = act; d.w = a->w_down;
     d.M = a->T; d.N = a->D; d.K = a->I;
     d.ldx = a->I; d.ldy = a->D; d.ldw = a->I;
     d.stride_w = (long)a->D * a->I;
@@ -192,14 +193,21 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
 // --- combine ---
 
 // out[t][d] = bf16( sum_j w[t,j] * e[t*k+j][d] ), j ascending, products and sums rounded
-// separately (no FMA contraction), as the CPU sets.
-__global__ void moe_combine_kernel(uint16_t *out, const uint16_t *eo, const float *w, int T, int k, int D) {
+// separately (no FMA contraction), as the CPU sets. F32 (TP-size invariance): fp32 expert rows
+// in, the sum stored unrounded; the same order.
+template <bool F32>
+__global__ void moe_combine_kernel(void *out, const void *eo, const float *w, int T, int k, int D) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * D) return;
     long t = i / D, d = i % D;
     float s = 0.0f;
-    for (int j = 0; j < k; j++) s = __fadd_rn(s, __fmul_rn(w[t * k + j], bf16_to_float(eo[(t * k + j) * D + d])));
-    out[i] = float_to_bf16(s);
+    for (int j = 0; j < k; j++) {
+        const long at = (t * k + j) * D + d;
+        const float e = F32 ? ((const float *)eo)[at] : bf16_to_float(((const uint16_t *)eo)[at]);
+        s = __fadd_rn(s, __fmul_rn(w[t * k + j], e));
+    }
+    if (F32) ((float *)out)[i] = s;
+    else ((uint16_t *)out)[i] = float_to_bf16(s);
 }
 
 void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
@@ -209,7 +217,10 @@ void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     long shape[] = {a->D, a->k};
     fingerprint_note(ops->fingerprints, "moe_combine", fingerprint_order(shape, 2), fingerprint_order(order, 1),
                      "ascending-k");
-    moe_combine_kernel<<<(unsigned)((n + 255) / 256), 256, 0, cuda_ctx_of(ops)->stream>>>(
-        a->out, a->expert_out, a->topk_weights, a->T, a->k, a->D);
+    const bool f32 = a->out_f32 != NULL;
+    (f32 ? moe_combine_kernel<true> : moe_combine_kernel<false>)<<<(unsigned)((n + 255) / 256), 256, 0,
+                                                                   cuda_ctx_of(ops)->stream>>>(
+        f32 ? (void *)a->out_f32 : (void *)a->out, f32 ? (const void *)a->expert_out_f32 : (const void *)a->expert_out,
+        a->topk_weights, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine");
 }

@@ -3,8 +3,9 @@
 //   rmsnorm       block size chosen from the number of rows
 //   mla_attention split-KV with the split COUNT chosen from the batch's longest sequence
 //   moe_combine   atomicAdd into fp32 (order of arrival, different run to run)
-//   all_reduce    ncclAllReduce as configured by default (bf16, ncclSum): NCCL picks the
-//                 algorithm (ring, tree, NVLS off) and protocol from the message size
+//   all_reduce    ncclAllReduce as configured by default (bf16, ncclSum; fp32 for TP-size
+//                 invariance's sum): NCCL picks the algorithm (ring, tree, NVLS off) and
+//                 protocol from the message size
 // The other ops are batch-invariant by nature and reuse kernels/cuda. Every choice goes to the
 // set's order log (kernels/order_log.h), so a run that did not catch the set can say which
 // ops never changed order at its shapes.
@@ -92,11 +93,14 @@ static void ref_cuda_mla_attention(ops_set *ops, const mla_attention_args *a) {
 
 // --- moe_combine: atomics ------------------------------------------------------------------
 
-__global__ void ref_combine_atomic_kernel(float *acc, const uint16_t *eo, const float *w, int T, int k, int D) {
+// F32 (TP-size invariance): fp32 expert rows in, and the accumulator is the output.
+template <bool F32>
+__global__ void ref_combine_atomic_kernel(float *acc, const void *eo, const float *w, int T, int k, int D) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * k * D) return;
     long tj = i / D, d = i % D, t = tj / k;
-    atomicAdd(&acc[t * D + d], w[tj] * bf16_to_float(eo[i]));
+    float e = F32 ? ((const float *)eo)[i] : bf16_to_float(((const uint16_t *)eo)[i]);
+    atomicAdd(&acc[t * D + d], w[tj] * e);
 }
 
 __global__ void ref_combine_round_kernel(uint16_t *out, const float *acc, long n) {
@@ -112,12 +116,16 @@ static void ref_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     // Two addends onto an exact zero give one result in any arrival order; three do not.
     if (a->k <= 2) order_log_note(ops->orders, ORDER_MOE_COMBINE, (uint64_t)a->D << 8 | (uint64_t)a->k, 0);
     else order_log_note_unobservable(ops->orders, ORDER_MOE_COMBINE, "atomics add in arrival order");
-    float *acc = (float *)invar_cuda_reserve((void **)&r->combine_acc, &r->combine_bytes, (size_t)n * 4, stream,
-                                             "moe_combine accumulator");
+    const bool f32 = a->out_f32 != NULL;
+    float *acc = f32 ? a->out_f32
+                     : (float *)invar_cuda_reserve((void **)&r->combine_acc, &r->combine_bytes, (size_t)n * 4, stream,
+                                                   "moe_combine accumulator");
     CUDA_CHECK("moe_combine", cudaMemsetAsync(acc, 0, (size_t)n * 4, stream));
-    ref_combine_atomic_kernel<<<(unsigned)((nk + 255) / 256), 256, 0, stream>>>(acc, a->expert_out,
-                                                                                 a->topk_weights, a->T, a->k, a->D);
+    (f32 ? ref_combine_atomic_kernel<true> : ref_combine_atomic_kernel<false>)<<<(unsigned)((nk + 255) / 256), 256, 0,
+                                                                                 stream>>>(
+        acc, f32 ? (const void *)a->expert_out_f32 : (const void *)a->expert_out, a->topk_weights, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine");
+    if (f32) return;
     ref_combine_round_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(a->out, acc, n);
     CUDA_CHECK_LAUNCH("moe_combine round");
 }
@@ -155,6 +163,14 @@ static void ref_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) 
                                                        nc, inv_cuda_stream(ops)));
 }
 
+// TP-size invariance's fp32 sum as a library does it: ncclAllReduce in fp32, NCCL's ring or tree.
+static void ref_cuda_all_reduce_f32(ops_set *ops, tp_comm *comm, float *buf, long n) {
+    if (tp_comm_size(comm) == 1 || n <= 0) return;
+    ncclComm_t nc = (ncclComm_t)inv_cuda_nccl_comm(comm, "all_reduce_f32_tree (reference)");
+    NCCL_CHECK("all_reduce_f32_tree (reference)", ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, nc,
+                                                                inv_cuda_stream(ops)));
+}
+
 // --- the set -------------------------------------------------------------------------------------
 
 static void ref_cuda_destroy(ops_set *ops) {
@@ -185,6 +201,9 @@ ops_set *ref_cuda_create(int threads) {
     ops->mla_attention = ref_cuda_mla_attention;
     ops->moe_combine = ref_cuda_moe_combine;
     ops->all_reduce = ref_cuda_all_reduce;
+    ops->all_reduce_f32_tree = ref_cuda_all_reduce_f32;
+    // Its moe_combine keeps the fp32 form (atomics): the engine's TP-size-invariant mode runs on it.
+    ops->tp_size_invariant = true;
     // Invariant kernels, wrapped to record their one order.
     ops->mha_prefill = ref_cuda_mha_prefill;
     ops->moe_route = ref_cuda_moe_route;

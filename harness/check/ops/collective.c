@@ -75,7 +75,16 @@ const op_shape all_reduce_f32_tree_cpu_shapes[] = {
     {.label = "T=4 W=7168", .all_reduce = {.T = 4, .W = 7168}, .max_M = 256, .must_vary = true},
     {.label = NULL},
 };
-const op_shape all_reduce_f32_tree_cuda_shapes[] = {{.label = NULL}};
+// On GPUs: a rank a GPU; the tree's order shows from T = 4 (the reference's NCCL ring from 3).
+const op_shape all_reduce_f32_tree_cuda_shapes[] = {
+    {.label = "T=2 W=61", .all_reduce = {.T = 2, .W = 61}, .max_M = 1024, .devices = 2, .quick = true},
+    {.label = "T=2 W=7168", .all_reduce = {.T = 2, .W = 7168}, .max_M = 1024, .devices = 2,
+     .invariant_sets_only = true},
+    {.label = "T=4 W=61", .all_reduce = {.T = 4, .W = 61}, .max_M = 1024, .devices = 4, .quick = true,
+     .must_vary = true},
+    {.label = "T=8 W=61", .all_reduce = {.T = 8, .W = 61}, .max_M = 1024, .devices = 8, .must_vary = true},
+    {.label = NULL},
+};
 
 static bool is_f32(const op_case *c) { return c->section == &all_reduce_f32_tree_op; }
 static size_t elem_size(const op_case *c) { return is_f32(c) ? sizeof(float) : sizeof(bf16); }

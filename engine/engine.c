@@ -714,6 +714,10 @@ static void linear(ops_set *o, void *y, const bf16 *x, const bf16 *w, int M, int
     o->gemm(o, &g);
 }
 
+// The split_N of a column-parallel GEMM whose whole N is n_whole (gemm_args.split_N): under
+// TP-size invariance a rank's columns split K by the whole GEMM's rule, as at T = 1; otherwise 0.
+static int column_split_n(const engine *e, int n_whole) { return e->lim.tp_size_invariant ? n_whole : 0; }
+
 // Dense MLP (or shared experts): y = down(bf16(silu(gate)) * up).
 static void mlp(engine *e, bf16 *y, const bf16 *x, const bf16 *gate_up, const bf16 *down, int T,
                 int I) {
@@ -813,10 +817,12 @@ static void attention_inputs(engine *e, int layer, int T) {
         linear(o, a->q_a, a->x, w->q_a_proj, T, c->q_lora_rank, D);
         o->rmsnorm(o, a->q_a_normed, c->q_lora_rank, a->q_a, c->q_lora_rank, w->q_a_norm, T,
                    c->q_lora_rank, eps);
-        linear(o, a->q, a->q_a_normed, w->q_b_proj, T, H * qh, c->q_lora_rank);
-    } else {
-        linear(o, a->q, a->x, w->q_proj, T, H * qh, D);
     }
+    gemm_args q = {.y = a->q, .x = c->q_lora_rank > 0 ? a->q_a_normed : a->x,
+                   .w = c->q_lora_rank > 0 ? w->q_b_proj : w->q_proj, .M = T, .N = H * qh,
+                   .K = c->q_lora_rank > 0 ? c->q_lora_rank : D,
+                   .split_N = column_split_n(e, e->cfg.num_attention_heads * qh)};
+    o->gemm(o, &q);
     linear(o, a->kv_a, a->x, w->kv_a_proj, T, L + R, D);
     o->rmsnorm(o, a->c_kv, L, a->kv_a, L + R, w->kv_a_norm, T, L, eps);
     o->rope(o, a->q + nope, (long)H * qh, qh, T, H, R, e->dev.pos, e->rope_cos, e->rope_sin,
@@ -876,7 +882,8 @@ static void attention_split_prefill(engine *e, int layer, int t0, int T, const s
     announce_rows(e, layer, ENGINE_ROWS_KEYS, e->hs.key_request, e->hs.key_position, st->keys);
     o->embedding(o, a->key_latent, e->kv[layer], e->dev.gather_slots, st->keys, L + R);
     gemm_args decompress = {.y = a->key_kv, .x = a->key_latent, .w = w->kv_b_proj,
-                            .M = st->keys, .N = H * (nope + v), .K = L, .ldx = L + R};
+                            .M = st->keys, .N = H * (nope + v), .K = L, .ldx = L + R,
+                            .split_N = column_split_n(e, e->cfg.num_attention_heads * (nope + v))};
     o->gemm(o, &decompress);
     mha_prefill_args p = {.q = a->q + (long)t0 * H * qh, .kv = a->key_kv,
                           .k_pe = a->key_latent + L, .T = n, .H = H, .nope = nope, .R = R,
@@ -1015,7 +1022,8 @@ static void engine_forward(engine *e, const step_shape *st, int top_k) {
     int V = e->cfg.vocab_size;
     tp_range cols = e->part.vocab;
     gemm_args head = {.y = a->logits + cols.begin, .y_f32 = true, .x = a->final_normed,
-                      .w = e->lm_head, .M = st->S, .N = cols.count, .K = D, .ldy = V};
+                      .w = e->lm_head, .M = st->S, .N = cols.count, .K = D, .ldy = V,
+                      .split_N = column_split_n(e, V)};
     o->gemm(o, &head);
     if (tp)
         o->all_gather_columns(o, e->comm, a->logits, st->S, V, cols.begin,

@@ -38,6 +38,10 @@ typedef struct {
     long ldx, ldy, ldw; // row strides; 0 means dense (K, N, K)
     int batch;          // 0 or 1 means one product
     long stride_x, stride_y, stride_w; // between batch entries, in elements (0: one shared)
+    // The N whose rule fixes how K is split, where a set's order reads N at all (0: N). TP-size
+    // invariance passes a rank's columns of a column-parallel GEMM the whole GEMM's N, so they
+    // reduce as at T = 1. Last, as the plugin ABI passes this struct (moe_experts_args.out_f32).
+    int split_N;
 } gemm_args;
 
 // Absorbed MLA attention over the paged latent cache. For query token t and head h:

@@ -1282,6 +1282,45 @@ static void test_tp_size_fp32_forms(void **state) {
     cpu->destroy(cpu);
 }
 
+// A rank's columns of a column-parallel GEMM at T = 2, 4, 8, computed with the whole GEMM's N as
+// split_N, give the whole GEMM's bits in those columns; without it their split count follows the
+// rank's N (N = 1024, K = 7168: 16 splits whole, 18 at N = 512), and some T must differ, or the
+// check could not fail.
+static void test_gemm_column_slices_split_n(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv;
+    enum { M = 5, N = 1024, K = 7168 };
+    uint16_t *x = rand_bf16((long)M * K, 1.0f, 51), *w = rand_bf16((long)N * K, 0.05f, 52);
+    void *dx = to_dev(inv, x, (size_t)M * K * 2), *dw = to_dev(inv, w, (size_t)N * K * 2);
+    void *dy = inv->alloc(inv, (size_t)M * N * 4, "whole y"), *ds = inv->alloc(inv, (size_t)M * N * 4, "sliced y");
+    poison(inv, dy, (size_t)M * N * 4);
+    gemm_args whole = {.y = dy, .y_f32 = true, .x = dx, .w = dw, .M = M, .N = N, .K = K};
+    inv->gemm(inv, &whole);
+    float *want = from_dev(inv, dy, (size_t)M * N * 4);
+    assert_written32(want, (long)M * N, "whole gemm");
+    int differ_without = 0;
+    for (int T = 2; T <= 8; T *= 2)
+        for (int with = 0; with < 2; with++) {
+            poison(inv, ds, (size_t)M * N * 4);
+            for (int r = 0; r < T; r++) {
+                const int c0 = r * N / T, c1 = (r + 1) * N / T;
+                gemm_args g = {.y = (float *)ds + c0, .y_f32 = true, .x = dx, .w = (const uint16_t *)dw + (long)c0 * K,
+                               .M = M, .N = c1 - c0, .K = K, .ldy = N, .split_N = with ? N : 0};
+                inv->gemm(inv, &g);
+            }
+            float *got = from_dev(inv, ds, (size_t)M * N * 4);
+            assert_written32(got, (long)M * N, "column slices");
+            const bool same = memcmp(got, want, (size_t)M * N * 4) == 0;
+            if (with && !same) fail_msg("T = %d: a rank's columns with split_N = %d differ from the whole GEMM's", T, N);
+            differ_without += !with && !same;
+            free(got);
+        }
+    if (differ_without == 0) fail_msg("no T gave other bits without split_N: the check cannot fail here");
+    free(x); free(w); free(want);
+    inv->release(inv, dx); inv->release(inv, dw); inv->release(inv, dy); inv->release(inv, ds);
+}
+
 // --- logprobs: ties --------------------------------------------------------------------------
 
 // Two equal maxima: greedy takes the lower id, as does the oracle; the top-k lists agree.
@@ -1376,6 +1415,7 @@ int main(void) {
         TIMED_TEST(test_logprobs_ties),
         TIMED_TEST(test_plain_read_every_byte),
         TIMED_TEST(test_tp_size_fp32_forms),
+        TIMED_TEST(test_gemm_column_slices_split_n),
     };
     // INVAR_TEST_FILTER=test_mla_* runs only the matching tests (cmocka's * and ? patterns): one
     // kernel's tests on a GPU host without the minutes the others take.

@@ -183,6 +183,7 @@ static gemm_problem problem_of(const gemm_args *a) {
     p.stride_x = a->stride_x;
     p.stride_y = a->stride_y;
     p.stride_w = a->stride_w;
+    p.split_N = a->split_N;
     return p;
 }
 

@@ -24,6 +24,7 @@ typedef struct {
     const int32_t *group_offsets;
     const int32_t *x_rows;
     const int32_t *y_rows;
+    int split_N;                 // the N of the split-K rule (gemm_args.split_N); 0: N
 } gemm_problem;
 
 // batch: products (dense) or groups (grouped). On sm_90a the wgmma kernels (gemm_sm90.cu),

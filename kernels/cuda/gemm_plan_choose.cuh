@@ -87,11 +87,13 @@ static inline bool gemm_dense_192_cheaper(int M, int N, bool tail, int num_sms) 
     return cost_192 < cost_256;
 }
 
-// Tile, split mode and load path (gemm_plan_choose adds the stream-K order).
-static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
+// Tile, split mode and load path (gemm_plan_choose adds the stream-K order); the split count
+// from (split_N, K).
+static inline gemm_plan gemm_plan_tiles(int M, int N, int split_N, int K, int batch, bool aligned, bool tma,
+                                        int num_sms) {
     gemm_plan pl;
     pl.stream_k = false;
-    pl.splits = gemm_split_count(N, K);
+    pl.splits = gemm_split_count(split_N, K);
     pl.load = tma ? LOAD_TMA : aligned ? LOAD_CP_ASYNC : LOAD_SCALAR;
     pl.mode = pl.splits > 1 ? SPLIT_IN_CTA : SPLIT_NONE;
     pl.tile = TILE_64x128;
@@ -143,9 +145,12 @@ static inline gemm_plan gemm_plan_tiles(int M, int N, int K, int batch, bool ali
 }
 
 // tma: dense products whose rows TMA can read. num_sms: the device's (tiles and order only).
-// GRID splits for one product only: the partials' scratch holds one.
-static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
-    gemm_plan pl = gemm_plan_tiles(M, N, K, batch, aligned, tma, num_sms);
+// GRID splits for one product only: the partials' scratch holds one. split_N: the N whose rule
+// fixes the split count (a tensor-parallel rank's columns of a wider GEMM: the whole GEMM's N,
+// so that its columns reduce as at T = 1); the tiles follow the product's own N.
+static inline gemm_plan gemm_plan_choose_split(int M, int N, int split_N, int K, int batch, bool aligned, bool tma,
+                                               int num_sms) {
+    gemm_plan pl = gemm_plan_tiles(M, N, split_N, K, batch, aligned, tma, num_sms);
     if (pl.load == LOAD_TMA && pl.mode != SPLIT_GRID) {  // the persistent kernel
         const long units = gemm_tile_count(M, N, batch, gemm_tile_rows(pl.tile), gemm_tile_cols(pl.tile));
         // 128-column instructions only (the others were not measured in that order), and not
@@ -170,6 +175,10 @@ static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool al
         }
     }
     return pl;
+}
+
+static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
+    return gemm_plan_choose_split(M, N, N, K, batch, aligned, tma, num_sms);
 }
 
 #endif

@@ -162,7 +162,8 @@ static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bo
 }
 
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
-    return gemm_plan_choose(p->M, p->N, p->K, batch, aligned, tma_possible(c, p, batch, aligned), c->num_sms);
+    return gemm_plan_choose_split(p->M, p->N, p->split_N > 0 ? p->split_N : p->N, p->K, batch, aligned,
+                                  tma_possible(c, p, batch, aligned), c->num_sms);
 }
 
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {

@@ -35,6 +35,7 @@ class GemmArgs(C.Structure):
         ("ldx", C.c_long), ("ldy", C.c_long), ("ldw", C.c_long),
         ("batch", C.c_int),
         ("stride_x", C.c_long), ("stride_y", C.c_long), ("stride_w", C.c_long),
+        ("split_N", C.c_int),
     ]
 
 

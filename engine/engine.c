@@ -857,7 +857,9 @@ static void attention_absorbed(engine *e, int layer, int t0, int T, const step_s
         .head_stride_q_pe = qh, .block_size = e->lim.block_size,
         .max_blocks_per_seq = e->max_blocks_per_seq, .num_seqs = st->num_seqs,
         .max_seq_len = st->max_seq_len, .kv_split_size = kv_split_size,
-        .scale = (float)model_softmax_scale(c)};
+        .scale = (float)model_softmax_scale(c),
+        // TP-size invariance: the kernel a rank takes at T = 8 at every T (kernels' bits differ).
+        .H_select = e->lim.tp_size_invariant ? e->cfg.num_attention_heads / TP_SLICES : 0};
     o->mla_attention(o, &m);
 
     // attn_v[t,h] = attn_lat[t,h] · W_UV[h]ᵀ

@@ -68,6 +68,10 @@ typedef struct {
                                 // choice. An attention backend that schedules splits itself
                                 // (FlashMLA-style) passes one; an invariant set honours it.
     float scale;
+    // The head count that selects the kernel, where a set has several whose bits differ (0: H).
+    // TP-size invariance passes the heads a rank holds at T = 8, so every T takes one kernel.
+    // Last, as the plugin ABI passes this struct (moe_experts_args.out_f32).
+    int H_select;
 } mla_attention_args;
 
 // Plain (non-absorbed) multi-head attention for prefill, with the log-sum-exp of each row so

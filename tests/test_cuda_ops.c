@@ -573,6 +573,7 @@ typedef struct {
     // head's q_pe_stride elements (the engine's q projection: a head's rope after its other dims),
     // q_lat rows q_lat_pad elements longer than H x L. The host arrays stay contiguous.
     int q_pe_stride, q_pe_off, q_lat_pad;
+    int H_select;                        // mla_attention_args.H_select (0: H)
     int32_t *seq_lens, *table, *tseq, *tpos;
     uint16_t *cache, *q_lat, *q_pe;
     long slots;
@@ -590,7 +591,7 @@ static mla_attention_args mla_args(const mla_case *c) {
         .ld_q_pe = (long)c->H * (c->q_pe_stride ? c->q_pe_stride : c->R),
         .head_stride_q_pe = c->q_pe_stride ? c->q_pe_stride : c->R,
         .block_size = c->BS, .max_blocks_per_seq = c->MB, .num_seqs = c->S, .max_seq_len = mx,
-        .kv_split_size = c->split, .scale = 0.07f};
+        .kv_split_size = c->split, .scale = 0.07f, .H_select = c->H_select};
 }
 
 // Runs c's tokens on the device; out_host receives [T, H, L].
@@ -1321,6 +1322,66 @@ static void test_gemm_column_slices_split_n(void **state) {
     inv->release(inv, dx); inv->release(inv, dw); inv->release(inv, dy); inv->release(inv, ds);
 }
 
+// A rank's heads under TP-size invariance: V2-Lite's 16 heads at T = 2 are 8 a rank, which the
+// 16-head kernel cannot take. With H_select = 2 (the heads a rank holds at T = 8) both the whole
+// and each half take one kernel (mma.sync) and every head's rows are the whole's, bit for bit;
+// without it the whole takes wgmma16 and the halves mma.sync, and some row must differ (or the
+// check could not fail on this device).
+static void test_mla_attention_head_slices_h_select(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    enum { S = 2, H = 16, HALF = 8, L = 512, R = 64, W = L + R, MAXLEN = 1024, T = 5 };
+    int32_t lens[S] = {700, 1024};
+    int32_t tseq[T] = {0, 0, 1, 1, 1}, tpos[T] = {63, 699, 0, 767, 1023};
+    uint16_t *rows = rand_bf16((long)S * MAXLEN * W, 1.0f, 61);
+    uint16_t *q_lat = rand_bf16((long)T * H * L, 1.0f, 62), *q_pe = rand_bf16((long)T * H * R, 1.0f, 63);
+    uint16_t *half_lat = invar_malloc((size_t)T * HALF * L * 2, "half q_lat"),
+             *half_pe = invar_malloc((size_t)T * HALF * R * 2, "half q_pe");
+    uint16_t *whole = invar_malloc((size_t)T * H * L * 2, "whole out"), *half = invar_malloc((size_t)T * HALF * L * 2, "half out");
+    int differ_without = 0;
+    for (int with = 1; with >= 0; with--) {
+        mla_case c = {.S = S, .T = T, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64, .seq_lens = lens,
+                      .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe, .H_select = with ? 2 : 0};
+        mla_case_fill(&c, rows, MAXLEN, 3);
+        mla_attention_args probe = mla_args(&c);
+        mla_kernel_taken(s, &probe, with ? "mma.sync" : "wgmma16");
+        mla_run(s->inv, &c, whole);
+        assert_written16(whole, (long)T * H * L);
+        for (int r = 0; r < 2; r++) {
+            for (int t = 0; t < T; t++) {
+                memcpy(half_lat + (long)t * HALF * L, q_lat + ((long)t * H + r * HALF) * L, (size_t)HALF * L * 2);
+                memcpy(half_pe + (long)t * HALF * R, q_pe + ((long)t * H + r * HALF) * R, (size_t)HALF * R * 2);
+            }
+            mla_case h = c;
+            h.H = HALF;
+            h.q_lat = half_lat;
+            h.q_pe = half_pe;
+            probe = mla_args(&h);
+            mla_kernel_taken(s, &probe, "mma.sync");
+            mla_run(s->inv, &h, half);
+            assert_written16(half, (long)T * HALF * L);
+            for (int t = 0; t < T; t++) {
+                const bool same = memcmp(half + (long)t * HALF * L, whole + ((long)t * H + r * HALF) * L,
+                                         (size_t)HALF * L * 2) == 0;
+                if (with && !same)
+                    fail_msg("H_select = 2: token %d (position %d), heads %d..%d alone differ from the 16-head call",
+                             t, tpos[t], r * HALF, r * HALF + HALF - 1);
+                differ_without += !with && !same;
+            }
+        }
+        free(c.table);
+        free(c.cache);
+    }
+    // Only where the whole took another kernel (an sm_90a device with TMA) can they differ.
+    mla_case c0 = {.S = S, .T = T, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64, .seq_lens = lens,
+                   .tseq = tseq, .tpos = tpos};
+    mla_attention_args probe = mla_args(&c0);
+    if (strcmp(mla_kernel_taken(s, &probe, "wgmma16"), "wgmma16") == 0 && differ_without == 0)
+        fail_msg("without H_select the 16-head kernel and mma.sync gave the same bits: the check cannot fail here");
+    printf("mla_attention head slices: %d of %d token-halves differ without H_select\n", differ_without, 2 * T);
+    free(rows); free(q_lat); free(q_pe); free(half_lat); free(half_pe); free(whole); free(half);
+}
+
 // --- logprobs: ties --------------------------------------------------------------------------
 
 // Two equal maxima: greedy takes the lower id, as does the oracle; the top-k lists agree.
@@ -1416,6 +1477,7 @@ int main(void) {
         TIMED_TEST(test_plain_read_every_byte),
         TIMED_TEST(test_tp_size_fp32_forms),
         TIMED_TEST(test_gemm_column_slices_split_n),
+        TIMED_TEST(test_mla_attention_head_slices_h_select),
     };
     // INVAR_TEST_FILTER=test_mla_* runs only the matching tests (cmocka's * and ? patterns): one
     // kernel's tests on a GPU host without the minutes the others take.

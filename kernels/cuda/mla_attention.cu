@@ -22,7 +22,9 @@ bool mla_q_aligned(const mla_attention_args *a) {
 }
 
 bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_size, int heads, size_t smem_bytes) {
-    return c->wgmma && c->tensor_map_encode && c->smem_optin >= smem_bytes && a->H % heads == 0 && a->L == 512 &&
+    const int select = a->H_select > 0 ? a->H_select : a->H;  // divides H where set (ops.h)
+    return c->wgmma && c->tensor_map_encode && c->smem_optin >= smem_bytes && a->H % heads == 0 &&
+           select % heads == 0 && a->L == 512 &&
            a->R == 64 && a->block_size > 0 && a->block_size % 64 == 0 && split_size > 0 && split_size % 64 == 0;
 }
 

@@ -21,14 +21,14 @@
 // Inputs
 // ---------------------------------------------------------------------------------------------
 
-// The bench's tables compared, T_GEMM to T_TP_DECODE (a folder of `invar bench --out`, as
+// The bench's tables compared, T_GEMM to T_TP_SIZE (a folder of `invar bench --out`, as
 // results/bench/ keeps them, has those and meta.csv only). bench_decode_ops.csv is left out: a
 // profile of one step, its small ops' times too noisy to hold a threshold.
-enum { T_SUMMARY, T_KERNELS, T_GEMM, T_MLA, T_MOE, T_DECODE, T_TP_ALL_REDUCE, T_TP_DECODE, T_META,
-       N_TABLES };
+enum { T_SUMMARY, T_KERNELS, T_GEMM, T_MLA, T_MOE, T_DECODE, T_TP_ALL_REDUCE, T_TP_DECODE, T_TP_SIZE,
+       T_META, N_TABLES };
 static const char *const table_files[N_TABLES] = {
     "summary.csv", "kernels.csv", "bench_gemm.csv", "bench_mla.csv", "bench_moe.csv", "bench_decode.csv",
-    "bench_tp_all_reduce.csv", "bench_tp_decode.csv", "meta.csv",
+    "bench_tp_all_reduce.csv", "bench_tp_decode.csv", "bench_tp_size.csv", "meta.csv",
 };
 
 typedef struct {
@@ -489,7 +489,7 @@ int baseline_diff_to(const char *base_dir, const char *new_dir, const char *md_p
     }
     checks_of(&b, &n, T_SUMMARY, md_f, console, &r);
     checks_of(&b, &n, T_KERNELS, md_f, console, &r);
-    for (int t = T_GEMM; t <= T_TP_DECODE; t++) {
+    for (int t = T_GEMM; t <= T_TP_SIZE; t++) {
         if (b.t[t] && n.t[t]) {
             diff_bench(md_f, console, table_files[t], b.t[t], n.t[t], threshold_pct, &r);
         } else if (b.t[t] || n.t[t]) {

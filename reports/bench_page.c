@@ -17,10 +17,10 @@
 #include "run_meta.h"          // run_meta_get
 
 // The bench's files, as harness/bench/ names them.
-enum { F_GEMM, F_MLA, F_MOE, F_DECODE, F_TP_ALL_REDUCE, F_TP_DECODE, F_DECODE_OPS, N_FILES };
+enum { F_GEMM, F_MLA, F_MOE, F_DECODE, F_TP_ALL_REDUCE, F_TP_DECODE, F_TP_SIZE, F_DECODE_OPS, N_FILES };
 static const char *const bench_files[N_FILES] = {
     "bench_gemm.csv", "bench_mla.csv", "bench_moe.csv", "bench_decode.csv", "bench_tp_all_reduce.csv",
-    "bench_tp_decode.csv", "bench_decode_ops.csv",
+    "bench_tp_decode.csv", "bench_tp_size.csv", "bench_decode_ops.csv",
 };
 
 
@@ -407,6 +407,14 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
     if (r->t[F_TP_DECODE] && r->t[F_TP_DECODE]->nrows) {
         fputs("### Tensor parallel: decode tokens/s\n\n", f);
         write_table(f, r->t[F_TP_DECODE], decode_cols, decode_labels, NULL);
+    }
+    if (r->t[F_TP_SIZE] && r->t[F_TP_SIZE]->nrows) {
+        fputs("### TP-size invariance: decode tokens/s, option on against the rank-order default\n\n", f);
+        static const char *const cols[] = {"T", "model", "batch", "new_tokens", "rank_order_tok_s",
+                                           "tp_size_tok_s", "ratio", NULL};
+        static const char *const labels[] = {"ranks", "model", "batch", "new tokens", "rank order tok/s",
+                                             "TP-size tok/s", "ratio", NULL};
+        write_table(f, r->t[F_TP_SIZE], cols, labels, NULL);
     }
     if (r->t[F_DECODE_OPS] && r->t[F_DECODE_OPS]->nrows) {
         fputs("### One decode step op by op (`--profile`)\n\n", f);

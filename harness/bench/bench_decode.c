@@ -85,11 +85,12 @@ static double generate_seconds(bench_engine *r, int new_tokens) {
 }
 
 static bench_engine bench_engine_open(ops_set *const *ops, int T, const model_config *c, weight_source *w, int B,
-                                      int prompt_len, int new_tokens) {
+                                      int prompt_len, int new_tokens, bool tp_size_invariant) {
     int budget = B * prompt_len < 8192 ? B * prompt_len : 8192;
     engine_limits lim = {.max_num_seqs = B, .max_num_batched_tokens = budget,
                          .max_model_len = prompt_len + new_tokens,
-                         .max_total_tokens = B * (prompt_len + new_tokens), .block_size = 64};
+                         .max_total_tokens = B * (prompt_len + new_tokens), .block_size = 64,
+                         .tp_size_invariant = tp_size_invariant};
     bench_engine r = {
         .e = tp_engine_create(c, w, ops, T, &lim, 1),
         .b = make_batch(c, B, prompt_len, new_tokens),
@@ -106,8 +107,9 @@ static void bench_engine_close(bench_engine *r) {
 }
 
 double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
-                                 weight_source *w, int B, int prompt_len, int new_tokens) {
-    bench_engine r = bench_engine_open(ops, T, c, w, B, prompt_len, new_tokens);
+                                 weight_source *w, int B, int prompt_len, int new_tokens,
+                                 bool tp_size_invariant) {
+    bench_engine r = bench_engine_open(ops, T, c, w, B, prompt_len, new_tokens, tp_size_invariant);
     double rates[REPEATS];
     for (int i = 0; i < REPEATS; i++) {
         double full = generate_seconds(&r, new_tokens);
@@ -130,7 +132,7 @@ static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, we
                                          int prompt_len, int new_tokens, int *n) {
     op_profile *p = op_profile_wrap(ops);
     ops_set *wrapped = op_profile_set(p);
-    bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens);
+    bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens, false);
     op_profile_reset(p);
     generate_seconds(&r, new_tokens);
     int n_full = 0;
@@ -214,7 +216,7 @@ static double experts_touched(ops_set *ops, const model_config *c, weight_source
     if (c->n_routed_experts == 0) return 0.0;
     route_count *r = route_count_wrap(ops, tokens);
     ops_set *counted = route_count_set(r);
-    bench_engine e = bench_engine_open(&counted, 1, c, w, B, prompt_len, new_tokens);
+    bench_engine e = bench_engine_open(&counted, 1, c, w, B, prompt_len, new_tokens, false);
     generate_seconds(&e, new_tokens);
     bench_engine_close(&e);
     double mean = route_count_mean(r);
@@ -224,7 +226,7 @@ static double experts_touched(ops_set *ops, const model_config *c, weight_source
 
 // One prompt of P tokens prefilled (and its last position sampled), the median of three.
 static double prefill_seconds(ops_set *ops, const model_config *c, weight_source *w, int P) {
-    bench_engine r = bench_engine_open(&ops, 1, c, w, 1, P, 2);  // room for its 2-token warm-up
+    bench_engine r = bench_engine_open(&ops, 1, c, w, 1, P, 2, false);  // room for its 2-token warm-up
     double t[REPEATS];
     for (int i = 0; i < REPEATS; i++) t[i] = generate_seconds(&r, 1);
     qsort(t, REPEATS, sizeof t[0], compare_double);
@@ -273,8 +275,8 @@ static void decode_model(const char *device, const bench_decode_rows *rows, ops_
            "experts");
     for (int i = 0; i < rows->n_batch; i++) {
         int B = rows->batch_sizes[i];
-        double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens);
-        double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens);
+        double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens, false);
+        double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens, false);
         // A decode step of the timed difference attends over prompt_len + 1 ...
         // prompt_len + new_tokens - 1 positions: new_tokens / 2 more on average.
         double experts = experts_touched(inv, &c, w, B, prompt_len, new_tokens, B);

@@ -38,9 +38,11 @@ void bench_decode(const char *device, const bench_decode_rows *rows, int n_rows,
 // Decode tokens/s of the engine over T ranks (rank r on ops[r]) at batch B, prompts of
 // prompt_len tokens: the median of three differences between a generate of new_tokens and one
 // of a single token over the same prompts (both prefill alike, so the difference is the
-// new_tokens - 1 decode steps).
+// new_tokens - 1 decode steps). tp_size_invariant: the engine's TP-size-invariant mode
+// (engine_limits.tp_size_invariant).
 double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
-                                 weight_source *w, int B, int prompt_len, int new_tokens);
+                                 weight_source *w, int B, int prompt_len, int new_tokens,
+                                 bool tp_size_invariant);
 
 // The benchmarks' CSVs (DIR/NAME), through the one CSV writer; a failed write exits 3 naming
 // the file. bench_row's format separates fields by commas (csv_report_rowf).

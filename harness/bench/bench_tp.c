@@ -7,6 +7,9 @@
 //
 // Decode: harness/bench/bench_decode.c's method (two generate calls, the difference is the decode
 // steps; median of three) on the tensor-parallel engine (engine/tp_engine.h), T = 1 and 2.
+//
+// TP-size invariance's cost: the same decode rate of the invariant set with tp_size_invariance on
+// against the rank-order default, at T = 1 on one GPU and T = 2 where two are.
 #include "bench_tp.h"
 
 #include <math.h>                      // log, exp
@@ -107,14 +110,14 @@ static void bench_all_reduce(bool quick, const char *out_dir) {
 
 // Decode tokens/s of the named set at T ranks (rank r on GPU r) and batch B.
 static double tp_decode_tokens_per_s(const char *set, int T, const model_config *c, weight_source *w,
-                                     int B, int prompt_len, int new_tokens) {
+                                     int B, int prompt_len, int new_tokens, bool tp_size_invariant) {
     ops_set *ops[TP] = {0};
     if (T < 1 || T > TP) invar_die(INVAR_EXIT_SYSTEM, "bench: T = %d outside 1..%d", T, TP);
     for (int r = 0; r < T; r++) {
         ops[r] = kernel_set_create_for_rank(set, "cuda", 0, r);
         if (!ops[r]) invar_die(INVAR_EXIT_SYSTEM, "bench: no %s set on cuda", set);
     }
-    double rate = bench_decode_tokens_per_s(ops, T, c, w, B, prompt_len, new_tokens);
+    double rate = bench_decode_tokens_per_s(ops, T, c, w, B, prompt_len, new_tokens, tp_size_invariant);
     for (int r = 0; r < T; r++) ops[r]->destroy(ops[r]);
     return rate;
 }
@@ -135,8 +138,8 @@ static void bench_tp_decode(bool quick, const char *out_dir) {
     for (int T = 1; T <= TP; T++)
         for (int i = 0; i < (int)(sizeof batches / sizeof batches[0]); i++) {
             int B = batches[i];
-            double ti = tp_decode_tokens_per_s("invariant", T, &c, w, B, prompt_len, new_tokens);
-            double tr = tp_decode_tokens_per_s("reference", T, &c, w, B, prompt_len, new_tokens);
+            double ti = tp_decode_tokens_per_s("invariant", T, &c, w, B, prompt_len, new_tokens, false);
+            double tr = tp_decode_tokens_per_s("reference", T, &c, w, B, prompt_len, new_tokens, false);
             printf("%3d %6d %14.1f %14.1f %7.3f\n", T, B, ti, tr, ti / tr);
             bench_row(csv, "%d,%s,%d,%d,%d,%.1f,%.1f,%.4f", T, model, B, prompt_len, new_tokens,
                       ti, tr, ti / tr);
@@ -145,10 +148,38 @@ static void bench_tp_decode(bool quick, const char *out_dir) {
     w->destroy(w);
 }
 
+// The invariant set's decode with tp_size_invariance on against off (rank order), T = 1 .. Tmax.
+static void bench_tp_size(bool quick, int Tmax, const char *out_dir) {
+    const char *model = "v2-lite";
+    model_config c;
+    if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
+    weight_source *w = weights_synthetic(&c, 1);
+    static const int batches[] = {1, 32, 128};
+    const int prompt_len = 128, new_tokens = quick ? 16 : 64;
+    printf("\nTP-size invariance's cost, model %s (%d layers), prompts of %d tokens, %d new tokens\n",
+           model, c.num_hidden_layers, prompt_len, new_tokens);
+    printf("%3s %6s %16s %16s %7s\n", "T", "batch", "rank-order tok/s", "tp-size tok/s", "ratio");
+    static const char *const header[] = {"T", "model", "batch", "prompt_len", "new_tokens",
+                                         "rank_order_tok_s", "tp_size_tok_s", "ratio"};
+    csv_report *csv = bench_csv_open(out_dir, "bench_tp_size.csv", header, 8);
+    for (int T = 1; T <= Tmax; T++)
+        for (int i = 0; i < (int)(sizeof batches / sizeof batches[0]); i++) {
+            int B = batches[i];
+            double off = tp_decode_tokens_per_s("invariant", T, &c, w, B, prompt_len, new_tokens, false);
+            double on = tp_decode_tokens_per_s("invariant", T, &c, w, B, prompt_len, new_tokens, true);
+            printf("%3d %6d %16.1f %16.1f %7.3f\n", T, B, off, on, on / off);
+            bench_row(csv, "%d,%s,%d,%d,%d,%.1f,%.1f,%.4f", T, model, B, prompt_len, new_tokens, off, on,
+                      on / off);
+        }
+    bench_csv_close(csv);
+    w->destroy(w);
+}
+
 bool bench_tp(bool quick, const char *out_dir) {
     int gpus = cuda_device_count();
+    bench_tp_size(quick, gpus >= TP ? TP : 1, out_dir);
     if (gpus < TP) {
-        printf("\nSKIP: tensor-parallel bench: needs %d GPUs, %d visible\n", TP, gpus);
+        printf("\nSKIP: tensor-parallel bench at T = %d: needs %d GPUs, %d visible\n", TP, TP, gpus);
         return false;
     }
     char library[64], links[192];

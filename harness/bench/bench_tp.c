@@ -122,57 +122,54 @@ static double tp_decode_tokens_per_s(const char *set, int T, const model_config 
     return rate;
 }
 
-static void bench_tp_decode(bool quick, const char *out_dir) {
+// One engine variant a decode table times: a kernel set, with or without TP-size invariance.
+typedef struct {
+    const char *set;
+    bool tp_size_invariant;
+    const char *column;  // its CSV column
+    const char *label;   // its console heading
+} decode_variant;
+
+// V2-Lite-shaped decode tokens/s of variants a and b at T = 1 .. Tmax and batches 1, 32, 128:
+// a console table under `title` and OUT_DIR/csv_name (T, model, batch, prompt_len, new_tokens,
+// a's and b's tok/s, the ratio a / b).
+static void decode_table(bool quick, int Tmax, const char *title, const decode_variant *a,
+                         const decode_variant *b, const char *csv_name, const char *out_dir) {
     const char *model = "v2-lite";
     model_config c;
     if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
     weight_source *w = weights_synthetic(&c, 1);
     static const int batches[] = {1, 32, 128};
     const int prompt_len = 128, new_tokens = quick ? 16 : 64;
-    printf("\ntensor-parallel decode, model %s (%d layers), prompts of %d tokens, %d new tokens\n",
-           model, c.num_hidden_layers, prompt_len, new_tokens);
-    printf("%3s %6s %14s %14s %7s\n", "T", "batch", "inv tok/s", "ref tok/s", "ratio");
-    static const char *const header[] = {"T", "model", "batch", "prompt_len", "new_tokens",
-                                         "invariant_tok_s", "reference_tok_s", "ratio"};
-    csv_report *csv = bench_csv_open(out_dir, "bench_tp_decode.csv", header, 8);
-    for (int T = 1; T <= TP; T++)
+    printf("\n%s, model %s (%d layers), prompts of %d tokens, %d new tokens\n", title, model,
+           c.num_hidden_layers, prompt_len, new_tokens);
+    printf("%3s %6s %16s %16s %7s\n", "T", "batch", a->label, b->label, "ratio");
+    const char *const header[] = {"T", "model", "batch", "prompt_len", "new_tokens", a->column, b->column, "ratio"};
+    csv_report *csv = bench_csv_open(out_dir, csv_name, header, 8);
+    for (int T = 1; T <= Tmax; T++)
         for (int i = 0; i < (int)(sizeof batches / sizeof batches[0]); i++) {
             int B = batches[i];
-            double ti = tp_decode_tokens_per_s("invariant", T, &c, w, B, prompt_len, new_tokens, false);
-            double tr = tp_decode_tokens_per_s("reference", T, &c, w, B, prompt_len, new_tokens, false);
-            printf("%3d %6d %14.1f %14.1f %7.3f\n", T, B, ti, tr, ti / tr);
-            bench_row(csv, "%d,%s,%d,%d,%d,%.1f,%.1f,%.4f", T, model, B, prompt_len, new_tokens,
-                      ti, tr, ti / tr);
+            double ra = tp_decode_tokens_per_s(a->set, T, &c, w, B, prompt_len, new_tokens, a->tp_size_invariant);
+            double rb = tp_decode_tokens_per_s(b->set, T, &c, w, B, prompt_len, new_tokens, b->tp_size_invariant);
+            printf("%3d %6d %16.1f %16.1f %7.3f\n", T, B, ra, rb, ra / rb);
+            bench_row(csv, "%d,%s,%d,%d,%d,%.1f,%.1f,%.4f", T, model, B, prompt_len, new_tokens, ra, rb, ra / rb);
         }
     bench_csv_close(csv);
     w->destroy(w);
 }
 
+// Invariant against reference at T = 1 and 2.
+static void bench_tp_decode(bool quick, const char *out_dir) {
+    const decode_variant inv = {"invariant", false, "invariant_tok_s", "inv tok/s"},
+                         ref = {"reference", false, "reference_tok_s", "ref tok/s"};
+    decode_table(quick, TP, "tensor-parallel decode", &inv, &ref, "bench_tp_decode.csv", out_dir);
+}
+
 // The invariant set's decode with tp_size_invariance on against off (rank order), T = 1 .. Tmax.
 static void bench_tp_size(bool quick, int Tmax, const char *out_dir) {
-    const char *model = "v2-lite";
-    model_config c;
-    if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
-    weight_source *w = weights_synthetic(&c, 1);
-    static const int batches[] = {1, 32, 128};
-    const int prompt_len = 128, new_tokens = quick ? 16 : 64;
-    printf("\nTP-size invariance's cost, model %s (%d layers), prompts of %d tokens, %d new tokens\n",
-           model, c.num_hidden_layers, prompt_len, new_tokens);
-    printf("%3s %6s %16s %16s %7s\n", "T", "batch", "rank-order tok/s", "tp-size tok/s", "ratio");
-    static const char *const header[] = {"T", "model", "batch", "prompt_len", "new_tokens",
-                                         "rank_order_tok_s", "tp_size_tok_s", "ratio"};
-    csv_report *csv = bench_csv_open(out_dir, "bench_tp_size.csv", header, 8);
-    for (int T = 1; T <= Tmax; T++)
-        for (int i = 0; i < (int)(sizeof batches / sizeof batches[0]); i++) {
-            int B = batches[i];
-            double off = tp_decode_tokens_per_s("invariant", T, &c, w, B, prompt_len, new_tokens, false);
-            double on = tp_decode_tokens_per_s("invariant", T, &c, w, B, prompt_len, new_tokens, true);
-            printf("%3d %6d %16.1f %16.1f %7.3f\n", T, B, off, on, on / off);
-            bench_row(csv, "%d,%s,%d,%d,%d,%.1f,%.1f,%.4f", T, model, B, prompt_len, new_tokens, off, on,
-                      on / off);
-        }
-    bench_csv_close(csv);
-    w->destroy(w);
+    const decode_variant on = {"invariant", true, "tp_size_tok_s", "tp-size tok/s"},
+                         off = {"invariant", false, "rank_order_tok_s", "rank-order tok/s"};
+    decode_table(quick, Tmax, "TP-size invariance's cost", &on, &off, "bench_tp_size.csv", out_dir);
 }
 
 bool bench_tp(bool quick, const char *out_dir) {

@@ -6,7 +6,9 @@
 // A plugin exports one C function, INVAR_PLUGIN_ENTRY_NAME, of type invar_plugin_entry_fn. invar
 // calls it once per load with its own INVAR_PLUGIN_ABI_VERSION and refuses a table whose
 // abi_version differs: the argument structs are ops.h's, so a change to any of them is a new
-// version. Everything below is plain C; a CUDA plugin is compiled with nvcc or a C++ compiler
+// version, except a field appended last that an older plugin may ignore (it reads the fields
+// before it where they were; moe_experts_args.out_f32, gemm_args.split_N and
+// mla_attention_args.H_select came so, each meaning "as before" when zero). Everything below is plain C; a CUDA plugin is compiled with nvcc or a C++ compiler
 // and exports the entry with C linkage.
 //
 // What stays invar's: memory (alloc, upload, download, sync), the collectives and rank binding

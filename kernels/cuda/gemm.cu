@@ -194,8 +194,8 @@ static void note_gemm(ops_set *ops, const gemm_args *a) {
     char path[48];
     const int splits = inv_cuda_gemm_plan_describe(ops, a, path, (int)sizeof path);
     long order[] = {splits, GEMM_BK, cuda_ctx_of(ops)->wgmma ? 1 : 0};
-    long shape[] = {a->N, a->K, a->batch > 1 ? a->batch : 1, a->y_f32 ? 1 : 0};
-    fingerprint_note(ops->fingerprints, "gemm", fingerprint_order(shape, 4), fingerprint_order(order, 3),
+    long shape[] = {a->N, a->K, a->batch > 1 ? a->batch : 1, a->y_f32 ? 1 : 0, a->split_N > 0 ? a->split_N : a->N};
+    fingerprint_note(ops->fingerprints, "gemm", fingerprint_order(shape, 5), fingerprint_order(order, 3),
                      path);
 }
 

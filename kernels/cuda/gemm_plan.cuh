@@ -1,11 +1,12 @@
 // kernels/cuda/gemm_plan.cuh — the sm_90a GEMM's reduction order, split-K rule and plan words;
 // gemm_plan_choose.cuh picks a product's plan.
 // The reduction of y[m][n]: KT = ceil(K / 64) k-tiles cut into S = gemm_split_count(N, K) splits
+// (N the product's, or gemm_args.split_N where given: a tensor-parallel rank's columns of a wider GEMM)
 // at gemm_split_begin(s, S, KT); split s is the chain
 //     p_s = 0;  for k0 ascending in its k-tiles:  p_s = wgmma_m64nNk16(p_s, x[m][k0:+16], w[n][k0:+16])
 // and y = ((p_0 + p_1) + p_2) + ... in split order, fp32 (a total from -0 keeps p_0's bits).
 // Every width N gives an element the same bits (it reads only its row, column and accumulator).
-// S depends on (N, K) only, never on M (a row's chains must not change with the batch) nor on
+// S depends on (N, K) only (that N), never on M (a row's chains must not change with the batch) nor on
 // the device. The rest of a plan decides only who computes a chain and when.
 #ifndef INVAR_KERNELS_CUDA_GEMM_PLAN_CUH
 #define INVAR_KERNELS_CUDA_GEMM_PLAN_CUH

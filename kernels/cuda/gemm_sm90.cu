@@ -162,8 +162,9 @@ static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bo
 }
 
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
+    // Scattered rows (y_rows) never take TMA: the split-K grid path's sums store row m.
     return gemm_plan_choose_split(p->M, p->N, p->split_N > 0 ? p->split_N : p->N, p->K, batch, aligned,
-                                  tma_possible(c, p, batch, aligned), c->num_sms);
+                                  tma_possible(c, p, batch, aligned) && !p->y_rows, c->num_sms);
 }
 
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {

@@ -1,6 +1,6 @@
 // kernels/cuda/gemm_sm90_kernels.cuh — the batch-invariant GEMM on Hopper (sm_90a): warpgroup MMA.
 //
-// Reduction order (gemm_plan.cuh's, in every kernel here): split s of S = gemm_split_count(N, K) is
+// Reduction order (gemm_plan.cuh's, in every kernel here): split s of S = gemm_split_count(split N, K) is
 // the chain p_s = 0; for k0 ascending in its k-tiles: p_s = wgmma_m64nNk16(p_s, ...), the K tail
 // zero-filled; y = ((p_0 + p_1) + ...) in split order (S = 1: p_0). A CTA walks every split of its
 // tile (SPLIT_NONE, SPLIT_IN_CTA: a running total from -0) or computes one split's fp32 partial

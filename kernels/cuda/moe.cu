@@ -200,7 +200,7 @@ __global__ void moe_combine_kernel(void *out, const void *eo, const float *w, in
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * D) return;
     long t = i / D, d = i % D;
-    float s = 0.0f;
+    float s = -0.0f;  // -0 + p_0 is p_0 exactly, as the CPU sets' sum from the first product
     for (int j = 0; j < k; j++) {
         const long at = (t * k + j) * D + d;
         const float e = F32 ? ((const float *)eo)[at] : bf16_to_float(((const uint16_t *)eo)[at]);

@@ -153,7 +153,7 @@ fi
 [ $? = 2 ] || fail "table.py --jobs 0: not exit 2"
 mkdir -p "$work/no-third-party"
 PYTHON=$py THIRD_PARTY_FAKE=numpy THIRD_PARTY_DIR="$work/no-third-party" RESULTS_DIR="$work/tp-results" \
-    THIRD_PARTY_ARGS="--quick --jobs 3" INVAR_LIB="$INVAR_LIB" bash "$here_root/tests/gpu_third_party.sh" "$work/tp" \
+    THIRD_PARTY_JOBS=3 THIRD_PARTY_ARGS=--quick INVAR_LIB="$INVAR_LIB" bash "$here_root/tests/gpu_third_party.sh" "$work/tp" \
     >"$work/tp.log" 2>&1
 rc=$?
 csv="$work/tp/third_party.csv"
@@ -183,7 +183,7 @@ else
         fail "gpu_third_party.sh: the missing source printed no SKIP line"
     tp_row engine numpy.matmul_split_small | grep -q '"batch-variant",.*expected batch-variant, observed batch-variant, PASS' ||
         fail "third_party.csv: the engine's batch-variant GEMM was not caught"
-    # --jobs 3 ran the children at once; the rows keep kernels.py's order, the engine rows last.
+    # THIRD_PARTY_JOBS=3 ran the children at once; the rows keep kernels.py's order, the engine rows last.
     order=$(awk -F'","' 'NR > 1 { printf "%s:%s ", $6, $7 }' "$csv")
     want=$(cd "$here_root/tests/third_party" && "$py" -c 'import kernels as K
 print(" ".join(["kernel:" + e[0] for e in K.FAKE_KERNELS] + ["engine:" + e[0] for e in K.FAKE_ENGINE]) + " ")')

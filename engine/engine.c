@@ -813,15 +813,16 @@ static void attention_inputs(engine *e, int layer, int T) {
     int D = c->hidden_size, H = c->num_attention_heads, L = c->kv_lora_rank,
         R = c->qk_rope_head_dim, nope = c->qk_nope_head_dim, qh = nope + R;
     float eps = (float)c->rms_norm_eps;
-    if (c->q_lora_rank > 0) {
+    gemm_args q = {.y = a->q, .x = a->x, .w = w->q_proj, .M = T, .N = H * qh, .K = D,
+                   .split_N = column_split_n(e, e->cfg.num_attention_heads * qh)};
+    if (c->q_lora_rank > 0) {  // q from the normed low-rank projection instead
         linear(o, a->q_a, a->x, w->q_a_proj, T, c->q_lora_rank, D);
         o->rmsnorm(o, a->q_a_normed, c->q_lora_rank, a->q_a, c->q_lora_rank, w->q_a_norm, T,
                    c->q_lora_rank, eps);
+        q.x = a->q_a_normed;
+        q.w = w->q_b_proj;
+        q.K = c->q_lora_rank;
     }
-    gemm_args q = {.y = a->q, .x = c->q_lora_rank > 0 ? a->q_a_normed : a->x,
-                   .w = c->q_lora_rank > 0 ? w->q_b_proj : w->q_proj, .M = T, .N = H * qh,
-                   .K = c->q_lora_rank > 0 ? c->q_lora_rank : D,
-                   .split_N = column_split_n(e, e->cfg.num_attention_heads * qh)};
     o->gemm(o, &q);
     linear(o, a->kv_a, a->x, w->kv_a_proj, T, L + R, D);
     o->rmsnorm(o, a->c_kv, L, a->kv_a, L + R, w->kv_a_norm, T, L, eps);

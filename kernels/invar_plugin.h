@@ -8,8 +8,9 @@
 // abi_version differs: the argument structs are ops.h's, so a change to any of them is a new
 // version, except a field appended last that an older plugin may ignore (it reads the fields
 // before it where they were; moe_experts_args.out_f32, gemm_args.split_N and
-// mla_attention_args.H_select came so, each meaning "as before" when zero). Everything below is plain C; a CUDA plugin is compiled with nvcc or a C++ compiler
-// and exports the entry with C linkage.
+// mla_attention_args.H_select came so, each meaning "as before" when zero). Everything below is
+// plain C; a CUDA plugin is compiled with nvcc or a C++ compiler and exports the entry with C
+// linkage.
 //
 // What stays invar's: memory (alloc, upload, download, sync), the collectives and rank binding
 // are the invariant set's of the same device, and so is every op whose pointer is NULL. Pointers

@@ -28,6 +28,7 @@
 #include "../../kernels/cuda/inv_cuda.h"       // inv_cuda_init, inv_cuda_fini
 #include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*, inv_cuda_all_reduce_from_rank
 #include "../../kernels/cpu/collective.h"      // tp_comm_size
+#include "../../kernels/cuda/moe_rows.cuh"     // moe_combine_io, moe_row_value, moe_combine_store
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
 
 // The set: the invariant set's ops_set first (its ctx is the invariant set's, which the reused
@@ -155,12 +156,10 @@ __global__ void adv_combine_kernel(void *out, const void *eo, const float *w, co
     float s = 0.0f;
     for (int p = 0; p < k; p++) {
         int j = order[p];
-        const long at = (t * k + j) * D + d;
-        float e = F32 ? ((const float *)eo)[at] : bf16_to_float(((const uint16_t *)eo)[at]);
+        float e = moe_row_value<F32>(eo, (t * k + j) * D + d);
         s = fuse ? __fmaf_rn(w[t * k + j], e, s) : __fadd_rn(s, __fmul_rn(w[t * k + j], e));
     }
-    if (F32) ((float *)out)[i] = s;
-    else ((uint16_t *)out)[i] = float_to_bf16(s);
+    moe_combine_store<F32>(out, i, s);
 }
 
 static void adv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
@@ -174,10 +173,9 @@ static void adv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     CUDA_CHECK("moe_combine (adversarial)", cudaMemsetAsync(load, 0, (size_t)a->E * sizeof(int), stream));
     adv_expert_load_kernel<<<(unsigned)((tk + 255) / 256), 256, 0, stream>>>(load, a->topk_ids, tk);
     CUDA_CHECK_LAUNCH("moe_combine (adversarial) loads");
-    const bool f32 = a->out_f32 != NULL;
-    (f32 ? adv_combine_kernel<true> : adv_combine_kernel<false>)<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
-        f32 ? (void *)a->out_f32 : (void *)a->out, f32 ? (const void *)a->expert_out_f32 : (const void *)a->expert_out,
-        a->topk_weights, a->topk_ids, load, a->T, a->k, a->D);
+    const moe_combine_io io = moe_combine_io_of(a);
+    (io.f32 ? adv_combine_kernel<true> : adv_combine_kernel<false>)<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
+        io.out, io.rows, a->topk_weights, a->topk_ids, load, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine (adversarial)");
 }
 
@@ -186,17 +184,16 @@ static void adv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
 // As the adversarial CPU set (adversarial/cpu/adv_cpu.c): every element's sum starts at rank
 // mix64(n) mod T and rounds to bf16 at every hop, so the message size (the batch's token
 // count) picks the order. Caught from T = 3 on; at T = 2 two addends commute.
+static int first_rank_of(long n, int T) { return (int)(invar_mix64((uint64_t)n) % (uint64_t)T); }
+
 static void adv_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
-    int T = tp_comm_size(comm);
-    int first = (int)(invar_mix64((uint64_t)n) % (uint64_t)T);
-    inv_cuda_all_reduce_from_rank(ops, comm, buf, n, first, true);
+    inv_cuda_all_reduce_from_rank(ops, comm, buf, n, first_rank_of(n, tp_comm_size(comm)), true);
 }
 
 // TP-size invariance's fp32 sum, by the same rule: a chain from the hashed rank, never rounded
 // (caught from T = 3 on, as the bf16 one).
 static void adv_cuda_all_reduce_f32(ops_set *ops, tp_comm *comm, float *buf, long n) {
-    int T = tp_comm_size(comm);
-    inv_cuda_all_reduce_f32_from_rank(ops, comm, buf, n, (int)(invar_mix64((uint64_t)n) % (uint64_t)T));
+    inv_cuda_all_reduce_f32_from_rank(ops, comm, buf, n, first_rank_of(n, tp_comm_size(comm)));
 }
 
 // --- the set -------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@
 #define OP_ENTRY(op, row, tol, ref, adv) \
     {#op, row, tol, ref, adv, op##_cpu_shapes, op##_cuda_shapes, &op##_op, false}
 
-
 static const op_entry table[] = {
     OP_ENTRY(gemm, "a row of x", 1e-2, REF_MUST_VARY, REF_MUST_VARY),
     // The fp32 store of the same products: gemm's shapes, its own section.

@@ -6,7 +6,7 @@
 //     p_s = 0;  for k0 ascending in its k-tiles:  p_s = wgmma_m64nNk16(p_s, x[m][k0:+16], w[n][k0:+16])
 // and y = ((p_0 + p_1) + p_2) + ... in split order, fp32 (a total from -0 keeps p_0's bits).
 // Every width N gives an element the same bits (it reads only its row, column and accumulator).
-// S depends on (N, K) only (that N), never on M (a row's chains must not change with the batch) nor on
+// S depends on (that N, K) only, never on M (a row's chains must not change with the batch) nor on
 // the device. The rest of a plan decides only who computes a chain and when.
 #ifndef INVAR_KERNELS_CUDA_GEMM_PLAN_CUH
 #define INVAR_KERNELS_CUDA_GEMM_PLAN_CUH

@@ -155,16 +155,16 @@ static void launch_split_grid(cuda_ctx *c, const gemm_problem *p, const gemm_pla
 }
 
 // Dense products, one or a batch at strides that are multiples of 8 and not zero (a 3-D map's
-// stride 0 is not a layout the driver promises); grouped products gather rows, which TMA cannot.
+// stride 0 is not a layout the driver promises); grouped products gather rows, which TMA cannot,
+// and scattered ones (y_rows) would lose their rows on the split-K grid path (its sums store row m).
 static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
     const bool strided = batch == 1 || (p->stride_x != 0 && p->stride_w != 0);
-    return aligned && strided && !p->group_offsets && !p->x_rows && c->tensor_map_encode;
+    return aligned && strided && !p->group_offsets && !p->x_rows && !p->y_rows && c->tensor_map_encode;
 }
 
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
-    // Scattered rows (y_rows) never take TMA: the split-K grid path's sums store row m.
     return gemm_plan_choose_split(p->M, p->N, p->split_N > 0 ? p->split_N : p->N, p->K, batch, aligned,
-                                  tma_possible(c, p, batch, aligned) && !p->y_rows, c->num_sms);
+                                  tma_possible(c, p, batch, aligned), c->num_sms);
 }
 
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {

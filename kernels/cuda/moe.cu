@@ -10,6 +10,7 @@
 #include "gemm_plan.cuh"     // gemm_split_count, GEMM_BK
 #include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "inv_cuda_ops.h"    // inv_cuda_moe_*, inv_cuda_silu_mul
+#include "moe_rows.cuh"      // moe_combine_io, moe_row_value, moe_combine_store
 
 // --- route ---
 
@@ -203,11 +204,9 @@ __global__ void moe_combine_kernel(void *out, const void *eo, const float *w, in
     float s = -0.0f;  // -0 + p_0 is p_0 exactly, as the CPU sets' sum from the first product
     for (int j = 0; j < k; j++) {
         const long at = (t * k + j) * D + d;
-        const float e = F32 ? ((const float *)eo)[at] : bf16_to_float(((const uint16_t *)eo)[at]);
-        s = __fadd_rn(s, __fmul_rn(w[t * k + j], e));
+        s = __fadd_rn(s, __fmul_rn(w[t * k + j], moe_row_value<F32>(eo, at)));
     }
-    if (F32) ((float *)out)[i] = s;
-    else ((uint16_t *)out)[i] = float_to_bf16(s);
+    moe_combine_store<F32>(out, i, s);
 }
 
 void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
@@ -217,10 +216,9 @@ void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     long shape[] = {a->D, a->k};
     fingerprint_note(ops->fingerprints, "moe_combine", fingerprint_order(shape, 2), fingerprint_order(order, 1),
                      "ascending-k");
-    const bool f32 = a->out_f32 != NULL;
-    (f32 ? moe_combine_kernel<true> : moe_combine_kernel<false>)<<<(unsigned)((n + 255) / 256), 256, 0,
-                                                                   cuda_ctx_of(ops)->stream>>>(
-        f32 ? (void *)a->out_f32 : (void *)a->out, f32 ? (const void *)a->expert_out_f32 : (const void *)a->expert_out,
-        a->topk_weights, a->T, a->k, a->D);
+    const moe_combine_io io = moe_combine_io_of(a);
+    (io.f32 ? moe_combine_kernel<true> : moe_combine_kernel<false>)<<<(unsigned)((n + 255) / 256), 256, 0,
+                                                                      cuda_ctx_of(ops)->stream>>>(
+        io.out, io.rows, a->topk_weights, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine");
 }

@@ -21,6 +21,7 @@
 #include "../../common/nccl_check.cuh"      // NCCL_CHECK
 #include "../../kernels/cpu/collective.h"   // tp_comm_size
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
+#include "../../kernels/cuda/moe_rows.cuh"  // moe_combine_io, moe_row_value
 #include "../../kernels/cuda/inv_cuda.h"    // inv_cuda_init, inv_cuda_fini
 #include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*
 #include "../../kernels/order_log.h"        // order_log_note, order_log_create
@@ -99,8 +100,7 @@ __global__ void ref_combine_atomic_kernel(float *acc, const void *eo, const floa
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * k * D) return;
     long tj = i / D, d = i % D, t = tj / k;
-    float e = F32 ? ((const float *)eo)[i] : bf16_to_float(((const uint16_t *)eo)[i]);
-    atomicAdd(&acc[t * D + d], w[tj] * e);
+    atomicAdd(&acc[t * D + d], w[tj] * moe_row_value<F32>(eo, i));
 }
 
 __global__ void ref_combine_round_kernel(uint16_t *out, const float *acc, long n) {
@@ -116,16 +116,16 @@ static void ref_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     // Two addends onto an exact zero give one result in any arrival order; three do not.
     if (a->k <= 2) order_log_note(ops->orders, ORDER_MOE_COMBINE, (uint64_t)a->D << 8 | (uint64_t)a->k, 0);
     else order_log_note_unobservable(ops->orders, ORDER_MOE_COMBINE, "atomics add in arrival order");
-    const bool f32 = a->out_f32 != NULL;
-    float *acc = f32 ? a->out_f32
-                     : (float *)invar_cuda_reserve((void **)&r->combine_acc, &r->combine_bytes, (size_t)n * 4, stream,
-                                                   "moe_combine accumulator");
+    const moe_combine_io io = moe_combine_io_of(a);
+    float *acc = io.f32 ? (float *)io.out
+                        : (float *)invar_cuda_reserve((void **)&r->combine_acc, &r->combine_bytes, (size_t)n * 4,
+                                                      stream, "moe_combine accumulator");
     CUDA_CHECK("moe_combine", cudaMemsetAsync(acc, 0, (size_t)n * 4, stream));
-    (f32 ? ref_combine_atomic_kernel<true> : ref_combine_atomic_kernel<false>)<<<(unsigned)((nk + 255) / 256), 256, 0,
-                                                                                 stream>>>(
-        acc, f32 ? (const void *)a->expert_out_f32 : (const void *)a->expert_out, a->topk_weights, a->T, a->k, a->D);
+    (io.f32 ? ref_combine_atomic_kernel<true> : ref_combine_atomic_kernel<false>)<<<(unsigned)((nk + 255) / 256), 256,
+                                                                                    0, stream>>>(
+        acc, io.rows, a->topk_weights, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine");
-    if (f32) return;
+    if (io.f32) return;
     ref_combine_round_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(a->out, acc, n);
     CUDA_CHECK_LAUNCH("moe_combine round");
 }

@@ -69,12 +69,13 @@ def cuda_rows(a):
     """`invar kernels --device cuda --op OP` through the bridge on PyTorch's kernel against the
     built-in invariant set, medians of interleaved whole runs, with and without the host's time
     inside the function."""
-    import torch
     op = a.op or "rmsnorm"
     fn = {"rmsnorm": "torch_kernels:rms_norm", "logprobs": "torch_kernels:log_softmax"}.get(op)
     if fn is None:
-        sys.exit(f"overhead.py --device cuda: --op {op}: only rmsnorm and logprobs (torch's kernels "
-                 "that pass the checker whole, as the built-in set's run does)")
+        print(f"overhead.py --device cuda: --op {op}: only rmsnorm and logprobs (torch's kernels that "
+              "pass the checker whole, as the built-in set's run does)", file=sys.stderr)
+        return 2
+    import torch
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(ROOT, "tests", "bridge") + os.pathsep + env.get("PYTHONPATH", "")
     invar = os.path.join(os.path.dirname(os.environ["INVAR_LIB"]), "invar")

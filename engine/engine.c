@@ -12,7 +12,7 @@
 #include "kv_cache.h"            // kv_cache_*
 #include "scheduler.h"           // scheduler_*, sched_item
 #include "tp_part.h"             // tp_part, tp_range, tp_part_make, tp_part_local_config
-#include "tp_slices.h"           // tp_slices, tp_slices_make, tp_slices_gate_up, tp_slices_finish
+#include "tp_slices.h"           // tp_slices, tp_slices_make, tp_slices_uniform, tp_slices_gate_up, ...
 #include "../common/hash.h"             // invar_mix64
 
 // ---------------------------------------------------------------------------------------------
@@ -118,7 +118,8 @@ typedef struct {
 } step_shape;
 
 // TP-size invariance's per-slice weights of a layer (engine/tp_slices.h): gate/up cut per
-// slice (the down weights are read in place, by column offset, except the experts').
+// slice (the down weights are read in place, by column offset, except the experts'). Each
+// array's slices are one allocation, [0] its start.
 typedef struct {
     bf16 *mlp_gate_up[TP_SLICES];
     bf16 *experts_gate_up[TP_SLICES], *experts_down[TP_SLICES];
@@ -168,8 +169,8 @@ struct engine {
     void *observe_ctx;
 
     // TP-size invariance (lim.tp_size_invariant): this rank's slices, their weights, and the
-    // fp32 partials of one row-parallel layer ([slices, T, D]), a shared-expert partial [T, D]
-    // and the experts' fp32 rows [T*k, D].
+    // fp32 partials of one row-parallel layer ([slices, T, D]), the shared experts' partials
+    // ([slices, T, D]) and the experts' fp32 rows [T*k, D].
     tp_slices slices;
     slice_weights *slice_w;
     float *partials, *shared_partial, *expert_f32;
@@ -536,7 +537,7 @@ static void slices_setup(engine *e) {
     size_t T = (size_t)e->lim.max_num_batched_tokens;
     size_t k = c->n_routed_experts > 0 ? (size_t)c->num_experts_per_tok : 1;
     e->partials = dalloc(e, (size_t)n * T * D, sizeof(float), "TP slices: fp32 partials");
-    e->shared_partial = dalloc(e, T * D, sizeof(float), "TP slices: shared-expert partial");
+    e->shared_partial = dalloc(e, (size_t)n * T * D, sizeof(float), "TP slices: shared-expert partials");
     e->expert_f32 = dalloc(e, T * k * D, sizeof(float), "TP slices: fp32 expert rows");
     e->slice_w = invar_calloc((size_t)c->num_hidden_layers, sizeof *e->slice_w, "TP slice weights");
     for (int i = 0; i < c->num_hidden_layers; i++) {
@@ -663,9 +664,11 @@ static void release_all(engine *e) {
     o->release(o, e->rope_sin);
     if (!e->slice_w) return;
     for (int i = 0; i < e->cfg.num_hidden_layers; i++) {
-        bf16 **ptrs = (bf16 **)&e->slice_w[i];
-        for (size_t j = 0; j < sizeof e->slice_w[i] / sizeof(bf16 *); j++)
-            if (ptrs[j]) o->release(o, ptrs[j]);
+        const slice_weights *sw = &e->slice_w[i];
+        bf16 *firsts[] = {sw->mlp_gate_up[0], sw->experts_gate_up[0], sw->experts_down[0],
+                          sw->shared_gate_up[0]};
+        for (size_t j = 0; j < sizeof firsts / sizeof firsts[0]; j++)
+            if (firsts[j]) o->release(o, firsts[j]);
     }
     o->release(o, e->partials);
     o->release(o, e->shared_partial);
@@ -742,19 +745,44 @@ static void slices_finish(engine *e, int T) {
                      (long)T * e->local.hidden_size, e->a.sublayer_out);
 }
 
-// Slice s's part of the attention output projection: its heads' columns of o_proj.
+// Slice s's part of the attention output projection: its heads' columns of o_proj. Slices of
+// one head count are one batched product (entry s: slice s's columns and partial).
 static void o_proj_slices(engine *e, int layer, int T) {
     const model_config *c = &e->local;
     int D = c->hidden_size, H = c->num_attention_heads, v = c->v_head_dim;
-    for (int s = 0; s < e->slices.n; s++) {
-        tp_range h = e->slices.heads[s];
+    const tp_slices *sl = &e->slices;
+    bool batched = tp_slices_uniform(sl->heads, sl->n);
+    for (int s = 0; s < (batched ? 1 : sl->n); s++) {
+        tp_range h = sl->heads[s];
         gemm_args g = {.y = slice_partial(e, s, T), .y_f32 = true,
                        .x = e->a.attn_v + (long)h.begin * v, .ldx = (long)H * v,
                        .w = e->layers[layer].o_proj + (long)h.begin * v, .ldw = (long)H * v,
                        .M = T, .N = D, .K = h.count * v};
+        if (batched)
+            g.batch = sl->n, g.stride_x = g.stride_w = (long)h.count * v,
+            g.stride_y = (long)T * D;
         e->ops->gemm(e->ops, &g);
     }
     slices_finish(e, T);
+}
+
+// mlp_slices for slices of `cols` columns each, one after another: each step one call over
+// every slice, as a batch of GEMMs (entry s: slice s), silu_mul over the slices' rows, and one
+// add of the shared partials. gate_up: the slices' [2 cols, D] weights, one after another.
+static void mlp_slices_batched(engine *e, const bf16 *x, const bf16 *gate_up, const bf16 *down,
+                               int I, int cols, int T, bool add) {
+    ops_set *o = e->ops;
+    int D = e->local.hidden_size, n = e->slices.n;
+    gemm_args gu = {.y = e->a.gate_up, .x = x, .w = gate_up, .M = T, .N = 2 * cols, .K = D,
+                    .batch = n, .stride_w = (long)2 * cols * D, .stride_y = (long)T * 2 * cols};
+    o->gemm(o, &gu);
+    o->silu_mul(o, e->a.act, e->a.gate_up, n * T, cols);
+    float *y = add ? e->shared_partial : e->partials;
+    gemm_args dn = {.y = y, .y_f32 = true, .x = e->a.act, .w = down, .ldw = I, .M = T, .N = D,
+                    .K = cols, .batch = n, .stride_x = (long)T * cols, .stride_w = cols,
+                    .stride_y = (long)T * D};
+    o->gemm(o, &dn);
+    if (add) o->add_f32(o, e->partials, y, (long)n * T * D);
 }
 
 // A gated MLP per slice: gate/up and silu of the slice's columns, its down projection into the
@@ -762,6 +790,10 @@ static void o_proj_slices(engine *e, int layer, int T) {
 // the slices' columns of down ([D, I]).
 static void mlp_slices(engine *e, const bf16 *x, bf16 *const *gate_up, const bf16 *down, int I,
                        const tp_range *ranges, int mult, int T, bool add) {
+    if (tp_slices_uniform(ranges, e->slices.n)) {
+        mlp_slices_batched(e, x, gate_up[0], down, I, ranges[0].count * mult, T, add);
+        return;
+    }
     ops_set *o = e->ops;
     int D = e->local.hidden_size;
     for (int s = 0; s < e->slices.n; s++) {

@@ -32,24 +32,33 @@ bool tp_slices_make(const model_config *cfg, const tp_part *part, tp_slices *out
     return true;
 }
 
+bool tp_slices_uniform(const tp_range *ranges, int n) {
+    for (int s = 0; s < n; s++)
+        if (ranges[s].count != ranges[0].count || ranges[s].begin != s * ranges[0].count)
+            return false;
+    return true;
+}
+
 void tp_slices_gate_up(ops_set *o, bf16 **out, const bf16 *gate_up, const tp_range *ranges,
                        int n, int mult, int I, int D, int experts) {
     size_t whole = (size_t)experts * 2 * I * D;
     bf16 *host = invar_malloc(whole * sizeof(bf16), "TP slices: gate/up weights");
     o->download(o, host, gate_up, whole * sizeof(bf16));
-    bf16 *cut = invar_malloc(whole * sizeof(bf16), "TP slices: one slice's gate/up");
+    bf16 *cut = invar_malloc(whole * sizeof(bf16), "TP slices: the slices' gate/up");
+    bf16 *dev = o->alloc(o, whole * sizeof(bf16), "TP slices: gate/up weights");
+    size_t at = 0;  // elements of cut written, the slices one after another
     for (int s = 0; s < n; s++) {
         int b = ranges[s].begin * mult, c = ranges[s].count * mult;
+        out[s] = dev + at;
         for (int e = 0; e < experts; e++) {
             const bf16 *src = host + (size_t)e * 2 * I * D;
-            bf16 *dst = cut + (size_t)e * 2 * c * D;
+            bf16 *dst = cut + at + (size_t)e * 2 * c * D;
             memcpy(dst, src + (size_t)b * D, (size_t)c * D * sizeof(bf16));                // gate
             memcpy(dst + (size_t)c * D, src + (size_t)(I + b) * D, (size_t)c * D * sizeof(bf16)); // up
         }
-        size_t bytes = (size_t)experts * 2 * c * D * sizeof(bf16);
-        out[s] = o->alloc(o, bytes, "TP slice: gate/up weights");
-        o->upload(o, out[s], cut, bytes);
+        at += (size_t)experts * 2 * c * D;
     }
+    o->upload(o, dev, cut, at * sizeof(bf16));
     free(cut);
     free(host);
 }
@@ -59,15 +68,17 @@ void tp_slices_down(ops_set *o, bf16 **out, const bf16 *down, const tp_range *ra
     size_t whole = (size_t)experts * D * I;
     bf16 *host = invar_malloc(whole * sizeof(bf16), "TP slices: down weights");
     o->download(o, host, down, whole * sizeof(bf16));
-    bf16 *cut = invar_malloc(whole * sizeof(bf16), "TP slices: one slice's down");
+    bf16 *cut = invar_malloc(whole * sizeof(bf16), "TP slices: the slices' down");
+    bf16 *dev = o->alloc(o, whole * sizeof(bf16), "TP slices: down weights");
+    size_t at = 0;
     for (int s = 0; s < n; s++) {
         int b = ranges[s].begin, c = ranges[s].count;
+        out[s] = dev + at;
         for (long row = 0; row < (long)experts * D; row++)
-            memcpy(cut + row * c, host + row * I + b, (size_t)c * sizeof(bf16));
-        size_t bytes = (size_t)experts * D * c * sizeof(bf16);
-        out[s] = o->alloc(o, bytes, "TP slice: down weights");
-        o->upload(o, out[s], cut, bytes);
+            memcpy(cut + at + row * c, host + row * I + b, (size_t)c * sizeof(bf16));
+        at += (size_t)experts * D * c;
     }
+    o->upload(o, dev, cut, at * sizeof(bf16));
     free(cut);
     free(host);
 }

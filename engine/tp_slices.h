@@ -35,13 +35,20 @@ typedef struct {
 bool tp_slices_make(const model_config *cfg, const tp_part *part, tp_slices *out, char *err,
                     int err_len);
 
+// True when the n ranges are one count each, one after another from 0: then the slices' GEMMs
+// run as one batched product (a batch entry reduces as its own call would, by the GEMM's
+// contract), which saves 8 launches a layer at T = 1.
+bool tp_slices_uniform(const tp_range *ranges, int n);
+
 // A gated MLP's [2I, D] gate/up weight (gate rows, then up rows) cut into one [2c, D] copy
 // per slice of `ranges` (I = the sum of their counts times `mult`, ranges scaled by `mult`),
-// each allocated on the set's device into out[s]; `experts` such matrices one after another
-// ([E, 2I, D] in, [E, 2c, D] out per slice).
+// out[s] each slice's copy on the set's device; `experts` such matrices one after another
+// ([E, 2I, D] in, [E, 2c, D] out per slice). The slices' copies are one allocation, slice
+// after slice (out[0] is what to release), so uniform slices are a strided batch.
 void tp_slices_gate_up(ops_set *o, bf16 **out, const bf16 *gate_up, const tp_range *ranges,
                        int n, int mult, int I, int D, int experts);
-// A down weight [experts, D, I] cut into one [experts, D, c] copy per slice, allocated likewise.
+// A down weight [experts, D, I] cut into one [experts, D, c] copy per slice, allocated likewise
+// (one allocation, out[0] to release).
 void tp_slices_down(ops_set *o, bf16 **out, const bf16 *down, const tp_range *ranges, int n,
                     int I, int D, int experts);
 

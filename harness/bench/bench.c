@@ -470,7 +470,7 @@ int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, 
                                                  {"v3", v3_batches, 2, 4096}};
         bench_decode("cuda", rows, 2, 128, quick ? 16 : 64, profile, &ceiling, out_dir);
     }
-    if ((!only || strcmp(only, "tp") == 0) && bench_tp(quick, out_dir)) {
+    if ((!only || strcmp(only, "tp") == 0) && bench_tp(quick, profile, out_dir)) {
         size_t n = strlen(summary);
         snprintf(summary + n, sizeof summary - n, "; tensor-parallel rows in bench_tp_*.csv");
     }

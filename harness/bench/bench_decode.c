@@ -129,10 +129,11 @@ double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config 
 // decodes differently, so a few prefill shapes remain with fewer calls than steps. Returns *n
 // entries; the caller frees them.
 static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, weight_source *w, int B,
-                                         int prompt_len, int new_tokens, int *n) {
+                                         int prompt_len, int new_tokens, bool tp_size_invariant,
+                                         int *n) {
     op_profile *p = op_profile_wrap(ops);
     ops_set *wrapped = op_profile_set(p);
-    bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens, false);
+    bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens, tp_size_invariant);
     op_profile_reset(p);
     generate_seconds(&r, new_tokens);
     int n_full = 0;
@@ -170,9 +171,11 @@ static int by_invariant_time(const void *a, const void *b) {
     return (x->inv_us < y->inv_us) - (x->inv_us > y->inv_us);
 }
 
-// One table (and CSV rows) of both sets' decode_step_ops over `steps` decode steps, per step.
+// One table (and CSV rows) of two engines' decode_step_ops over `steps` decode steps, per step:
+// "inv" and "ref" are the invariant and reference sets, or the columns `labels` names.
 static void print_decode_ops(const char *device, const char *model, int B, int steps, const op_profile_entry *inv,
-                             int n_inv, const op_profile_entry *ref, int n_ref, csv_report *csv) {
+                             int n_inv, const op_profile_entry *ref, int n_ref,
+                             const char *const labels[2], csv_report *csv) {
     op_row *rows = invar_malloc((size_t)(n_inv + n_ref + 1) * sizeof *rows, "bench op rows");
     const double us = 1e6 / steps;
     int n = 0;
@@ -187,7 +190,7 @@ static void print_decode_ops(const char *device, const char *model, int B, int s
     qsort(rows, (size_t)n, sizeof *rows, by_invariant_time);
     printf("\ndecode step at batch %d, time per step by op (us; device time between events around each call,\n"
            "which includes its launches where the device waits on the host)\n", B);
-    printf("%-44s %6s %10s %10s %9s\n", "op", "calls", "inv us", "ref us", "inv-ref");
+    printf("%-44s %6s %10s %10s %9s\n", "op", "calls", labels[0], labels[1], "a-b");
     double inv_total = 0.0, ref_total = 0.0;
     for (int i = 0; i < n; i++) {
         const op_row *r = &rows[i];
@@ -301,9 +304,10 @@ static void decode_model(const char *device, const bench_decode_rows *rows, ops_
     // small batches.
     for (int i = 0; profile && i < rows->n_batch; i++) {
         int B = rows->batch_sizes[i], n_inv = 0, n_ref = 0;
-        op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, &n_inv);
-        op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, &n_ref);
-        print_decode_ops(device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, op_csv);
+        op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, false, &n_inv);
+        op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, false, &n_ref);
+        static const char *const labels[2] = {"inv us", "ref us"};
+        print_decode_ops(device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, labels, op_csv);
         free(pi);
         free(pr);
     }
@@ -332,6 +336,18 @@ void bench_decode(const char *device, const bench_decode_rows *rows, int n_rows,
     bench_csv_close(csv);
     inv->destroy(inv);
     ref->destroy(ref);
+}
+
+void bench_decode_ops_tp_size(ops_set *ops, const model_config *c, weight_source *w,
+                              const char *model, int B, int prompt_len, int new_tokens,
+                              csv_report *csv) {
+    int n_on = 0, n_off = 0;
+    op_profile_entry *on = decode_step_ops(ops, c, w, B, prompt_len, new_tokens, true, &n_on);
+    op_profile_entry *off = decode_step_ops(ops, c, w, B, prompt_len, new_tokens, false, &n_off);
+    static const char *const labels[2] = {"on us", "off us"};
+    print_decode_ops(ops->device, model, B, new_tokens - 1, on, n_on, off, n_off, labels, csv);
+    free(on);
+    free(off);
 }
 
 csv_report *bench_csv_open(const char *dir, const char *name, const char *const *header, int ncols) {

@@ -44,6 +44,13 @@ double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config 
                                  weight_source *w, int B, int prompt_len, int new_tokens,
                                  bool tp_size_invariant);
 
+// --profile of TP-size invariance's cost: one decode step op by op on `ops` at T = 1 and batch
+// B, the engine with tp_size_invariance on against off (a table, and CSV rows: device, model,
+// batch, op, calls_per_step, then the times on and off).
+void bench_decode_ops_tp_size(ops_set *ops, const model_config *c, weight_source *w,
+                              const char *model, int B, int prompt_len, int new_tokens,
+                              csv_report *csv);
+
 // The benchmarks' CSVs (DIR/NAME), through the one CSV writer; a failed write exits 3 naming
 // the file. bench_row's format separates fields by commas (csv_report_rowf).
 csv_report *bench_csv_open(const char *dir, const char *name, const char *const *header, int ncols);

@@ -24,8 +24,8 @@
 #include "../../engine/weights.h"      // weights_synthetic
 #include "../../kernels/bf16.h"        // float_to_bf16
 #include "../../kernels/cpu/collective.h" // tp_comm_group_*
-#include "../../sets/registry.h"       // kernel_set_create_for_rank, cuda_device_count, tp_devices_describe
-#include "bench_decode.h"              // bench_decode_tokens_per_s, bench_csv_open, bench_row, bench_csv_close
+#include "../../sets/registry.h"       // kernel_set_create(_for_rank), cuda_device_count, tp_devices_describe
+#include "bench_decode.h"              // bench_decode_tokens_per_s, bench_decode_ops_tp_size, bench_csv_*
 #include "../host.h"                   // host_seconds
 
 enum { TP = 2 };
@@ -165,16 +165,35 @@ static void bench_tp_decode(bool quick, const char *out_dir) {
     decode_table(quick, TP, "tensor-parallel decode", &inv, &ref, "bench_tp_decode.csv", out_dir);
 }
 
-// The invariant set's decode with tp_size_invariance on against off (rank order), T = 1 .. Tmax.
-static void bench_tp_size(bool quick, int Tmax, const char *out_dir) {
+// The invariant set's decode with tp_size_invariance on against off (rank order), T = 1 .. Tmax;
+// profile: then a decode step op by op, on against off, at T = 1 and batches 1 and 32
+// (bench_tp_size_ops.csv), after every rate, since the profile's events slow the host side.
+static void bench_tp_size(bool quick, bool profile, int Tmax, const char *out_dir) {
     const decode_variant on = {"invariant", true, "tp_size_tok_s", "tp-size tok/s"},
                          off = {"invariant", false, "rank_order_tok_s", "rank-order tok/s"};
     decode_table(quick, Tmax, "TP-size invariance's cost", &on, &off, "bench_tp_size.csv", out_dir);
+    if (!profile) return;
+    const char *model = "v2-lite";
+    model_config c;
+    if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
+    weight_source *w = weights_synthetic(&c, 1);
+    ops_set *ops = kernel_set_create("invariant", "cuda", 0);
+    if (!ops) invar_die(INVAR_EXIT_SYSTEM, "bench: no invariant set on cuda");
+    static const char *const header[] = {"device", "model", "batch", "op", "calls_per_step",
+                                         "tp_size_us", "rank_order_us"};
+    csv_report *csv = bench_csv_open(out_dir, "bench_tp_size_ops.csv", header, 7);
+    printf("\nTP-size invariance op by op at T = 1 (on: tp_size_invariance = on; off: rank order)\n");
+    static const int batches[] = {1, 32};
+    for (int i = 0; i < 2; i++)
+        bench_decode_ops_tp_size(ops, &c, w, model, batches[i], 128, quick ? 16 : 64, csv);
+    bench_csv_close(csv);
+    ops->destroy(ops);
+    w->destroy(w);
 }
 
-bool bench_tp(bool quick, const char *out_dir) {
+bool bench_tp(bool quick, bool profile, const char *out_dir) {
     int gpus = cuda_device_count();
-    bench_tp_size(quick, gpus >= TP ? TP : 1, out_dir);
+    bench_tp_size(quick, profile, gpus >= TP ? TP : 1, out_dir);
     if (gpus < TP) {
         printf("\nSKIP: tensor-parallel bench at T = %d: needs %d GPUs, %d visible\n", TP, TP, gpus);
         return false;

@@ -93,7 +93,9 @@ int cmd_bench(int argc, char **argv) {
          .help = "fewer repetitions (CI smoke run)"},
         {.name = "--profile", .kind = CLI_SWITCH, .to.on = &profile,
          .help = "after the decode rates, one decode step's time op by op on\n"
-                 "each set (bench_decode_ops.csv): where invariance costs time"},
+                 "each set (bench_decode_ops.csv): where invariance costs time;\n"
+                 "in the tp section, TP-size invariance on against off\n"
+                 "(bench_tp_size_ops.csv)"},
         {.name = "--only", .choices = "gemm|mla|moe|decode|tp", .to.string = &only,
          .help = "one section (a kernel developer's tuning loop); the copy\n"
                  "ceiling always runs. moe: the routed experts at V2-Lite's\n"

@@ -144,6 +144,11 @@ typedef struct {
     // Last, as the plugin ABI (kernels/invar_plugin.h) passes this struct: a plugin built
     // before it reads the fields above where they were, and never gets a non-NULL one.
     float *out_f32;
+    // 0 or 1: one set of experts. n > 1 (out_f32 only; TP-size invariance's 8 slices in one
+    // call): w_gate_up and w_down hold n slices' experts one after another ([n, E, 2I, D],
+    // [n, E, D, I]) and out_f32 is [n, T * k, D], slice s's rows by slice s's experts, each
+    // bit for bit what a call of that slice alone gives (kernels/moe_slices.h). Last, likewise.
+    int slices;
 } moe_experts_args;
 
 // out[t] = bf16( sum_j topk_weights[t,j] * expert_out[t*k + j] ), fp32 products and sum.
@@ -157,6 +162,9 @@ typedef struct {
     int T, k, D, E;
     const float *expert_out_f32; // [T * k, D] or NULL (last: see moe_experts_args.out_f32)
     float *out_f32;             // [T, D] or NULL
+    // 0 or 1: one. n > 1 (the fp32 form only): expert_out_f32 is [n, T * k, D] and out_f32
+    // [n, T, D], slice s's sum of its own rows with the same weights, as moe_experts' slices.
+    int slices;
 } moe_combine_args;
 
 // Per row r of logits [R, V]: log_softmax, the sampled token and the top-k.

@@ -15,6 +15,7 @@
 
 #include "../common/check.h"         // invar_calloc, invar_realloc, invar_die
 #include "ops_wrapper.h"              // ops_wrapper, ops_wrapper_init
+#include "../kernels/moe_slices.h"     // moe_experts_by_slice, moe_combine_by_slice
 
 // Where one part of a row's output lies: row t's segment s starts at element
 // t * row_stride + s * segment_stride of base (or slots[t] * row_stride with slots).
@@ -281,6 +282,7 @@ static void tap_moe_route(ops_set *ops, const moe_route_args *a) {
 // With out_f32 (TP-size invariance) the fp32 rows are the output: out is not written, and
 // hashing it would compare whatever an earlier op left there.
 static void tap_moe_experts(ops_set *ops, const moe_experts_args *a) {
+    if (moe_experts_by_slice(ops, a, tap_moe_experts)) return;  // a tap call a slice
     INNER(ops)->moe_experts(INNER(ops), a);
     long row = (long)a->k * a->D;  // token t's k outputs
     tap_group g = {a->out, row, 1, 0, row, OP_TAP_BF16, NULL};
@@ -289,6 +291,7 @@ static void tap_moe_experts(ops_set *ops, const moe_experts_args *a) {
              a->I, a->out_f32 ? " f32" : "");
 }
 static void tap_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    if (moe_combine_by_slice(ops, a, tap_moe_combine)) return;
     INNER(ops)->moe_combine(INNER(ops), a);
     tap_group g = {a->out, a->D, 1, 0, a->D, OP_TAP_BF16, NULL};
     if (a->out_f32) g = (tap_group){a->out_f32, a->D, 1, 0, a->D, OP_TAP_F32, NULL};

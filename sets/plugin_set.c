@@ -9,6 +9,7 @@
 
 #include "../common/check.h"                // invar_die, invar_calloc
 #include "../kernels/cpu/inv_cpu.h"         // inv_cpu_init
+#include "../kernels/moe_slices.h"          // moe_experts_by_slice, moe_combine_by_slice
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/inv_cuda.h"       // inv_cuda_init
 #include "../kernels/cuda/inv_cuda_launch.h" // inv_cuda_stream, inv_cuda_device
@@ -236,10 +237,13 @@ static void tr_merge_attention(ops_set *ops, const merge_attention_args *a) {
     plugin_of(ops)->merge_attention(call_of(ops), a); after(ops, "merge_attention");
 }
 static void tr_moe_route(ops_set *ops, const moe_route_args *a) { plugin_of(ops)->moe_route(call_of(ops), a); after(ops, "moe_route"); }
+// A plugin gets one slice a call: one built before `slices` existed would read only the first.
 static void tr_moe_experts(ops_set *ops, const moe_experts_args *a) {
+    if (moe_experts_by_slice(ops, a, tr_moe_experts)) return;
     plugin_of(ops)->moe_experts(call_of(ops), a); after(ops, "moe_experts");
 }
 static void tr_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    if (moe_combine_by_slice(ops, a, tr_moe_combine)) return;
     plugin_of(ops)->moe_combine(call_of(ops), a); after(ops, "moe_combine");
 }
 static void tr_logprobs(ops_set *ops, const logprobs_args *a) { plugin_of(ops)->logprobs(call_of(ops), a); after(ops, "logprobs"); }

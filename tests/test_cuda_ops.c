@@ -1283,6 +1283,72 @@ static void test_tp_size_fp32_forms(void **state) {
     cpu->destroy(cpu);
 }
 
+// TP-size invariance's slices in one call: moe_experts and moe_combine with slices = 4 (the
+// slices' experts one after another) give each slice's rows the bits of a call of that slice
+// alone, every output written; and the slices' outputs differ, so a call that computed one
+// slice for all would fail here.
+static void test_moe_slices_one_call(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv;
+    enum { S = 4, T = 37, K = 4, E = 8, D = 256, I = 64 };
+    const long Tk = (long)T * K, gu_n = (long)S * E * 2 * I * D, dn_n = (long)S * E * D * I;
+    int32_t ids[T * K];
+    for (int t = 0; t < T; t++)  // K distinct experts a token
+        for (int j = 0; j < K; j++) ids[t * K + j] = (int)((t * 3 + j * 2 + (t % 5 == 0)) % E);
+    float w[T * K];
+    for (int i = 0; i < T * K; i++) w[i] = 0.05f + 0.9f * invar_uniform(invar_mix64(91u + (uint64_t)i));
+    uint16_t *x = rand_bf16((long)T * D, 1.0f, 61), *wgu = rand_bf16(gu_n, 0.08f, 62),
+             *wd = rand_bf16(dn_n, 0.08f, 63);
+    void *dx = to_dev(inv, x, (size_t)T * D * 2), *dids = to_dev(inv, ids, sizeof ids),
+         *dw = to_dev(inv, w, sizeof w), *dwgu = to_dev(inv, wgu, (size_t)gu_n * 2),
+         *dwd = to_dev(inv, wd, (size_t)dn_n * 2);
+    const size_t rows_b = (size_t)S * Tk * D * 4, sums_b = (size_t)S * T * D * 4;
+    void *one = inv->alloc(inv, rows_b, "slices: one call"), *each = inv->alloc(inv, rows_b, "slices: each");
+    void *one_sum = inv->alloc(inv, sums_b, "slices: one combine"), *each_sum = inv->alloc(inv, sums_b, "slices: each combine");
+    poison(inv, one, rows_b);
+    poison(inv, each, rows_b);
+    poison(inv, one_sum, sums_b);
+    poison(inv, each_sum, sums_b);
+    moe_experts_args ea = {.x = dx, .topk_ids = dids, .w_gate_up = dwgu, .w_down = dwd, .T = T, .k = K,
+                           .E = E, .D = D, .I = I, .out_f32 = one, .slices = S};
+    moe_combine_args ca = {.topk_weights = dw, .topk_ids = dids, .T = T, .k = K, .D = D, .E = E,
+                           .expert_out_f32 = one, .out_f32 = one_sum, .slices = S};
+    inv->moe_experts(inv, &ea);
+    inv->moe_combine(inv, &ca);
+    for (int sl = 0; sl < S; sl++) {
+        moe_experts_args b = ea;
+        b.slices = 0;
+        b.w_gate_up = (const uint16_t *)dwgu + (size_t)sl * E * 2 * I * D;
+        b.w_down = (const uint16_t *)dwd + (size_t)sl * E * D * I;
+        b.out_f32 = (float *)each + (size_t)sl * Tk * D;
+        inv->moe_experts(inv, &b);
+        moe_combine_args c = ca;
+        c.slices = 0;
+        c.expert_out_f32 = b.out_f32;
+        c.out_f32 = (float *)each_sum + (size_t)sl * T * D;
+        inv->moe_combine(inv, &c);
+    }
+    float *h_one = from_dev(inv, one, rows_b), *h_each = from_dev(inv, each, rows_b);
+    float *h_one_sum = from_dev(inv, one_sum, sums_b), *h_each_sum = from_dev(inv, each_sum, sums_b);
+    assert_written32(h_one, S * Tk * D, "moe_experts slices out_f32");
+    assert_written32(h_one_sum, (long)S * T * D, "moe_combine slices out_f32");
+    for (long i = 0; i < S * Tk * D; i++)
+        if (memcmp(&h_one[i], &h_each[i], 4) != 0)
+            fail_msg("moe_experts slices: slice %ld row %ld col %ld: %a in one call, %a alone", i / (Tk * D),
+                     i / D % Tk, i % D, (double)h_one[i], (double)h_each[i]);
+    for (long i = 0; i < (long)S * T * D; i++)
+        if (memcmp(&h_one_sum[i], &h_each_sum[i], 4) != 0)
+            fail_msg("moe_combine slices: slice %ld token %ld col %ld: %a in one call, %a alone", i / ((long)T * D),
+                     i / D % T, i % D, (double)h_one_sum[i], (double)h_each_sum[i]);
+    for (int sl = 1; sl < S; sl++)  // the control: every slice's sums its own
+        if (memcmp(h_one_sum, h_one_sum + (size_t)sl * T * D, (size_t)T * D * 4) == 0)
+            fail_msg("moe slices: slice %d's sums equal slice 0's: the test could not tell slices apart", sl);
+    free(x); free(wgu); free(wd); free(h_one); free(h_each); free(h_one_sum); free(h_each_sum);
+    void *bufs[] = {dx, dids, dw, dwgu, dwd, one, each, one_sum, each_sum};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) inv->release(inv, bufs[i]);
+}
+
 // A rank's columns of a column-parallel GEMM at T = 2, 4, 8, computed with the whole GEMM's N as
 // split_N, give the whole GEMM's bits in those columns; without it their split count follows the
 // rank's N (N = 1024, K = 7168: 16 splits whole, 18 at N = 512), and some T must differ, or the
@@ -1488,6 +1554,7 @@ int main(void) {
         TIMED_TEST(test_logprobs_ties),
         TIMED_TEST(test_plain_read_every_byte),
         TIMED_TEST(test_tp_size_fp32_forms),
+        TIMED_TEST(test_moe_slices_one_call),
         TIMED_TEST(test_gemm_column_slices_split_n),
         TIMED_TEST(test_mla_attention_head_slices_h_select),
     };

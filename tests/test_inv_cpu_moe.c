@@ -17,6 +17,7 @@
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
 #include "../kernels/f64/f64.h"     // f64_moe_*, f64_rel_l2_*
+#include "../sets/registry.h"      // kernel_set_create
 #include "test_util.h"              // test_cpu_set, test_fill_*, test_check_row_invariance
 
 #define TOL_F32 1e-5
@@ -359,10 +360,66 @@ static void test_combine_f32_form(void **state) {
     free(eo);
 }
 
+// TP-size invariance's slices in one call (ops.h, `slices`): the 8 experts' weights read as 2
+// slices of 4; each slice's rows and sums equal a call of that slice alone, every value
+// written, on the invariant set at each thread count and on the reference and adversarial sets.
+static void test_slices_one_call(void **state) {
+    (void)state;
+    enum { T = 13, S = 2, E = XE / S, ROWS = T * XK * XD, SUMS = T * XD };
+    fill_experts();
+    bf16 *x = test_alloc(sizeof(bf16) * T * XD);
+    float *one = test_alloc(sizeof(float) * S * ROWS), *each = test_alloc(sizeof(float) * S * ROWS);
+    float *one_sum = test_alloc(sizeof(float) * S * SUMS), *each_sum = test_alloc(sizeof(float) * S * SUMS);
+    int32_t ids[T * XK];
+    float w[T * XK];
+    test_fill_bf16(x, T * XD, 51, 1.0f);
+    test_fill_i32(ids, T * XK, 52, 0, E - 1);
+    test_fill_f32(w, T * XK, 53, 1.0f);
+    ops_set *others[2] = {kernel_set_create("reference", "cpu", 1), kernel_set_create("adversarial", "cpu", 1)};
+    for (int v = 0; v < TEST_N_THREADS + 2; v++) {
+        ops_set *ops = v < TEST_N_THREADS ? test_cpu_set(v) : others[v - TEST_N_THREADS];
+        assert_non_null(ops);
+        test_poison(one, sizeof(float) * S * ROWS);
+        test_poison(one_sum, sizeof(float) * S * SUMS);
+        moe_experts_args a = {.x = x, .topk_ids = ids, .w_gate_up = w_gate_up, .w_down = w_down,
+                              .T = T, .k = XK, .E = E, .D = XD, .I = XI, .out_f32 = one, .slices = S};
+        moe_combine_args c = {.topk_weights = w, .topk_ids = ids, .T = T, .k = XK, .D = XD, .E = E,
+                              .expert_out_f32 = one, .out_f32 = one_sum, .slices = S};
+        ops->moe_experts(ops, &a);
+        ops->moe_combine(ops, &c);
+        for (int sl = 0; sl < S; sl++) {
+            moe_experts_args b = a;
+            b.slices = 0;
+            b.w_gate_up = w_gate_up + (size_t)sl * E * 2 * XI * XD;
+            b.w_down = w_down + (size_t)sl * E * XD * XI;
+            b.out_f32 = each + (size_t)sl * ROWS;
+            ops->moe_experts(ops, &b);
+            moe_combine_args d = c;
+            d.slices = 0;
+            d.expert_out_f32 = b.out_f32;
+            d.out_f32 = each_sum + (size_t)sl * SUMS;
+            ops->moe_combine(ops, &d);
+        }
+        assert_int_equal(test_unwritten_f32(one, S * ROWS), 0);
+        assert_int_equal(test_unwritten_f32(one_sum, S * SUMS), 0);
+        assert_memory_equal(one, each, sizeof(float) * S * ROWS);
+        assert_memory_equal(one_sum, each_sum, sizeof(float) * S * SUMS);
+        assert_memory_not_equal(one_sum, one_sum + SUMS, sizeof(float) * SUMS);  // slices apart
+    }
+    others[0]->destroy(others[0]);
+    others[1]->destroy(others[1]);
+    free(each_sum);
+    free(one_sum);
+    free(each);
+    free(one);
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_experts_f32_form),
         cmocka_unit_test(test_combine_f32_form),
+        cmocka_unit_test(test_slices_one_call),
         cmocka_unit_test(test_route_accuracy),
         cmocka_unit_test(test_route_invariance),
         cmocka_unit_test(test_experts_accuracy),

@@ -34,6 +34,7 @@
 #include "../engine/weights.h"           // weights_synthetic
 #include "../harness/run/localize.h"     // localize_request, localize_max_ulps
 #include "test_util.h"                   // test_alloc, test_rng
+#include "../kernels/moe_slices.h"       // moe_experts_by_slice, moe_combine_by_slice
 
 enum { REQS = 4, MAX_NEW = 4, TOP_K = 3, PROMPT_MIN = 6, PROMPT_MAX = 12 };
 
@@ -122,6 +123,7 @@ static void p_moe_route(ops_set *ops, const moe_route_args *a) {
 }
 // With out_f32 (TP-size invariance) the fp32 rows are the output: the flip goes there.
 static void p_moe_experts(ops_set *ops, const moe_experts_args *a) {
+    if (moe_experts_by_slice(ops, a, p_moe_experts)) return;
     INNER(ops)->moe_experts(INNER(ops), a);
     if (!plants(ops, "moe_experts", a->T)) return;
     if (a->out_f32)
@@ -129,6 +131,7 @@ static void p_moe_experts(ops_set *ops, const moe_experts_args *a) {
     else flip_bf16_rows(a->out, (long)a->k * a->D, a->T);
 }
 static void p_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    if (moe_combine_by_slice(ops, a, p_moe_combine)) return;
     INNER(ops)->moe_combine(INNER(ops), a);
     if (!plants(ops, "moe_combine", a->T)) return;
     if (a->out_f32)

@@ -23,6 +23,7 @@
 #include "../../reference/cpu/ref_cpu_ops.h"  // ref_gemm_plan, ref_cpu_moe_combine_by_load
 #include "../../reference/cpu/ref_cpu_set.h"  // ref_cpu_set_create
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "../../kernels/moe_slices.h"       // moe_combine_by_slice
 
 #define PRETEND_SMS 32  // the grid a decode kernel would try to fill
 
@@ -83,6 +84,7 @@ static const ref_cpu_policy adversarial_policy = {
 };
 
 static void adv_cpu_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    if (moe_combine_by_slice(ops, a, adv_cpu_moe_combine)) return;
     ref_cpu_moe_combine_by_load(ops, a, true);
 }
 

@@ -30,6 +30,7 @@
 #include "../../kernels/cpu/collective.h"      // tp_comm_size
 #include "../../kernels/cuda/moe_rows.cuh"     // moe_combine_io, moe_row_value, moe_combine_store
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "../../kernels/moe_slices.h"       // moe_combine_by_slice
 
 // The set: the invariant set's ops_set first (its ctx is the invariant set's, which the reused
 // ops read), then what the adversarial kernels keep.
@@ -163,6 +164,7 @@ __global__ void adv_combine_kernel(void *out, const void *eo, const float *w, co
 }
 
 static void adv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    if (moe_combine_by_slice(ops, a, adv_cuda_moe_combine)) return;
     adv_cuda_set *s = adv_set(ops);
     cudaStream_t stream = inv_cuda_stream(ops);
     long n = (long)a->T * a->D, tk = (long)a->T * a->k;

@@ -11,6 +11,7 @@
 #include "inv_cpu_ops.h"     // inv_cpu_moe_*, inv_cpu_gemm, inv_cpu_silu_mul
 #include "lanes.h"           // lanes_dot_f32_bf16, lanes_bf16_to_f32
 #include "../../common/thread_pool.h"     // thread_pool_for
+#include "../moe_slices.h"     // moe_experts_by_slice, moe_combine_by_slice
 
 // ---------------------------------------------------------------------------------------------
 // moe_route — one token is one unit of work.
@@ -131,6 +132,7 @@ void inv_cpu_moe_route(ops_set *ops, const moe_route_args *a) {
 // ---------------------------------------------------------------------------------------------
 
 void inv_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
+    if (moe_experts_by_slice(ops, a, inv_cpu_moe_experts)) return;
     int T = a->T, k = a->k, D = a->D, I = a->I;
     long rows = (long)T * k;
     for (long r = 0; r < rows; r++)
@@ -224,6 +226,7 @@ static void combine_tokens(void *arg, long begin, long end) {
 }
 
 void inv_cpu_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    if (moe_combine_by_slice(ops, a, inv_cpu_moe_combine)) return;
     if (a->k < 1) invar_die(INVAR_EXIT_INPUT, "moe_combine: k = %d", a->k);
     long order[] = {a->k};  // j ascending from the first product
     long shape[] = {a->D, a->k};

@@ -11,6 +11,7 @@
 #include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "inv_cuda_ops.h"    // inv_cuda_moe_*, inv_cuda_silu_mul
 #include "moe_rows.cuh"      // moe_combine_io, moe_row_value, moe_combine_store
+#include "../moe_slices.h"     // moe_slices_check
 
 // --- route ---
 
@@ -124,8 +125,10 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
 // --- experts ---
 
 // Per-expert row lists, in ascending (token, slot) order: thread e scans every (t, j) entry in
-// order, so the lists are the same on every run. offsets[E] = rows listed.
-__global__ void moe_lists_kernel(const int32_t *ids, int Tk, int k, int E, int32_t *offsets,
+// order, so the lists are the same on every run. offsets[E] = rows listed. With slices > 1 the
+// lists repeat for each slice s as expert s*E + e, its compact rows and outputs s*Tk onwards
+// (offsets [slices*E + 1]): the slices' experts are one grouped GEMM's groups.
+__global__ void moe_lists_kernel(const int32_t *ids, int Tk, int k, int E, int slices, int32_t *offsets,
                                  int32_t *tok_rows, int32_t *entry_rows) {
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int n = 0;
@@ -147,12 +150,24 @@ __global__ void moe_lists_kernel(const int32_t *ids, int Tk, int k, int E, int32
                 at++;
             }
     }
+    if (slices <= 1) return;
+    __syncthreads();
+    for (int s = 1; s < slices; s++) {
+        for (int e = threadIdx.x; e < E; e += blockDim.x) offsets[s * E + e] = s * Tk + offsets[e];
+        for (int i = threadIdx.x; i < Tk; i += blockDim.x) {
+            tok_rows[s * Tk + i] = tok_rows[i];
+            entry_rows[s * Tk + i] = s * Tk + entry_rows[i];
+        }
+    }
+    if (threadIdx.x == 0) offsets[slices * E] = slices * Tk;
 }
 
 void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     cuda_ctx *c = cuda_ctx_of(ops);
     const long Tk = (long)a->T * a->k;
     if (Tk <= 0) return;
+    moe_slices_check(a->slices, a->out_f32 != NULL, "moe_experts");
+    const int S = a->slices > 1 ? a->slices : 1, groups = S * a->E;  // S slices of E experts
     // The order is the two grouped GEMMs' (split-K from (N, K) on sm_90a, none elsewhere).
     const bool wgmma = c->wgmma;
     long order[] = {wgmma ? gemm_split_count(2 * a->I, a->D) : 1, wgmma ? gemm_split_count(a->D, a->I) : 1, GEMM_BK,
@@ -160,12 +175,13 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     long shape[] = {a->D, a->I, a->E, a->k};
     fingerprint_note(ops->fingerprints, "moe_experts", fingerprint_order(shape, 4), fingerprint_order(order, 4),
                      "grouped-gemm");
-    int32_t *lists = (int32_t *)cuda_scratch(c, SCRATCH_MOE_LISTS, (size_t)(a->E + 1 + 2 * Tk) * 4, "moe_experts row lists");
-    int32_t *offsets = lists, *tok_rows = lists + a->E + 1, *entry_rows = tok_rows + Tk;
-    uint16_t *gu = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_GATE_UP, (size_t)Tk * 2 * a->I * 2, "moe_experts gate_up");
-    uint16_t *act = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_ACT, (size_t)Tk * a->I * 2, "moe_experts activations");
+    const long rows = S * Tk;  // compact rows, the slices' one after another
+    int32_t *lists = (int32_t *)cuda_scratch(c, SCRATCH_MOE_LISTS, (size_t)(groups + 1 + 2 * rows) * 4, "moe_experts row lists");
+    int32_t *offsets = lists, *tok_rows = lists + groups + 1, *entry_rows = tok_rows + rows;
+    uint16_t *gu = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_GATE_UP, (size_t)rows * 2 * a->I * 2, "moe_experts gate_up");
+    uint16_t *act = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_ACT, (size_t)rows * a->I * 2, "moe_experts activations");
 
-    moe_lists_kernel<<<1, 1024, 0, c->stream>>>(a->topk_ids, (int)Tk, a->k, a->E, offsets, tok_rows, entry_rows);
+    moe_lists_kernel<<<1, 1024, 0, c->stream>>>(a->topk_ids, (int)Tk, a->k, a->E, S, offsets, tok_rows, entry_rows);
     CUDA_CHECK_LAUNCH("moe_experts lists");
 
     // gate_up: gathered token rows -> compact rows. A token picks an expert at most once, so
@@ -176,9 +192,9 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     g.ldx = a->D; g.ldy = 2 * a->I; g.ldw = a->D;
     g.stride_w = (long)2 * a->I * a->D;
     g.group_offsets = offsets; g.x_rows = tok_rows;
-    gemm_launch(c, &g, a->E, "moe_experts gate_up");
+    gemm_launch(c, &g, groups, "moe_experts gate_up");
 
-    inv_cuda_silu_mul(ops, act, gu, (int)Tk, a->I);
+    inv_cuda_silu_mul(ops, act, gu, (int)rows, a->I);
 
     // down: compact rows -> out[t*k + j], or its fp32 sums unrounded (out_f32: TP-size invariance).
     gemm_problem d = {};
@@ -188,29 +204,33 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     d.ldx = a->I; d.ldy = a->D; d.ldw = a->I;
     d.stride_w = (long)a->D * a->I;
     d.group_offsets = offsets; d.y_rows = entry_rows;
-    gemm_launch(c, &d, a->E, "moe_experts down");
+    gemm_launch(c, &d, groups, "moe_experts down");
 }
 
 // --- combine ---
 
 // out[t][d] = bf16( sum_j w[t,j] * e[t*k+j][d] ), j ascending, products and sums rounded
 // separately (no FMA contraction), as the CPU sets. F32 (TP-size invariance): fp32 expert rows
-// in, the sum stored unrounded; the same order.
+// in, the sum stored unrounded; the same order. T rows of out are slices of Tw tokens each
+// (slice s's token t at s*Tw + t), every slice weighted by the Tw tokens' weights.
 template <bool F32>
-__global__ void moe_combine_kernel(void *out, const void *eo, const float *w, int T, int k, int D) {
+__global__ void moe_combine_kernel(void *out, const void *eo, const float *w, int T, int Tw, int k, int D) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * D) return;
     long t = i / D, d = i % D;
+    const float *wt = w + (t % Tw) * k;
     float s = -0.0f;  // -0 + p_0 is p_0 exactly, as the CPU sets' sum from the first product
     for (int j = 0; j < k; j++) {
         const long at = (t * k + j) * D + d;
-        s = __fadd_rn(s, __fmul_rn(w[t * k + j], moe_row_value<F32>(eo, at)));
+        s = __fadd_rn(s, __fmul_rn(wt[j], moe_row_value<F32>(eo, at)));
     }
     moe_combine_store<F32>(out, i, s);
 }
 
 void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
-    long n = (long)a->T * a->D;
+    moe_slices_check(a->slices, a->out_f32 && a->expert_out_f32, "moe_combine");
+    const int S = a->slices > 1 ? a->slices : 1;
+    long n = (long)S * a->T * a->D;
     if (n <= 0) return;
     long order[] = {a->k};  // j ascending from the first product
     long shape[] = {a->D, a->k};
@@ -219,6 +239,6 @@ void inv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     const moe_combine_io io = moe_combine_io_of(a);
     (io.f32 ? moe_combine_kernel<true> : moe_combine_kernel<false>)<<<(unsigned)((n + 255) / 256), 256, 0,
                                                                       cuda_ctx_of(ops)->stream>>>(
-        io.out, io.rows, a->topk_weights, a->T, a->k, a->D);
+        io.out, io.rows, a->topk_weights, S * a->T, a->T, a->k, a->D);
     CUDA_CHECK_LAUNCH("moe_combine");
 }

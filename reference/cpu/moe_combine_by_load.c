@@ -16,6 +16,7 @@
 #include "../../kernels/order_log.h"        // order_log_note
 #include "ref_cpu_set.h"                    // ref_cpu_policy_of
 #include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
+#include "../../kernels/moe_slices.h"       // moe_combine_by_slice
 
 typedef struct {
     const moe_combine_args *a;
@@ -90,5 +91,6 @@ void ref_cpu_moe_combine_by_load(ops_set *ops, const moe_combine_args *a, bool f
 }
 
 void ref_cpu_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    if (moe_combine_by_slice(ops, a, ref_cpu_moe_combine)) return;
     ref_cpu_moe_combine_by_load(ops, a, false);
 }

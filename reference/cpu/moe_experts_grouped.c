@@ -11,8 +11,10 @@
 #include "../../kernels/order_log.h"        // order_log_note
 #include "ref_cpu_set.h"                    // ref_cpu_policy_of
 #include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
+#include "../../kernels/moe_slices.h"       // moe_experts_by_slice
 
 void ref_cpu_moe_experts(ops_set *ops, const moe_experts_args *a) {
+    if (moe_experts_by_slice(ops, a, ref_cpu_moe_experts)) return;
     if (a->T < 0 || a->k <= 0 || a->E <= 0 || a->D <= 0 || a->I <= 0)
         invar_die(INVAR_EXIT_INPUT, "moe_experts (reference cpu): bad shape T=%d k=%d E=%d D=%d I=%d",
                   a->T, a->k, a->E, a->D, a->I);

@@ -25,6 +25,7 @@
 #include "../../kernels/cuda/inv_cuda.h"    // inv_cuda_init, inv_cuda_fini
 #include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*
 #include "../../kernels/order_log.h"        // order_log_note, order_log_create
+#include "../../kernels/moe_slices.h"       // moe_combine_by_slice
 
 // The set: the invariant set's ops_set first (its ctx is the invariant set's, which the reused
 // ops read), then what the reference kernels keep.
@@ -109,6 +110,7 @@ __global__ void ref_combine_round_kernel(uint16_t *out, const float *acc, long n
 }
 
 static void ref_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
+    if (moe_combine_by_slice(ops, a, ref_cuda_moe_combine)) return;
     ref_cuda_set *r = ref_set(ops);
     cudaStream_t stream = inv_cuda_stream(ops);
     long n = (long)a->T * a->D, nk = n * a->k;

@@ -84,10 +84,14 @@ void tp_slices_down(ops_set *o, bf16 **out, const bf16 *down, const tp_range *ra
 }
 
 void tp_slices_finish(ops_set *o, tp_comm *comm, float *parts, int n, long len, bf16 *out) {
-    // The tree's lower levels: slices i and i + stride, strides 1, 2, 4 within this rank.
-    for (int stride = 1; stride < n; stride *= 2)
-        for (int i = 0; i + stride < n; i += 2 * stride)
-            o->add_f32(o, parts + (long)i * len, parts + (long)(i + stride) * len, len);
+    // The tree's lower levels: slices i and i + stride, strides 1, 2, 4 within this rank (one
+    // call where the set sums the tree at once).
+    if (o->sum_slices_f32)
+        o->sum_slices_f32(o, parts, n, len);
+    else
+        for (int stride = 1; stride < n; stride *= 2)
+            for (int i = 0; i + stride < n; i += 2 * stride)
+                o->add_f32(o, parts + (long)i * len, parts + (long)(i + stride) * len, len);
     if (comm) o->all_reduce_f32_tree(o, comm, parts, len);
     o->round_to_bf16(o, out, parts, len);
 }

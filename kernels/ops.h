@@ -272,6 +272,12 @@ struct ops_set {
     // NULL where the set has no TP-size-invariant path.
     void (*add_f32)(ops_set *ops, float *x, const float *y, long n);
     void (*round_to_bf16)(ops_set *ops, bf16 *out, const float *x, long n);
+    // TP-size invariance's lower tree levels in one call: parts holds n (1, 2, 4 or 8) fp32
+    // vectors of len values one after another; on return parts[0 .. len) is the pairwise tree
+    // ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)), every add rounded to fp32: bit for bit
+    // what add_f32 over the pairs gives (engine/tp_slices.c), in one launch instead of n - 1.
+    // The other vectors are left unspecified. NULL: the engine adds the pairs with add_f32.
+    void (*sum_slices_f32)(ops_set *ops, float *parts, int n, long len);
 
     // --- collectives over a tensor-parallel group ------------------------------------------
     // Every rank of comm calls them with the same sizes; each returns when its buffer holds

@@ -318,6 +318,10 @@ static void tap_add_f32(ops_set *ops, float *x, const float *y, long n) {
     INNER(ops)->add_f32(INNER(ops), x, y, n);
     tap_flat(tap_of(ops), "add_f32", x, n, OP_TAP_F32);
 }
+static void tap_sum_slices_f32(ops_set *ops, float *parts, int n, long len) {
+    INNER(ops)->sum_slices_f32(INNER(ops), parts, n, len);
+    tap_flat(tap_of(ops), "sum_slices_f32", parts, len, OP_TAP_F32);
+}
 static void tap_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
     INNER(ops)->round_to_bf16(INNER(ops), out, x, n);
     tap_flat(tap_of(ops), "round_to_bf16", out, n, OP_TAP_BF16);
@@ -368,6 +372,7 @@ op_tap *op_tap_wrap(ops_set *inner) {
     b->all_reduce_f32_tree = inner->all_reduce_f32_tree ? tap_all_reduce_f32_tree : NULL;
     b->add_f32 = inner->add_f32 ? tap_add_f32 : NULL;
     b->round_to_bf16 = inner->round_to_bf16 ? tap_round_to_bf16 : NULL;
+    b->sum_slices_f32 = inner->sum_slices_f32 ? tap_sum_slices_f32 : NULL;
     b->all_gather_columns = inner->all_gather_columns ? tap_all_gather_columns : NULL;
     b->bind_thread = inner->bind_thread ? tap_bind_thread : NULL;
     b->open_group = inner->open_group ? tap_open_group : NULL;

@@ -34,6 +34,9 @@ static void wrapper_add_f32(ops_set *ops, float *x, const float *y, long n) {
 static void wrapper_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
     inner_of(ops)->round_to_bf16(inner_of(ops), out, x, n);
 }
+static void wrapper_sum_slices_f32(ops_set *ops, float *parts, int n, long len) {
+    inner_of(ops)->sum_slices_f32(inner_of(ops), parts, n, len);
+}
 static void wrapper_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n) {
     inner_of(ops)->all_reduce_f32_tree(inner_of(ops), comm, buf, n);
 }
@@ -52,5 +55,6 @@ void ops_wrapper_init(ops_wrapper *w, ops_set *inner) {
     w->base.upload_async = inner->upload_async ? wrapper_upload_async : NULL;
     w->base.add_f32 = inner->add_f32 ? wrapper_add_f32 : NULL;
     w->base.round_to_bf16 = inner->round_to_bf16 ? wrapper_round_to_bf16 : NULL;
+    w->base.sum_slices_f32 = inner->sum_slices_f32 ? wrapper_sum_slices_f32 : NULL;
     w->base.all_reduce_f32_tree = inner->all_reduce_f32_tree ? wrapper_all_reduce_f32_tree : NULL;
 }

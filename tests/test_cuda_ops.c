@@ -1276,6 +1276,16 @@ static void test_tp_size_fp32_forms(void **state) {
     assert_written16(r16, n);
     assert_memory_equal(r16, want16, (size_t)n * 2);
 
+    // sum_slices_f32: the tree over 8 slices of n / 8 values (the sums above), against the CPU set.
+    const long len = n / 8;
+    void *dp = to_dev(inv, a, (size_t)n * 4);
+    inv->sum_slices_f32(inv, dp, 8, len);
+    cpu->sum_slices_f32(cpu, a, 8, len);
+    float *tree = from_dev(inv, dp, (size_t)len * 4);
+    assert_memory_equal(tree, a, (size_t)len * 4);
+    free(tree);
+    inv->release(inv, dp);
+
     free(x); free(wgu); free(wd); free(out); free(out32); free(comb); free(want);
     free(a); free(b); free(sum); free(r16); free(want16);
     void *bufs[] = {dx, dids, dwgu, dwd, dout, dout32, dw, dcomb, da, db, dr};

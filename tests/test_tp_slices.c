@@ -2,7 +2,8 @@
 // are exactly its part, T not dividing 8 and counts under 8 are refused naming the field, and the
 // fixed tree gives the same fp32 bits at T = 1, 2, 4 and 8 — the rank's levels (add_f32) and
 // the all-reduce's (all_reduce_f32_tree over rank threads) together — on fresh random partials
-// and on one element whose chain sum differs from its tree sum (so an order change shows).
+// and on one element whose chain sum differs from its tree sum (so an order change shows), with
+// the rank's levels in one sum_slices_f32 call and as add_f32 pairs alike.
 #include <stdarg.h>                     // cmocka
 #include <stddef.h>                     // cmocka
 #include <stdint.h>                     // cmocka
@@ -73,12 +74,14 @@ typedef struct {
     tp_comm_group *group;
     float *sum;                 // [LEN] rank 0's fp32 sum
     bf16 *out[8];               // [LEN] each rank's rounded sum
+    bool pairs;                 // the rank's levels as add_f32 pairs (no sum_slices_f32)
 } tree_run;
 
 static void rank_finish(void *arg, int rank) {
     tree_run *t = arg;
     int n = 8 / t->T;
     ops_set *o = inv_cpu_create(1);
+    if (t->pairs) o->sum_slices_f32 = NULL;
     float *parts = test_alloc(sizeof(float) * n * LEN);
     memcpy(parts, t->slices + (long)rank * n * LEN, sizeof(float) * n * LEN);
     test_poison(t->out[rank], sizeof(bf16) * LEN);
@@ -99,7 +102,8 @@ static void same_bits_at_every_t(void **state) {
     for (int s = 1; s < 8; s++) slices[(long)s * LEN] = 0x1p-24f;
     bf16 *outs = test_alloc(sizeof(bf16) * 8 * LEN);
     for (int i = 0, T = 1; T <= 8; i++, T *= 2) {
-        tree_run t = {.T = T, .slices = slices, .group = tp_comm_group_create(T), .sum = sums[i]};
+        tree_run t = {.T = T, .slices = slices, .group = tp_comm_group_create(T), .sum = sums[i],
+                      .pairs = i % 2 == 1};  // T = 2 and 8: add_f32 pairs; 1 and 4: one call
         for (int r = 0; r < 8; r++) t.out[r] = outs + (long)r * LEN;
         rank_threads_run(T, rank_finish, &t);
         tp_comm_group_destroy(t.group);
@@ -114,11 +118,39 @@ static void same_bits_at_every_t(void **state) {
     free(slices);
 }
 
+// sum_slices_f32 over 2, 4 and 8 slices gives add_f32 pairs' bits in parts[0], for the tree
+// element 0 holds (1 and seven halves of its ulp: a chain would round each back to 1).
+static void one_call_tree_is_the_pairs(void **state) {
+    (void)state;
+    ops_set *o = inv_cpu_create(2);
+    float *slices = test_alloc(sizeof(float) * 8 * LEN), *one = test_alloc(sizeof(float) * 8 * LEN),
+          *pairs = test_alloc(sizeof(float) * 8 * LEN);
+    test_fill_f32(slices, 8L * LEN, 93, 8.0f);
+    slices[0] = 1.0f;
+    for (int s = 1; s < 8; s++) slices[(long)s * LEN] = 0x1p-24f;
+    for (int n = 2; n <= 8; n *= 2) {
+        memcpy(one, slices, sizeof(float) * 8 * LEN);
+        memcpy(pairs, slices, sizeof(float) * 8 * LEN);
+        o->sum_slices_f32(o, one, n, LEN);
+        for (int stride = 1; stride < n; stride *= 2)
+            for (int i = 0; i + stride < n; i += 2 * stride)
+                o->add_f32(o, pairs + (long)i * LEN, pairs + (long)(i + stride) * LEN, LEN);
+        assert_memory_equal(one, pairs, sizeof(float) * LEN);
+        assert_memory_not_equal(one, slices, sizeof(float) * LEN);
+    }
+    assert_true(one[0] == 1.0f + 3 * 0x1p-23f);
+    free(pairs);
+    free(one);
+    free(slices);
+    o->destroy(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_rank_holds_its_part_in_slices),
         cmocka_unit_test(refused_with_the_reason),
         cmocka_unit_test(same_bits_at_every_t),
+        cmocka_unit_test(one_call_tree_is_the_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,6 +84,32 @@ static void round_range(void *arg, long begin, long end) {
     for (long i = begin; i < end; i++) j->out[i] = float_to_bf16(j->y[i]);
 }
 
+// sum_slices_f32: the pairwise tree over n slices, element by element, in add_f32's adds.
+typedef struct {
+    float *parts;
+    int n;
+    long len;
+} tree_job;
+
+static void tree_range(void *arg, long begin, long end) {
+    const tree_job *j = arg;
+    for (long i = begin; i < end; i++) {
+        float v[8];
+        for (int s = 0; s < j->n; s++) v[s] = j->parts[(long)s * j->len + i];
+        for (int stride = 1; stride < j->n; stride *= 2)
+            for (int s = 0; s + stride < j->n; s += 2 * stride) v[s] += v[s + stride];
+        j->parts[i] = v[0];
+    }
+}
+
+void inv_cpu_sum_slices_f32(ops_set *ops, float *parts, int n, long len) {
+    if (n < 1 || n > 8 || (n & (n - 1)) != 0)
+        invar_die(INVAR_EXIT_INPUT, "sum_slices_f32: %d slices: the tree needs 1, 2, 4 or 8", n);
+    const cpu_ctx *ctx = ops->ctx;
+    tree_job j = {.parts = parts, .n = n, .len = len};
+    if (n > 1) thread_pool_for(ctx->pool, len, tree_range, &j);
+}
+
 void inv_cpu_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
     const cpu_ctx *ctx = ops->ctx;
     f32_job j = {.y = x, .out = out};

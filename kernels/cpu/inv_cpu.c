@@ -74,6 +74,7 @@ void inv_cpu_init(ops_set *ops, int threads) {
         .logprobs = inv_cpu_logprobs,
         .add_f32 = inv_cpu_add_f32,
         .round_to_bf16 = inv_cpu_round_to_bf16,
+        .sum_slices_f32 = inv_cpu_sum_slices_f32,
         .all_reduce = inv_cpu_all_reduce,
         .all_reduce_f32_tree = inv_cpu_all_reduce_f32_tree,
         .all_gather_columns = inv_cpu_all_gather_columns,

@@ -41,6 +41,7 @@ void inv_cpu_moe_combine(ops_set *ops, const moe_combine_args *a);
 void inv_cpu_logprobs(ops_set *ops, const logprobs_args *a);
 void inv_cpu_add_f32(ops_set *ops, float *x, const float *y, long n);           // elementwise.c
 void inv_cpu_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n);    // elementwise.c
+void inv_cpu_sum_slices_f32(ops_set *ops, float *parts, int n, long len);       // elementwise.c
 
 // --- collectives (kernels/cpu/all_reduce.c; the communicator: kernels/cpu/collective.h) ----
 void inv_cpu_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n);

@@ -93,6 +93,25 @@ void inv_cuda_add_f32(ops_set *ops, float *x, const float *y, long n) {
     CUDA_CHECK_LAUNCH("add_f32");
 }
 
+// The pairwise tree over n slices of len values, element by element, in add_f32's adds.
+__global__ void sum_slices_f32_kernel(float *parts, int n, long len) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float v[8];
+    for (int s = 0; s < n; s++) v[s] = parts[s * len + i];
+    for (int stride = 1; stride < n; stride *= 2)
+        for (int s = 0; s + stride < n; s += 2 * stride) v[s] = __fadd_rn(v[s], v[s + stride]);
+    parts[i] = v[0];
+}
+
+void inv_cuda_sum_slices_f32(ops_set *ops, float *parts, int n, long len) {
+    if (n < 1 || n > 8 || (n & (n - 1)) != 0)
+        invar_die(INVAR_EXIT_INPUT, "sum_slices_f32: %d slices: the tree needs 1, 2, 4 or 8", n);
+    if (n == 1 || len <= 0) return;
+    sum_slices_f32_kernel<<<blocks_for(len, 256), 256, 0, cuda_ctx_of(ops)->stream>>>(parts, n, len);
+    CUDA_CHECK_LAUNCH("sum_slices_f32");
+}
+
 __global__ void round_to_bf16_kernel(uint16_t *out, const float *x, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = float_to_bf16(x[i]);

@@ -261,6 +261,7 @@ void inv_cuda_init(ops_set *ops, const char *set_name) {
     ops->logprobs = inv_cuda_logprobs;
     ops->add_f32 = inv_cuda_add_f32;
     ops->round_to_bf16 = inv_cuda_round_to_bf16;
+    ops->sum_slices_f32 = inv_cuda_sum_slices_f32;
     ops->all_reduce = inv_cuda_all_reduce;
     ops->all_reduce_f32_tree = inv_cuda_all_reduce_f32_tree;
     ops->all_gather_columns = inv_cuda_all_gather_columns;

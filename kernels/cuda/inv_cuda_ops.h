@@ -70,6 +70,7 @@ void inv_cuda_logprobs(ops_set *ops, const logprobs_args *a);
 // TP-size invariance's element-wise fp32 steps (elementwise.cu).
 void inv_cuda_add_f32(ops_set *ops, float *x, const float *y, long n);
 void inv_cuda_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n);
+void inv_cuda_sum_slices_f32(ops_set *ops, float *parts, int n, long len);
 // Collectives (collective.cu): NCCL moves the bytes, the sums are ours.
 void inv_cuda_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n);
 void inv_cuda_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n);

@@ -742,7 +742,7 @@ static float *slice_partial(engine *e, int s, int T) {
 // The partials summed in the fixed tree, over the ranks, rounded once into sublayer_out.
 static void slices_finish(engine *e, int T) {
     tp_slices_finish(e->ops, e->part.size > 1 ? e->comm : NULL, e->partials, e->slices.n,
-                     (long)T * e->local.hidden_size, e->a.sublayer_out);
+                     (long)T * e->local.hidden_size, e->a.sublayer_out, e->lim.tp_slices_each);
 }
 
 // Slice s's part of the attention output projection: its heads' columns of o_proj. Slices of
@@ -751,7 +751,7 @@ static void o_proj_slices(engine *e, int layer, int T) {
     const model_config *c = &e->local;
     int D = c->hidden_size, H = c->num_attention_heads, v = c->v_head_dim;
     const tp_slices *sl = &e->slices;
-    bool batched = tp_slices_uniform(sl->heads, sl->n);
+    bool batched = !e->lim.tp_slices_each && tp_slices_uniform(sl->heads, sl->n);
     for (int s = 0; s < (batched ? 1 : sl->n); s++) {
         tp_range h = sl->heads[s];
         gemm_args g = {.y = slice_partial(e, s, T), .y_f32 = true,
@@ -766,21 +766,23 @@ static void o_proj_slices(engine *e, int layer, int T) {
     slices_finish(e, T);
 }
 
-// mlp_slices for slices of `cols` columns each, one after another: each step one call over
-// every slice, as a batch of GEMMs (entry s: slice s), silu_mul over the slices' rows, and one
-// add of the shared partials. gate_up: the slices' [2 cols, D] weights, one after another.
+// mlp_slices for slices of `cols` columns each, one after another: gate/up of every slice as
+// one GEMM (column-parallel: split_N, a slice's width, keeps each column's reduction that of a
+// slice's own GEMM), silu_mul over every slice's rows ([T, slices] of them), the down
+// projections as a batch of GEMMs (entry s: slice s's columns of act and of down, its partial)
+// and one add of the shared partials. gate_up: the slices' [2 cols, D] weights, one after another.
 static void mlp_slices_batched(engine *e, const bf16 *x, const bf16 *gate_up, const bf16 *down,
                                int I, int cols, int T, bool add) {
     ops_set *o = e->ops;
     int D = e->local.hidden_size, n = e->slices.n;
-    gemm_args gu = {.y = e->a.gate_up, .x = x, .w = gate_up, .M = T, .N = 2 * cols, .K = D,
-                    .batch = n, .stride_w = (long)2 * cols * D, .stride_y = (long)T * 2 * cols};
+    gemm_args gu = {.y = e->a.gate_up, .x = x, .w = gate_up, .M = T, .N = n * 2 * cols, .K = D,
+                    .split_N = 2 * cols};
     o->gemm(o, &gu);
-    o->silu_mul(o, e->a.act, e->a.gate_up, n * T, cols);
+    o->silu_mul(o, e->a.act, e->a.gate_up, T * n, cols);
     float *y = add ? e->shared_partial : e->partials;
-    gemm_args dn = {.y = y, .y_f32 = true, .x = e->a.act, .w = down, .ldw = I, .M = T, .N = D,
-                    .K = cols, .batch = n, .stride_x = (long)T * cols, .stride_w = cols,
-                    .stride_y = (long)T * D};
+    gemm_args dn = {.y = y, .y_f32 = true, .x = e->a.act, .ldx = (long)n * cols, .w = down,
+                    .ldw = I, .M = T, .N = D, .K = cols, .batch = n, .stride_x = cols,
+                    .stride_w = cols, .stride_y = (long)T * D};
     o->gemm(o, &dn);
     if (add) o->add_f32(o, e->partials, y, (long)n * T * D);
 }
@@ -790,7 +792,7 @@ static void mlp_slices_batched(engine *e, const bf16 *x, const bf16 *gate_up, co
 // the slices' columns of down ([D, I]).
 static void mlp_slices(engine *e, const bf16 *x, bf16 *const *gate_up, const bf16 *down, int I,
                        const tp_range *ranges, int mult, int T, bool add) {
-    if (tp_slices_uniform(ranges, e->slices.n)) {
+    if (!e->lim.tp_slices_each && tp_slices_uniform(ranges, e->slices.n)) {
         mlp_slices_batched(e, x, gate_up[0], down, I, ranges[0].count * mult, T, add);
         return;
     }
@@ -816,7 +818,7 @@ static void moe_slices(engine *e, int layer, int T, const moe_route_args *route)
     const slice_weights *sw = &e->slice_w[layer];
     const tp_range *ranges = e->slices.moe_inter;
     int n = e->slices.n;
-    bool one_call = tp_slices_uniform(ranges, n);
+    bool one_call = !e->lim.tp_slices_each && tp_slices_uniform(ranges, n);
     for (int s = 0; s < (one_call ? 1 : n); s++) {
         moe_experts_args experts = {.out = e->a.expert_out, .out_f32 = e->expert_f32, .x = e->a.x,
                                     .topk_ids = route->topk_ids,

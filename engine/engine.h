@@ -28,6 +28,10 @@ typedef struct {
     // Row-parallel sums over 8 fixed slices in one tree (engine/tp_slices.h): the same bits at
     // T = 1, 2, 4 and 8. Needs a kernel set with the path, T dividing 8, every count >= 8.
     bool tp_size_invariant;
+    // With tp_size_invariant: every slice's GEMMs and MoE calls one call a slice and the tree as
+    // add_f32 pairs (what a rank makes at T = 8) instead of the one-call forms. The same bits
+    // by the kernels' contracts: a check of those forms on one device, which no T > 1 run needs.
+    bool tp_slices_each;
 } engine_limits;
 
 typedef struct {

@@ -83,10 +83,11 @@ void tp_slices_down(ops_set *o, bf16 **out, const bf16 *down, const tp_range *ra
     free(host);
 }
 
-void tp_slices_finish(ops_set *o, tp_comm *comm, float *parts, int n, long len, bf16 *out) {
+void tp_slices_finish(ops_set *o, tp_comm *comm, float *parts, int n, long len, bf16 *out,
+                      bool pairs) {
     // The tree's lower levels: slices i and i + stride, strides 1, 2, 4 within this rank (one
     // call where the set sums the tree at once).
-    if (o->sum_slices_f32)
+    if (o->sum_slices_f32 && !pairs)
         o->sum_slices_f32(o, parts, n, len);
     else
         for (int stride = 1; stride < n; stride *= 2)

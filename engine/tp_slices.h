@@ -53,8 +53,10 @@ void tp_slices_down(ops_set *o, bf16 **out, const bf16 *down, const tp_range *ra
                     int I, int D, int experts);
 
 // parts[s] (n slices of len fp32 values, one after another) summed: the tree's levels over this
-// rank's slices, then all_reduce_f32_tree over the group (comm NULL: one rank), then rounded
-// into out (bf16, len values). On return parts[0] holds the fp32 sum.
-void tp_slices_finish(ops_set *o, tp_comm *comm, float *parts, int n, long len, bf16 *out);
+// rank's slices (in one sum_slices_f32 call where the set has it, unless pairs: as add_f32
+// pairs), then all_reduce_f32_tree over the group (comm NULL: one rank), then rounded into out
+// (bf16, len values). On return parts[0] holds the fp32 sum.
+void tp_slices_finish(ops_set *o, tp_comm *comm, float *parts, int n, long len, bf16 *out,
+                      bool pairs);
 
 #endif

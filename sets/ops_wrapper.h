@@ -14,7 +14,7 @@ typedef struct {
 // w->base becomes a copy of *inner (name, device, flags, order log, ctx: what the engine reads
 // stays the inner set's) whose memory ops (alloc, release, upload, download, sync, and the host
 // memory ops where the inner set has them) and TP-size invariance's steps (add_f32,
-// round_to_bf16, all_reduce_f32_tree) call the inner set's.
+// round_to_bf16, sum_slices_f32, all_reduce_f32_tree) call the inner set's.
 void ops_wrapper_init(ops_wrapper *w, ops_set *inner);
 
 #endif

@@ -29,6 +29,7 @@
 #include "../kernels/ops.h"              // ops_set, *_args
 #include "../sets/registry.h"         // kernel_set_create, cuda_device_available
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
+#include "engine_slices_check.h"         // check_slices_one_call_equals_each
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe, inv_cuda_sm_count, inv_cuda_l2_bytes
 #include "../kernels/cuda/cuda_timing.h" // cuda_read_xor
@@ -1359,6 +1360,15 @@ static void test_moe_slices_one_call(void **state) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) inv->release(inv, bufs[i]);
 }
 
+// The engine's one-call forms of TP-size invariance against one call a slice, end to end on the
+// V2-Lite shape (16 heads, 64 experts: slices of 2 heads, 176 expert columns): the only check of
+// them that needs no second GPU (tests/engine_slices_check.h).
+static void test_engine_tp_slices_one_call(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    check_slices_one_call_equals_each(s->inv, "v2-lite", 20261206u);
+}
+
 // A rank's columns of a column-parallel GEMM at T = 2, 4, 8, computed with the whole GEMM's N as
 // split_N, give the whole GEMM's bits in those columns; without it their split count follows the
 // rank's N (N = 1024, K = 7168: 16 splits whole, 18 at N = 512), and some T must differ, or the
@@ -1393,6 +1403,27 @@ static void test_gemm_column_slices_split_n(void **state) {
             differ_without += !with && !same;
             free(got);
         }
+    // The other way (TP-size invariance's gate/up over a rank's slices in one GEMM): the whole N
+    // with split_N = a slice's width gives each slice's columns the bits of that slice's GEMM alone.
+    for (int n = 2; n <= 8; n *= 2) {
+        poison(inv, ds, (size_t)M * N * 4);
+        poison(inv, dy, (size_t)M * N * 4);
+        gemm_args one = whole;
+        one.y = dy;
+        one.split_N = N / n;
+        inv->gemm(inv, &one);
+        for (int sl = 0; sl < n; sl++) {
+            gemm_args g = {.y = (float *)ds + (long)sl * N / n, .y_f32 = true, .x = dx,
+                           .w = (const uint16_t *)dw + (long)sl * N / n * K, .M = M, .N = N / n, .K = K, .ldy = N};
+            inv->gemm(inv, &g);
+        }
+        float *got_one = from_dev(inv, dy, (size_t)M * N * 4), *got_each = from_dev(inv, ds, (size_t)M * N * 4);
+        assert_written32(got_one, (long)M * N, "slices in one gemm");
+        if (memcmp(got_one, got_each, (size_t)M * N * 4) != 0)
+            fail_msg("%d slices in one GEMM with split_N = %d differ from the slices' own GEMMs", n, N / n);
+        free(got_one);
+        free(got_each);
+    }
     // The premise, where the split-K rule exists (sm_90a; the portable kernel never splits K): the
     // whole GEMM and a half of its columns get different split counts, so the check can fail.
     int split_whole = 1, split_half = 1;
@@ -1565,6 +1596,7 @@ int main(void) {
         TIMED_TEST(test_plain_read_every_byte),
         TIMED_TEST(test_tp_size_fp32_forms),
         TIMED_TEST(test_moe_slices_one_call),
+        TIMED_TEST(test_engine_tp_slices_one_call),
         TIMED_TEST(test_gemm_column_slices_split_n),
         TIMED_TEST(test_mla_attention_head_slices_h_select),
     };

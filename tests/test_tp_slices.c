@@ -10,12 +10,15 @@
 #include <setjmp.h>                     // cmocka
 #include <cmocka.h>                     // assert_*, cmocka_unit_test
 
+#include <stdio.h>                      // printf
 #include <string.h>                     // memcpy, memcmp, strstr
+#include <time.h>                       // time
 
 #include "../common/rank_threads.h"     // rank_threads_run
 #include "../engine/tp_slices.h"        // tp_slices, tp_slices_make, tp_slices_finish
 #include "../kernels/cpu/collective.h"  // tp_comm_group_create, tp_comm_group_rank
 #include "test_util.h"                  // test_alloc, test_fill_f32, test_poison
+#include "engine_slices_check.h"        // check_slices_one_call_equals_each
 
 static void every_rank_holds_its_part_in_slices(void **state) {
     (void)state;
@@ -81,12 +84,11 @@ static void rank_finish(void *arg, int rank) {
     tree_run *t = arg;
     int n = 8 / t->T;
     ops_set *o = inv_cpu_create(1);
-    if (t->pairs) o->sum_slices_f32 = NULL;
     float *parts = test_alloc(sizeof(float) * n * LEN);
     memcpy(parts, t->slices + (long)rank * n * LEN, sizeof(float) * n * LEN);
     test_poison(t->out[rank], sizeof(bf16) * LEN);
     tp_slices_finish(o, t->T > 1 ? tp_comm_group_rank(t->group, rank) : NULL, parts, n, LEN,
-                     t->out[rank]);
+                     t->out[rank], t->pairs);
     if (rank == 0) memcpy(t->sum, parts, sizeof(float) * LEN);
     free(parts);
     o->destroy(o);
@@ -145,12 +147,24 @@ static void one_call_tree_is_the_pairs(void **state) {
     o->destroy(o);
 }
 
+// The engine's one-call forms against one call a slice, on the CPU invariant set (tiny-tp: 8
+// heads, so every slice one head; fresh weights and prompts each run).
+static void engine_one_call_forms_equal_each_slice(void **state) {
+    (void)state;
+    uint64_t seed = (uint64_t)time(NULL);
+    printf("seed %llu\n", (unsigned long long)seed);
+    ops_set *o = inv_cpu_create(2);
+    check_slices_one_call_equals_each(o, "tiny-tp", seed);
+    o->destroy(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_rank_holds_its_part_in_slices),
         cmocka_unit_test(refused_with_the_reason),
         cmocka_unit_test(same_bits_at_every_t),
         cmocka_unit_test(one_call_tree_is_the_pairs),
+        cmocka_unit_test(engine_one_call_forms_equal_each_slice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

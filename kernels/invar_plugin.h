@@ -7,8 +7,9 @@
 // calls it once per load with its own INVAR_PLUGIN_ABI_VERSION and refuses a table whose
 // abi_version differs: the argument structs are ops.h's, so a change to any of them is a new
 // version, except a field appended last that an older plugin may ignore (it reads the fields
-// before it where they were; moe_experts_args.out_f32, gemm_args.split_N and
-// mla_attention_args.H_select came so, each meaning "as before" when zero). Everything below is
+// before it where they were; moe_experts_args.out_f32, gemm_args.split_N,
+// mla_attention_args.H_select and moe_experts_args' and moe_combine_args' slices came so, each
+// meaning "as before" when zero, and a plugin always gets slices = 0). Everything below is
 // plain C; a CUDA plugin is compiled with nvcc or a C++ compiler and exports the entry with C
 // linkage.
 //

@@ -29,6 +29,13 @@ static void rec_sum(ops_set *o, float *parts, int n, long len) { note(o, "sum_sl
 static void rec_tree(ops_set *o, tp_comm *c, float *buf, long n) { (void)c; note(o, "all_reduce_f32_tree"); buf[0] = (float)n; }
 static void rec_sync(ops_set *o) { note(o, "sync"); }
 
+// The last call reached the inner set as `op`, with the inner set itself; then forgotten.
+static void expect_call(recording_set *r, const char *op) {
+    assert_ptr_equal(r->called_with, &r->base);
+    assert_string_equal(r->op, op);
+    r->called_with = NULL;
+}
+
 static void every_forwarded_op_gets_the_inner_set(void **state) {
     (void)state;
     recording_set inner = {.base = {.name = "recording", .device = "cpu", .add_f32 = rec_add_f32,
@@ -40,34 +47,20 @@ static void every_forwarded_op_gets_the_inner_set(void **state) {
     assert_string_equal(o->name, "recording");
     float x[2] = {1.0f, 0.0f}, y[2] = {2.0f, 0.0f};
     bf16 out[1] = {0};
-
     o->add_f32(o, x, y, 3);
-    assert_ptr_equal(inner.called_with, &inner.base);
-    assert_string_equal(inner.op, "add_f32");
+    expect_call(&inner, "add_f32");
     assert_true(x[0] == 6.0f);
-
-    inner.called_with = NULL;
     o->round_to_bf16(o, out, x, 4);
-    assert_ptr_equal(inner.called_with, &inner.base);
-    assert_string_equal(inner.op, "round_to_bf16");
+    expect_call(&inner, "round_to_bf16");
     assert_int_equal(out[0], 10);
-
-    inner.called_with = NULL;
     o->sum_slices_f32(o, x, 4, 7);
-    assert_ptr_equal(inner.called_with, &inner.base);
-    assert_string_equal(inner.op, "sum_slices_f32");
+    expect_call(&inner, "sum_slices_f32");
     assert_true(x[0] == 47.0f);
-
-    inner.called_with = NULL;
     o->all_reduce_f32_tree(o, NULL, x, 5);
-    assert_ptr_equal(inner.called_with, &inner.base);
-    assert_string_equal(inner.op, "all_reduce_f32_tree");
+    expect_call(&inner, "all_reduce_f32_tree");
     assert_true(x[0] == 5.0f);
-
-    inner.called_with = NULL;
     o->sync(o);
-    assert_ptr_equal(inner.called_with, &inner.base);
-    assert_string_equal(inner.op, "sync");
+    expect_call(&inner, "sync");
 }
 
 // An op the inner set lacks stays absent, so callers take their fallback (the add_f32 pairs).

@@ -8,7 +8,10 @@
 #   MUTANTS_FRESH=1      judge again the mutants already judged (state in build-mutants/state)
 #   MUTANTS_KEEP=1       keep each scratch copy (build-mutants/NAME) instead of deleting it
 #   MUTANTS_DIR=DIR      where the base copy, scratch copies and state live (build-mutants)
-#   MUTANTS_JOBS=N       make -jN for the base and each mutant's rebuild (default: nproc)
+#   MUTANTS_JOBS=N       make -jN for the base and each mutant's rebuild (default: nproc, shared
+#                        among MUTANTS_PARALLEL)
+#   MUTANTS_PARALLEL=N   mutants judged at once, each in its own scratch copy of the one base
+#                        (default 1; a GPU host's CUDA mutants spend most of their time in nvcc)
 #
 # A patch's leading '# key: value' lines (git apply ignores them) say what it is:
 #   class   kernel, engine, comparator, verdict, runner or report (kernel mutants must be caught
@@ -47,7 +50,10 @@ where="$(uname -n) ($(nproc 2>/dev/null || echo '?') cores, $gpu_name)"  # a ver
 # --- the base copy: the tree's tracked (and untracked, not ignored) files, built once --------
 # Each base build is made only when a mutant of its device is judged: on a GPU host that has
 # the CPU verdicts already (build-mutants/state carried over), only the CUDA base is built.
-jobs=${MUTANTS_JOBS:-$(nproc 2>/dev/null || echo 2)}
+parallel=${MUTANTS_PARALLEL:-1}
+[[ "$parallel" =~ ^[1-9][0-9]*$ ]] || { echo "mutants: MUTANTS_PARALLEL=$parallel: not a count"; exit 2; }
+cores=$(nproc 2>/dev/null || echo 2)
+jobs=${MUTANTS_JOBS:-$((cores / parallel > 0 ? cores / parallel : 1))}
 copied=0 built_cpu=0 built_cuda=0
 
 # head_start FROM TO: the tree's own build FROM (a folder of $root) as $base/TO, which make then
@@ -251,7 +257,20 @@ else
 fi
 [ "${#patches[@]}" -gt 0 ] || { echo "mutants: no patches in $here"; exit 2; }
 
+# judge_and_note PATCH SUM: judge, print its line, write its state file (sum, verdict, line, then
+# how long and where: what tests/mutants/ledger.sh writes LEDGER.md from).
+judge_and_note() {
+    local t0=$SECONDS secs
+    judge "$1"
+    secs=$((SECONDS - t0))
+    echo "$LINE [$secs s]"
+    printf '%s\n%s\n%s\n%s\n%s\n' "$2" "$VERDICT" "$LINE" "$secs" "$where, $(date -u +%Y-%m-%d)" \
+        >"$state/$(basename "$1" .patch)"
+}
+
 start=$SECONDS
+running=0
+judged=()
 declare -A count=()
 declare -A class_caught=() class_total=()
 for p in "${patches[@]}"; do
@@ -272,13 +291,29 @@ for p in "${patches[@]}"; do
         fi
     fi
     dev=$(header "$p" device)
-    sync_base "${dev:-cpu}"
-    t0=$SECONDS
-    judge "$p"
-    secs=$((SECONDS - t0))
-    echo "$LINE [$secs s]"
-    # sum, verdict, line, then where and how long: what tests/mutants/ledger.sh writes LEDGER.md from
-    printf '%s\n%s\n%s\n%s\n%s\n' "$sum" "$VERDICT" "$LINE" "$secs" "$where, $(date -u +%Y-%m-%d)" >"$st"
+    sync_base "${dev:-cpu}"  # in this shell: the bases are built once, before any judge forks
+    rm -f "$st"
+    if [ "$parallel" = 1 ]; then
+        judge_and_note "$p" "$sum"
+    else
+        if [ "$running" -ge "$parallel" ]; then
+            wait -n
+            running=$((running - 1))
+        fi
+        judge_and_note "$p" "$sum" &
+        running=$((running + 1))
+    fi
+    judged+=("$p")
+done
+wait
+# The verdicts of this run, from the state files its judges wrote.
+for p in "${judged[@]}"; do
+    name=$(basename "$p" .patch)
+    VERDICT=$(sed -n 2p "$state/$name" 2>/dev/null)
+    if [ -z "$VERDICT" ]; then
+        VERDICT=invalid
+        echo "$name: invalid (its judge stopped without a verdict)"
+    fi
     count[$VERDICT]=$((${count[$VERDICT]:-0} + 1))
     cls="$(header "$p" device)/$(header "$p" class)"
     [ "$VERDICT" = caught ] && class_caught[$cls]=$((${class_caught[$cls]:-0} + 1))

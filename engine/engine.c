@@ -758,9 +758,11 @@ static void o_proj_slices(engine *e, int layer, int T) {
                        .x = e->a.attn_v + (long)h.begin * v, .ldx = (long)H * v,
                        .w = e->layers[layer].o_proj + (long)h.begin * v, .ldw = (long)H * v,
                        .M = T, .N = D, .K = h.count * v};
-        if (batched)
-            g.batch = sl->n, g.stride_x = g.stride_w = (long)h.count * v,
+        if (batched) {
+            g.batch = sl->n;
+            g.stride_x = g.stride_w = (long)h.count * v;
             g.stride_y = (long)T * D;
+        }
         e->ops->gemm(e->ops, &g);
     }
     slices_finish(e, T);

@@ -170,10 +170,12 @@ struct engine {
 
     // TP-size invariance (lim.tp_size_invariant): this rank's slices, their weights, and the
     // fp32 partials of one row-parallel layer ([slices, T, D]), the shared experts' partials
-    // ([slices, T, D]) and the experts' fp32 rows [slices, T*k, D].
+    // ([slices, T, D]) and the experts' fp32 rows of the slices one MoE call takes
+    // ([moe_slices_per_call, T*k, D]).
     tp_slices slices;
     slice_weights *slice_w;
     float *partials, *shared_partial, *expert_f32;
+    int moe_slices_per_call;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -538,7 +540,10 @@ static void slices_setup(engine *e) {
     size_t k = c->n_routed_experts > 0 ? (size_t)c->num_experts_per_tok : 1;
     e->partials = dalloc(e, (size_t)n * T * D, sizeof(float), "TP slices: fp32 partials");
     e->shared_partial = dalloc(e, (size_t)n * T * D, sizeof(float), "TP slices: shared-expert partials");
-    e->expert_f32 = dalloc(e, (size_t)n * T * k * D, sizeof(float), "TP slices: fp32 expert rows");
+    double budget = e->lim.tp_slices_fp32_bytes > 0 ? (double)e->lim.tp_slices_fp32_bytes : 0x1p30;
+    e->moe_slices_per_call = tp_slices_per_call(n, (double)T * k * D * sizeof(float), budget);
+    e->expert_f32 = dalloc(e, (size_t)e->moe_slices_per_call * T * k * D, sizeof(float),
+                           "TP slices: fp32 expert rows");
     e->slice_w = invar_calloc((size_t)c->num_hidden_layers, sizeof *e->slice_w, "TP slice weights");
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const layer_weights *w = &e->layers[i];
@@ -813,7 +818,8 @@ static void mlp_slices(engine *e, const bf16 *x, bf16 *const *gate_up, const bf1
 }
 
 // The MoE block per slice: P_s = sum_j w_j · (a_j,s · w_down_j,sᵀ) + shared_s, all fp32.
-// Slices of one width go to moe_experts and moe_combine as one call each (their `slices`).
+// Slices of one width go to moe_experts and moe_combine as one call each (their `slices`), or
+// in groups of moe_slices_per_call where their fp32 rows would not fit its budget.
 static void moe_slices(engine *e, int layer, int T, const moe_route_args *route) {
     const model_config *c = &e->local;
     ops_set *o = e->ops;
@@ -821,20 +827,21 @@ static void moe_slices(engine *e, int layer, int T, const moe_route_args *route)
     const tp_range *ranges = e->slices.moe_inter;
     int n = e->slices.n;
     bool one_call = !e->lim.tp_slices_each && tp_slices_uniform(ranges, n);
-    for (int s = 0; s < (one_call ? 1 : n); s++) {
+    int g = one_call ? e->moe_slices_per_call : 1;  // slices a call
+    for (int s = 0; s < n; s += g) {
         moe_experts_args experts = {.out = e->a.expert_out, .out_f32 = e->expert_f32, .x = e->a.x,
                                     .topk_ids = route->topk_ids,
                                     .w_gate_up = sw->experts_gate_up[s],
                                     .w_down = sw->experts_down[s], .T = T, .k = route->k,
                                     .E = route->E, .D = route->D, .I = ranges[s].count,
-                                    .slices = one_call ? n : 0};
+                                    .slices = g > 1 ? g : 0};
         o->moe_experts(o, &experts);
         moe_combine_args combine = {.out = e->a.sublayer_out, .expert_out = e->a.expert_out,
                                     .expert_out_f32 = e->expert_f32,
                                     .out_f32 = slice_partial(e, s, T),
                                     .topk_weights = route->topk_weights,
                                     .topk_ids = route->topk_ids, .T = T, .k = route->k,
-                                    .D = route->D, .E = route->E, .slices = one_call ? n : 0};
+                                    .D = route->D, .E = route->E, .slices = g > 1 ? g : 0};
         o->moe_combine(o, &combine);
     }
     int ns = c->n_shared_experts;

@@ -32,6 +32,10 @@ typedef struct {
     // add_f32 pairs (what a rank makes at T = 8) instead of the one-call forms. The same bits
     // by the kernels' contracts: a check of those forms on one device, which no T > 1 run needs.
     bool tp_slices_each;
+    // With tp_size_invariant: the most bytes the routed experts' fp32 rows of one moe_experts
+    // call may take (0: 1 GiB). The slices go to one call while theirs fit, else in groups that
+    // do (each slice's rows are T x k x D floats: V3 at 8,192 tokens a step, 1.9 GB a slice).
+    long tp_slices_fp32_bytes;
 } engine_limits;
 
 typedef struct {

@@ -39,6 +39,12 @@ bool tp_slices_uniform(const tp_range *ranges, int n) {
     return true;
 }
 
+int tp_slices_per_call(int n, double bytes_per_slice, double budget) {
+    int g = n;
+    while (g > 1 && g * bytes_per_slice > budget) g /= 2;
+    return g;
+}
+
 void tp_slices_gate_up(ops_set *o, bf16 **out, const bf16 *gate_up, const tp_range *ranges,
                        int n, int mult, int I, int D, int experts) {
     size_t whole = (size_t)experts * 2 * I * D;

@@ -40,6 +40,11 @@ bool tp_slices_make(const model_config *cfg, const tp_part *part, tp_slices *out
 // contract), which saves 8 launches a layer at T = 1.
 bool tp_slices_uniform(const tp_range *ranges, int n);
 
+// Slices a one-call MoE form takes at once: n when n slices' fp32 rows (bytes_per_slice each)
+// fit `budget` bytes, else the largest power of two that does (at least 1), so that calls of
+// that many cover the n slices exactly.
+int tp_slices_per_call(int n, double bytes_per_slice, double budget);
+
 // A gated MLP's [2I, D] gate/up weight (gate rows, then up rows) cut into one [2c, D] copy
 // per slice of `ranges` (I = the sum of their counts times `mult`, ranges scaled by `mult`),
 // out[s] each slice's copy on the set's device; `experts` such matrices one after another

@@ -122,6 +122,18 @@ static void same_bits_at_every_t(void **state) {
 
 // sum_slices_f32 over 2, 4 and 8 slices gives add_f32 pairs' bits in parts[0], for the tree
 // element 0 holds (1 and seven halves of its ulp: a chain would round each back to 1).
+// How many slices a one-call MoE form takes: all while they fit, else the largest power of two
+// that does, at least one.
+static void slices_per_call_fit_the_budget(void **state) {
+    (void)state;
+    assert_int_equal(tp_slices_per_call(8, 100.0, 800.0), 8);
+    assert_int_equal(tp_slices_per_call(8, 100.0, 799.0), 4);
+    assert_int_equal(tp_slices_per_call(8, 100.0, 250.0), 2);
+    assert_int_equal(tp_slices_per_call(8, 100.0, 50.0), 1);
+    assert_int_equal(tp_slices_per_call(2, 100.0, 150.0), 1);
+    assert_int_equal(tp_slices_per_call(1, 1e12, 1.0), 1);
+}
+
 static void one_call_tree_is_the_pairs(void **state) {
     (void)state;
     ops_set *o = inv_cpu_create(2);
@@ -164,6 +176,7 @@ int main(void) {
         cmocka_unit_test(refused_with_the_reason),
         cmocka_unit_test(same_bits_at_every_t),
         cmocka_unit_test(one_call_tree_is_the_pairs),
+        cmocka_unit_test(slices_per_call_fit_the_budget),
         cmocka_unit_test(engine_one_call_forms_equal_each_slice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -170,12 +170,13 @@ struct engine {
 
     // TP-size invariance (lim.tp_size_invariant): this rank's slices, their weights, and the
     // fp32 partials of one row-parallel layer ([slices, T, D]), the shared experts' partials
-    // ([slices, T, D]) and the experts' fp32 rows of the slices one MoE call takes
-    // ([moe_slices_per_call, T*k, D]).
+    // ([slices, T, D]) and the experts' fp32 rows of the slices one MoE call takes (room for
+    // expert_f32_bytes: every slice's rows of a step of up to max_num_batched_tokens, or as many
+    // slices' as engine_limits.tp_slices_fp32_bytes allows).
     tp_slices slices;
     slice_weights *slice_w;
     float *partials, *shared_partial, *expert_f32;
-    int moe_slices_per_call;
+    double expert_f32_bytes;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -541,9 +542,9 @@ static void slices_setup(engine *e) {
     e->partials = dalloc(e, (size_t)n * T * D, sizeof(float), "TP slices: fp32 partials");
     e->shared_partial = dalloc(e, (size_t)n * T * D, sizeof(float), "TP slices: shared-expert partials");
     double budget = e->lim.tp_slices_fp32_bytes > 0 ? (double)e->lim.tp_slices_fp32_bytes : 0x1p30;
-    e->moe_slices_per_call = tp_slices_per_call(n, (double)T * k * D * sizeof(float), budget);
-    e->expert_f32 = dalloc(e, (size_t)e->moe_slices_per_call * T * k * D, sizeof(float),
-                           "TP slices: fp32 expert rows");
+    int fit = tp_slices_per_call(n, (double)T * k * D * sizeof(float), budget);
+    e->expert_f32_bytes = (double)fit * T * k * D * sizeof(float);
+    e->expert_f32 = dalloc(e, (size_t)fit * T * k * D, sizeof(float), "TP slices: fp32 expert rows");
     e->slice_w = invar_calloc((size_t)c->num_hidden_layers, sizeof *e->slice_w, "TP slice weights");
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const layer_weights *w = &e->layers[i];
@@ -819,7 +820,7 @@ static void mlp_slices(engine *e, const bf16 *x, bf16 *const *gate_up, const bf1
 
 // The MoE block per slice: P_s = sum_j w_j · (a_j,s · w_down_j,sᵀ) + shared_s, all fp32.
 // Slices of one width go to moe_experts and moe_combine as one call each (their `slices`), or
-// in groups of moe_slices_per_call where their fp32 rows would not fit its budget.
+// in groups where this step's fp32 rows of every slice would not fit expert_f32.
 static void moe_slices(engine *e, int layer, int T, const moe_route_args *route) {
     const model_config *c = &e->local;
     ops_set *o = e->ops;
@@ -827,7 +828,9 @@ static void moe_slices(engine *e, int layer, int T, const moe_route_args *route)
     const tp_range *ranges = e->slices.moe_inter;
     int n = e->slices.n;
     bool one_call = !e->lim.tp_slices_each && tp_slices_uniform(ranges, n);
-    int g = one_call ? e->moe_slices_per_call : 1;  // slices a call
+    int g = one_call ? tp_slices_per_call(n, (double)T * route->k * route->D * sizeof(float),
+                                          e->expert_f32_bytes)
+                     : 1;  // slices a call
     for (int s = 0; s < n; s += g) {
         moe_experts_args experts = {.out = e->a.expert_out, .out_f32 = e->expert_f32, .x = e->a.x,
                                     .topk_ids = route->topk_ids,

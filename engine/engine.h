@@ -33,8 +33,8 @@ typedef struct {
     // by the kernels' contracts: a check of those forms on one device, which no T > 1 run needs.
     bool tp_slices_each;
     // With tp_size_invariant: the most bytes the routed experts' fp32 rows of one moe_experts
-    // call may take (0: 1 GiB). The slices go to one call while theirs fit, else in groups that
-    // do (each slice's rows are T x k x D floats: V3 at 8,192 tokens a step, 1.9 GB a slice).
+    // call may take (0: 1 GiB). A step's slices go to one call while their rows fit, else in
+    // groups that do (a slice's rows are T x k x D floats: V3 at 8,192 tokens, 1.9 GB).
     long tp_slices_fp32_bytes;
 } engine_limits;
 

@@ -741,6 +741,12 @@ static void mlp(engine *e, bf16 *y, const bf16 *x, const bf16 *gate_up, const bf
 // TP-size invariance (engine/tp_slices.h): row-parallel layers as 8 fixed slices' fp32 partials
 // ---------------------------------------------------------------------------------------------
 
+// Whether a layer's slices of `ranges` go to the kernels in one call (uniform slices, and the
+// engine not told to run each slice alone): the one test o_proj, the MLPs and the MoE share.
+static bool slices_one_call(const engine *e, const tp_range *ranges) {
+    return !e->lim.tp_slices_each && tp_slices_uniform(ranges, e->slices.n);
+}
+
 static float *slice_partial(engine *e, int s, int T) {
     return e->partials + (long)s * T * e->local.hidden_size;
 }
@@ -757,7 +763,7 @@ static void o_proj_slices(engine *e, int layer, int T) {
     const model_config *c = &e->local;
     int D = c->hidden_size, H = c->num_attention_heads, v = c->v_head_dim;
     const tp_slices *sl = &e->slices;
-    bool batched = !e->lim.tp_slices_each && tp_slices_uniform(sl->heads, sl->n);
+    bool batched = slices_one_call(e, sl->heads);
     for (int s = 0; s < (batched ? 1 : sl->n); s++) {
         tp_range h = sl->heads[s];
         gemm_args g = {.y = slice_partial(e, s, T), .y_f32 = true,
@@ -800,7 +806,7 @@ static void mlp_slices_batched(engine *e, const bf16 *x, const bf16 *gate_up, co
 // the slices' columns of down ([D, I]).
 static void mlp_slices(engine *e, const bf16 *x, bf16 *const *gate_up, const bf16 *down, int I,
                        const tp_range *ranges, int mult, int T, bool add) {
-    if (!e->lim.tp_slices_each && tp_slices_uniform(ranges, e->slices.n)) {
+    if (slices_one_call(e, ranges)) {
         mlp_slices_batched(e, x, gate_up[0], down, I, ranges[0].count * mult, T, add);
         return;
     }
@@ -827,10 +833,8 @@ static void moe_slices(engine *e, int layer, int T, const moe_route_args *route)
     const slice_weights *sw = &e->slice_w[layer];
     const tp_range *ranges = e->slices.moe_inter;
     int n = e->slices.n;
-    bool one_call = !e->lim.tp_slices_each && tp_slices_uniform(ranges, n);
-    int g = one_call ? tp_slices_per_call(n, (double)T * route->k * route->D * sizeof(float),
-                                          e->expert_f32_bytes)
-                     : 1;  // slices a call
+    double rows_bytes = (double)T * route->k * route->D * sizeof(float);  // a slice's fp32 rows
+    int g = slices_one_call(e, ranges) ? tp_slices_per_call(n, rows_bytes, e->expert_f32_bytes) : 1;
     for (int s = 0; s < n; s += g) {
         moe_experts_args experts = {.out = e->a.expert_out, .out_f32 = e->expert_f32, .x = e->a.x,
                                     .topk_ids = route->topk_ids,

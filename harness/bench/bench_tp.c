@@ -130,17 +130,28 @@ typedef struct {
     const char *label;   // its console heading
 } decode_variant;
 
+// The model the tensor-parallel decode rows run: V2-Lite's shape, synthetic weights, prompts of
+// DECODE_PROMPT tokens and decode_new_tokens(quick) new ones.
+static const char *const decode_model = "v2-lite";
+enum { DECODE_PROMPT = 128 };
+static int decode_new_tokens(bool quick) { return quick ? 16 : 64; }
+
+static weight_source *decode_weights(model_config *c) {
+    if (!model_config_by_name(decode_model, c))
+        invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", decode_model);
+    return weights_synthetic(c, 1);
+}
+
 // V2-Lite-shaped decode tokens/s of variants a and b at T = 1 .. Tmax and batches 1, 32, 128:
 // a console table under `title` and OUT_DIR/csv_name (T, model, batch, prompt_len, new_tokens,
 // a's and b's tok/s, the ratio a / b).
 static void decode_table(bool quick, int Tmax, const char *title, const decode_variant *a,
                          const decode_variant *b, const char *csv_name, const char *out_dir) {
-    const char *model = "v2-lite";
+    const char *model = decode_model;
     model_config c;
-    if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
-    weight_source *w = weights_synthetic(&c, 1);
+    weight_source *w = decode_weights(&c);
     static const int batches[] = {1, 32, 128};
-    const int prompt_len = 128, new_tokens = quick ? 16 : 64;
+    const int prompt_len = DECODE_PROMPT, new_tokens = decode_new_tokens(quick);
     printf("\n%s, model %s (%d layers), prompts of %d tokens, %d new tokens\n", title, model,
            c.num_hidden_layers, prompt_len, new_tokens);
     printf("%3s %6s %16s %16s %7s\n", "T", "batch", a->label, b->label, "ratio");
@@ -173,10 +184,8 @@ static void bench_tp_size(bool quick, bool profile, int Tmax, const char *out_di
                          off = {"invariant", false, "rank_order_tok_s", "rank-order tok/s"};
     decode_table(quick, Tmax, "TP-size invariance's cost", &on, &off, "bench_tp_size.csv", out_dir);
     if (!profile) return;
-    const char *model = "v2-lite";
     model_config c;
-    if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
-    weight_source *w = weights_synthetic(&c, 1);
+    weight_source *w = decode_weights(&c);
     ops_set *ops = kernel_set_create("invariant", "cuda", 0);
     if (!ops) invar_die(INVAR_EXIT_SYSTEM, "bench: no invariant set on cuda");
     static const char *const header[] = {"device", "model", "batch", "op", "calls_per_step",
@@ -185,7 +194,8 @@ static void bench_tp_size(bool quick, bool profile, int Tmax, const char *out_di
     printf("\nTP-size invariance op by op at T = 1 (on: tp_size_invariance = on; off: rank order)\n");
     static const int batches[] = {1, 32};
     for (int i = 0; i < 2; i++)
-        bench_decode_ops_tp_size(ops, &c, w, model, batches[i], 128, quick ? 16 : 64, csv);
+        bench_decode_ops_tp_size(ops, &c, w, decode_model, batches[i], DECODE_PROMPT,
+                                 decode_new_tokens(quick), csv);
     bench_csv_close(csv);
     ops->destroy(ops);
     w->destroy(w);

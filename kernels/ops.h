@@ -195,6 +195,7 @@ typedef struct tp_comm tp_comm;
 typedef struct tp_comm_group tp_comm_group;
 
 typedef struct ops_set ops_set;
+typedef struct ops_graph ops_graph;  // a set's recorded calls (graph_capture)
 struct ops_set {
     const char *name;           // "invariant" | "reference" | "adversarial"
     const char *device;         // "cpu" | "cuda"
@@ -238,6 +239,14 @@ struct ops_set {
     void *(*alloc_host)(ops_set *ops, size_t bytes, const char *what); // exits naming `what`
     void (*release_host)(ops_set *ops, void *p);
     void (*upload_async)(ops_set *ops, void *dst, const void *src, size_t bytes);
+    // CUDA graphs: graph_capture calls record(ctx) with the ops it makes recorded, not run, and
+    // returns a graph that graph_launch replays with the same arguments (pointers and sizes as
+    // they were); graph_launch returns false, running nothing, when the set's own buffers moved
+    // since the capture (a larger call grew them): the caller runs the ops and captures again.
+    // NULL in a set without graphs, and in a wrapper (a replay would skip what it observes).
+    ops_graph *(*graph_capture)(ops_set *ops, void (*record)(void *ctx), void *ctx);
+    bool (*graph_launch)(ops_set *ops, ops_graph *g);
+    void (*graph_release)(ops_set *ops, ops_graph *g);
 
     // --- ops ----------------------------------------------------------------------------
     // out[t] = table[ids[t]]   (D values)

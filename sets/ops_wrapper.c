@@ -57,4 +57,8 @@ void ops_wrapper_init(ops_wrapper *w, ops_set *inner) {
     w->base.round_to_bf16 = inner->round_to_bf16 ? wrapper_round_to_bf16 : NULL;
     w->base.sum_slices_f32 = inner->sum_slices_f32 ? wrapper_sum_slices_f32 : NULL;
     w->base.all_reduce_f32_tree = inner->all_reduce_f32_tree ? wrapper_all_reduce_f32_tree : NULL;
+    // No graphs: a replay would run the inner set's kernels past the wrapper's observations.
+    w->base.graph_capture = NULL;
+    w->base.graph_launch = NULL;
+    w->base.graph_release = NULL;
 }

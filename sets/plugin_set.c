@@ -327,6 +327,11 @@ ops_set *plugin_set_create(const char *path, const char *device, int threads, in
         s->call.stream = (void *)inv_cuda_stream(ops);
 #endif
     }
+    // No graphs: the ABI promises a plugin nothing about capture (it may allocate or wait in a
+    // call), so its steps run one call at a time, padded to the buckets as graphs would be.
+    ops->graph_capture = NULL;
+    ops->graph_launch = NULL;
+    ops->graph_release = NULL;
     s->base_destroy = ops->destroy;
     s->dl = dl;
     s->plugin = p;

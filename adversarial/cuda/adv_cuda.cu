@@ -23,10 +23,10 @@
 #include <stdlib.h>                            // free
 
 #include "../../common/check.h"                // invar_calloc, invar_die
-#include "../../common/cuda_check.cuh"         // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve, invar_cublas_on_stream
+#include "../../common/cuda_check.cuh"         // CUDA_CHECK, CUBLAS_CHECK, invar_cublas_on_stream
 #include "../../kernels/bf16.h"                // bf16_to_float, float_to_bf16
 #include "../../kernels/cuda/inv_cuda.h"       // inv_cuda_init, inv_cuda_fini
-#include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*, inv_cuda_all_reduce_from_rank
+#include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_reserve, inv_cuda_*_with_*, inv_cuda_all_reduce_from_rank
 #include "../../kernels/cpu/collective.h"      // tp_comm_size
 #include "../../kernels/cuda/moe_rows.cuh"     // moe_combine_io, moe_row_value, moe_combine_store
 #include "../../common/hash.h"          // invar_mix64, invar_uniform, invar_gumbel_noise
@@ -87,8 +87,8 @@ static void adv_cuda_gemm(ops_set *ops, const gemm_args *a) {
     const long ldx = a->ldx ? a->ldx : a->K, ldy = a->ldy ? a->ldy : a->N, ldw = a->ldw ? a->ldw : a->K;
     const int batch = a->batch > 1 ? a->batch : 1;
     const long per = (long)a->M * a->N, n = per * batch;
-    float *p0 = (float *)invar_cuda_reserve((void **)&s->partials, &s->partial_bytes, (size_t)n * 2 * sizeof(float),
-                                            stream, "gemm (adversarial) partials");
+    float *p0 = (float *)inv_cuda_reserve(ops, (void **)&s->partials, &s->partial_bytes, (size_t)n * 2 * sizeof(float),
+                                          "gemm (adversarial) partials");
     float *p1 = p0 + n;
     int k1 = split_point(a->M, a->K);
     if (k1 == 0) {  // K < 32: one product, and a zero second partial
@@ -170,7 +170,7 @@ static void adv_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     long n = (long)a->T * a->D, tk = (long)a->T * a->k;
     if (n <= 0) return;
     if (a->k > ADV_MAX_K) invar_die(INVAR_EXIT_INPUT, "moe_combine (adversarial): k = %d > %d", a->k, ADV_MAX_K);
-    int *load = (int *)invar_cuda_reserve((void **)&s->loads, &s->load_bytes, (size_t)a->E * sizeof(int), stream,
+    int *load = (int *)inv_cuda_reserve(ops, (void **)&s->loads, &s->load_bytes, (size_t)a->E * sizeof(int),
                                           "moe_combine expert loads");
     CUDA_CHECK("moe_combine (adversarial)", cudaMemsetAsync(load, 0, (size_t)a->E * sizeof(int), stream));
     adv_expert_load_kernel<<<(unsigned)((tk + 255) / 256), 256, 0, stream>>>(load, a->topk_ids, tk);

@@ -46,6 +46,10 @@ typedef struct {
     int smem_set_count;
     void *scratch[SCRATCH_SLOTS];
     size_t scratch_bytes[SCRATCH_SLOTS];
+    // Bumped whenever a buffer the kernels use moves (scratch, a set's own buffers): a graph
+    // captured before holds the old address and must be captured again (inv_cuda_graph_launch).
+    unsigned long buffers_moved;
+    bool capturing;         // inside inv_cuda_graph_capture: a buffer may not move now
 } cuda_ctx;
 
 static inline cuda_ctx *cuda_ctx_of(ops_set *ops) { return (cuda_ctx *)ops->ctx; }
@@ -53,6 +57,9 @@ static inline cuda_ctx *cuda_ctx_of(ops_set *ops) { return (cuda_ctx *)ops->ctx;
 // Scratch slot `slot` with at least `bytes`; grows (synchronizing first) only past every size
 // asked before.
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what);
+// *buf with at least `bytes` for a set's own buffer (reference/, adversarial/): as
+// invar_cuda_reserve, counted as a move for the graphs captured before.
+void *cuda_reserve(cuda_ctx *c, void **buf, size_t *have, size_t bytes, const char *what);
 // The same, zero-filled whenever it grows.
 void *cuda_scratch_zeroed(cuda_ctx *c, int slot, size_t bytes, const char *what);
 

@@ -44,8 +44,19 @@ void cuda_ctx_free(cuda_ctx *c) {
     CUDA_CHECK("destroy", cudaStreamDestroy(c->stream));
 }
 
+// A buffer growing inside a capture would free memory the graph is being built over: the step
+// run before the capture (the engine's warm-up) must have grown it.
+static void no_move_while_capturing(const cuda_ctx *c, const char *what, size_t bytes) {
+    if (c->capturing)
+        invar_die(INVAR_EXIT_SYSTEM, "cuda: %s needs %zu bytes during a CUDA graph capture, more than "
+                  "the step run before the capture took: an engine bug (a graph step's sizes must "
+                  "follow its bucket alone)", what, bytes);
+}
+
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what) {
     if (bytes <= c->scratch_bytes[slot]) return c->scratch[slot];
+    no_move_while_capturing(c, what, bytes);
+    c->buffers_moved++;
     // Rare by design: the engine's first step of each size grows it, steady state never does.
     CUDA_CHECK(what, cudaStreamSynchronize(c->stream));
     if (c->scratch[slot]) CUDA_CHECK(what, cudaFree(c->scratch[slot]));
@@ -58,6 +69,17 @@ void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what) {
                   what, grown, cudaGetErrorString(err));
     c->scratch_bytes[slot] = grown;
     return c->scratch[slot];
+}
+
+void *cuda_reserve(cuda_ctx *c, void **buf, size_t *have, size_t bytes, const char *what) {
+    if (bytes <= *have) return *buf;
+    no_move_while_capturing(c, what, bytes);
+    c->buffers_moved++;
+    return invar_cuda_reserve(buf, have, bytes, c->stream, what);
+}
+
+void *inv_cuda_reserve(ops_set *ops, void **buf, size_t *have, size_t bytes, const char *what) {
+    return cuda_reserve(cuda_ctx_of(ops), buf, have, bytes, what);
 }
 
 void *cuda_scratch_zeroed(cuda_ctx *c, int slot, size_t bytes, const char *what) {
@@ -177,6 +199,44 @@ void inv_cuda_sync(ops_set *ops) {
     CUDA_CHECK("sync", cudaStreamSynchronize(cuda_ctx_of(ops)->stream));
 }
 
+// --- graphs ---
+
+// A captured step: the instantiated graph and the buffers' state it was captured over.
+struct ops_graph {
+    cudaGraphExec_t exec;
+    unsigned long buffers_moved;
+};
+
+static ops_graph *inv_cuda_graph_capture(ops_set *ops, void (*record)(void *ctx), void *ctx) {
+    cuda_ctx *c = cuda_ctx_of(ops);
+    // Thread-local: a rank's thread captures its own stream; another thread's calls are its own.
+    CUDA_CHECK("graph_capture: begin", cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->capturing = true;
+    record(ctx);
+    c->capturing = false;
+    cudaGraph_t graph;
+    CUDA_CHECK("graph_capture: end", cudaStreamEndCapture(c->stream, &graph));
+    ops_graph *g = (ops_graph *)invar_calloc(1, sizeof *g, "a captured CUDA graph");
+    CUDA_CHECK("graph_capture: instantiate", cudaGraphInstantiate(&g->exec, graph, 0));
+    CUDA_CHECK("graph_capture: destroy the template", cudaGraphDestroy(graph));
+    g->buffers_moved = c->buffers_moved;
+    return g;
+}
+
+static bool inv_cuda_graph_launch(ops_set *ops, ops_graph *g) {
+    cuda_ctx *c = cuda_ctx_of(ops);
+    if (g->buffers_moved != c->buffers_moved) return false;
+    CUDA_CHECK("graph_launch", cudaGraphLaunch(g->exec, c->stream));
+    return true;
+}
+
+static void inv_cuda_graph_release(ops_set *ops, ops_graph *g) {
+    if (!g) return;
+    CUDA_CHECK("graph_release", cudaStreamSynchronize(cuda_ctx_of(ops)->stream));
+    CUDA_CHECK("graph_release", cudaGraphExecDestroy(g->exec));
+    free(g);
+}
+
 // --- the set ---
 
 void inv_cuda_fini(ops_set *ops) {
@@ -245,6 +305,9 @@ void inv_cuda_init(ops_set *ops, const char *set_name) {
     ops->alloc_host = inv_cuda_alloc_host;
     ops->release_host = inv_cuda_release_host;
     ops->upload_async = inv_cuda_upload_async;
+    ops->graph_capture = inv_cuda_graph_capture;
+    ops->graph_launch = inv_cuda_graph_launch;
+    ops->graph_release = inv_cuda_graph_release;
     ops->embedding = inv_cuda_embedding;
     ops->rmsnorm = inv_cuda_rmsnorm;
     ops->gemm = inv_cuda_gemm;

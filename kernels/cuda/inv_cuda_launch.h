@@ -14,6 +14,9 @@ extern "C" {
 
 // Every kernel of the set runs on this stream (cuBLAS too, where a set uses it).
 cudaStream_t inv_cuda_stream(const ops_set *ops);
+// *buf with at least `bytes`, for a set's own device buffer (grown as invar_cuda_reserve does);
+// a move makes the set's captured graphs be captured again, and inside a capture it exits.
+void *inv_cuda_reserve(ops_set *ops, void **buf, size_t *have, size_t bytes, const char *what);
 int inv_cuda_num_sms(const ops_set *ops);
 // The CUDA device ordinal the set runs on.
 int inv_cuda_device(const ops_set *ops);

@@ -17,13 +17,13 @@
 #include <stdlib.h>                         // free
 
 #include "../../common/check.h"             // invar_calloc
-#include "../../common/cuda_check.cuh"      // CUDA_CHECK, CUBLAS_CHECK, invar_cuda_reserve, invar_cublas_on_stream
+#include "../../common/cuda_check.cuh"      // CUDA_CHECK, CUBLAS_CHECK, invar_cublas_on_stream
 #include "../../common/nccl_check.cuh"      // NCCL_CHECK
 #include "../../kernels/cpu/collective.h"   // tp_comm_size
 #include "../../kernels/bf16.h"             // bf16_to_float, float_to_bf16
 #include "../../kernels/cuda/moe_rows.cuh"  // moe_combine_io, moe_row_value
 #include "../../kernels/cuda/inv_cuda.h"    // inv_cuda_init, inv_cuda_fini
-#include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_*_with_*
+#include "../../kernels/cuda/inv_cuda_launch.h"  // inv_cuda_stream, inv_cuda_reserve, inv_cuda_*_with_*
 #include "../../kernels/order_log.h"        // order_log_note, order_log_create
 #include "../../kernels/moe_slices.h"       // moe_combine_by_slice
 
@@ -120,8 +120,8 @@ static void ref_cuda_moe_combine(ops_set *ops, const moe_combine_args *a) {
     else order_log_note_unobservable(ops->orders, ORDER_MOE_COMBINE, "atomics add in arrival order");
     const moe_combine_io io = moe_combine_io_of(a);
     float *acc = io.f32 ? (float *)io.out
-                        : (float *)invar_cuda_reserve((void **)&r->combine_acc, &r->combine_bytes, (size_t)n * 4,
-                                                      stream, "moe_combine accumulator");
+                        : (float *)inv_cuda_reserve(ops, (void **)&r->combine_acc, &r->combine_bytes, (size_t)n * 4,
+                                          "moe_combine accumulator");
     CUDA_CHECK("moe_combine", cudaMemsetAsync(acc, 0, (size_t)n * 4, stream));
     (io.f32 ? ref_combine_atomic_kernel<true> : ref_combine_atomic_kernel<false>)<<<(unsigned)((nk + 255) / 256), 256,
                                                                                     0, stream>>>(

@@ -115,6 +115,7 @@ typedef struct {
     int S;                       // rows that produce logits
     int keys;                    // split prefill: key rows gathered
     int decode_split_size;       // batch-scheduled decode: KV split size for this step
+    int rows;                    // rows the scheduler asked for; T is more when padded to a bucket
 } step_shape;
 
 // TP-size invariance's per-slice weights of a layer (engine/tp_slices.h): gate/up cut per
@@ -177,6 +178,11 @@ struct engine {
     slice_weights *slice_w;
     float *partials, *shared_partial, *expert_f32;
     double expert_f32_bytes;
+
+    // CUDA graphs (lim.graph_buckets): each bucket's captured step, NULL until its first step;
+    // padding rows' KV goes to block num_blocks, outside the pool the scheduler allocates from.
+    ops_graph *graphs[ENGINE_MAX_GRAPH_BUCKETS];
+    int dummy_block;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -576,6 +582,13 @@ static void check_limits(const model_config *c, const engine_limits *lim) {
         invar_die(2, "engine: kv_cache_blocks %d holds less than one request of max_model_len %d "
                   "(%d blocks of %d tokens)", lim->kv_cache_blocks, lim->max_model_len,
                   request_blocks, lim->block_size);
+    if (lim->n_graph_buckets < 0 || lim->n_graph_buckets > ENGINE_MAX_GRAPH_BUCKETS)
+        invar_die(2, "engine: %d graph buckets, outside [0, %d]", lim->n_graph_buckets,
+                  ENGINE_MAX_GRAPH_BUCKETS);
+    for (int b = 0; b < lim->n_graph_buckets; b++)
+        if (lim->graph_buckets[b] < 1 || (b > 0 && lim->graph_buckets[b] <= lim->graph_buckets[b - 1]))
+            invar_die(2, "engine: graph bucket %d (%d): buckets must be ascending and >= 1", b + 1,
+                      lim->graph_buckets[b]);
     if (lim->max_total_tokens < lim->max_model_len)
         invar_die(2, "engine: max_total_tokens %d is below max_model_len %d",
                   lim->max_total_tokens, lim->max_model_len);
@@ -623,8 +636,11 @@ engine *engine_create_shard(const model_config *cfg, weight_source *src, ops_set
 
     size_t entry = (size_t)(cfg->kv_lora_rank + cfg->qk_rope_head_dim);
     e->kv = invar_calloc((size_t)cfg->num_hidden_layers, sizeof(bf16 *), "kv cache layers");
+    // With graph buckets, one block past the pool for the padding rows' writes.
+    e->dummy_block = e->num_blocks;
+    size_t kv_blocks = (size_t)e->num_blocks + (limits->n_graph_buckets > 0);
     for (int i = 0; i < cfg->num_hidden_layers; i++)
-        e->kv[i] = dalloc(e, (size_t)e->num_blocks * bs * entry, sizeof(bf16), "paged KV cache");
+        e->kv[i] = dalloc(e, kv_blocks * bs * entry, sizeof(bf16), "paged KV cache");
     alloc_activations(e);
     if (limits->tp_size_invariant) slices_setup(e);
     e->cache = kv_cache_create(e->num_blocks, bs, false);
@@ -642,8 +658,16 @@ engine *engine_create(const model_config *cfg, weight_source *src, ops_set *ops,
 
 // Every field of activations and host_step is one allocation, so both are released as arrays
 // of pointers.
+static void release_graphs(engine *e) {
+    for (int b = 0; b < ENGINE_MAX_GRAPH_BUCKETS; b++) {
+        if (e->graphs[b]) e->ops->graph_release(e->ops, e->graphs[b]);
+        e->graphs[b] = NULL;
+    }
+}
+
 static void release_all(engine *e) {
     ops_set *o = e->ops;
+    release_graphs(e);
     void **fields = (void **)&e->a;
     for (size_t i = 0; i < sizeof e->a / sizeof(void *); i++) o->release(o, fields[i]);
     void **host = (void **)&e->hs;
@@ -1259,7 +1283,82 @@ static step_shape build_step(engine *e, const engine_request *reqs, const sched_
     }
     st.decode_split_size = batch_scheduled_split_size(hs->seq_lens, n);
     for (int s = 0; s < st.S; s++) hs->sample_request[s] = items[hs->sample_item[s]].req;
+    st.rows = st.T;
     return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA graphs: decode steps padded to a bucket
+// ---------------------------------------------------------------------------------------------
+
+// The bucket a step runs in, or -1 (as scheduled): a decode step (every item one token that
+// samples) of one rank, in the smallest bucket that holds it. A backend whose decode split
+// follows the batch is left out: a graph would freeze the split of the step it was captured on.
+static int graph_bucket(const engine *e, const step_shape *st, int n) {
+    if (e->lim.n_graph_buckets == 0 || e->part.size > 1) return -1;
+    if (e->backend->path == ATTENTION_BATCH_SCHEDULED_DECODE) return -1;
+    if (st->T != n || st->T_decode != n || st->S != n || st->keys != 0) return -1;
+    int cap = e->lim.max_num_seqs < e->lim.max_num_batched_tokens ? e->lim.max_num_seqs
+                                                                  : e->lim.max_num_batched_tokens;
+    for (int b = 0; b < e->lim.n_graph_buckets && e->lim.graph_buckets[b] <= cap; b++)
+        if (e->lim.graph_buckets[b] >= n) return b;
+    return -1;
+}
+
+// Rows [st->T, rows) become padding: token 0 at position 0 of a sequence of its own whose one
+// block is the dummy block, a greedy sample nobody reads. Every size the kernels are called with
+// then follows the bucket alone: the attention's longest sequence is max_model_len for every
+// padded step (the grid's split count; a row's own length still sets its splits).
+static void pad_step(engine *e, step_shape *st, int rows) {
+    host_step *hs = &e->hs;
+    int bs = e->lim.block_size, B = e->max_blocks_per_seq;
+    for (int i = st->T; i < rows; i++) {
+        hs->ids[i] = 0;
+        hs->pos[i] = 0;
+        hs->slot[i] = e->dummy_block * bs;
+        hs->token_seq[i] = i;
+        hs->row_request[i] = -1;
+        for (int j = 0; j < B; j++) hs->block_table[(long)i * B + j] = e->dummy_block;
+        hs->seq_lens[i] = 1;
+        hs->sample_rows[i] = i;
+        hs->temperature[i] = 0.0f;
+        hs->noise_seed[i] = 0;
+        hs->sample_pos[i] = 1;
+        hs->sample_at[i] = 0;
+        hs->sample_item[i] = -1;
+        hs->sample_request[i] = -1;
+    }
+    st->T = st->T_decode = st->num_seqs = st->S = rows;
+    st->max_seq_len = e->lim.max_model_len;
+}
+
+typedef struct {
+    engine *e;
+    const step_shape *st;
+    int top_k;
+} forward_call;
+
+static void forward_recorded(void *ctx) {
+    const forward_call *f = ctx;
+    engine_forward(f->e, f->st, f->top_k);
+}
+
+// A padded step: bucket b's graph replayed where the set has graphs and its graph is current;
+// otherwise the step runs call by call, which grows the set's buffers to the bucket's sizes,
+// and (with graphs) the bucket's graph is captured after it, to be replayed from the next step.
+static void forward_in_bucket(engine *e, const step_shape *st, int b, int top_k) {
+    ops_set *o = e->ops;
+    bool graphs = o->graph_capture && o->graph_launch && o->graph_release;
+    e->stats.graph_steps++;
+    if (graphs && e->graphs[b] && o->graph_launch(o, e->graphs[b])) {
+        e->stats.graph_replays++;
+        return;
+    }
+    engine_forward(e, st, top_k);
+    if (!graphs) return;
+    if (e->graphs[b]) o->graph_release(o, e->graphs[b]);
+    forward_call f = {e, st, top_k};
+    e->graphs[b] = o->graph_capture(o, forward_recorded, &f);
 }
 
 static void copy_record(const step_views *r, int s, int top_k, engine_step_record *rec) {
@@ -1280,6 +1379,7 @@ static void record_samples(engine *e, const engine_request *reqs, const sched_it
     e->in_flight = false;  // the download waited for the device
     const step_views *r = &e->host_out;
     for (int s = 0; s < S; s++) {
+        if (hs->sample_item[s] < 0) continue;  // a padding row
         int i = hs->sample_item[s], req = items[i].req, position = hs->sample_at[s];
         engine_result *res = results[req];
         if (reqs[req].prompt_logprobs && position < reqs[req].prompt_len) {
@@ -1308,8 +1408,12 @@ bool engine_begin(engine *e, const engine_sched *sched, char *err, int err_len) 
     }
     e->in_session = false;
     if (!scheduler_start(e->sched, sched, err, err_len)) return false;
+    const attention_backend *backend =
+        sched->backend ? sched->backend : attention_backend_by_name("mla-unified");
+    // A graph holds the backend's calls and the top-k it was captured with.
+    if (backend != e->backend || sched->top_k != e->session.top_k) release_graphs(e);
     e->session = *sched;
-    e->backend = sched->backend ? sched->backend : attention_backend_by_name("mla-unified");
+    e->backend = backend;
     kv_cache_reset(e->cache, sched->prefix_caching);
     e->stats = (engine_stats){0};
     e->in_session = true;
@@ -1362,8 +1466,11 @@ int engine_step(engine *e, char *err, int err_len) {
     if (n_items <= 0) return n_items;
     if (e->backend->path != ATTENTION_UNIFIED) decodes_first(items, n_items);
     step_shape shape = build_step(e, e->reqs, items, n_items);
-    pack_step(e, &shape, n_items, e->session.top_k);
-    engine_forward(e, &shape, e->session.top_k);
+    int bucket = graph_bucket(e, &shape, n_items);
+    if (bucket >= 0) pad_step(e, &shape, e->lim.graph_buckets[bucket]);
+    pack_step(e, &shape, shape.num_seqs, e->session.top_k);
+    if (bucket >= 0) forward_in_bucket(e, &shape, bucket, e->session.top_k);
+    else engine_forward(e, &shape, e->session.top_k);
     for (int i = 0; i < n_items; i++) e->sampled[i] = -1;
     if (shape.S > 0)
         record_samples(e, e->reqs, items, &shape, e->session.top_k, e->results, e->sampled);
@@ -1375,7 +1482,7 @@ int engine_step(engine *e, char *err, int err_len) {
                       "outside the vocabulary (%d ids): an engine bug", e->stats.steps,
                       items[i].req, e->sampled[i], e->cfg.vocab_size);
     // Counted before completion: a request that finishes here releases its slot.
-    e->stats.tokens += shape.T;
+    e->stats.tokens += shape.rows;
     for (int i = 0; i < n_items; i++)
         if (items[i].start < e->reqs[items[i].req].prompt_len) e->stats.prefill_chunks++;
     scheduler_complete(e->sched, items, n_items, e->sampled);

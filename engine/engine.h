@@ -12,6 +12,7 @@
 #include "weights.h"          // weight_source
 
 #define ENGINE_MAX_TOPK 20
+#define ENGINE_MAX_GRAPH_BUCKETS 32
 
 typedef struct engine engine;
 
@@ -36,6 +37,14 @@ typedef struct {
     // call may take (0: 1 GiB). A step's slices go to one call while their rows fit, else in
     // groups that do (a slice's rows are T x k x D floats: V3 at 8,192 tokens, 1.9 GB).
     long tp_slices_fp32_bytes;
+    // CUDA graphs (vLLM's and SGLang's decode graphs): a decode step (one sampled token per
+    // request, one rank) of at most the largest usable bucket runs padded to the smallest bucket
+    // that holds it, and on a set with graphs (ops_set.graph_capture) as one replay of the step
+    // captured for that bucket. Padding rows write their KV to a block no request owns and
+    // sample nothing. Ascending, each >= 1; a bucket past max_num_seqs or
+    // max_num_batched_tokens is never used. 0 buckets: every step runs as scheduled.
+    int graph_buckets[ENGINE_MAX_GRAPH_BUCKETS];
+    int n_graph_buckets;
 } engine_limits;
 
 typedef struct {
@@ -60,6 +69,8 @@ typedef struct {
     long prefill_chunks;         // prefill pieces scheduled
     long prefix_queries;         // full prompt blocks looked up in the prefix cache
     long prefix_hits;            // of which found cached
+    long graph_steps;            // steps padded to a graph bucket (engine_limits.graph_buckets)
+    long graph_replays;          // of which replayed from a captured graph
 } engine_stats;
 
 // Uploads the weights from `src` to `ops`'s device. Exits with a clear message when a size

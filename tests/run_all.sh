@@ -132,8 +132,9 @@ fi
 # blocks of 64, 7 and 1; eviction: a KV cache smaller than the run, and a control only bs=1
 # catches; reach and long: past the size thresholds ci.ini's tiny model and short prompts stay
 # under; long-batch: 129 long contexts decoding together; tp-size: TP = 2, 4, 8 bitwise equal
-# to TP = 1 (cases/README.md says what each costs).
-for c in ci reach long backends sampled small-model tp tp-size configs eviction; do  # long-batch: above
+# to TP = 1; graphs: decode steps padded to CUDA graph buckets and replayed from recorded calls
+# (cases/README.md says what each costs).
+for c in ci reach long backends sampled small-model tp tp-size configs eviction graphs; do  # long-batch: above
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
@@ -161,7 +162,7 @@ suite "invar serve under load (tests/test_serve_load.sh)" bash tests/test_serve_
 
 # cases/gpu.ini, the longest suite whole (about 120 s on an H200 beside the others), runs as
 # gpu_shards shards side by side (GPU_SHARDS, checked at the top), merged into one report below.
-for c in gpu gpu-tp gpu-tp-size; do  # gpu-tp(-size): T = 2 needs two GPUs, SKIP (visibly, per config) with one
+for c in gpu gpu-tp gpu-tp-size gpu-graphs; do  # gpu-tp(-size): T = 2 needs two GPUs, SKIP (visibly, per config) with one
     if [ "$gpu" != 1 ]; then
         skip_suite "invar run --case cases/$c.ini: $no_gpu"
     elif [ "$c" = gpu ]; then

@@ -123,6 +123,9 @@ static void parses_values_lists_and_defaults(void **state) {
     assert_int_equal(sets->line, 13);
     const matrix_list *dev = &c.axes[matrix_axis_find("devices")];
     assert_int_equal(dev->n, 1);  // default
+    assert_int_equal(c.n_graph_buckets, 15);  // the default, CASE_GRAPH_BUCKETS
+    assert_int_equal(c.graph_buckets[0], 1);
+    assert_int_equal(c.graph_buckets[14], 512);
     assert_string_equal(dev->value[0], "cpu");
     assert_int_equal(dev->line, 0);
     assert_int_equal(matrix_count(c.axes), 4);  // 2 sets x 2 budgets
@@ -254,6 +257,10 @@ static void bad_lists(void **state) {
     expect_error_replacing(15, "chunked_prefill = maybe\n", "neither on nor off");
     expect_error_replacing(15, "block_sizes = 64, 0\n", "'0' is not a KV block size in [1, 4096]");
     expect_error_replacing(15, "kv_cache_blocks = -1\n", "'-1' is not a KV cache size");
+    expect_error_replacing(15, "cuda_graph_buckets = 1, 4, 2\n",
+                           "cuda_graph_buckets: 2 after 4: the sizes must be ascending");
+    expect_error_replacing(15, "cuda_graph_buckets = 1, 0\n", "cuda_graph_buckets: bad number '0'");
+    expect_error_replacing(15, "cuda_graphs = yes\n", "neither on nor off");
     // 40 + 4 tokens take 11 blocks of 4: a cache of 10 could never run the longest request.
     char text[2048];
     replace_line(text, sizeof text, 15, "block_sizes = 64, 4\nkv_cache_blocks = 0, 10\n");

@@ -30,6 +30,7 @@
 #include "../sets/registry.h"         // kernel_set_create, cuda_device_available
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 #include "engine_slices_check.h"         // check_slices_one_call_equals_each
+#include "engine_graphs_check.h"         // check_graphs_equal_as_scheduled
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe, inv_cuda_sm_count, inv_cuda_l2_bytes
 #include "../kernels/cuda/cuda_timing.h" // cuda_read_xor
@@ -1369,6 +1370,14 @@ static void test_engine_tp_slices_one_call(void **state) {
     check_slices_one_call_equals_each(s->inv, "v2-lite", 20261206u);
 }
 
+// CUDA graphs end to end (tests/engine_graphs_check.h): V2-Lite's decode steps padded to buckets
+// and replayed from captured graphs give the records of steps run as scheduled, bit for bit.
+static void test_engine_cuda_graphs(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    check_graphs_equal_as_scheduled(s->inv, s->inv, "v2-lite", 20261206u);
+}
+
 // A rank's columns of a column-parallel GEMM at T = 2, 4, 8, computed with the whole GEMM's N as
 // split_N, give the whole GEMM's bits in those columns; without it their split count follows the
 // rank's N (N = 1024, K = 7168: 16 splits whole, 18 at N = 512), and some T must differ, or the
@@ -1597,6 +1606,7 @@ int main(void) {
         TIMED_TEST(test_tp_size_fp32_forms),
         TIMED_TEST(test_moe_slices_one_call),
         TIMED_TEST(test_engine_tp_slices_one_call),
+        TIMED_TEST(test_engine_cuda_graphs),
         TIMED_TEST(test_gemm_column_slices_split_n),
         TIMED_TEST(test_mla_attention_head_slices_h_select),
     };

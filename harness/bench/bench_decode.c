@@ -85,12 +85,13 @@ static double generate_seconds(bench_engine *r, int new_tokens) {
 }
 
 static bench_engine bench_engine_open(ops_set *const *ops, int T, const model_config *c, weight_source *w, int B,
-                                      int prompt_len, int new_tokens, bool tp_size_invariant) {
+                                      int prompt_len, int new_tokens, unsigned mode) {
     int budget = B * prompt_len < 8192 ? B * prompt_len : 8192;
     engine_limits lim = {.max_num_seqs = B, .max_num_batched_tokens = budget,
                          .max_model_len = prompt_len + new_tokens,
                          .max_total_tokens = B * (prompt_len + new_tokens), .block_size = 64,
-                         .tp_size_invariant = tp_size_invariant};
+                         .tp_size_invariant = (mode & BENCH_TP_SIZE_INVARIANT) != 0,
+                         .graph_buckets = {B}, .n_graph_buckets = (mode & BENCH_CUDA_GRAPHS) != 0};
     bench_engine r = {
         .e = tp_engine_create(c, w, ops, T, &lim, 1),
         .b = make_batch(c, B, prompt_len, new_tokens),
@@ -108,8 +109,8 @@ static void bench_engine_close(bench_engine *r) {
 
 double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
                                  weight_source *w, int B, int prompt_len, int new_tokens,
-                                 bool tp_size_invariant) {
-    bench_engine r = bench_engine_open(ops, T, c, w, B, prompt_len, new_tokens, tp_size_invariant);
+                                 unsigned mode) {
+    bench_engine r = bench_engine_open(ops, T, c, w, B, prompt_len, new_tokens, mode);
     double rates[REPEATS];
     for (int i = 0; i < REPEATS; i++) {
         double full = generate_seconds(&r, new_tokens);
@@ -133,7 +134,8 @@ static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, we
                                          int *n) {
     op_profile *p = op_profile_wrap(ops);
     ops_set *wrapped = op_profile_set(p);
-    bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens, tp_size_invariant);
+    bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens,
+                                       tp_size_invariant ? BENCH_TP_SIZE_INVARIANT : 0);
     op_profile_reset(p);
     generate_seconds(&r, new_tokens);
     int n_full = 0;
@@ -219,7 +221,7 @@ static double experts_touched(ops_set *ops, const model_config *c, weight_source
     if (c->n_routed_experts == 0) return 0.0;
     route_count *r = route_count_wrap(ops, tokens);
     ops_set *counted = route_count_set(r);
-    bench_engine e = bench_engine_open(&counted, 1, c, w, B, prompt_len, new_tokens, false);
+    bench_engine e = bench_engine_open(&counted, 1, c, w, B, prompt_len, new_tokens, 0);
     generate_seconds(&e, new_tokens);
     bench_engine_close(&e);
     double mean = route_count_mean(r);
@@ -229,7 +231,7 @@ static double experts_touched(ops_set *ops, const model_config *c, weight_source
 
 // One prompt of P tokens prefilled (and its last position sampled), the median of three.
 static double prefill_seconds(ops_set *ops, const model_config *c, weight_source *w, int P) {
-    bench_engine r = bench_engine_open(&ops, 1, c, w, 1, P, 2, false);  // room for its 2-token warm-up
+    bench_engine r = bench_engine_open(&ops, 1, c, w, 1, P, 2, 0);  // room for its 2-token warm-up
     double t[REPEATS];
     for (int i = 0; i < REPEATS; i++) t[i] = generate_seconds(&r, 1);
     qsort(t, REPEATS, sizeof t[0], compare_double);
@@ -276,16 +278,28 @@ static void decode_model(const char *device, const bench_decode_rows *rows, ops_
                "section did not run): the memory roofline\n", ceiling->copy_gbs);
     printf("%6s %14s %14s %7s %9s %9s\n", "batch", "inv tok/s", "ref tok/s", "ratio", "step MB",
            "experts");
+    double experts_at[rows->n_batch];  // routed experts a layer a decode step touches, per batch
     for (int i = 0; i < rows->n_batch; i++) {
         int B = rows->batch_sizes[i];
-        double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens, false);
-        double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens, false);
+        double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens, 0);
+        double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens, 0);
         // A decode step of the timed difference attends over prompt_len + 1 ...
         // prompt_len + new_tokens - 1 positions: new_tokens / 2 more on average.
-        double experts = experts_touched(inv, &c, w, B, prompt_len, new_tokens, B);
+        double experts = experts_at[i] = experts_touched(inv, &c, w, B, prompt_len, new_tokens, B);
         step_cost cost = decode_step_cost(&c, B, prompt_len + new_tokens / 2.0, experts);
         printf("%6d %14.1f %14.1f %7.3f %9.1f %9.2f\n", B, ti, tr, ti / tr, cost.bytes / 1e6, experts);
         row(csv, device, model, "decode", B, prompt_len, new_tokens, ti, tr, &cost, experts,
+            ceiling);
+    }
+    // With CUDA graphs (where the set has them): the same decode steps, each one graph replay.
+    for (int i = 0; inv->graph_capture && i < rows->n_batch; i++) {
+        int B = rows->batch_sizes[i];
+        double ti = bench_decode_tokens_per_s(&inv, 1, &c, w, B, prompt_len, new_tokens, BENCH_CUDA_GRAPHS);
+        double tr = bench_decode_tokens_per_s(&ref, 1, &c, w, B, prompt_len, new_tokens, BENCH_CUDA_GRAPHS);
+        step_cost cost = decode_step_cost(&c, B, prompt_len + new_tokens / 2.0, experts_at[i]);
+        printf("%6d %14.1f %14.1f %7.3f %9.1f %9.2f  (CUDA graphs)\n", B, ti, tr, ti / tr, cost.bytes / 1e6,
+               experts_at[i]);
+        row(csv, device, model, "decode-graphs", B, prompt_len, new_tokens, ti, tr, &cost, experts_at[i],
             ceiling);
     }
     if (rows->prefill_len > 0) {

@@ -30,19 +30,24 @@ typedef struct {
 // kernel sets' rates, and the roofline: a decode step's bytes and FLOPs as
 // harness/bench/step_cost.h counts them, the experts its tokens touched counted in a run of
 // its own, and each set's share of the roofline's tokens/s) to OUT_DIR/bench_decode.csv and a
-// table to stdout, then the model's prefill row (phase "prefill": prompt tokens/s). profile: then, per batch, the time of one decode step op by op on each set
+// table to stdout, then, where the invariant set has CUDA graphs, the same decode rows with
+// graphs (phase "decode-graphs"), then the model's prefill row (phase "prefill": prompt
+// tokens/s). profile: then, per batch, the time of one decode step op by op on each set
 // (a table, and OUT_DIR/bench_decode_ops.csv). Exits 2 on an unknown model name.
 void bench_decode(const char *device, const bench_decode_rows *rows, int n_rows, int prompt_len,
                   int new_tokens, bool profile, const bench_ceiling *ceiling, const char *out_dir);
 
+// How the engine runs: its TP-size-invariant mode (engine_limits.tp_size_invariant); CUDA
+// graphs (engine_limits.graph_buckets: one bucket, the batch, so no step is padded).
+enum { BENCH_TP_SIZE_INVARIANT = 1, BENCH_CUDA_GRAPHS = 2 };
+
 // Decode tokens/s of the engine over T ranks (rank r on ops[r]) at batch B, prompts of
 // prompt_len tokens: the median of three differences between a generate of new_tokens and one
 // of a single token over the same prompts (both prefill alike, so the difference is the
-// new_tokens - 1 decode steps). tp_size_invariant: the engine's TP-size-invariant mode
-// (engine_limits.tp_size_invariant).
+// new_tokens - 1 decode steps). mode: BENCH_* flags.
 double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config *c,
                                  weight_source *w, int B, int prompt_len, int new_tokens,
-                                 bool tp_size_invariant);
+                                 unsigned mode);
 
 // --profile of TP-size invariance's cost: one decode step op by op on `ops` at T = 1 and batch
 // B, the engine with tp_size_invariance on against off (a table, and CSV rows: device, model,

@@ -117,7 +117,8 @@ static double tp_decode_tokens_per_s(const char *set, int T, const model_config 
         ops[r] = kernel_set_create_for_rank(set, "cuda", 0, r);
         if (!ops[r]) invar_die(INVAR_EXIT_SYSTEM, "bench: no %s set on cuda", set);
     }
-    double rate = bench_decode_tokens_per_s(ops, T, c, w, B, prompt_len, new_tokens, tp_size_invariant);
+    double rate = bench_decode_tokens_per_s(ops, T, c, w, B, prompt_len, new_tokens,
+                                            tp_size_invariant ? BENCH_TP_SIZE_INVARIANT : 0);
     for (int r = 0; r < T; r++) ops[r]->destroy(ops[r]);
     return rate;
 }

@@ -115,7 +115,8 @@ int cmd_bench(int argc, char **argv) {
         .about = "cuda: GEMM, MLA decode and the routed experts (moe_experts), invariant CUDA\n"
                  "      kernels vs the reference set (cuBLAS), then end-to-end decode tokens/s\n"
                  "      and the roofline of the v2-lite-shaped model at batch 1, 32, 128 and\n"
-                 "      the v3-shaped one at batch 1, 32.\n"
+                 "      the v3-shaped one at batch 1, 32, each again with CUDA graphs (phase\n"
+                 "      decode-graphs: every decode step one graph replay).\n"
                  "cpu:  end-to-end decode tokens/s of the tiny model at batch 1 and 8.",
         .flags = flags,
     };

@@ -184,24 +184,30 @@ static bool set_scalar(parse_state *s, const case_key *k, const char *value, int
     return false;
 }
 
-static bool set_batch_sizes(parse_state *s, const char *value, int line) {
+// A [matrix] list of batch sizes into out[0 .. *n); ascending: each above the one before.
+static bool set_sizes(parse_state *s, const char *key, const char *value, int line, bool ascending,
+                      int *out, int *n) {
     matrix_list list;
     char why[256];
     if (!matrix_split_list(value, &list, why, sizeof why)) {
-        fail_at(s, line, "[matrix] batch_sizes: bad list: %s", why);
+        fail_at(s, line, "[matrix] %s: bad list: %s", key, why);
         return false;
     }
     for (int i = 0; i < list.n; i++) {
         long v;
         if (!parse_long(list.value[i], 1, MAX_BATCH_SIZE, &v)) {
-            fail_at(s, line,
-                    "[matrix] batch_sizes: bad number '%s' (expected an integer in [1, %d])",
+            fail_at(s, line, "[matrix] %s: bad number '%s' (expected an integer in [1, %d])", key,
                     list.value[i], MAX_BATCH_SIZE);
             return false;
         }
-        s->c->batch_sizes[i] = (int)v;
+        if (ascending && i > 0 && v <= out[i - 1]) {
+            fail_at(s, line, "[matrix] %s: %ld after %d: the sizes must be ascending", key, v,
+                    out[i - 1]);
+            return false;
+        }
+        out[i] = (int)v;
     }
-    s->c->n_batch_sizes = list.n;
+    *n = list.n;
     return true;
 }
 
@@ -242,7 +248,11 @@ static int on_key(void *user, const char *section, const char *key, const char *
     }
     if (strcmp(section, "matrix") == 0) {
         if (strcmp(key, "batch_sizes") == 0)
-            return remember(s, section, key) && set_batch_sizes(s, value, s->line);
+            return remember(s, section, key) &&
+                   set_sizes(s, key, value, s->line, false, s->c->batch_sizes, &s->c->n_batch_sizes);
+        if (strcmp(key, "cuda_graph_buckets") == 0)
+            return remember(s, section, key) && set_sizes(s, key, value, s->line, true, s->c->graph_buckets,
+                                                          &s->c->n_graph_buckets);
         int axis = matrix_axis_find(key);
         if (axis >= 0) {
             if (!remember(s, section, key)) return 0;
@@ -277,7 +287,8 @@ static bool set_defaults(parse_state *s) {
             return false;
         }
     }
-    return true;
+    return set_sizes(s, "cuda_graph_buckets", CASE_GRAPH_BUCKETS, 0, true, s->c->graph_buckets,
+                     &s->c->n_graph_buckets);
 }
 
 int case_file_line(const case_file *c, const char *section, const char *key) {

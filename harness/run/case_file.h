@@ -8,8 +8,9 @@
 //   [matrix]   batch_sizes (compared inside every config), and one list per axis of
 //              harness/run/matrix.h (devices, kernel_sets, models, attention_backends,
 //              prefix_caching, force_prefix_caching, max_num_batched_tokens, chunked_prefill,
-//              arrivals, threads, tensor_parallel, block_sizes, kv_cache_blocks); the cross
-//              product of the axes gives the configs.
+//              arrivals, threads, tensor_parallel, block_sizes, kv_cache_blocks,
+//              tp_size_invariance, cuda_graphs); the cross product of the axes gives the
+//              configs; cuda_graph_buckets, the batch sizes cuda_graphs = on pads decode steps to.
 //
 // Every error names file:line and the key: an unknown section or key, a key given twice, a bad
 // number or list, a missing required key, and settings that cannot run together.
@@ -26,6 +27,8 @@
 #include "prompts.h"                // prompt_spec
 
 #define CASE_MAX_KEYS 64  // distinct keys remembered for line numbers
+// [matrix] cuda_graph_buckets by default: vLLM's capture sizes up to 512, thinned to 15.
+#define CASE_GRAPH_BUCKETS "1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512"
 
 typedef struct {
     char path[PATH_MAX];              // the file, for messages
@@ -46,6 +49,10 @@ typedef struct {
     // [matrix]
     int batch_sizes[MATRIX_MAX_VALUES];
     int n_batch_sizes;
+    // The batch sizes a cuda_graphs = on config pads its decode steps to (engine_limits'
+    // graph_buckets), ascending; the default is CASE_GRAPH_BUCKETS.
+    int graph_buckets[MATRIX_MAX_VALUES];
+    int n_graph_buckets;
     matrix_list axes[MATRIX_MAX_AXES]; // one per matrix_axis_at(i)
     // Where each key was set, for messages about settings that conflict.
     struct {

@@ -151,6 +151,8 @@ static void apply_tp_size_invariance(run_config *c, const char *v) {
     c->tp_size_invariance = strcmp(v, "on") == 0;
 }
 
+static void apply_cuda_graphs(run_config *c, const char *v) { c->cuda_graphs = strcmp(v, "on") == 0; }
+
 static void apply_kv_cache_blocks(run_config *c, const char *v) {
     c->kv_cache_blocks = (int)strtol(v, NULL, 10);
 }
@@ -184,6 +186,7 @@ static const matrix_axis axes[] = {
     {"kv_cache_blocks", NULL, "integers >= 0 (0: every request at once)", "0",
      check_kv_cache_blocks, apply_kv_cache_blocks},
     {"tp_size_invariance", NULL, "on, off", "off", check_on_off, apply_tp_size_invariance},
+    {"cuda_graphs", NULL, "on, off", "off", check_on_off, apply_cuda_graphs},
 };
 #define N_AXES ((int)(sizeof axes / sizeof axes[0]))
 _Static_assert(N_AXES <= MATRIX_MAX_AXES, "raise MATRIX_MAX_AXES");

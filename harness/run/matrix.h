@@ -41,6 +41,8 @@ typedef struct {
     int block_size;                    // tokens per paged KV block
     int kv_cache_blocks;               // KV cache size in blocks; 0: every request at once
     bool tp_size_invariance;           // row-parallel sums over 8 fixed slices (engine_limits)
+    bool cuda_graphs;                  // decode steps padded to the case's buckets, replayed
+                                       // from CUDA graphs where the set has them (engine_limits)
     int axis_index[MATRIX_MAX_AXES];   // which value of each axis this config took
 } run_config;
 

@@ -5,9 +5,10 @@
 #include <stdarg.h>   // va_list, va_start, va_end
 #include <stdio.h>    // snprintf, vsnprintf, fprintf, fflush
 #include <stdlib.h>   // getenv
-#include <string.h>   // strcmp, strlen, memset
+#include <string.h>   // strcmp, strncmp, strlen, memset
 
 #include "../../common/check.h"  // invar_die, invar_calloc
+#include "../../sets/plugin_set.h" // PLUGIN_SET_PREFIX
 #include "../../sets/registry.h" // kernel_set_lookup, kernel_set_invariant_at, cuda_device_available
 
 // ---------------------------------------------------------------------------------------------
@@ -234,7 +235,7 @@ static bool same_effective(const run_config *ca, const resolved_config *a, const
            ca->arrivals == cb->arrivals && ca->threads == cb->threads &&
            ca->tensor_parallel == cb->tensor_parallel && ca->block_size == cb->block_size &&
            ca->kv_cache_blocks == cb->kv_cache_blocks &&
-           ca->tp_size_invariance == cb->tp_size_invariance;
+           ca->tp_size_invariance == cb->tp_size_invariance && ca->cuda_graphs == cb->cuda_graphs;
 }
 
 int resolve_merge(const run_config *configs, resolved_config *r, int n) {
@@ -302,6 +303,25 @@ static void resolve_tp_size_invariance(const kernel_set_entry *e, const char *de
     }
 }
 
+// CUDA graphs: decode steps padded to the buckets everywhere, replayed from graphs on a CUDA
+// set that has them; at T > 1 not yet (the logits' all-gather reads on the host mid-step).
+static void resolve_cuda_graphs(const run_config *cfg, const char *device, resolved_config *out) {
+    if (!cfg->cuda_graphs || out->skip) return;
+    if (cfg->tensor_parallel > 1) {
+        char why[160];
+        snprintf(why, sizeof why, "cuda_graphs = on: tensor_parallel %d: graphs run on one rank "
+                 "only (the logits' all-gather reads on the host)", cfg->tensor_parallel);
+        skip(out, false, why);
+    } else if (strcmp(device, "cuda") != 0) {
+        add_reason(out, "cuda_graphs = on on %s: decode steps padded to the buckets and replayed "
+                   "from recorded calls (no CUDA graphs there; a replay freezes what one would)",
+                   device);
+    } else if (strncmp(cfg->kernel_set, PLUGIN_SET_PREFIX, strlen(PLUGIN_SET_PREFIX)) == 0) {
+        add_reason(out, "cuda_graphs = on: a plugin set's steps are padded to the buckets and run "
+                   "call by call (the plugin ABI promises nothing about capture)");
+    }
+}
+
 resolved_config *resolve_matrix(const case_file *c, const run_config *configs, int n,
                                 const backend_selection *sel) {
     resolved_config *rs = invar_calloc((size_t)n, sizeof *rs, "resolved configs");
@@ -324,6 +344,7 @@ resolved_config *resolve_matrix(const case_file *c, const run_config *configs, i
                        case_max_model_len(c), &rs[k]);
         resolve_all_reduce_control(e, cfg, &rs[k]);
         resolve_tp_size_invariance(e, device, cfg, &rs[k]);
+        resolve_cuda_graphs(cfg, device, &rs[k]);
         // One GPU per rank. Here, not in resolve_config: the shard plan resolves as on any
         // machine, and only this run knows how many GPUs it sees.
         int gpus = strcmp(device, "cuda") == 0 && cfg->tensor_parallel > 1 && !rs[k].skip

@@ -13,6 +13,7 @@
 #include "../../engine/tp_engine.h"     // tp_engine_*: the engine at tensor-parallel degree T
 #include "../../common/check.h"        // invar_die, invar_calloc, invar_malloc
 #include "../../kernels/fingerprint.h"  // fingerprint_sink_*
+#include "../../sets/graph_record.h" // graph_record_wrap
 #include "../../sets/registry.h"     // kernel_set_create*, kernel_set_is_adversarial, tp_devices_describe
 #include "../../reports/report_schema.h" // DIVERGENCE_*, SUMMARY_*
 #include "compare.h"                    // compare_request_sets, compare_results, divergence
@@ -53,6 +54,7 @@ typedef struct {
     fingerprint_sink *orders;   // the ranks' order fingerprints (NULL: not judged)
     outcome *out;
     progress *prog;
+    long graph_steps, graph_replays; // over every generate of the config (cuda_graphs = on)
 } config_run;
 
 static run_buffers buffers_alloc(int count, int max_new_tokens) {
@@ -136,6 +138,8 @@ static bool generate(config_run *r, const engine_request *reqs, int n, int max_n
         set_failure(r->out, "engine_generate (%s) refused: %s", label, err);
         return false;
     }
+    r->graph_steps += stats->graph_steps;
+    r->graph_replays += stats->graph_replays;
     return true;
 }
 
@@ -394,6 +398,24 @@ static bool tp1_information(config_run *r, const model_config *mc, weight_source
     return ok;
 }
 
+// cuda_graphs = on must have run what it claims: decode steps padded to buckets, and on a set
+// with graphs some of them replayed; a config where none was (buckets that hold no batch, a
+// set that lost its graphs) FAILs rather than pass on steps run as without graphs.
+static void graphs_engaged(config_run *r, const ops_set *ops) {
+    outcome *out = r->out;
+    bool can_replay = ops->graph_capture != NULL;
+    size_t used = strlen(out->note);
+    snprintf(out->note + used, sizeof out->note - used, "%scuda_graphs: %ld decode steps padded "
+             "to a bucket, %ld replayed from a graph", used ? "; " : "", r->graph_steps,
+             r->graph_replays);
+    if (r->graph_steps == 0 || (can_replay && r->graph_replays == 0)) {
+        used = strlen(out->note);
+        snprintf(out->note + used, sizeof out->note - used, " (NOT ENGAGED: %s)",
+                 r->graph_steps == 0 ? "no decode step fit a bucket" : "no step was replayed");
+        out->verdict = "FAIL";
+    }
+}
+
 // The first differing request of a batch size once more, alone and in that batch, on a tapped
 // engine: the first op whose rows differ goes into out->first_op. Without a batch divergence,
 // a request whose re-prefill differed from its decode is localized between the two. A
@@ -449,6 +471,9 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         if (!rank_ops[k])
             invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s",
                       c->path, cfg->name, cfg->kernel_set, rc->device);
+        // cuda_graphs on the CPU: graphs of recorded calls, frozen as a CUDA graph's are.
+        if (cfg->cuda_graphs && strcmp(rc->device, "cpu") == 0)
+            rank_ops[k] = graph_record_wrap(rank_ops[k]);
     }
     ops_set *ops = rank_ops[0];  // its order log speaks for every rank (they run alike)
     // Every rank notes into one sink (thread-safe): an invariant config must keep one order per
@@ -476,6 +501,10 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         .prompt_logprobs = checks_prefill_vs_decode(rc),
         .tp_size_invariant = cfg->tp_size_invariance,
     };
+    if (cfg->cuda_graphs) {
+        memcpy(limits.graph_buckets, c->graph_buckets, (size_t)c->n_graph_buckets * sizeof(int));
+        limits.n_graph_buckets = c->n_graph_buckets;
+    }
     progress_phase(prog, "loading weights");
     tp_engine *eng = tp_engine_create(&mc, model->w, rank_ops, ranks, &limits, c->seed);
 
@@ -495,6 +524,7 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         outcome_judge(rc, ops, adversarial_control, out);
         outcome_judge_orders(rc, ops, orders, out);
         if (ranks > 1 && !tp1_information(&r, &mc, model->w, &limits, &base)) out->verdict = "FAIL";
+        if (cfg->cuda_graphs) graphs_engaged(&r, ops);
     } else out->verdict = "FAIL";
 
     tp_engine_destroy(eng);

@@ -268,6 +268,10 @@ void inv_cpu_mla_attention(ops_set *ops, const mla_attention_args *a) {
             invar_die(INVAR_EXIT_INPUT,
                       "mla_attention: token %d has position %d beyond %d blocks of %d", t, pos,
                       a->max_blocks_per_seq, a->block_size);
+        // The contract the GPU kernels size their grid by (a graph replayed past it drops splits).
+        if (pos >= a->max_seq_len)
+            invar_die(INVAR_EXIT_INPUT, "mla_attention: token %d at position %d past max_seq_len %d",
+                      t, pos, a->max_seq_len);
     }
     // The order: tiles of TILE from position 0, splits of a fixed size merged in split order.
     // Whether any row has more than one split is the path.

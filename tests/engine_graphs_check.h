@@ -1,0 +1,106 @@
+// tests/engine_graphs_check.h — CUDA graphs end to end on one device: an engine whose decode
+// steps are padded to graph buckets (and, on a set with graphs, replayed from the step captured
+// for the bucket) gives every request the records of an engine that runs each step as
+// scheduled, bit for bit. The batch shrinks through buckets 16, 8, 4, 2, 1 as requests finish;
+// blocks of 7 tokens put the padding rows' dummy slot off any multiple of 4; a shared prompt
+// prefix is found in the prefix cache by requests that arrive later; a second session with
+// another top_k must not replay graphs captured for the first (its records would miss entries).
+#ifndef INVAR_TESTS_ENGINE_GRAPHS_CHECK_H
+#define INVAR_TESTS_ENGINE_GRAPHS_CHECK_H
+
+#include <string.h>                    // memcmp
+
+#include "../engine/engine.h"          // engine_create, engine_generate, engine_limits
+#include "../engine/weights.h"         // weights_synthetic
+#include "test_util.h"                 // test_rng, test_alloc, test_poison
+
+enum { GRAPHS_REQS = 13, GRAPHS_MAX_NEW = 6, GRAPHS_MAX_PROMPT = 40, GRAPHS_PREFIX = 14 };
+
+typedef struct {  // of the two sessions
+    engine_step_record rec[2][GRAPHS_REQS][GRAPHS_MAX_NEW];
+    int n_steps[GRAPHS_REQS];
+    engine_stats stats[2];
+} graphs_records;
+
+// Two sessions (top_k 5, then 3) of the same GRAPHS_REQS requests on one engine; with_buckets:
+// decode steps padded to buckets 1, 2, 4, 8, 16.
+static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight_source *src,
+                                   bool with_buckets, uint64_t seed, graphs_records *out) {
+    engine_limits lim = {.max_num_seqs = GRAPHS_REQS, .max_num_batched_tokens = 96,
+                         .max_model_len = GRAPHS_MAX_PROMPT + GRAPHS_MAX_NEW,
+                         .max_total_tokens = GRAPHS_REQS * (GRAPHS_MAX_PROMPT + GRAPHS_MAX_NEW),
+                         .block_size = 7};
+    if (with_buckets) {
+        const int buckets[] = {1, 2, 4, 8, 16};
+        memcpy(lim.graph_buckets, buckets, sizeof buckets);
+        lim.n_graph_buckets = 5;
+    }
+    engine *e = engine_create(cfg, src, ops, &lim, seed);
+    test_rng rng = test_rng_make(seed ^ 0x6772617068ull);
+    int32_t prompts[GRAPHS_REQS][GRAPHS_MAX_PROMPT];
+    engine_request reqs[GRAPHS_REQS];
+    for (int i = 0; i < GRAPHS_REQS; i++) {
+        int len = GRAPHS_PREFIX + 2 + test_below(&rng, GRAPHS_MAX_PROMPT - GRAPHS_PREFIX - 2 + 1);
+        for (int p = 0; p < len; p++)
+            prompts[i][p] = i > 0 && i % 3 == 0 && p < GRAPHS_PREFIX ? prompts[0][p]  // a shared prefix
+                                                             : (int32_t)test_below(&rng, cfg->vocab_size);
+        reqs[i] = (engine_request){.prompt = prompts[i], .prompt_len = len,
+                                   .max_new_tokens = 3 + i % (GRAPHS_MAX_NEW - 2), .seed = (uint64_t)i,
+                                   .arrival_step = i >= 9 ? 4 : 0};
+    }
+    test_poison(out, sizeof *out);
+    for (int session = 0; session < 2; session++) {
+        engine_result res[GRAPHS_REQS];
+        for (int i = 0; i < GRAPHS_REQS; i++) res[i] = (engine_result){.steps = out->rec[session][i]};
+        engine_sched sched = {.max_num_seqs = GRAPHS_REQS, .max_num_batched_tokens = 96,
+                              .chunked_prefill = true, .top_k = session == 0 ? 5 : 3, .prefix_caching = true};
+        char err[512] = "";
+        if (!engine_generate(e, reqs, GRAPHS_REQS, &sched, res, &out->stats[session], err, sizeof err))
+            fail_msg("graphs (%s): %s", with_buckets ? "buckets" : "as scheduled", err);
+        for (int i = 0; i < GRAPHS_REQS; i++) {
+            out->n_steps[i] = res[i].n_steps;
+            assert_int_equal(res[i].n_steps, reqs[i].max_new_tokens);
+            for (int s = 0; s < res[i].n_steps; s++) {  // every entry of the session's top_k written
+                const engine_step_record *r = &res[i].steps[s];
+                assert_true(r->token >= 0 && r->token < cfg->vocab_size);
+                for (int j = 0; j < sched.top_k; j++)
+                    assert_true(r->topk_ids[j] >= 0 && r->topk_ids[j] < cfg->vocab_size);
+            }
+        }
+    }
+    engine_destroy(e);
+}
+
+// The records with buckets (on `graphs`, whose graph ops are used where it has them) against
+// those without (on `plain`), both sessions' records compared bit for bit; and the buckets
+// engaged: decode steps padded, and replayed where `graphs` has graphs.
+static inline void check_graphs_equal_as_scheduled(ops_set *plain, ops_set *graphs, const char *model,
+                                                   uint64_t seed) {
+    model_config cfg;
+    assert_true(model_config_by_name(model, &cfg));
+    weight_source *src = weights_synthetic(&cfg, seed);
+    graphs_records *want = test_alloc(sizeof *want), *got = test_alloc(sizeof *got);
+    graphs_generate(plain, &cfg, src, false, seed, want);
+    graphs_generate(graphs, &cfg, src, true, seed, got);
+    for (int s = 0; s < 2; s++) {
+        if (want->stats[s].prefix_hits == 0) fail_msg("session %d: no prefix-cache hit", s);
+        assert_int_equal(want->stats[s].graph_steps, 0);
+        if (got->stats[s].graph_steps == 0) fail_msg("session %d: no decode step was padded to a bucket", s);
+        if (graphs->graph_capture && got->stats[s].graph_replays == 0)
+            fail_msg("session %d on %s: no step was replayed from a graph", s, graphs->device);
+    }
+    for (int n = 0; n < 2; n++)
+        for (int i = 0; i < GRAPHS_REQS; i++)
+            for (int s = 0; s < want->n_steps[i]; s++) {
+                const engine_step_record *g = &got->rec[n][i][s], *w = &want->rec[n][i][s];
+                if (memcmp(g, w, sizeof *g) != 0)
+                    fail_msg("%s on %s: session %d request %d step %d: with buckets token %d logprob %a, "
+                             "as scheduled token %d logprob %a", model, graphs->device, n, i, s, g->token,
+                             (double)g->logprob, w->token, (double)w->logprob);
+            }
+    free(got);
+    free(want);
+    src->destroy(src);
+}
+
+#endif

@@ -1,0 +1,94 @@
+// tests/test_engine_graphs.c — CUDA graphs' engine side on the CPU (engine/engine.c's graph
+// buckets, sets/graph_record.h's recorded calls): decode steps padded to buckets, and replayed
+// from recorded calls with their arguments frozen, give the records of steps run as scheduled,
+// bit for bit (tests/engine_graphs_check.h); a capture that copies to or from the host exits;
+// bad buckets are refused.
+#include <stdarg.h>                      // cmocka
+#include <stddef.h>                      // cmocka
+#include <stdint.h>                      // cmocka
+#include <setjmp.h>                      // cmocka
+#include <cmocka.h>                      // assert_*, cmocka_unit_test
+
+#include <stdlib.h>                      // free
+#include <sys/wait.h>                    // waitpid, WEXITSTATUS
+#include <unistd.h>                      // fork, _exit
+
+#include "../kernels/cpu/inv_cpu.h"      // inv_cpu_create
+#include "../sets/graph_record.h"        // graph_record_wrap
+#include "engine_graphs_check.h"         // check_graphs_equal_as_scheduled
+
+// Recorded graphs: padded, replayed, and the same bits as steps run as scheduled.
+static void replayed_steps_equal_steps_as_scheduled(void **state) {
+    (void)state;
+    ops_set *plain = inv_cpu_create(2), *graphs = graph_record_wrap(inv_cpu_create(2));
+    check_graphs_equal_as_scheduled(plain, graphs, "tiny", 20261206u);
+    graphs->destroy(graphs);
+    plain->destroy(plain);
+}
+
+// Padding alone (a set without graphs pads and runs each call): the same bits too.
+static void padded_steps_equal_steps_as_scheduled(void **state) {
+    (void)state;
+    ops_set *plain = inv_cpu_create(2), *padded = inv_cpu_create(2);
+    check_graphs_equal_as_scheduled(plain, padded, "tiny-v2", 20261207u);
+    padded->destroy(padded);
+    plain->destroy(plain);
+}
+
+// The exit status of body(ops) run in a child process (what a death test needs).
+static int exit_status_of(void (*body)(ops_set *ops), ops_set *ops) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        body(ops);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void download_inside(void *ctx) {
+    ops_set *ops = ctx;
+    float host = 0.0f;
+    float *dev = ops->alloc(ops, sizeof host, "one float");
+    ops->download(ops, &host, dev, sizeof host);
+}
+
+static void capture_a_download(ops_set *ops) { ops->graph_capture(ops, download_inside, ops); }
+
+// A capture may not read the device back (a CUDA graph cannot hold it): it exits, naming it.
+static void a_capture_refuses_host_copies(void **state) {
+    (void)state;
+    ops_set *graphs = graph_record_wrap(inv_cpu_create(1));
+    assert_int_not_equal(exit_status_of(capture_a_download, graphs), 0);
+    graphs->destroy(graphs);
+}
+
+static void create_with_descending_buckets(ops_set *ops) {
+    model_config cfg;
+    assert_true(model_config_by_name("tiny", &cfg));
+    weight_source *src = weights_synthetic(&cfg, 1);
+    engine_limits lim = {.max_num_seqs = 4, .max_num_batched_tokens = 64, .max_model_len = 32,
+                         .max_total_tokens = 128, .block_size = 16,
+                         .graph_buckets = {4, 2}, .n_graph_buckets = 2};
+    engine_create(&cfg, src, ops, &lim, 1);
+}
+
+// Buckets out of order are a bad setting: exit 2 before anything loads.
+static void descending_buckets_are_refused(void **state) {
+    (void)state;
+    ops_set *ops = inv_cpu_create(1);
+    assert_int_equal(exit_status_of(create_with_descending_buckets, ops), 2);
+    ops->destroy(ops);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(replayed_steps_equal_steps_as_scheduled),
+        cmocka_unit_test(padded_steps_equal_steps_as_scheduled),
+        cmocka_unit_test(a_capture_refuses_host_copies),
+        cmocka_unit_test(descending_buckets_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

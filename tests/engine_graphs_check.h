@@ -1,10 +1,11 @@
 // tests/engine_graphs_check.h — CUDA graphs end to end on one device: an engine whose decode
 // steps are padded to graph buckets (and, on a set with graphs, replayed from the step captured
 // for the bucket) gives every request the records of an engine that runs each step as
-// scheduled, bit for bit. The batch shrinks through buckets 16, 8, 4, 2, 1 as requests finish;
-// blocks of 7 tokens put the padding rows' dummy slot off any multiple of 4; a shared prompt
-// prefix is found in the prefix cache by requests that arrive later; a second session with
-// another top_k must not replay graphs captured for the first (its records would miss entries).
+// scheduled, bit for bit. Requests generate 2 to 13 tokens, so the batch shrinks one request a
+// step through buckets 16, 8, 4, 2, 1; blocks of 7 tokens put the padding rows' dummy slot off
+// any multiple of 4; a shared prompt prefix is found in the prefix cache by requests that
+// arrive later; a second session with another top_k must not replay graphs captured for the
+// first (its records would miss entries).
 #ifndef INVAR_TESTS_ENGINE_GRAPHS_CHECK_H
 #define INVAR_TESTS_ENGINE_GRAPHS_CHECK_H
 
@@ -14,7 +15,10 @@
 #include "../engine/weights.h"         // weights_synthetic
 #include "test_util.h"                 // test_rng, test_alloc, test_poison
 
-enum { GRAPHS_REQS = 13, GRAPHS_MAX_NEW = 6, GRAPHS_MAX_PROMPT = 40, GRAPHS_PREFIX = 14 };
+// Blocks of 7 and max_model_len 49 give a block table of 7 entries a sequence, 28 bytes: the
+// step's packed arrays after it move when a bucket-16 step holds 9 sequences instead of 10-16
+// (one 256-byte unit instead of two), so a graph replayed over another step's layout shows.
+enum { GRAPHS_REQS = 13, GRAPHS_MAX_NEW = 13, GRAPHS_MAX_PROMPT = 36, GRAPHS_PREFIX = 14 };
 
 typedef struct {  // of the two sessions
     engine_step_record rec[2][GRAPHS_REQS][GRAPHS_MAX_NEW];
@@ -26,7 +30,8 @@ typedef struct {  // of the two sessions
 // decode steps padded to buckets 1, 2, 4, 8, 16.
 static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight_source *src,
                                    bool with_buckets, uint64_t seed, graphs_records *out) {
-    engine_limits lim = {.max_num_seqs = GRAPHS_REQS, .max_num_batched_tokens = 96,
+    // Room for bucket 16 (a bucket past max_num_seqs is never used).
+    engine_limits lim = {.max_num_seqs = 16, .max_num_batched_tokens = 512,
                          .max_model_len = GRAPHS_MAX_PROMPT + GRAPHS_MAX_NEW,
                          .max_total_tokens = GRAPHS_REQS * (GRAPHS_MAX_PROMPT + GRAPHS_MAX_NEW),
                          .block_size = 7};
@@ -45,14 +50,14 @@ static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight
             prompts[i][p] = i > 0 && i % 3 == 0 && p < GRAPHS_PREFIX ? prompts[0][p]  // a shared prefix
                                                              : (int32_t)test_below(&rng, cfg->vocab_size);
         reqs[i] = (engine_request){.prompt = prompts[i], .prompt_len = len,
-                                   .max_new_tokens = 3 + i % (GRAPHS_MAX_NEW - 2), .seed = (uint64_t)i,
-                                   .arrival_step = i >= 9 ? 4 : 0};
+                                   .max_new_tokens = 2 + i % (GRAPHS_MAX_NEW - 1), .seed = (uint64_t)i,
+                                   .arrival_step = i >= 9 ? 1 : 0};
     }
     test_poison(out, sizeof *out);
     for (int session = 0; session < 2; session++) {
         engine_result res[GRAPHS_REQS];
         for (int i = 0; i < GRAPHS_REQS; i++) res[i] = (engine_result){.steps = out->rec[session][i]};
-        engine_sched sched = {.max_num_seqs = GRAPHS_REQS, .max_num_batched_tokens = 96,
+        engine_sched sched = {.max_num_seqs = GRAPHS_REQS, .max_num_batched_tokens = 512,
                               .chunked_prefill = true, .top_k = session == 0 ? 5 : 3, .prefix_caching = true};
         char err[512] = "";
         if (!engine_generate(e, reqs, GRAPHS_REQS, &sched, res, &out->stats[session], err, sizeof err))

@@ -4,8 +4,9 @@
 // scheduled, bit for bit. Requests generate 2 to 13 tokens, so the batch shrinks one request a
 // step through buckets 16, 8, 4, 2, 1; blocks of 7 tokens put the padding rows' dummy slot off
 // any multiple of 4; a shared prompt prefix is found in the prefix cache by requests that
-// arrive later; a second session with another top_k must not replay graphs captured for the
-// first (its records would miss entries).
+// arrive later; a session whose first prefill is the largest yet grows the set's buffers after
+// graphs were captured; a session with another top_k must not replay graphs captured before
+// (its records would miss entries).
 #ifndef INVAR_TESTS_ENGINE_GRAPHS_CHECK_H
 #define INVAR_TESTS_ENGINE_GRAPHS_CHECK_H
 
@@ -20,14 +21,18 @@
 // (one 256-byte unit instead of two), so a graph replayed over another step's layout shows.
 enum { GRAPHS_REQS = 13, GRAPHS_MAX_NEW = 13, GRAPHS_MAX_PROMPT = 36, GRAPHS_PREFIX = 14 };
 
-typedef struct {  // of the two sessions
-    engine_step_record rec[2][GRAPHS_REQS][GRAPHS_MAX_NEW];
+enum { GRAPHS_SESSIONS = 3 };
+
+typedef struct {  // of the sessions
+    engine_step_record rec[GRAPHS_SESSIONS][GRAPHS_REQS][GRAPHS_MAX_NEW];
     int n_steps[GRAPHS_REQS];
-    engine_stats stats[2];
+    engine_stats stats[GRAPHS_SESSIONS];
 } graphs_records;
 
-// Two sessions (top_k 5, then 3) of the same GRAPHS_REQS requests on one engine; with_buckets:
-// decode steps padded to buckets 1, 2, 4, 8, 16.
+// Three sessions of the same GRAPHS_REQS requests on one engine: top_k 5 with four requests a
+// step late; top_k 5 with all at once (a first prefill step larger than any before, so a set's
+// buffers grow after the first session's graphs were captured: they must be captured again);
+// top_k 3. with_buckets: decode steps padded to buckets 1, 2, 4, 8, 16.
 static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight_source *src,
                                    bool with_buckets, uint64_t seed, graphs_records *out) {
     // Room for bucket 16 (a bucket past max_num_seqs is never used).
@@ -54,11 +59,12 @@ static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight
                                    .arrival_step = i >= 9 ? 1 : 0};
     }
     test_poison(out, sizeof *out);
-    for (int session = 0; session < 2; session++) {
+    for (int session = 0; session < GRAPHS_SESSIONS; session++) {
+        for (int i = 9; i < GRAPHS_REQS; i++) reqs[i].arrival_step = session == 1 ? 0 : 1;
         engine_result res[GRAPHS_REQS];
         for (int i = 0; i < GRAPHS_REQS; i++) res[i] = (engine_result){.steps = out->rec[session][i]};
         engine_sched sched = {.max_num_seqs = GRAPHS_REQS, .max_num_batched_tokens = 512,
-                              .chunked_prefill = true, .top_k = session == 0 ? 5 : 3, .prefix_caching = true};
+                              .chunked_prefill = true, .top_k = session < 2 ? 5 : 3, .prefix_caching = true};
         char err[512] = "";
         if (!engine_generate(e, reqs, GRAPHS_REQS, &sched, res, &out->stats[session], err, sizeof err))
             fail_msg("graphs (%s): %s", with_buckets ? "buckets" : "as scheduled", err);
@@ -77,7 +83,7 @@ static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight
 }
 
 // The records with buckets (on `graphs`, whose graph ops are used where it has them) against
-// those without (on `plain`), both sessions' records compared bit for bit; and the buckets
+// those without (on `plain`), every session's records compared bit for bit; and the buckets
 // engaged: decode steps padded, and replayed where `graphs` has graphs.
 static inline void check_graphs_equal_as_scheduled(ops_set *plain, ops_set *graphs, const char *model,
                                                    uint64_t seed) {
@@ -87,14 +93,15 @@ static inline void check_graphs_equal_as_scheduled(ops_set *plain, ops_set *grap
     graphs_records *want = test_alloc(sizeof *want), *got = test_alloc(sizeof *got);
     graphs_generate(plain, &cfg, src, false, seed, want);
     graphs_generate(graphs, &cfg, src, true, seed, got);
-    for (int s = 0; s < 2; s++) {
-        if (want->stats[s].prefix_hits == 0) fail_msg("session %d: no prefix-cache hit", s);
+    for (int s = 0; s < GRAPHS_SESSIONS; s++) {
+        if (s != 1 && want->stats[s].prefix_hits == 0)  // session 1's prompts all arrive at once
+            fail_msg("session %d: no prefix-cache hit", s);
         assert_int_equal(want->stats[s].graph_steps, 0);
         if (got->stats[s].graph_steps == 0) fail_msg("session %d: no decode step was padded to a bucket", s);
         if (graphs->graph_capture && got->stats[s].graph_replays == 0)
             fail_msg("session %d on %s: no step was replayed from a graph", s, graphs->device);
     }
-    for (int n = 0; n < 2; n++)
+    for (int n = 0; n < GRAPHS_SESSIONS; n++)
         for (int i = 0; i < GRAPHS_REQS; i++)
             for (int s = 0; s < want->n_steps[i]; s++) {
                 const engine_step_record *g = &got->rec[n][i][s], *w = &want->rec[n][i][s];

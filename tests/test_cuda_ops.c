@@ -34,6 +34,7 @@
 #ifdef INVAR_CUDA
 #include "../kernels/cuda/inv_cuda.h"    // inv_cuda_gemm_plan_describe, inv_cuda_sm_count, inv_cuda_l2_bytes
 #include "../kernels/cuda/cuda_timing.h" // cuda_read_xor
+#include "../kernels/cuda/inv_cuda_launch.h" // inv_cuda_reserve
 #endif
 
 #define POISON16 0xFFFFu                 // a NaN bf16: no op may leave it behind
@@ -1378,6 +1379,54 @@ static void test_engine_cuda_graphs(void **state) {
     check_graphs_equal_as_scheduled(s->inv, s->inv, "v2-lite", 20261206u);
 }
 
+typedef struct {
+    ops_set *ops;
+    uint16_t *x;
+    const uint16_t *y;
+    long n;
+} residual_call;
+
+static void record_residual_add(void *ctx) {
+    const residual_call *r = ctx;
+    r->ops->residual_add(r->ops, r->x, r->y, r->n);
+}
+
+// A graph replays what it captured (x += y once a launch), and a graph captured before one of
+// the set's buffers moved is refused (launch returns false, running nothing): its kernels would
+// use the freed address. Captured again, it runs.
+static void test_cuda_graph_refused_after_a_buffer_moved(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+#ifdef INVAR_CUDA
+    ops_set *inv = s->inv;
+    enum { N = 4096 };
+    uint16_t *x = rand_bf16(N, 1.0f, 61), *y = rand_bf16(N, 1.0f, 62);
+    residual_call r = {inv, to_dev(inv, x, N * 2), to_dev(inv, y, N * 2), N};
+    ops_graph *g = inv->graph_capture(inv, record_residual_add, &r);
+    uint16_t *unchanged = from_dev(inv, r.x, N * 2);  // a capture runs nothing
+    assert_memory_equal(unchanged, x, N * 2);
+    assert_true(inv->graph_launch(inv, g));
+    uint16_t *once = from_dev(inv, r.x, N * 2);
+    uint16_t *want = test_alloc(N * 2);
+    for (int i = 0; i < N; i++) want[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+    assert_memory_equal(once, want, N * 2);
+    void *buf = NULL;
+    size_t have = 0;
+    inv_cuda_reserve(inv, &buf, &have, 1 << 20, "a buffer that moves");  // grows: a move
+    if (inv->graph_launch(inv, g)) fail_msg("a graph captured before a buffer moved was replayed");
+    uint16_t *still = from_dev(inv, r.x, N * 2);
+    assert_memory_equal(still, want, N * 2);  // the refused launch ran nothing
+    inv->graph_release(inv, g);
+    g = inv->graph_capture(inv, record_residual_add, &r);
+    assert_true(inv->graph_launch(inv, g));
+    inv->graph_release(inv, g);
+    inv->release(inv, buf);
+    inv->release(inv, r.x);
+    inv->release(inv, (void *)r.y);
+    free(x), free(y), free(unchanged), free(once), free(want), free(still);
+#endif
+}
+
 // A rank's columns of a column-parallel GEMM at T = 2, 4, 8, computed with the whole GEMM's N as
 // split_N, give the whole GEMM's bits in those columns; without it their split count follows the
 // rank's N (N = 1024, K = 7168: 16 splits whole, 18 at N = 512), and some T must differ, or the
@@ -1607,6 +1656,7 @@ int main(void) {
         TIMED_TEST(test_moe_slices_one_call),
         TIMED_TEST(test_engine_tp_slices_one_call),
         TIMED_TEST(test_engine_cuda_graphs),
+        TIMED_TEST(test_cuda_graph_refused_after_a_buffer_moved),
         TIMED_TEST(test_gemm_column_slices_split_n),
         TIMED_TEST(test_mla_attention_head_slices_h_select),
     };

@@ -219,6 +219,22 @@ tp_size_expectations() {
     echo "tp_size_invariance: T = 2, 4, 8 bitwise equal to T = 1; without it all three differ"
 }
 suite "cases/tp-size.ini: TP-size invariance holds, its control differs" tp_size_expectations "$REPORT/run/tp-size"
+# cases/graphs.ini: every config that runs replayed decode steps (its note counts them; the
+# runner FAILs one that replayed none), and graphs are refused with the reason where they
+# cannot run: at T = 2 and with mla-flash's batch-scheduled split.
+graphs_expectations() {
+    local set
+    for set in invariant reference adversarial; do
+        grep -q "\"cpu/$set/backend=mla-unified/tensor_parallel=1\".*\"PASS\".*cuda_graphs: [0-9]* decode steps padded to a bucket, [1-9][0-9]* replayed" \
+            "$1/summary.csv" || { echo "cpu/$set with cuda_graphs: not PASS with replayed steps"; return 1; }
+        grep -q "\"cpu/$set/backend=mla-unified/tensor_parallel=2\".*cuda_graphs = on: tensor_parallel 2" "$1/summary.csv" ||
+            { echo "cpu/$set at T = 2: not skipped for graphs"; return 1; }
+    done
+    grep -q "\"cpu/reference/backend=mla-flash/tensor_parallel=1\".*cuda_graphs = on: backend mla-flash" "$1/summary.csv" ||
+        { echo "cpu/reference with mla-flash: not skipped for graphs"; return 1; }
+    echo "cuda_graphs: decode steps replayed on the three sets; T = 2 and mla-flash skipped with the reason"
+}
+suite "cases/graphs.ini: graphs replayed, refused where they cannot run" graphs_expectations "$REPORT/run/graphs"
 # cases/eviction.ini's mla-split control with a cache for every request differs from its
 # baselines in the batched run at max_num_seqs = 1 and nowhere else: the one config of make check
 # that a runner skipping that run would leave uncaught.

@@ -1379,6 +1379,7 @@ static void test_engine_cuda_graphs(void **state) {
     check_graphs_equal_as_scheduled(s->inv, s->inv, "v2-lite", 20261206u);
 }
 
+#ifdef INVAR_CUDA
 typedef struct {
     ops_set *ops;
     uint16_t *x;
@@ -1390,6 +1391,7 @@ static void record_residual_add(void *ctx) {
     const residual_call *r = ctx;
     r->ops->residual_add(r->ops, r->x, r->y, r->n);
 }
+#endif
 
 // A graph replays what it captured (x += y once a launch), and a graph captured before one of
 // the set's buffers moved is refused (launch returns false, running nothing): its kernels would

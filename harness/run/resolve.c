@@ -307,10 +307,15 @@ static void resolve_tp_size_invariance(const kernel_set_entry *e, const char *de
 // set that has them; at T > 1 not yet (the logits' all-gather reads on the host mid-step).
 static void resolve_cuda_graphs(const run_config *cfg, const char *device, resolved_config *out) {
     if (!cfg->cuda_graphs || out->skip) return;
+    char why[200];
     if (cfg->tensor_parallel > 1) {
-        char why[160];
         snprintf(why, sizeof why, "cuda_graphs = on: tensor_parallel %d: graphs run on one rank "
                  "only (the logits' all-gather reads on the host)", cfg->tensor_parallel);
+        skip(out, false, why);
+    } else if (out->backend && out->backend->path == ATTENTION_BATCH_SCHEDULED_DECODE) {
+        snprintf(why, sizeof why, "cuda_graphs = on: backend %s takes its decode split from the "
+                 "whole batch, which a graph would freeze (its steps run as scheduled)",
+                 out->backend->name);
         skip(out, false, why);
     } else if (strcmp(device, "cuda") != 0) {
         add_reason(out, "cuda_graphs = on on %s: decode steps padded to the buckets and replayed "

@@ -152,7 +152,13 @@ struct engine {
     step_views dev;              // this step's metadata and results on the device
     step_views host_out;         // its results on the host (views into out.host)
     step_pack in, out;
-    bool in_flight;              // in.host went up asynchronously and no sync followed yet
+    // The metadata's two host buffers, steps alternating between them (in.host is this step's):
+    // a step that samples nothing ends without waiting, and the next one packs into the other
+    // buffer while the device still runs it and may still read the first. in_flight[b]: buffer
+    // b went up asynchronously and no sync or download followed yet.
+    unsigned char *in_hosts[2];
+    int in_turn;
+    bool in_flight[2];
     kv_cache *cache;
     scheduler *sched;
 
@@ -493,7 +499,8 @@ static void alloc_activations(engine *e) {
     e->out.cap = 2 * step_bytes(S, 4) + 2 * step_bytes(S * ENGINE_MAX_TOPK, 4);
     e->in.device = dalloc(e, e->in.cap, 1, "step metadata");
     e->out.device = dalloc(e, e->out.cap, 1, "sampling results");
-    e->in.host = host_alloc(e, e->in.cap, "host step metadata");
+    for (int b = 0; b < 2; b++) e->in_hosts[b] = host_alloc(e, e->in.cap, "host step metadata");
+    e->in.host = e->in_hosts[0];
     e->out.host = host_alloc(e, e->out.cap, "host sampling results");
     a->attn_new = dalloc(e, T * H * v, sizeof(bf16), "split prefill new-token attention");
     a->attn_ctx = dalloc(e, T * H * v, sizeof(bf16), "split prefill context attention");
@@ -674,7 +681,7 @@ static void release_all(engine *e) {
     for (size_t i = 0; i < sizeof e->hs / sizeof(void *); i++) free(host[i]);
     o->release(o, e->in.device);
     o->release(o, e->out.device);
-    host_release(e, e->in.host);
+    for (int b = 0; b < 2; b++) host_release(e, e->in_hosts[b]);
     host_release(e, e->out.host);
     for (int i = 0; i < e->cfg.num_hidden_layers; i++) {
         layer_weights *w = &e->layers[i];
@@ -1203,10 +1210,15 @@ static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
     step_views *d = &e->dev;
     step_pack *in = &e->in, *out = &e->out;
     int prefill_rows = st->T - st->T_decode;
-    // The last step's upload may still read in.host when that step sampled nothing (a prefill
-    // chunk), since only a download waits for the device: wait before packing over it.
-    if (e->in_flight) e->ops->sync(e->ops);
-    e->in_flight = false;
+    // This step packs into the buffer the step before last went up from: that upload may still
+    // read it when neither step sampled (prefill chunks), since only a download waits for the
+    // device. Then wait before packing over it; the last step's buffer is left alone.
+    e->in_turn ^= 1;
+    in->host = e->in_hosts[e->in_turn];
+    if (e->in_flight[e->in_turn]) {
+        e->ops->sync(e->ops);
+        e->in_flight[0] = e->in_flight[1] = false;
+    }
     in->used = 0;
     d->ids = pack(in, hs->ids, st->T, sizeof(int32_t));
     d->pos = pack(in, hs->pos, st->T, sizeof(int32_t));
@@ -1232,11 +1244,12 @@ static void pack_step(engine *e, const step_shape *st, int n, int top_k) {
         }
         d->local_ids = pack(in, hs->local_ids, st->T, sizeof(int32_t));
     }
-    // Asynchronous where it can be: in->host is rewritten only at the next step's pack, after
-    // this step's download or the sync above, either of which follows the copy on the device.
+    // Asynchronous where it can be: in->host is rewritten only two steps on, after a download or
+    // the sync above, either of which follows the copy on the device. The device buffer is one:
+    // the copy is queued after the last step's ops, which read it, so it waits for them there.
     if (in->used && host_async(e)) {
         e->ops->upload_async(e->ops, in->device, in->host, in->used);
-        e->in_flight = true;
+        e->in_flight[e->in_turn] = true;
     } else if (in->used) {
         e->ops->upload(e->ops, in->device, in->host, in->used);
     }
@@ -1376,7 +1389,7 @@ static void record_samples(engine *e, const engine_request *reqs, const sched_it
     host_step *hs = &e->hs;
     int S = st->S;
     if (e->out.used) o->download(o, e->out.host, e->out.device, e->out.used);
-    e->in_flight = false;  // the download waited for the device
+    e->in_flight[0] = e->in_flight[1] = false;  // the download waited for the device
     const step_views *r = &e->host_out;
     for (int s = 0; s < S; s++) {
         if (hs->sample_item[s] < 0) continue;  // a padding row

@@ -5,7 +5,8 @@
 // prefill (in chunks), hit the prefix cache and decode together; and the records equal those of
 // a plain generate. The wrapper also holds the engine to upload_async's contract (its source
 // unchanged until the next sync or download), which a CPU set's synchronous copies cannot show
-// broken: a prefill chunk that samples nothing ends without a download.
+// broken: a prefill chunk that samples nothing ends without a download, and the next step
+// packs into the other of two host buffers without waiting.
 #include <stdarg.h>                   // cmocka
 #include <stddef.h>                   // cmocka
 #include <stdint.h>                   // cmocka
@@ -22,14 +23,19 @@
 #include "../sets/ops_wrapper.h"      // ops_wrapper, ops_wrapper_init
 #include "test_util.h"                // test_alloc, test_fill_i32
 
+enum { PENDING = 4 };  // asynchronous uploads followed by no sync or download yet, at most
+
 typedef struct {
     ops_wrapper wrap;                 // first: the engine calls through wrap.base
     long uploads, downloads, async_uploads, syncs;
-    // The last asynchronous upload's source and a hash of its bytes then, until a sync or a
-    // download; a rewrite of those bytes before either breaks upload_async's contract.
-    const unsigned char *pending;
-    size_t pending_bytes;
-    uint64_t pending_hash;
+    // The asynchronous uploads since the last sync or download: each source and a hash of its
+    // bytes then; a rewrite of those bytes before either breaks upload_async's contract.
+    struct {
+        const unsigned char *src;
+        size_t bytes;
+        uint64_t hash;
+    } pending[PENDING];
+    int n_pending;
     long violations;
 } counting_set;
 
@@ -39,16 +45,17 @@ static uint64_t fnv1a(const unsigned char *p, size_t n) {
     return h;
 }
 
-// Whether the pending upload's source still holds what it held when the copy was queued.
+// Whether each pending upload's source still holds what it held when the copy was queued.
 static void check_pending(counting_set *c) {
-    if (c->pending && fnv1a(c->pending, c->pending_bytes) != c->pending_hash) c->violations++;
+    for (int i = 0; i < c->n_pending; i++)
+        if (fnv1a(c->pending[i].src, c->pending[i].bytes) != c->pending[i].hash) c->violations++;
 }
 
 static void count_sync(ops_set *ops) {
     counting_set *c = (counting_set *)ops;
     c->syncs++;
     check_pending(c);
-    c->pending = NULL;
+    c->n_pending = 0;
     c->wrap.inner->sync(c->wrap.inner);
 }
 
@@ -63,9 +70,11 @@ static void count_upload_async(ops_set *ops, void *dst, const void *src, size_t 
     c->uploads++;
     c->async_uploads++;
     check_pending(c);
-    c->pending = src;
-    c->pending_bytes = bytes;
-    c->pending_hash = fnv1a(src, bytes);
+    if (c->n_pending == PENDING) fail_msg("%d asynchronous uploads without a sync or a download", PENDING + 1);
+    c->pending[c->n_pending].src = src;
+    c->pending[c->n_pending].bytes = bytes;
+    c->pending[c->n_pending].hash = fnv1a(src, bytes);
+    c->n_pending++;
     c->wrap.inner->upload_async(c->wrap.inner, dst, src, bytes);
 }
 
@@ -73,7 +82,7 @@ static void count_download(ops_set *ops, void *dst, const void *src, size_t byte
     counting_set *c = (counting_set *)ops;
     c->downloads++;
     check_pending(c);
-    c->pending = NULL;
+    c->n_pending = 0;
     c->wrap.inner->download(c->wrap.inner, dst, src, bytes);
 }
 
@@ -174,7 +183,9 @@ static void one_copy_each_way_a_step(void **state) {
 }
 
 // One prompt of 110 tokens under a 48-token budget: two chunks that sample nothing, so those
-// steps end without a download; the next step must not pack over the upload still in flight.
+// steps end without a download. The second packs into the other host buffer without waiting
+// (the host prepares it while the device runs the first); the third packs into the first
+// chunk's buffer, whose upload may still be in flight: it waits first, once.
 static void a_chunk_that_samples_nothing_is_waited_for(void **state) {
     (void)state;
     rig rg = rig_open(12);
@@ -193,6 +204,7 @@ static void a_chunk_that_samples_nothing_is_waited_for(void **state) {
     assert_true(engine_begin(e, &sched, err, sizeof err));
     assert_int_equal(engine_submit(e, &req, &result, err, sizeof err), 0);
     int silent = 0;  // steps that ended without a download
+    long syncs = c->syncs;  // engine_create's own sync before
     while (!engine_all_finished(e)) {
         long down = c->downloads;
         if (engine_step(e, err, sizeof err) <= 0) fail_msg("engine_step: %s", err);
@@ -200,6 +212,7 @@ static void a_chunk_that_samples_nothing_is_waited_for(void **state) {
     }
     assert_int_equal(silent, 2);
     assert_int_equal(result.n_steps, 3);
+    assert_int_equal(c->syncs - syncs, 1);
     if (c->violations) fail_msg("%ld uploads had their source rewritten before a sync", c->violations);
     engine_destroy(e);
     rig_close(&rg);

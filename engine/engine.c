@@ -663,8 +663,6 @@ engine *engine_create(const model_config *cfg, weight_source *src, ops_set *ops,
     return engine_create_shard(cfg, src, ops, limits, seed, NULL);
 }
 
-// Every field of activations and host_step is one allocation, so both are released as arrays
-// of pointers.
 static void release_graphs(engine *e) {
     for (int b = 0; b < ENGINE_MAX_GRAPH_BUCKETS; b++) {
         if (e->graphs[b]) e->ops->graph_release(e->ops, e->graphs[b]);
@@ -672,6 +670,8 @@ static void release_graphs(engine *e) {
     }
 }
 
+// Every field of activations and host_step is one allocation, so both are released as arrays
+// of pointers.
 static void release_all(engine *e) {
     ops_set *o = e->ops;
     release_graphs(e);

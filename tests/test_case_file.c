@@ -126,6 +126,9 @@ static void parses_values_lists_and_defaults(void **state) {
     assert_int_equal(c.n_graph_buckets, 15);  // the default, CASE_GRAPH_BUCKETS
     assert_int_equal(c.graph_buckets[0], 1);
     assert_int_equal(c.graph_buckets[14], 512);
+    int buckets[16];
+    assert_int_equal(case_graph_buckets(buckets, 16), 15);  // invar serve --cuda-graphs's
+    assert_memory_equal(buckets, c.graph_buckets, 15 * sizeof(int));
     assert_string_equal(dev->value[0], "cpu");
     assert_int_equal(dev->line, 0);
     assert_int_equal(matrix_count(c.axes), 4);  // 2 sets x 2 budgets

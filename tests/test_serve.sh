@@ -2,7 +2,7 @@
 # tests/test_serve.sh BUILD — invar serve and invar probe end to end, on 127.0.0.1 only:
 #   - probe against `serve --kernel-set invariant` passes (cases/serve.ini: chunked prefill,
 #     prefix-cache hits across requests, sampling, two arrival patterns); against the reference
-#     and adversarial sets it fails;
+#     and adversarial sets it fails; with --cuda-graphs the same (decode steps replayed);
 #   - concurrent requests share steps: serve's /metrics must show a step that ran the whole
 #     batch of 4 (a batching window holds the first request for the others);
 #   - bad requests get OpenAI-style errors (status and {"error": {...}} body);
@@ -19,11 +19,12 @@ BUILD=${1:-build}
 . "$(dirname "$0")/servers/fixture.sh"  # fixture_start, pids, wait_port_file, fail
 fixture_start serve
 
-start_serve() {  # start_serve SET: starts invar serve on a free port, sets PORT and SERVE_PID
+start_serve() {  # start_serve SET [ARG...]: starts invar serve on a free port, sets PORT and SERVE_PID
     local set=$1
+    shift
     rm -f "$OUT/port-$set"
     "$INVAR" serve --model tiny --kernel-set "$set" --port 0 --port-file "$OUT/port-$set" \
-        --threads 2 --max-num-batched-tokens 48 --batch-window-ms 40 --seed 5 \
+        --threads 2 --max-num-batched-tokens 48 --batch-window-ms 40 --seed 5 "$@" \
         >"$OUT/serve-$set.log" 2>&1 &
     SERVE_PID=$!
     pids+=("$SERVE_PID")
@@ -312,6 +313,22 @@ for set in reference adversarial; do
     grep -qE '"(batch-variant|nondeterministic)","FAIL"' "$OUT/$set/summary.csv" ||
         fail "$set: no FAIL row observed batch-variant or nondeterministic"
     [ "$(wc -l <"$OUT/$set/divergence.csv")" -gt 1 ] || fail "$set: divergence.csv is empty"
+    kill "$SERVE_PID"; wait "$SERVE_PID"
+done
+
+# 3b. With --cuda-graphs (on the CPU: recorded calls replayed with frozen arguments) the
+# invariant server still passes and replayed decode steps; the reference one is still caught.
+for set in invariant reference; do
+    start_serve "$set" --cuda-graphs
+    "$INVAR" probe --url "http://127.0.0.1:$PORT" --case cases/serve.ini --step-ms 10 \
+        --out "$OUT/graphs-$set" >"$OUT/probe-graphs-$set.log" 2>&1
+    rc=$?
+    want=0
+    [ "$set" = reference ] && want=1
+    [ "$rc" = "$want" ] || { cat "$OUT/probe-graphs-$set.log"; fail "probe vs serve --kernel-set $set --cuda-graphs: exit $rc, expected $want"; }
+    replays=$(http GET /metrics | sed -n 's/^invar_graph_replays_total //p')
+    [ "${replays:-0}" -gt 0 ] || fail "serve --kernel-set $set --cuda-graphs: no decode step replayed"
+    echo "ok: serve --kernel-set $set --cuda-graphs: probe exit $rc, $replays decode steps replayed"
     kill "$SERVE_PID"; wait "$SERVE_PID"
 done
 

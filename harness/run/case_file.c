@@ -291,6 +291,15 @@ static bool set_defaults(parse_state *s) {
                      &s->c->n_graph_buckets);
 }
 
+int case_graph_buckets(int *out, int max) {
+    matrix_list list;
+    char why[256];
+    if (!matrix_split_list(CASE_GRAPH_BUCKETS, &list, why, sizeof why)) return 0;  // a constant
+    int n = 0;
+    for (; n < list.n && n < max; n++) out[n] = (int)strtol(list.value[n], NULL, 10);
+    return n;
+}
+
 int case_file_line(const case_file *c, const char *section, const char *key) {
     for (int i = 0; i < c->n_seen; i++)
         if (strcmp(c->seen[i].section, section) == 0 && strcmp(c->seen[i].key, key) == 0)

@@ -81,6 +81,10 @@ int case_request_count(const case_file *c);
 int case_max_model_len(const case_file *c);
 prompt_spec case_prompt_spec(const case_file *c);
 
+// The default buckets (CASE_GRAPH_BUCKETS, what invar serve --cuda-graphs takes) into
+// out[0 .. max): their count.
+int case_graph_buckets(int *out, int max);
+
 // Opens one model of a case: a named config (engine/model_config.h; synthetic weights from
 // `seed`), else a checkpoint directory (engine/checkpoint.h: config.json and safetensors, the
 // seed unused). With w NULL only the config is read (a checkpoint is still fully validated).

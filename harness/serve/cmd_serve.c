@@ -27,8 +27,9 @@
 #include "../../common/check.h"     // invar_die, invar_calloc, INVAR_EXIT_*
 #include "../../engine/attention_backend.h" // attention_backend_by_name
 #include "../../engine/engine.h"     // engine_create, engine_limits, engine_sched
+#include "../../sets/graph_record.h" // graph_record_wrap
 #include "../../sets/registry.h"     // kernel_set_find, kernel_set_create
-#include "../run/case_file.h"        // case_model_open
+#include "../run/case_file.h"        // case_model_open, case_graph_buckets
 #include "../cli_args.h"             // cli_parse, cli_usage_error, CLI_GO_ON
 #include "serve_api.h"               // serve_completion_parse, serve_write_*
 #include "serve_gate.h"              // serve_gate_start, SERVE_GATE_MAX_HEAD
@@ -482,7 +483,7 @@ int cmd_serve(int argc, char **argv) {
         window_ms = 0, min_batch = 1, max_queue = 256, max_upload_mb = 256,
         max_connections = 4096, connection_timeout = 60, drain_s = 60;
     uint64_t seed = 0;
-    bool no_chunked = false, no_prefix = false;
+    bool no_chunked = false, no_prefix = false, cuda_graphs = false;
     const cli_flag flags[] = {
         {.name = "--model", .metavar = "NAME|DIR", .to.string = &model, .required = true,
          .help = "a named config (synthetic weights from --seed) or a checkpoint directory"},
@@ -514,6 +515,10 @@ int cmd_serve(int argc, char **argv) {
          .help = "longest prompt + max_tokens (at most the model's positions)"},
         {.name = "--no-chunked-prefill", .kind = CLI_SWITCH, .to.on = &no_chunked,
          .help = "prefill a prompt whole, in one step"},
+        {.name = "--cuda-graphs", .kind = CLI_SWITCH, .to.on = &cuda_graphs,
+         .help = "decode steps padded to the buckets 1, 2, 4, 8, 16, 24, ... 512 (up to\n"
+                 "--max-num-seqs) and replayed from a graph captured per bucket, as vLLM\n"
+                 "and SGLang serve them (on the CPU: recorded calls; not with mla-flash)"},
         {.name = "--no-prefix-caching", .kind = CLI_SWITCH, .to.on = &no_prefix,
          .help = "never reuse cached prompt blocks across requests"},
         {.name = "--batch-window-ms", .kind = CLI_INT, .to.integer = &window_ms, .min = 0,
@@ -557,6 +562,9 @@ int cmd_serve(int argc, char **argv) {
     if (!backend || !attention_backend_on_device(backend, device))
         return cli_usage_error(&cmd, "--attention-backend: no backend '%s' on %s", backend_name,
                                device);
+    if (cuda_graphs && backend->path == ATTENTION_BATCH_SCHEDULED_DECODE)
+        return cli_usage_error(&cmd, "--cuda-graphs: backend %s takes its decode split from the "
+                               "whole batch, which a graph would freeze", backend->name);
     if (min_batch > max_num_seqs)
         return cli_usage_error(&cmd, "--min-batch %d exceeds --max-num-seqs %d", min_batch,
                                max_num_seqs);
@@ -591,6 +599,11 @@ int cmd_serve(int argc, char **argv) {
     engine_limits limits = {.max_num_seqs = max_num_seqs, .max_num_batched_tokens = budget,
                             .max_model_len = max_model_len,
                             .max_total_tokens = max_num_seqs * max_model_len, .block_size = 64};
+    if (cuda_graphs) {
+        limits.n_graph_buckets = case_graph_buckets(limits.graph_buckets, ENGINE_MAX_GRAPH_BUCKETS);
+        // The CPU sets have no graphs: recorded calls, frozen as a graph's are.
+        if (!ops->graph_capture) ops = graph_record_wrap(ops);
+    }
     engine *e = engine_create(&cfg, w, ops, &limits, seed);
     w->destroy(w);
     engine_sched sched = {.max_num_seqs = max_num_seqs, .max_num_batched_tokens = budget,

@@ -365,7 +365,9 @@ void serve_queue_write_metrics(serve_queue *q, FILE *f) {
         if (q->steps_at[b]) fprintf(f, "invar_steps_with_batch_size{size=\"%d\"} %ld\n", b,
                                     q->steps_at[b]);
     fprintf(f, "invar_tokens_total %ld\ninvar_prefill_chunks_total %ld\n"
-            "invar_prefix_cache_queries_total %ld\ninvar_prefix_cache_hits_total %ld\n",
-            st.tokens, st.prefill_chunks, st.prefix_queries, st.prefix_hits);
+            "invar_prefix_cache_queries_total %ld\ninvar_prefix_cache_hits_total %ld\n"
+            "invar_graph_steps_total %ld\ninvar_graph_replays_total %ld\n",
+            st.tokens, st.prefill_chunks, st.prefix_queries, st.prefix_hits, st.graph_steps,
+            st.graph_replays);
     check_pthread(pthread_mutex_unlock(&q->mu), "pthread_mutex_unlock");
 }

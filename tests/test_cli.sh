@@ -68,6 +68,10 @@ expect 2 ": --model: given twice" run --case "$work/case.ini" --model tiny --mod
 expect 2 ": --attention-backend: given twice" run --case "$work/case.ini" \
     --attention-backend auto --attention-backend mla-split
 expect 2 ": --resume: given twice" run --resume "$work/a" --resume "$work/b"
+expect 2 "invar run: --cuda-graphs: 'yes' is not one of on\|off" run --case "$work/case.ini" --cuda-graphs yes
+expect 2 "only -q may be added" run --resume "$work/a" --cuda-graphs on
+expect 2 "invar serve: --cuda-graphs: backend mla-flash takes its decode split from the whole batch" \
+    serve --model tiny --kernel-set reference --attention-backend mla-flash --cuda-graphs
 expect 2 ": --op: given twice" kernels --op rmsnorm --op gemm
 expect 2 ": --out: given twice" kernels --out "$work/k1" --out "$work/k2"
 expect 2 ": --threshold: given twice" report diff "$work/a" "$work/b" --threshold 5 --threshold 6
@@ -75,6 +79,10 @@ expect 2 ": --out: given twice" bench --device cpu --out "$work/b1" --out "$work
 expect 2 ": --seed: given twice" model write --config tiny --seed 1 --seed 2 --out "$work/m"
 [ -e "$work/x" ] || [ -e "$work/a" ] || [ -e "$work/k1" ] || [ -e "$work/m" ] &&
     fail "a refused command created its output directory"
+
+# --cuda-graphs on runs a case's configs with graphs: the note counts the replayed steps.
+expect 0 "cuda_graphs: [0-9]+ decode steps padded to a bucket, [1-9][0-9]* replayed" \
+    run --case "$work/case.ini" --cuda-graphs on --out "$work/graphs"
 
 # One parser for every command (harness/cli_args.h): --help is generated from each command's
 # table; an unknown flag, a missing value, a bad number and a stray argument are exit 2 in one

@@ -610,6 +610,14 @@ bool case_file_set_kernel_set(case_file *c, const char *set, char *err, int err_
     return true;
 }
 
+bool case_file_set_cuda_graphs(case_file *c, const char *on_off, char *err, int err_len) {
+    matrix_list list;
+    if (!flag_value("cuda_graphs", on_off, "--cuda-graphs", "on or off, one value", &list, err, err_len))
+        return false;
+    c->axes[matrix_axis_find("cuda_graphs")] = list;
+    return true;
+}
+
 bool case_file_set_model(case_file *c, const char *model, char *err, int err_len) {
     int axis = matrix_axis_find("models");
     matrix_list list;

@@ -98,5 +98,8 @@ bool case_file_set_model(case_file *c, const char *model, char *err, int err_len
 // Replaces the case's kernel_sets with one set (`invar run --kernel-set`): a registered name or
 // plugin:PATH. False with a message when the set is unknown or its plugin cannot be loaded.
 bool case_file_set_kernel_set(case_file *c, const char *set, char *err, int err_len);
+// `invar run --cuda-graphs on|off`: the case's cuda_graphs axis replaced by that one value
+// (every existing case can be run with graphs on).
+bool case_file_set_cuda_graphs(case_file *c, const char *on_off, char *err, int err_len);
 
 #endif

@@ -246,6 +246,7 @@ static csv_table *resume_args(const char *dir, run_args *a, char **cmd, char **a
     a->backend = orig.backend;
     a->model = orig.model;
     a->kernel_set = orig.kernel_set;
+    a->cuda_graphs = orig.cuda_graphs;
     a->hash_weights = orig.hash_weights;
     a->shard_text = orig.shard_text;
     a->shard = orig.shard;
@@ -368,6 +369,7 @@ int cmd_run(int argc, char **argv) {
     if (!case_file_load(a.case_path, c, err, sizeof err) ||
         (a.model && !case_file_set_model(c, a.model, err, sizeof err)) ||
         (a.kernel_set && !case_file_set_kernel_set(c, a.kernel_set, err, sizeof err)) ||
+        (a.cuda_graphs && !case_file_set_cuda_graphs(c, a.cuda_graphs, err, sizeof err)) ||
         !resolve_select_backend(c, a.backend, &sel, err, sizeof err)) {
         fprintf(stderr, "invar: error: %s\n", err);
         free(c);

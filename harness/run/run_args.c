@@ -8,7 +8,7 @@
 #include "resolve.h"   // RESOLVE_BACKEND_ENV
 #include "../../reports/shard_id.h" // shard_id_parse
 
-#define RUN_FLAGS 12 // the table's entries, its end included
+#define RUN_FLAGS 13 // the table's entries, its end included
 
 // The table points into `a`, so it is built for each parse.
 static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
@@ -26,6 +26,10 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
         {.name = "--attention-backend", .metavar = "NAME", .to.string = &a->backend,
          .help = "run every config with this backend (or auto); overrides\n"
                  "the case's attention_backends and " RESOLVE_BACKEND_ENV},
+        {.name = "--cuda-graphs", .metavar = "on|off", .to.string = &a->cuda_graphs, .choices = "on|off",
+         .help = "run every config with CUDA graphs on (decode steps padded\n"
+                 "to buckets and replayed) or off; overrides the case's\n"
+                 "cuda_graphs"},
         {.name = "--out", .metavar = "DIR", .to.string = &a->out_dir,
          .help = "reports: DIR/summary.csv, DIR/divergence.csv,\n"
                  "DIR/meta.csv, DIR/junit.xml, DIR/summary.md\n"
@@ -62,8 +66,8 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
     return (cli_command){
         .name = "invar run",
         .usage = "invar run --case FILE [--model NAME|DIR] [--kernel-set SET]\n"
-                 "                 [--attention-backend NAME] [--out DIR] [--shard I/N]\n"
-                 "                 [--only GLOB] [--request N] [--hash-weights] [-q]\n"
+                 "                 [--attention-backend NAME] [--cuda-graphs on|off] [--out DIR]\n"
+                 "                 [--shard I/N] [--only GLOB] [--request N] [--hash-weights] [-q]\n"
                  "       invar run --resume DIR [-q]",
         .about = "Runs every config of the case file's matrix: each prompt alone (bs=1), then all\n"
                  "prompts at each batch size and the largest batch twice, compared bit for bit;\n"
@@ -78,7 +82,8 @@ static cli_command run_command(run_args *a, cli_flag flags[RUN_FLAGS]) {
 // What the table cannot say: one of --case and --resume, --resume with nothing but -q, and
 // --shard's I/N (parsed into a->shard; `why` holds its message).
 static const char *flags_conflict(run_args *a, char *why, size_t why_len) {
-    if (a->resume && (a->case_path || a->backend || a->model || a->kernel_set || a->out_dir || a->hash_weights ||
+    if (a->resume && (a->case_path || a->backend || a->model || a->kernel_set || a->cuda_graphs || a->out_dir ||
+                      a->hash_weights ||
                       a->shard_text || a->only || a->request >= 0))
         return "--resume: takes the run's options from DIR/meta.csv; only -q may be added";
     if (!a->resume && !a->case_path) return "--case: required (or --resume DIR)";

@@ -16,6 +16,7 @@
 
 typedef struct {
     const char *case_path, *out_dir, *backend, *model, *kernel_set, *resume;  // NULL: not given
+    const char *cuda_graphs; // --cuda-graphs on|off; NULL: the case's cuda_graphs axis
     const char *shard_text;  // --shard as given; NULL: the whole matrix
     shard_id shard;          // parsed from shard_text; count 0 without --shard
     const char *only;        // --only GLOB: the configs whose names match; NULL: every config

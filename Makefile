@@ -251,6 +251,7 @@ nightly: deps
 	$(BUILD)/invar run --case cases/nightly.ini --out "$$new" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
 	$(BUILD)/invar run --case cases/large.ini --out "$$new/large" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
 	$(BUILD)/invar run --case cases/gpu-v3.ini --out "$$new/gpu-v3" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
+	$(BUILD)/invar run --case cases/gpu.ini --cuda-graphs on --out "$$new/gpu-graphs" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
 	if [ "$$rc" -gt 1 ]; then echo "nightly: invar run failed (exit $$rc)"; exit $$rc; fi; \
 	bash tests/ci_catches_kernel_mutants.sh "$$new/ci-mutants" || { r=$$?; [ "$$r" -le "$$rc" ] || rc=$$r; }; \
 	if [ -n "$$prev" ]; then \

@@ -15,7 +15,7 @@
 
 // --- route ---
 
-#define ROUTE_THREADS 256
+#define ROUTE_THREADS 1024  // 32 warps: V2-Lite's 64 experts are two chains a warp, not eight
 #define ROUTE_MAX_GROUPS 64
 
 // Ties pick the lower index: strictly greater wins, scanning ascending.
@@ -28,8 +28,10 @@ __device__ static int argmax_excluding(const float *v, const unsigned char *take
 
 // One block per token. The E dot products run one warp each (lanes stride over D, then the
 // fixed xor-shuffle tree); scoring and selection run serially in thread 0, in the order
-// Hugging Face's DeepseekV2MoEGate / DeepseekV3TopkRouter describe.
-__global__ void moe_route_kernel(moe_route_args a) {
+// Hugging Face's DeepseekV2MoEGate / DeepseekV3TopkRouter describe. A lane's loads are issued
+// eight ahead of its adds, which stay one chain in d order: the latency of a load no longer
+// sits between two adds, and the bits are those of the plain loop.
+__global__ void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(moe_route_args a) {
     extern __shared__ float sh[];
     float *logit = sh, *score = sh + a.E, *choice = sh + 2 * a.E;
     unsigned char *taken = (unsigned char *)(sh + 3 * a.E);
@@ -38,6 +40,7 @@ __global__ void moe_route_kernel(moe_route_args a) {
     for (int e = warp; e < a.E; e += ROUTE_THREADS / 32) {
         const uint16_t *g = a.gate_w + (long)e * a.D;
         float s = 0.0f;
+#pragma unroll 8
         for (int d = lane; d < a.D; d += 32) s = __fadd_rn(s, __fmul_rn(bf16_to_float(x[d]), bf16_to_float(g[d])));
         s = warp_sum(s);
         if (lane == 0) logit[e] = s;

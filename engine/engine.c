@@ -1305,10 +1305,11 @@ static step_shape build_step(engine *e, const engine_request *reqs, const sched_
 // ---------------------------------------------------------------------------------------------
 
 // The bucket a step runs in, or -1 (as scheduled): a decode step (every item one token that
-// samples) of one rank, in the smallest bucket that holds it. A backend whose decode split
-// follows the batch is left out: a graph would freeze the split of the step it was captured on.
+// samples), on one rank or on a set whose collectives graphs can hold, in the smallest bucket
+// that holds it. A backend whose decode split follows the batch is left out: a graph would
+// freeze the split of the step it was captured on.
 static int graph_bucket(const engine *e, const step_shape *st, int n) {
-    if (e->lim.n_graph_buckets == 0 || e->part.size > 1) return -1;
+    if (e->lim.n_graph_buckets == 0 || (e->part.size > 1 && !e->ops->graph_collectives)) return -1;
     if (e->backend->path == ATTENTION_BATCH_SCHEDULED_DECODE) return -1;
     if (st->T != n || st->T_decode != n || st->S != n || st->keys != 0) return -1;
     int cap = e->lim.max_num_seqs < e->lim.max_num_batched_tokens ? e->lim.max_num_seqs

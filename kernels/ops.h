@@ -244,9 +244,13 @@ struct ops_set {
     // they were); graph_launch returns false, running nothing, when the set's own buffers moved
     // since the capture (a larger call grew them): the caller runs the ops and captures again.
     // NULL in a set without graphs, and in a wrapper (a replay would skip what it observes).
+    // graph_collectives: the set's collectives can be captured too, so a tensor-parallel rank
+    // may run its steps as graphs (the CPU sets through sets/graph_record.h; not the CUDA set,
+    // whose all_gather_columns reads the ranks' column ranges on the host).
     ops_graph *(*graph_capture)(ops_set *ops, void (*record)(void *ctx), void *ctx);
     bool (*graph_launch)(ops_set *ops, ops_graph *g);
     void (*graph_release)(ops_set *ops, ops_graph *g);
+    bool graph_collectives;
 
     // --- ops ----------------------------------------------------------------------------
     // out[t] = table[ids[t]]   (D values)

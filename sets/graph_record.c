@@ -15,7 +15,8 @@ typedef enum {
     CALL_EMBEDDING, CALL_RMSNORM, CALL_GEMM, CALL_ROPE, CALL_RESIDUAL_ADD, CALL_SILU_MUL,
     CALL_KV_CACHE_WRITE, CALL_MLA_ATTENTION, CALL_MHA_PREFILL, CALL_MERGE_ATTENTION,
     CALL_MOE_ROUTE, CALL_MOE_EXPERTS, CALL_MOE_COMBINE, CALL_LOGPROBS, CALL_ADD_F32,
-    CALL_ROUND_TO_BF16, CALL_SUM_SLICES_F32,
+    CALL_ROUND_TO_BF16, CALL_SUM_SLICES_F32, CALL_ALL_REDUCE, CALL_ALL_REDUCE_F32_TREE,
+    CALL_ALL_GATHER_COLUMNS,
 } call_kind;
 
 // The ops whose arguments are not one struct, as structs.
@@ -49,6 +50,14 @@ typedef struct {
 typedef struct { float *x; const float *y; long n; } add_f32_call;
 typedef struct { bf16 *out; const float *x; long n; } round_call;
 typedef struct { float *parts; int n; long len; } sum_slices_call;
+typedef struct { tp_comm *comm; bf16 *buf; long n; } all_reduce_call;
+typedef struct { tp_comm *comm; float *buf; long n; } all_reduce_f32_call;
+typedef struct {
+    tp_comm *comm;
+    float *buf;
+    int rows;
+    long ld, col_begin, col_end;
+} all_gather_call;
 
 typedef struct {
     call_kind kind;
@@ -70,6 +79,9 @@ typedef struct {
         add_f32_call add_f32;
         round_call round;
         sum_slices_call sum_slices;
+        all_reduce_call all_reduce;
+        all_reduce_f32_call all_reduce_f32;
+        all_gather_call all_gather;
     } a;
 } recorded_call;
 
@@ -271,7 +283,7 @@ static void rec_sum_slices_f32(ops_set *ops, float *parts, int n, long len) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// What a capture must not do: move data to or from the host, wait, or talk to other ranks
+// What a capture must not do: move data to or from the host, or wait
 // ---------------------------------------------------------------------------------------------
 
 static void refuse_in_capture(ops_set *ops, const char *op) {
@@ -296,14 +308,35 @@ static void rec_sync(ops_set *ops) {
     refuse_in_capture(ops, "sync");
     inner_of(ops)->sync(inner_of(ops));
 }
+// Collectives are recorded like the ops: every rank of a group captures and replays its own
+// graph in the same steps, so each replayed collective meets its peers' (a CUDA set would need
+// its collectives captured the same way, which its host-reading all-gather prevents).
 static void rec_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
-    refuse_in_capture(ops, "all_reduce");
-    inner_of(ops)->all_reduce(inner_of(ops), comm, buf, n);
+    recorded_call *c = record(ops, CALL_ALL_REDUCE);
+    if (!c) {
+        inner_of(ops)->all_reduce(inner_of(ops), comm, buf, n);
+        return;
+    }
+    c->a.all_reduce = (all_reduce_call){comm, buf, n};
 }
+
+static void rec_all_reduce_f32_tree(ops_set *ops, tp_comm *comm, float *buf, long n) {
+    recorded_call *c = record(ops, CALL_ALL_REDUCE_F32_TREE);
+    if (!c) {
+        inner_of(ops)->all_reduce_f32_tree(inner_of(ops), comm, buf, n);
+        return;
+    }
+    c->a.all_reduce_f32 = (all_reduce_f32_call){comm, buf, n};
+}
+
 static void rec_all_gather_columns(ops_set *ops, tp_comm *comm, float *buf, int rows, long ld, long col_begin,
                                    long col_end) {
-    refuse_in_capture(ops, "all_gather_columns");
-    inner_of(ops)->all_gather_columns(inner_of(ops), comm, buf, rows, ld, col_begin, col_end);
+    recorded_call *c = record(ops, CALL_ALL_GATHER_COLUMNS);
+    if (!c) {
+        inner_of(ops)->all_gather_columns(inner_of(ops), comm, buf, rows, ld, col_begin, col_end);
+        return;
+    }
+    c->a.all_gather = (all_gather_call){comm, buf, rows, ld, col_begin, col_end};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -367,6 +400,17 @@ static void replay(ops_set *in, const recorded_call *c) {
         in->sum_slices_f32(in, p->parts, p->n, p->len);
         break;
     }
+    case CALL_ALL_REDUCE: in->all_reduce(in, c->a.all_reduce.comm, c->a.all_reduce.buf, c->a.all_reduce.n); break;
+    case CALL_ALL_REDUCE_F32_TREE: {
+        const all_reduce_f32_call *r = &c->a.all_reduce_f32;
+        in->all_reduce_f32_tree(in, r->comm, r->buf, r->n);
+        break;
+    }
+    case CALL_ALL_GATHER_COLUMNS: {
+        const all_gather_call *g = &c->a.all_gather;
+        in->all_gather_columns(in, g->comm, g->buf, g->rows, g->ld, g->col_begin, g->col_end);
+        break;
+    }
     }
 }
 
@@ -420,9 +464,11 @@ ops_set *graph_record_wrap(ops_set *inner) {
     o->round_to_bf16 = inner->round_to_bf16 ? rec_round_to_bf16 : NULL;
     o->sum_slices_f32 = inner->sum_slices_f32 ? rec_sum_slices_f32 : NULL;
     o->all_reduce = inner->all_reduce ? rec_all_reduce : NULL;
+    o->all_reduce_f32_tree = inner->all_reduce_f32_tree ? rec_all_reduce_f32_tree : NULL;
     o->all_gather_columns = inner->all_gather_columns ? rec_all_gather_columns : NULL;
     o->graph_capture = rec_graph_capture;
     o->graph_launch = rec_graph_launch;
     o->graph_release = rec_graph_release;
+    o->graph_collectives = true;
     return o;
 }

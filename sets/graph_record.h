@@ -3,8 +3,8 @@
 // whose graph_launch replays them in order on the set it wraps. A replay freezes what a CUDA
 // graph freezes (every pointer and size of every call), so an engine whose graph steps lean on
 // something that changes between steps of one bucket goes wrong here too, on any machine; and
-// what a capture must not do (a copy to or from the host, a wait, a collective) exits here as
-// it fails on a GPU.
+// what a capture must not do (a copy to or from the host, a wait) exits here as it fails on a
+// GPU. Collectives are recorded too (graph_collectives): a tensor-parallel rank's steps replay.
 #ifndef INVAR_SETS_GRAPH_RECORD_H
 #define INVAR_SETS_GRAPH_RECORD_H
 

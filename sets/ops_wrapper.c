@@ -61,4 +61,5 @@ void ops_wrapper_init(ops_wrapper *w, ops_set *inner) {
     w->base.graph_capture = NULL;
     w->base.graph_launch = NULL;
     w->base.graph_release = NULL;
+    w->base.graph_collectives = false;
 }

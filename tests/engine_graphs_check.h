@@ -12,7 +12,8 @@
 
 #include <string.h>                    // memcmp
 
-#include "../engine/engine.h"          // engine_create, engine_generate, engine_limits
+#include "../engine/engine.h"          // engine_limits, engine_request, engine_result
+#include "../engine/tp_engine.h"       // tp_engine_create, tp_engine_generate
 #include "../engine/weights.h"         // weights_synthetic
 #include "test_util.h"                 // test_rng, test_alloc, test_poison
 
@@ -29,11 +30,11 @@ typedef struct {  // of the sessions
     engine_stats stats[GRAPHS_SESSIONS];
 } graphs_records;
 
-// Three sessions of the same GRAPHS_REQS requests on one engine: top_k 5 with four requests a
+// Three sessions of the same GRAPHS_REQS requests on one engine of T ranks (ops[r] rank r's set): top_k 5 with four requests a
 // step late; top_k 5 with all at once (a first prefill step larger than any before, so a set's
 // buffers grow after the first session's graphs were captured: they must be captured again);
 // top_k 3. with_buckets: decode steps padded to buckets 1, 2, 4, 8, 16.
-static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight_source *src,
+static inline void graphs_generate(ops_set *const *ops, int T, const model_config *cfg, weight_source *src,
                                    bool with_buckets, uint64_t seed, graphs_records *out) {
     // Room for bucket 16 (a bucket past max_num_seqs is never used).
     engine_limits lim = {.max_num_seqs = 16, .max_num_batched_tokens = 512,
@@ -45,7 +46,7 @@ static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight
         memcpy(lim.graph_buckets, buckets, sizeof buckets);
         lim.n_graph_buckets = 5;
     }
-    engine *e = engine_create(cfg, src, ops, &lim, seed);
+    tp_engine *e = tp_engine_create(cfg, src, ops, T, &lim, seed);
     test_rng rng = test_rng_make(seed ^ 0x6772617068ull);
     int32_t prompts[GRAPHS_REQS][GRAPHS_MAX_PROMPT];
     engine_request reqs[GRAPHS_REQS];
@@ -66,7 +67,7 @@ static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight
         engine_sched sched = {.max_num_seqs = GRAPHS_REQS, .max_num_batched_tokens = 512,
                               .chunked_prefill = true, .top_k = session < 2 ? 5 : 3, .prefix_caching = true};
         char err[512] = "";
-        if (!engine_generate(e, reqs, GRAPHS_REQS, &sched, res, &out->stats[session], err, sizeof err))
+        if (!tp_engine_generate(e, reqs, GRAPHS_REQS, &sched, res, &out->stats[session], err, sizeof err))
             fail_msg("graphs (%s): %s", with_buckets ? "buckets" : "as scheduled", err);
         for (int i = 0; i < GRAPHS_REQS; i++) {
             out->n_steps[i] = res[i].n_steps;
@@ -79,35 +80,35 @@ static inline void graphs_generate(ops_set *ops, const model_config *cfg, weight
             }
         }
     }
-    engine_destroy(e);
+    tp_engine_destroy(e);
 }
 
-// The records with buckets (on `graphs`, whose graph ops are used where it has them) against
-// those without (on `plain`), every session's records compared bit for bit; and the buckets
-// engaged: decode steps padded, and replayed where `graphs` has graphs.
-static inline void check_graphs_equal_as_scheduled(ops_set *plain, ops_set *graphs, const char *model,
-                                                   uint64_t seed) {
+// The records with buckets (on the T sets `graphs`, whose graph ops are used where they have
+// them) against those without (on `plain`), every session's records compared bit for bit; and
+// the buckets engaged: decode steps padded, and replayed where the sets have graphs.
+static inline void check_graphs_equal_as_scheduled(ops_set *const *plain, ops_set *const *graphs, int T,
+                                                   const char *model, uint64_t seed) {
     model_config cfg;
     assert_true(model_config_by_name(model, &cfg));
     weight_source *src = weights_synthetic(&cfg, seed);
     graphs_records *want = test_alloc(sizeof *want), *got = test_alloc(sizeof *got);
-    graphs_generate(plain, &cfg, src, false, seed, want);
-    graphs_generate(graphs, &cfg, src, true, seed, got);
+    graphs_generate(plain, T, &cfg, src, false, seed, want);
+    graphs_generate(graphs, T, &cfg, src, true, seed, got);
     for (int s = 0; s < GRAPHS_SESSIONS; s++) {
         if (s != 1 && want->stats[s].prefix_hits == 0)  // session 1's prompts all arrive at once
             fail_msg("session %d: no prefix-cache hit", s);
         assert_int_equal(want->stats[s].graph_steps, 0);
         if (got->stats[s].graph_steps == 0) fail_msg("session %d: no decode step was padded to a bucket", s);
-        if (graphs->graph_capture && got->stats[s].graph_replays == 0)
-            fail_msg("session %d on %s: no step was replayed from a graph", s, graphs->device);
+        if (graphs[0]->graph_capture && got->stats[s].graph_replays == 0)
+            fail_msg("session %d on %s at T = %d: no step was replayed from a graph", s, graphs[0]->device, T);
     }
     for (int n = 0; n < GRAPHS_SESSIONS; n++)
         for (int i = 0; i < GRAPHS_REQS; i++)
             for (int s = 0; s < want->n_steps[i]; s++) {
                 const engine_step_record *g = &got->rec[n][i][s], *w = &want->rec[n][i][s];
                 if (memcmp(g, w, sizeof *g) != 0)
-                    fail_msg("%s on %s: session %d request %d step %d: with buckets token %d logprob %a, "
-                             "as scheduled token %d logprob %a", model, graphs->device, n, i, s, g->token,
+                    fail_msg("%s on %s at T = %d: session %d request %d step %d: with buckets token %d "
+                             "logprob %a, as scheduled token %d logprob %a", model, graphs[0]->device, T, n, i, s, g->token,
                              (double)g->logprob, w->token, (double)w->logprob);
             }
     free(got);

@@ -219,20 +219,20 @@ tp_size_expectations() {
     echo "tp_size_invariance: T = 2, 4, 8 bitwise equal to T = 1; without it all three differ"
 }
 suite "cases/tp-size.ini: TP-size invariance holds, its control differs" tp_size_expectations "$REPORT/run/tp-size"
-# cases/graphs.ini: every config that runs replayed decode steps (its note counts them; the
-# runner FAILs one that replayed none), and graphs are refused with the reason where they
-# cannot run: at T = 2 and with mla-flash's batch-scheduled split.
+# cases/graphs.ini: every config that runs replayed decode steps, at T = 1 and 2 (its note
+# counts them; the runner FAILs one that replayed none), and graphs are refused with the reason
+# where they cannot run: with mla-flash's batch-scheduled split.
 graphs_expectations() {
-    local set
+    local set t
     for set in invariant reference adversarial; do
-        grep -q "\"cpu/$set/backend=mla-unified/tensor_parallel=1\".*\"PASS\".*cuda_graphs: [0-9]* decode steps padded to a bucket, [1-9][0-9]* replayed" \
-            "$1/summary.csv" || { echo "cpu/$set with cuda_graphs: not PASS with replayed steps"; return 1; }
-        grep -q "\"cpu/$set/backend=mla-unified/tensor_parallel=2\".*cuda_graphs = on: tensor_parallel 2" "$1/summary.csv" ||
-            { echo "cpu/$set at T = 2: not skipped for graphs"; return 1; }
+        for t in 1 2; do
+            grep -q "\"cpu/$set/backend=mla-unified/tensor_parallel=$t\".*\"PASS\".*cuda_graphs: [0-9]* decode steps padded to a bucket, [1-9][0-9]* replayed" \
+                "$1/summary.csv" || { echo "cpu/$set at T = $t with cuda_graphs: not PASS with replayed steps"; return 1; }
+        done
     done
     grep -q "\"cpu/reference/backend=mla-flash/tensor_parallel=1\".*cuda_graphs = on: backend mla-flash" "$1/summary.csv" ||
         { echo "cpu/reference with mla-flash: not skipped for graphs"; return 1; }
-    echo "cuda_graphs: decode steps replayed on the three sets; T = 2 and mla-flash skipped with the reason"
+    echo "cuda_graphs: decode steps replayed on the three sets at T = 1 and 2; mla-flash skipped with the reason"
 }
 suite "cases/graphs.ini: graphs replayed, refused where they cannot run" graphs_expectations "$REPORT/run/graphs"
 # cases/eviction.ini's mla-split control with a cache for every request differs from its

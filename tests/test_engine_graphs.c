@@ -1,8 +1,8 @@
 // tests/test_engine_graphs.c — CUDA graphs' engine side on the CPU (engine/engine.c's graph
 // buckets, sets/graph_record.h's recorded calls): decode steps padded to buckets, and replayed
 // from recorded calls with their arguments frozen, give the records of steps run as scheduled,
-// bit for bit (tests/engine_graphs_check.h); a capture that copies to or from the host exits;
-// bad buckets are refused.
+// bit for bit (tests/engine_graphs_check.h), on one rank and on two (collectives recorded too);
+// a capture that copies to or from the host exits; bad buckets are refused.
 #include <stdarg.h>                      // cmocka
 #include <stddef.h>                      // cmocka
 #include <stdint.h>                      // cmocka
@@ -21,7 +21,7 @@
 static void replayed_steps_equal_steps_as_scheduled(void **state) {
     (void)state;
     ops_set *plain = inv_cpu_create(2), *graphs = graph_record_wrap(inv_cpu_create(2));
-    check_graphs_equal_as_scheduled(plain, graphs, "tiny", 20261206u);
+    check_graphs_equal_as_scheduled(&plain, &graphs, 1, "tiny", 20261206u);
     graphs->destroy(graphs);
     plain->destroy(plain);
 }
@@ -30,9 +30,25 @@ static void replayed_steps_equal_steps_as_scheduled(void **state) {
 static void padded_steps_equal_steps_as_scheduled(void **state) {
     (void)state;
     ops_set *plain = inv_cpu_create(2), *padded = inv_cpu_create(2);
-    check_graphs_equal_as_scheduled(plain, padded, "tiny-v2", 20261207u);
+    check_graphs_equal_as_scheduled(&plain, &padded, 1, "tiny-v2", 20261207u);
     padded->destroy(padded);
     plain->destroy(plain);
+}
+
+// Two ranks, each replaying its own recorded graph, collectives included: the same bits as the
+// two ranks running every step as scheduled.
+static void two_ranks_replay_their_graphs(void **state) {
+    (void)state;
+    ops_set *plain[2], *graphs[2];
+    for (int r = 0; r < 2; r++) {
+        plain[r] = inv_cpu_create(1);
+        graphs[r] = graph_record_wrap(inv_cpu_create(1));
+    }
+    check_graphs_equal_as_scheduled(plain, graphs, 2, "tiny-tp", 20261208u);
+    for (int r = 0; r < 2; r++) {
+        graphs[r]->destroy(graphs[r]);
+        plain[r]->destroy(plain[r]);
+    }
 }
 
 // The exit status of body(ops) run in a child process (what a death test needs).
@@ -87,6 +103,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(replayed_steps_equal_steps_as_scheduled),
         cmocka_unit_test(padded_steps_equal_steps_as_scheduled),
+        cmocka_unit_test(two_ranks_replay_their_graphs),
         cmocka_unit_test(a_capture_refuses_host_copies),
         cmocka_unit_test(descending_buckets_are_refused),
     };

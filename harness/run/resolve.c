@@ -304,13 +304,14 @@ static void resolve_tp_size_invariance(const kernel_set_entry *e, const char *de
 }
 
 // CUDA graphs: decode steps padded to the buckets everywhere, replayed from graphs on a CUDA
-// set that has them; at T > 1 not yet (the logits' all-gather reads on the host mid-step).
+// set that has them and from recorded calls on the CPU; at T > 1 on CUDA not yet (the logits'
+// all-gather reads on the host mid-step).
 static void resolve_cuda_graphs(const run_config *cfg, const char *device, resolved_config *out) {
     if (!cfg->cuda_graphs || out->skip) return;
     char why[200];
-    if (cfg->tensor_parallel > 1) {
-        snprintf(why, sizeof why, "cuda_graphs = on: tensor_parallel %d: graphs run on one rank "
-                 "only (the logits' all-gather reads on the host)", cfg->tensor_parallel);
+    if (cfg->tensor_parallel > 1 && strcmp(device, "cuda") == 0) {
+        snprintf(why, sizeof why, "cuda_graphs = on: tensor_parallel %d on CUDA: graphs run on one "
+                 "rank only (the logits' all-gather reads on the host)", cfg->tensor_parallel);
         skip(out, false, why);
     } else if (out->backend && out->backend->path == ATTENTION_BATCH_SCHEDULED_DECODE) {
         snprintf(why, sizeof why, "cuda_graphs = on: backend %s takes its decode split from the "

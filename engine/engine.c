@@ -187,7 +187,10 @@ struct engine {
 
     // CUDA graphs (lim.graph_buckets): each bucket's captured step, NULL until its first step;
     // padding rows' KV goes to block num_blocks, outside the pool the scheduler allocates from.
+    // graph_len[b]: the attention's longest sequence bucket b's graph was captured with (its
+    // grid's split count), enough for every step it is replayed on.
     ops_graph *graphs[ENGINE_MAX_GRAPH_BUCKETS];
+    int graph_len[ENGINE_MAX_GRAPH_BUCKETS];
     int dummy_block;
 };
 
@@ -1319,11 +1322,23 @@ static int graph_bucket(const engine *e, const step_shape *st, int n) {
     return -1;
 }
 
+// The attention's longest sequence for a padded step of bucket b whose longest is `need`: the
+// bucket graph's own while it holds the step, else the next power of two from 64 (at most
+// max_model_len), so a bucket is captured again a few times as its sequences grow, and its grid
+// and split partials stay near the lengths it runs (max_model_len for every step would size
+// them for the longest request the engine allows).
+static int graph_seq_len(const engine *e, int b, int need) {
+    if (e->graphs[b] && need <= e->graph_len[b]) return e->graph_len[b];
+    int len = 64;
+    while (len < need) len *= 2;
+    return len < e->lim.max_model_len ? len : e->lim.max_model_len;
+}
+
 // Rows [st->T, rows) become padding: token 0 at position 0 of a sequence of its own whose one
 // block is the dummy block, a greedy sample nobody reads. Every size the kernels are called with
-// then follows the bucket alone: the attention's longest sequence is max_model_len for every
-// padded step (the grid's split count; a row's own length still sets its splits).
-static void pad_step(engine *e, step_shape *st, int rows) {
+// then follows the bucket alone, and the attention's longest sequence is `len` (the grid's split
+// count; a row's own length still sets its splits).
+static void pad_step(engine *e, step_shape *st, int rows, int len) {
     host_step *hs = &e->hs;
     int bs = e->lim.block_size, B = e->max_blocks_per_seq;
     for (int i = st->T; i < rows; i++) {
@@ -1343,7 +1358,7 @@ static void pad_step(engine *e, step_shape *st, int rows) {
         hs->sample_request[i] = -1;
     }
     st->T = st->T_decode = st->num_seqs = st->S = rows;
-    st->max_seq_len = e->lim.max_model_len;
+    st->max_seq_len = len;
 }
 
 typedef struct {
@@ -1357,22 +1372,25 @@ static void forward_recorded(void *ctx) {
     engine_forward(f->e, f->st, f->top_k);
 }
 
-// A padded step: bucket b's graph replayed where the set has graphs and its graph is current;
-// otherwise the step runs call by call, which grows the set's buffers to the bucket's sizes,
-// and (with graphs) the bucket's graph is captured after it, to be replayed from the next step.
+// A padded step: bucket b's graph replayed where the set has graphs and its graph is current
+// (captured with this step's attention length, over the set's buffers as they are); otherwise
+// the step runs call by call, which grows the set's buffers to the bucket's sizes, and (with
+// graphs) the bucket's graph is captured after it, to be replayed from the next step.
 static void forward_in_bucket(engine *e, const step_shape *st, int b, int top_k) {
     ops_set *o = e->ops;
     bool graphs = o->graph_capture && o->graph_launch && o->graph_release;
     e->stats.graph_steps++;
-    if (graphs && e->graphs[b] && o->graph_launch(o, e->graphs[b])) {
+    if (graphs && e->graphs[b] && e->graph_len[b] == st->max_seq_len && o->graph_launch(o, e->graphs[b])) {
         e->stats.graph_replays++;
         return;
     }
     engine_forward(e, st, top_k);
-    if (!graphs) return;
     if (e->graphs[b]) o->graph_release(o, e->graphs[b]);
+    e->graphs[b] = NULL;
+    if (!graphs) return;
     forward_call f = {e, st, top_k};
     e->graphs[b] = o->graph_capture(o, forward_recorded, &f);
+    e->graph_len[b] = st->max_seq_len;
 }
 
 static void copy_record(const step_views *r, int s, int top_k, engine_step_record *rec) {
@@ -1481,7 +1499,8 @@ int engine_step(engine *e, char *err, int err_len) {
     if (e->backend->path != ATTENTION_UNIFIED) decodes_first(items, n_items);
     step_shape shape = build_step(e, e->reqs, items, n_items);
     int bucket = graph_bucket(e, &shape, n_items);
-    if (bucket >= 0) pad_step(e, &shape, e->lim.graph_buckets[bucket]);
+    if (bucket >= 0)
+        pad_step(e, &shape, e->lim.graph_buckets[bucket], graph_seq_len(e, bucket, shape.max_seq_len));
     pack_step(e, &shape, shape.num_seqs, e->session.top_k);
     if (bucket >= 0) forward_in_bucket(e, &shape, bucket, e->session.top_k);
     else engine_forward(e, &shape, e->session.top_k);

@@ -51,6 +51,56 @@ static void two_ranks_replay_their_graphs(void **state) {
     }
 }
 
+// One request of prompt_len tokens generating 4, alone, on e: its records into rec.
+static void generate_one(engine *e, const int32_t *prompt, int prompt_len, engine_step_record *rec) {
+    engine_request req = {.prompt = prompt, .prompt_len = prompt_len, .max_new_tokens = 4, .seed = 3};
+    engine_result res = {.steps = rec};
+    engine_sched sched = {.max_num_seqs = 2, .max_num_batched_tokens = 256, .chunked_prefill = true,
+                          .top_k = 5};
+    char err[256] = "";
+    test_poison(rec, 4 * sizeof *rec);
+    if (!engine_generate(e, &req, 1, &sched, &res, NULL, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(res.n_steps, 4);
+}
+
+// A bucket's graph holds the attention length it was captured with (a power of two from 64,
+// not max_model_len): a later session whose sequences grow past it (a prompt of 150 after one
+// of 10, the same top_k, so the graph is kept) must capture it again, with the records of an
+// engine without buckets. A graph replayed past its length would, on a GPU, drop the KV splits
+// beyond it; on the CPU the attention refuses the position.
+static void graphs_grow_with_the_sequences(void **state) {
+    (void)state;
+    model_config cfg;
+    assert_true(model_config_by_name("tiny", &cfg));
+    weight_source *src = weights_synthetic(&cfg, 31);
+    ops_set *plain = inv_cpu_create(2), *graphs = graph_record_wrap(inv_cpu_create(2));
+    engine_limits lim = {.max_num_seqs = 2, .max_num_batched_tokens = 256, .max_model_len = 200,
+                         .max_total_tokens = 400, .block_size = 16, .graph_buckets = {1, 2},
+                         .n_graph_buckets = 2};
+    engine *with = engine_create(&cfg, src, graphs, &lim, 31);
+    lim.n_graph_buckets = 0;
+    engine *without = engine_create(&cfg, src, plain, &lim, 31);
+    int32_t prompt[150];
+    test_fill_i32(prompt, 150, 32, 0, cfg.vocab_size - 1);
+    engine_step_record want[4], got[4];
+    const int lens[] = {10, 150};
+    for (int i = 0; i < 2; i++) {
+        generate_one(without, prompt, lens[i], want);
+        generate_one(with, prompt, lens[i], got);
+        engine_stats st = engine_session_stats(with);
+        if (st.graph_steps != 3) fail_msg("prompt of %d: %ld decode steps padded, not 3", lens[i], st.graph_steps);
+        for (int j = 0; j < 4; j++)
+            if (memcmp(&got[j], &want[j], sizeof got[j]) != 0)
+                fail_msg("prompt of %d, step %d: with graphs token %d logprob %a, without token %d logprob %a",
+                         lens[i], j, got[j].token, (double)got[j].logprob, want[j].token, (double)want[j].logprob);
+    }
+    engine_destroy(without);
+    engine_destroy(with);
+    graphs->destroy(graphs);
+    plain->destroy(plain);
+    src->destroy(src);
+}
+
 // The exit status of body(ops) run in a child process (what a death test needs).
 static int exit_status_of(void (*body)(ops_set *ops), ops_set *ops) {
     pid_t pid = fork();
@@ -104,6 +154,7 @@ int main(void) {
         cmocka_unit_test(replayed_steps_equal_steps_as_scheduled),
         cmocka_unit_test(padded_steps_equal_steps_as_scheduled),
         cmocka_unit_test(two_ranks_replay_their_graphs),
+        cmocka_unit_test(graphs_grow_with_the_sequences),
         cmocka_unit_test(a_capture_refuses_host_copies),
         cmocka_unit_test(descending_buckets_are_refused),
     };

@@ -115,7 +115,6 @@ typedef struct {
     int S;                       // rows that produce logits
     int keys;                    // split prefill: key rows gathered
     int decode_split_size;       // batch-scheduled decode: KV split size for this step
-    int rows;                    // rows the scheduler asked for; T is more when padded to a bucket
 } step_shape;
 
 // TP-size invariance's per-slice weights of a layer (engine/tp_slices.h): gate/up cut per
@@ -1299,7 +1298,6 @@ static step_shape build_step(engine *e, const engine_request *reqs, const sched_
     }
     st.decode_split_size = batch_scheduled_split_size(hs->seq_lens, n);
     for (int s = 0; s < st.S; s++) hs->sample_request[s] = items[hs->sample_item[s]].req;
-    st.rows = st.T;
     return st;
 }
 
@@ -1498,6 +1496,7 @@ int engine_step(engine *e, char *err, int err_len) {
     if (n_items <= 0) return n_items;
     if (e->backend->path != ATTENTION_UNIFIED) decodes_first(items, n_items);
     step_shape shape = build_step(e, e->reqs, items, n_items);
+    const int tokens = shape.T;  // the scheduled ones: padding to a bucket adds rows
     int bucket = graph_bucket(e, &shape, n_items);
     if (bucket >= 0)
         pad_step(e, &shape, e->lim.graph_buckets[bucket], graph_seq_len(e, bucket, shape.max_seq_len));
@@ -1515,7 +1514,7 @@ int engine_step(engine *e, char *err, int err_len) {
                       "outside the vocabulary (%d ids): an engine bug", e->stats.steps,
                       items[i].req, e->sampled[i], e->cfg.vocab_size);
     // Counted before completion: a request that finishes here releases its slot.
-    e->stats.tokens += shape.rows;
+    e->stats.tokens += tokens;
     for (int i = 0; i < n_items; i++)
         if (items[i].start < e->reqs[items[i].req].prompt_len) e->stats.prefill_chunks++;
     scheduler_complete(e->sched, items, n_items, e->sampled);

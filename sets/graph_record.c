@@ -2,7 +2,7 @@
 #include "graph_record.h"
 
 #include <stdlib.h>           // free, realloc
-#include <string.h>           // memset
+#include <string.h>           // memset, strcmp
 
 #include "../common/check.h"  // invar_calloc, invar_die, INVAR_EXIT_SYSTEM
 #include "ops_wrapper.h"      // ops_wrapper, ops_wrapper_init
@@ -87,7 +87,7 @@ typedef struct {
 
 struct ops_graph {
     recorded_call *calls;
-    int n;
+    int n, cap;
 };
 
 typedef struct {
@@ -107,10 +107,14 @@ static ops_set *inner_of(ops_set *ops) {
 static recorded_call *record(ops_set *ops, call_kind kind) {
     ops_graph *g = rec_of(ops)->recording;
     if (!g) return NULL;
-    recorded_call *calls = realloc(g->calls, (size_t)(g->n + 1) * sizeof *calls);
-    if (!calls) invar_die(INVAR_EXIT_SYSTEM, "out of memory recording a graph of %d calls", g->n + 1);
-    g->calls = calls;
-    recorded_call *c = &calls[g->n++];
+    if (g->n == g->cap) {  // doubled: a step's few hundred calls, a handful of reallocs
+        int cap = g->cap ? 2 * g->cap : 256;
+        recorded_call *calls = realloc(g->calls, (size_t)cap * sizeof *calls);
+        if (!calls) invar_die(INVAR_EXIT_SYSTEM, "out of memory recording a graph of %d calls", cap);
+        g->calls = calls;
+        g->cap = cap;
+    }
+    recorded_call *c = &g->calls[g->n++];
     memset(c, 0, sizeof *c);
     c->kind = kind;
     return c;
@@ -126,8 +130,7 @@ static void rec_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int3
         inner_of(ops)->embedding(inner_of(ops), out, table, ids, T, D);
         return;
     }
-    c->a.embedding.out = out, c->a.embedding.table = table, c->a.embedding.ids = ids;
-    c->a.embedding.T = T, c->a.embedding.D = D;
+    c->a.embedding = (embedding_call){out, table, ids, T, D};
 }
 
 static void rec_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x, const bf16 *w,
@@ -137,8 +140,7 @@ static void rec_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, lon
         inner_of(ops)->rmsnorm(inner_of(ops), out, ld_out, x, ld_x, w, M, D, eps);
         return;
     }
-    c->a.rmsnorm.out = out, c->a.rmsnorm.ld_out = ld_out, c->a.rmsnorm.x = x, c->a.rmsnorm.ld_x = ld_x;
-    c->a.rmsnorm.w = w, c->a.rmsnorm.M = M, c->a.rmsnorm.D = D, c->a.rmsnorm.eps = eps;
+    c->a.rmsnorm = (rmsnorm_call){out, ld_out, x, ld_x, w, M, D, eps};
 }
 
 static void rec_gemm(ops_set *ops, const gemm_args *a) {
@@ -157,9 +159,7 @@ static void rec_rope(ops_set *ops, bf16 *x, long ld_token, long ld_head, int T, 
         inner_of(ops)->rope(inner_of(ops), x, ld_token, ld_head, T, H, R, pos, cos, sin, interleave);
         return;
     }
-    c->a.rope.x = x, c->a.rope.ld_token = ld_token, c->a.rope.ld_head = ld_head;
-    c->a.rope.T = T, c->a.rope.H = H, c->a.rope.R = R, c->a.rope.pos = pos;
-    c->a.rope.cos = cos, c->a.rope.sin = sin, c->a.rope.interleave = interleave;
+    c->a.rope = (rope_call){x, ld_token, ld_head, T, H, R, pos, cos, sin, interleave};
 }
 
 static void rec_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
@@ -168,7 +168,7 @@ static void rec_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
         inner_of(ops)->residual_add(inner_of(ops), x, y, n);
         return;
     }
-    c->a.residual_add.x = x, c->a.residual_add.y = y, c->a.residual_add.n = n;
+    c->a.residual_add = (residual_add_call){x, y, n};
 }
 
 static void rec_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int I) {
@@ -177,7 +177,7 @@ static void rec_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, in
         inner_of(ops)->silu_mul(inner_of(ops), out, gate_up, M, I);
         return;
     }
-    c->a.silu_mul.out = out, c->a.silu_mul.gate_up = gate_up, c->a.silu_mul.M = M, c->a.silu_mul.I = I;
+    c->a.silu_mul = (silu_mul_call){out, gate_up, M, I};
 }
 
 static void rec_kv_cache_write(ops_set *ops, bf16 *cache, const bf16 *c_kv, long ld_c_kv, const bf16 *k_pe,
@@ -187,9 +187,8 @@ static void rec_kv_cache_write(ops_set *ops, bf16 *cache, const bf16 *c_kv, long
         inner_of(ops)->kv_cache_write(inner_of(ops), cache, c_kv, ld_c_kv, k_pe, ld_k_pe, slot, T, L, R);
         return;
     }
-    c->a.kv_write.cache = cache, c->a.kv_write.c_kv = c_kv, c->a.kv_write.ld_c_kv = ld_c_kv;
-    c->a.kv_write.k_pe = k_pe, c->a.kv_write.ld_k_pe = ld_k_pe, c->a.kv_write.slot = slot;
-    c->a.kv_write.T = T, c->a.kv_write.L = L, c->a.kv_write.R = R;
+    c->a.kv_write = (kv_write_call){.cache = cache, .c_kv = c_kv, .ld_c_kv = ld_c_kv, .k_pe = k_pe,
+                                    .ld_k_pe = ld_k_pe, .slot = slot, .T = T, .L = L, .R = R};
 }
 
 static void rec_mla_attention(ops_set *ops, const mla_attention_args *a) {
@@ -261,7 +260,7 @@ static void rec_add_f32(ops_set *ops, float *x, const float *y, long n) {
         inner_of(ops)->add_f32(inner_of(ops), x, y, n);
         return;
     }
-    c->a.add_f32.x = x, c->a.add_f32.y = y, c->a.add_f32.n = n;
+    c->a.add_f32 = (add_f32_call){x, y, n};
 }
 
 static void rec_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
@@ -270,7 +269,7 @@ static void rec_round_to_bf16(ops_set *ops, bf16 *out, const float *x, long n) {
         inner_of(ops)->round_to_bf16(inner_of(ops), out, x, n);
         return;
     }
-    c->a.round.out = out, c->a.round.x = x, c->a.round.n = n;
+    c->a.round = (round_call){out, x, n};
 }
 
 static void rec_sum_slices_f32(ops_set *ops, float *parts, int n, long len) {
@@ -279,7 +278,7 @@ static void rec_sum_slices_f32(ops_set *ops, float *parts, int n, long len) {
         inner_of(ops)->sum_slices_f32(inner_of(ops), parts, n, len);
         return;
     }
-    c->a.sum_slices.parts = parts, c->a.sum_slices.n = n, c->a.sum_slices.len = len;
+    c->a.sum_slices = (sum_slices_call){parts, n, len};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -435,6 +434,10 @@ static void rec_destroy(ops_set *ops) {
     ops_set *inner = inner_of(ops);
     free(rec_of(ops));
     inner->destroy(inner);
+}
+
+ops_set *graph_record_on_cpu(ops_set *ops) {
+    return strcmp(ops->device, "cpu") == 0 && !ops->graph_capture ? graph_record_wrap(ops) : ops;
 }
 
 ops_set *graph_record_wrap(ops_set *inner) {

@@ -13,4 +13,9 @@
 // A set that computes as `inner` and has graphs; destroying it destroys inner.
 ops_set *graph_record_wrap(ops_set *inner);
 
+// What cuda_graphs = on runs a set as: a CPU set without graphs wrapped (graph_record_wrap);
+// any other as it is (a CUDA set has its own graphs; a CUDA plugin set, which has none, runs
+// its padded steps call by call rather than replay a plugin's recorded launches).
+ops_set *graph_record_on_cpu(ops_set *ops);
+
 #endif

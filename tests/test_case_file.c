@@ -123,7 +123,7 @@ static void parses_values_lists_and_defaults(void **state) {
     assert_int_equal(sets->line, 13);
     const matrix_list *dev = &c.axes[matrix_axis_find("devices")];
     assert_int_equal(dev->n, 1);  // default
-    assert_int_equal(c.n_graph_buckets, 15);  // the default, CASE_GRAPH_BUCKETS
+    assert_int_equal(c.n_graph_buckets, 15);  // the default, case_graph_buckets'
     assert_int_equal(c.graph_buckets[0], 1);
     assert_int_equal(c.graph_buckets[14], 512);
     int buckets[16];

@@ -287,16 +287,14 @@ static bool set_defaults(parse_state *s) {
             return false;
         }
     }
-    return set_sizes(s, "cuda_graph_buckets", CASE_GRAPH_BUCKETS, 0, true, s->c->graph_buckets,
-                     &s->c->n_graph_buckets);
+    s->c->n_graph_buckets = case_graph_buckets(s->c->graph_buckets, MATRIX_MAX_VALUES);
+    return true;
 }
 
 int case_graph_buckets(int *out, int max) {
-    matrix_list list;
-    char why[256];
-    if (!matrix_split_list(CASE_GRAPH_BUCKETS, &list, why, sizeof why)) return 0;  // a constant
+    static const int buckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
     int n = 0;
-    for (; n < list.n && n < max; n++) out[n] = (int)strtol(list.value[n], NULL, 10);
+    for (; n < (int)(sizeof buckets / sizeof buckets[0]) && n < max; n++) out[n] = buckets[n];
     return n;
 }
 

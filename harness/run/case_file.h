@@ -27,8 +27,6 @@
 #include "prompts.h"                // prompt_spec
 
 #define CASE_MAX_KEYS 64  // distinct keys remembered for line numbers
-// [matrix] cuda_graph_buckets by default: vLLM's capture sizes up to 512, thinned to 15.
-#define CASE_GRAPH_BUCKETS "1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512"
 
 typedef struct {
     char path[PATH_MAX];              // the file, for messages
@@ -50,7 +48,7 @@ typedef struct {
     int batch_sizes[MATRIX_MAX_VALUES];
     int n_batch_sizes;
     // The batch sizes a cuda_graphs = on config pads its decode steps to (engine_limits'
-    // graph_buckets), ascending; the default is CASE_GRAPH_BUCKETS.
+    // graph_buckets), ascending; the default is case_graph_buckets'.
     int graph_buckets[MATRIX_MAX_VALUES];
     int n_graph_buckets;
     matrix_list axes[MATRIX_MAX_AXES]; // one per matrix_axis_at(i)
@@ -81,8 +79,8 @@ int case_request_count(const case_file *c);
 int case_max_model_len(const case_file *c);
 prompt_spec case_prompt_spec(const case_file *c);
 
-// The default buckets (CASE_GRAPH_BUCKETS, what invar serve --cuda-graphs takes) into
-// out[0 .. max): their count.
+// The default buckets (vLLM's capture sizes up to 512, thinned to 15; what a case without
+// cuda_graph_buckets and invar serve --cuda-graphs take) into out[0 .. max): their count.
 int case_graph_buckets(int *out, int max);
 
 // Opens one model of a case: a named config (engine/model_config.h; synthetic weights from

@@ -13,7 +13,7 @@
 #include "../../engine/tp_engine.h"     // tp_engine_*: the engine at tensor-parallel degree T
 #include "../../common/check.h"        // invar_die, invar_calloc, invar_malloc
 #include "../../kernels/fingerprint.h"  // fingerprint_sink_*
-#include "../../sets/graph_record.h" // graph_record_wrap
+#include "../../sets/graph_record.h" // graph_record_on_cpu
 #include "../../sets/registry.h"     // kernel_set_create*, kernel_set_is_adversarial, tp_devices_describe
 #include "../../reports/report_schema.h" // DIVERGENCE_*, SUMMARY_*
 #include "compare.h"                    // compare_request_sets, compare_results, divergence
@@ -471,9 +471,7 @@ static void run_config_once(const case_file *c, const run_config *cfg,
         if (!rank_ops[k])
             invar_die(INVAR_EXIT_INPUT, "%s: config %s: no kernel set '%s' on device %s",
                       c->path, cfg->name, cfg->kernel_set, rc->device);
-        // cuda_graphs on the CPU: graphs of recorded calls, frozen as a CUDA graph's are.
-        if (cfg->cuda_graphs && strcmp(rc->device, "cpu") == 0)
-            rank_ops[k] = graph_record_wrap(rank_ops[k]);
+        if (cfg->cuda_graphs) rank_ops[k] = graph_record_on_cpu(rank_ops[k]);
     }
     ops_set *ops = rank_ops[0];  // its order log speaks for every rank (they run alike)
     // Every rank notes into one sink (thread-safe): an invariant config must keep one order per

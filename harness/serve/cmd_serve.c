@@ -27,7 +27,7 @@
 #include "../../common/check.h"     // invar_die, invar_calloc, INVAR_EXIT_*
 #include "../../engine/attention_backend.h" // attention_backend_by_name
 #include "../../engine/engine.h"     // engine_create, engine_limits, engine_sched
-#include "../../sets/graph_record.h" // graph_record_wrap
+#include "../../sets/graph_record.h" // graph_record_on_cpu
 #include "../../sets/registry.h"     // kernel_set_find, kernel_set_create
 #include "../run/case_file.h"        // case_model_open, case_graph_buckets
 #include "../cli_args.h"             // cli_parse, cli_usage_error, CLI_GO_ON
@@ -601,8 +601,7 @@ int cmd_serve(int argc, char **argv) {
                             .max_total_tokens = max_num_seqs * max_model_len, .block_size = 64};
     if (cuda_graphs) {
         limits.n_graph_buckets = case_graph_buckets(limits.graph_buckets, ENGINE_MAX_GRAPH_BUCKETS);
-        // The CPU sets have no graphs: recorded calls, frozen as a graph's are.
-        if (!ops->graph_capture) ops = graph_record_wrap(ops);
+        ops = graph_record_on_cpu(ops);
     }
     engine *e = engine_create(&cfg, w, ops, &limits, seed);
     w->destroy(w);

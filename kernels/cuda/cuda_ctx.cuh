@@ -57,9 +57,6 @@ static inline cuda_ctx *cuda_ctx_of(ops_set *ops) { return (cuda_ctx *)ops->ctx;
 // Scratch slot `slot` with at least `bytes`; grows (synchronizing first) only past every size
 // asked before.
 void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what);
-// *buf with at least `bytes` for a set's own buffer (reference/, adversarial/): as
-// invar_cuda_reserve, counted as a move for the graphs captured before.
-void *cuda_reserve(cuda_ctx *c, void **buf, size_t *have, size_t bytes, const char *what);
 // The same, zero-filled whenever it grows.
 void *cuda_scratch_zeroed(cuda_ctx *c, int slot, size_t bytes, const char *what);
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>         // free
 #include <string.h>         // strcmp, strncmp
 
-#include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_die, invar_calloc
+#include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_cuda_reserve, invar_die, invar_calloc
 #include "gemm_paths.h"     // GEMM_SM90_PATHS, GEMM_PORTABLE_PATH
 #include "inv_cuda_launch.h" // inv_cuda_stream, inv_cuda_*_with_*
 #include "inv_cuda_ops.h"   // inv_cuda_* ops, rmsnorm_launch, mla_attention_launch, logprobs_launch
@@ -53,29 +53,18 @@ static void no_move_while_capturing(const cuda_ctx *c, const char *what, size_t 
                   "follow its bucket alone)", what, bytes);
 }
 
-void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what) {
-    if (bytes <= c->scratch_bytes[slot]) return c->scratch[slot];
-    no_move_while_capturing(c, what, bytes);
-    c->buffers_moved++;
-    // Rare by design: the engine's first step of each size grows it, steady state never does.
-    CUDA_CHECK(what, cudaStreamSynchronize(c->stream));
-    if (c->scratch[slot]) CUDA_CHECK(what, cudaFree(c->scratch[slot]));
-    c->scratch[slot] = NULL;
-    c->scratch_bytes[slot] = 0;
-    size_t grown = bytes + bytes / 4;  // headroom so slowly growing shapes do not re-grow
-    cudaError_t err = cudaMalloc(&c->scratch[slot], grown);
-    if (err != cudaSuccess)
-        invar_die(INVAR_EXIT_SYSTEM, "cuda: out of device memory: scratch for %s needs %zu bytes: %s",
-                  what, grown, cudaGetErrorString(err));
-    c->scratch_bytes[slot] = grown;
-    return c->scratch[slot];
-}
-
-void *cuda_reserve(cuda_ctx *c, void **buf, size_t *have, size_t bytes, const char *what) {
+// Every buffer the kernels use grows here (a quarter of headroom, after a wait), counted as a
+// move for the graphs captured before.
+static void *cuda_reserve(cuda_ctx *c, void **buf, size_t *have, size_t bytes, const char *what) {
     if (bytes <= *have) return *buf;
     no_move_while_capturing(c, what, bytes);
     c->buffers_moved++;
     return invar_cuda_reserve(buf, have, bytes, c->stream, what);
+}
+
+// Rare by design: the engine's first step of each size grows it, steady state never does.
+void *cuda_scratch(cuda_ctx *c, int slot, size_t bytes, const char *what) {
+    return cuda_reserve(c, &c->scratch[slot], &c->scratch_bytes[slot], bytes, what);
 }
 
 void *inv_cuda_reserve(ops_set *ops, void **buf, size_t *have, size_t bytes, const char *what) {

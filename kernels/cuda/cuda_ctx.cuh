@@ -27,6 +27,7 @@ enum cuda_scratch_slot {
     SCRATCH_GEMM_HANDOFF,   // stream-K chain states
     SCRATCH_GEMM_HANDOFF_READY,  // their ready flags, zero between launches
     SCRATCH_GEMM_TOTALS,    // 128 x 256 cta path's running totals
+    SCRATCH_LOGPROBS,       // logprobs: each chunk's max, sum, sampled and top-k candidates
     SCRATCH_SLOTS
 };
 

@@ -4,7 +4,7 @@
 #include <math.h>            // expf, INFINITY
 
 #include "../bf16.h"         // bf16_to_float, float_to_bf16
-#include "block_reduce.cuh"  // warp_sum
+#include "block_reduce.cuh"  // warp_sum, warp_max
 #include "cuda_ctx.cuh"      // cuda_ctx, cuda_scratch, CUDA_CHECK_LAUNCH
 #include "gemm.cuh"          // gemm_problem, gemm_launch
 #include "gemm_plan.cuh"     // gemm_split_count, GEMM_BK
@@ -15,58 +15,102 @@
 
 // --- route ---
 
-#define ROUTE_THREADS 1024  // 32 warps: V2-Lite's 64 experts are two chains a warp, not eight
+#define ROUTE_THREADS 1024  // 32 warps: V2-Lite's 64 experts are two dot products a warp, not eight
 #define ROUTE_MAX_GROUPS 64
+#define ROUTE_RUN 8         // d's a lane adds in a run: one 16-byte load of x and of a gate row
 
-// Ties pick the lower index: strictly greater wins, scanning ascending.
-__device__ static int argmax_excluding(const float *v, const unsigned char *taken, int begin, int end) {
-    int best = -1;
-    for (int e = begin; e < end; e++)
-        if (!taken[e] && (best < 0 || v[e] > v[best])) best = e;
-    return best;
+// (v, i) beats (v2, i2): larger value, then lower index; i2 < 0 is no candidate yet. Over a
+// warp's lanes it picks what a scan in ascending index with "strictly greater wins" picks.
+__device__ __forceinline__ bool route_beats(float v, int i, float v2, int i2) {
+    return i >= 0 && (i2 < 0 || v > v2 || (v == v2 && i < i2));
 }
 
-// One block per token. The E dot products run one warp each (lanes stride over D, then the
-// fixed xor-shuffle tree); scoring and selection run serially in thread 0, in the order
-// Hugging Face's DeepseekV2MoEGate / DeepseekV3TopkRouter describe. A lane's loads are issued
-// eight ahead of its adds, which stay one chain in d order: the latency of a load no longer
-// sits between two adds, and the bits are those of the plain loop.
+__device__ __forceinline__ int warp_argmax(float v, int i) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (route_beats(ov, oi, v, i)) { v = ov; i = oi; }
+    }
+    return i;
+}
+
+// The best index of v[0 .. n) not yet taken, over the warp (every lane gets it).
+__device__ __forceinline__ int warp_argmax_untaken(const float *v, const unsigned char *taken, int n) {
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int e = threadIdx.x % 32; e < n; e += 32)
+        if (!taken[e] && route_beats(v[e], e, bv, bi)) { bv = v[e]; bi = e; }
+    return warp_argmax(bv, bi);
+}
+
+// A logit x . g: lane L adds, in one chain, the runs of ROUTE_RUN d's starting at d = 8 L,
+// 8 L + 256, ... (the tail run cut at D), then the fixed xor-shuffle tree adds the lanes. The
+// order depends on D only; 16-byte loads where the rows allow them, scalar ones else (same order).
+__device__ __forceinline__ float route_logit(const uint16_t *x, const uint16_t *g, int D, int lane) {
+    float s = 0.0f;
+    const bool wide = D % ROUTE_RUN == 0 && ((uintptr_t)x | (uintptr_t)g) % 16 == 0;
+    if (wide) {
+#pragma unroll 4
+        for (int d0 = ROUTE_RUN * lane; d0 < D; d0 += 32 * ROUTE_RUN) {
+            const uint4 xv = *(const uint4 *)(x + d0), gv = *(const uint4 *)(g + d0);
+            const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w}, gw[4] = {gv.x, gv.y, gv.z, gv.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                s = __fadd_rn(s, __fmul_rn(__uint_as_float(xw[j] << 16), __uint_as_float(gw[j] << 16)));
+                s = __fadd_rn(s, __fmul_rn(__uint_as_float(xw[j] & 0xffff0000u), __uint_as_float(gw[j] & 0xffff0000u)));
+            }
+        }
+    } else {
+        for (int d0 = ROUTE_RUN * lane; d0 < D; d0 += 32 * ROUTE_RUN)
+            for (int d = d0; d < d0 + ROUTE_RUN && d < D; d++)
+                s = __fadd_rn(s, __fmul_rn(bf16_to_float(x[d]), bf16_to_float(g[d])));
+    }
+    return warp_sum(s);
+}
+
+// One block per token. The E logits run one warp each (route_logit); scoring and selection run
+// in warp 0 in the order Hugging Face's DeepseekV2MoEGate / DeepseekV3TopkRouter describe:
+// maxima and arg-maxima over the lanes (exact, whatever the tree), the softmax's sum and the
+// weights' sum serially in lane 0 (index order).
 __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(moe_route_args a) {
     extern __shared__ float sh[];
+    __shared__ float gscore[ROUTE_MAX_GROUPS];
+    __shared__ unsigned char gtaken[ROUTE_MAX_GROUPS];
     float *logit = sh, *score = sh + a.E, *choice = sh + 2 * a.E;
     unsigned char *taken = (unsigned char *)(sh + 3 * a.E);
-    const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, E = a.E;
     const uint16_t *x = a.x + (long)t * a.D;
-    for (int e = warp; e < a.E; e += ROUTE_THREADS / 32) {
-        const uint16_t *g = a.gate_w + (long)e * a.D;
-        float s = 0.0f;
-#pragma unroll 8
-        for (int d = lane; d < a.D; d += 32) s = __fadd_rn(s, __fmul_rn(bf16_to_float(x[d]), bf16_to_float(g[d])));
-        s = warp_sum(s);
+    for (int e = warp; e < E; e += ROUTE_THREADS / 32) {
+        const float s = route_logit(x, a.gate_w + (long)e * a.D, a.D, lane);
         if (lane == 0) logit[e] = s;
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
+    if (warp != 0) return;
 
-    const int E = a.E;
     if (a.scoring == MOE_SCORING_SOFTMAX) {
-        float mx = -INFINITY, sum = 0.0f;
-        for (int e = 0; e < E; e++) mx = fmaxf(mx, logit[e]);
-        for (int e = 0; e < E; e++) sum += expf(logit[e] - mx);
-        for (int e = 0; e < E; e++) score[e] = expf(logit[e] - mx) / sum;
+        float mx = -INFINITY;
+        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, logit[e]);
+        mx = warp_max(mx);
+        for (int e = lane; e < E; e += 32) score[e] = expf(logit[e] - mx);
+        __syncwarp();
+        float sum = 0.0f;
+        if (lane == 0)
+            for (int e = 0; e < E; e++) sum += score[e];
+        sum = __shfl_sync(0xffffffffu, sum, 0);
+        for (int e = lane; e < E; e += 32) score[e] = score[e] / sum;
     } else {
-        for (int e = 0; e < E; e++) score[e] = 1.0f / (1.0f + expf(-logit[e]));
+        for (int e = lane; e < E; e += 32) score[e] = 1.0f / (1.0f + expf(-logit[e]));
     }
     const bool biased = a.topk_method == MOE_TOPK_NOAUX_TC && a.correction_bias;
-    for (int e = 0; e < E; e++) {
+    for (int e = lane; e < E; e += 32) {
         choice[e] = biased ? score[e] + a.correction_bias[e] : score[e];
         taken[e] = 0;
     }
+    __syncwarp();
     if (a.topk_method != MOE_TOPK_GREEDY && a.n_group > 1) {
         const int G = a.n_group, per = E / G;  // n_group <= ROUTE_MAX_GROUPS: checked at launch
-        float gscore[ROUTE_MAX_GROUPS];
-        unsigned char gtaken[ROUTE_MAX_GROUPS];
-        for (int g = 0; g < G; g++) {
+        for (int g = lane; g < G; g += 32) {
             gtaken[g] = 0;
             const float *c = choice + g * per;
             if (a.topk_method == MOE_TOPK_GROUP_LIMITED_GREEDY) {
@@ -81,24 +125,30 @@ __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(moe_route_args
                 gscore[g] = c[b1] + (b2 >= 0 ? c[b2] : 0.0f);
             }
         }
+        __syncwarp();
         for (int j = 0; j < a.topk_group && j < G; j++) {
-            int best = -1;
-            for (int g = 0; g < G; g++) if (!gtaken[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
-            gtaken[best] = 1;
+            const int best = warp_argmax_untaken(gscore, gtaken, G);
+            if (lane == 0) gtaken[best] = 1;
+            __syncwarp();
         }
-        for (int g = 0; g < G; g++)
-            if (!gtaken[g]) for (int i = 0; i < per; i++) choice[g * per + i] = 0.0f;  // masked_fill(0.0)
+        for (int e = lane; e < E; e += 32)
+            if (!gtaken[e / per]) choice[e] = 0.0f;  // masked_fill(0.0)
+        __syncwarp();
     }
     int32_t *ids = a.topk_ids + (long)t * a.k;
     float *w = a.topk_weights + (long)t * a.k;
     float wsum = 0.0f;
     for (int j = 0; j < a.k; j++) {
-        int e = argmax_excluding(choice, taken, 0, E);
-        taken[e] = 1;
-        ids[j] = e;
-        w[j] = score[e];
-        wsum += score[e];
+        const int e = warp_argmax_untaken(choice, taken, E);
+        if (lane == 0) {
+            taken[e] = 1;
+            ids[j] = e;
+            w[j] = score[e];
+            wsum += score[e];
+        }
+        __syncwarp();
     }
+    if (lane != 0) return;
     bool normalize = a.norm_topk_prob && (a.topk_method == MOE_TOPK_NOAUX_TC || a.k > 1);
     for (int j = 0; j < a.k; j++) {
         if (normalize) w[j] = w[j] / (wsum + 1e-20f);
@@ -116,9 +166,9 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
     if (a->T <= 0) return;
     static const char *const method_path[] = {
         [MOE_TOPK_GREEDY] = "greedy", [MOE_TOPK_GROUP_LIMITED_GREEDY] = "group-limited", [MOE_TOPK_NOAUX_TC] = "noaux-tc"};
-    long order[] = {32, a->D};  // a logit: 32 lanes striding over D, then the xor tree
+    long order[] = {32, ROUTE_RUN, a->D};  // a logit: 32 lanes over runs of 8 d's, then the xor tree
     long shape[] = {a->D, a->E, a->k, a->topk_method, a->n_group, a->topk_group};
-    fingerprint_note(ops->fingerprints, "moe_route", fingerprint_order(shape, 6), fingerprint_order(order, 2),
+    fingerprint_note(ops->fingerprints, "moe_route", fingerprint_order(shape, 6), fingerprint_order(order, 3),
                      method_path[a->topk_method]);
     size_t smem = (size_t)a->E * (3 * sizeof(float) + 1);
     moe_route_kernel<<<(unsigned)a->T, ROUTE_THREADS, smem, cuda_ctx_of(ops)->stream>>>(*a);

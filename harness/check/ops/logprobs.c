@@ -35,6 +35,11 @@ const op_shape logprobs_cpu_shapes[] = {
 const op_shape logprobs_cuda_shapes[] = {
     {.label = "V=102400 k=20", .logprobs = {.V = 102400, .k = 20}, .quick = true},
     {.label = "V=129280 k=20", .logprobs = {.V = 129280, .k = 20}},                 // V3
+    // Chunks of 4,096 ids: a one-id last chunk, the maximum tied across every chunk boundary,
+    // k past the ids of the last chunk; one chunk, shorter than the block; one id
+    {.label = "V=12289 k=64 ties", .logprobs = {.V = 12289, .k = 64, .ties = true}, .quick = true},
+    {.label = "V=4095 k=8 ties", .logprobs = {.V = 4095, .k = 8, .ties = true}, .max_M = 1024},
+    {.label = "V=1 k=1", .logprobs = {.V = 1, .k = 1}, .max_M = 1024},
     {.label = NULL},
 };
 
@@ -58,6 +63,7 @@ static void logprobs_declare(op_case *c) {
 //              all round to within a few ulps of 40, so how x / t is rounded picks the token
 enum row_kind { ROW_UNIFORM, ROW_PEAKED, ROW_NEAR_TIE };
 #define TIED_IDS 64
+#define CUDA_LOGPROBS_CHUNK 4096  // kernels/cuda/logprobs.cu's LOGPROBS_CHUNK
 
 static enum row_kind row_kind_of(uint64_t seed) {
     op_rng k = op_rng_from(seed, 17);
@@ -86,7 +92,7 @@ static void logprobs_row(const op_case *c, uint64_t seed, void *const *in) {
     *(int32_t *)in[LP_POSITION] = position;
     // Ties across chunk boundaries: the row's maximum, at the last id of the first chunk and
     // the first id of the second for every split into 2..64 chunks (the reference set's
-    // chunking), and at both sides of the 8-lane tail. Kept for half the rows (stream 16, so
+    // chunking), at both sides of the 8-lane tail and of every CUDA chunk. Kept for half the rows (stream 16, so
     // the other inputs stay as they were).
     op_rng t = op_rng_from(seed, 16);
     if (c->s->logprobs.ties && op_rng_int(&t, 2)) {
@@ -95,6 +101,8 @@ static void logprobs_row(const op_case *c, uint64_t seed, void *const *in) {
             if (len < V) logits[len - 1] = logits[len] = 12.5f;
         }
         if (V % 8 && V > 8) logits[V / 8 * 8 - 1] = logits[V / 8 * 8] = 12.5f;
+        for (int b = CUDA_LOGPROBS_CHUNK; b < V; b += CUDA_LOGPROBS_CHUNK)  // the CUDA set's chunks
+            logits[b - 1] = logits[b] = 12.5f;
     }
 }
 

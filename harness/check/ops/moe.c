@@ -2,6 +2,7 @@
 // moe_experts, moe_combine. A row is one token; other tokens change the experts' loads.
 #include <math.h>                   // INFINITY
 #include <stdlib.h>                 // free
+#include <string.h>                 // memcpy
 
 #include "../../../common/check.h" // invar_malloc, invar_calloc
 #include "../../../kernels/f64/f64.h" // f64_moe_*, f64_rel_l2_*
@@ -40,6 +41,13 @@ const op_shape moe_route_cuda_shapes[] = {
     {.label = "D=7168 E=256 k=8 noaux_tc",                               // V3
      .moe_route = {.D = 7168, .E = 256, .k = 8, .method = MOE_TOPK_NOAUX_TC,
                    .n_group = 8, .topk_group = 4}},
+    // D off a multiple of 8: the scalar loads over the same runs, a run cut at D
+    {.label = "D=1030 E=64 k=6 group_limited", .max_M = 256,
+     .moe_route = {.D = 1030, .E = 64, .k = 6, .method = MOE_TOPK_GROUP_LIMITED_GREEDY,
+                   .n_group = 8, .topk_group = 3}},
+    {.label = "D=9 E=8 k=1 softmax", .max_M = 1024,
+     .moe_route = {.D = 9, .E = 8, .k = 1, .method = MOE_TOPK_GREEDY,
+                   .n_group = 1, .topk_group = 1}},
     {.label = NULL},
 };
 
@@ -47,11 +55,18 @@ static bool route_v3(const op_case *c) { return c->s->moe_route.method == MOE_TO
 
 static void moe_route_declare(op_case *c) {
     int D = c->s->moe_route.D, E = c->s->moe_route.E, k = c->s->moe_route.k;
-    op_shared_bf16(c, ROUTE_GATE_W, (long)E * D, -0.1f, 0.1f, "router gate_w");
+    // Twin experts: e + E/2 a copy of e for even e < E/2 (bias too), so most tokens' picks hold
+    // exact ties, and a kernel must take the lower index first, as the float64 oracle does.
+    op_rng g = op_rng_from(c->seed, 1000 + ROUTE_GATE_W);
+    bf16 *gate = invar_malloc((size_t)E * D * sizeof(bf16), "router gate_w");
+    op_fill_bf16(gate, (long)E * D, &g, -0.1f, 0.1f);
+    for (int e = 0; e < E / 2; e += 2) memcpy(gate + (long)(e + E / 2) * D, gate + (long)e * D, (size_t)D * sizeof(bf16));
+    op_shared_take(c, ROUTE_GATE_W, gate, (size_t)E * D * sizeof(bf16), "router gate_w");
     if (route_v3(c)) {  // e_score_correction_bias: fp32, small and positive
         op_rng r = op_rng_from(c->seed, 11);
         float *bias = invar_malloc((size_t)E * sizeof(float), "router bias");
         for (int e = 0; e < E; e++) bias[e] = op_rng_float(&r, 0.0f, 0.1f);
+        for (int e = 0; e < E / 2; e += 2) bias[e + E / 2] = bias[e];
         op_shared_take(c, ROUTE_BIAS, bias, (size_t)E * sizeof(float), "router bias");
     }
     op_buffer_add(c, OP_ROW_IN, "router x", sizeof(bf16), 1, D, D);

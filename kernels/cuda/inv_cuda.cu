@@ -256,7 +256,7 @@ ops_set *inv_cuda_create(int threads) {
 // op that reduces (the element-wise ops and the KV cache write sum nothing).
 static const char *const inv_cuda_paths[] = {
     "mla_attention:wgmma", "mla_attention:wgmma16", "mla_attention:mma.sync", "mla_attention:generic",
-    GEMM_SM90_PATHS, GEMM_PORTABLE_PATH, "rmsnorm:block-256", "logprobs:block-1024",
+    GEMM_SM90_PATHS, GEMM_PORTABLE_PATH, "rmsnorm:block-256", "logprobs:chunks-4096",
     "moe_route:greedy", "moe_route:group-limited", "moe_route:noaux-tc", "moe_experts:grouped-gemm",
     "moe_combine:ascending-k", "mha_prefill:warp-online-softmax", "merge_attention:row",
     "all_reduce:one-pass", "all_reduce:grid-stride", "all_reduce_f32_tree:rank-tree", NULL,

@@ -92,10 +92,13 @@ static void logprobs_row(const op_case *c, uint64_t seed, void *const *in) {
     *(int32_t *)in[LP_POSITION] = position;
     // Ties across chunk boundaries: the row's maximum, at the last id of the first chunk and
     // the first id of the second for every split into 2..64 chunks (the reference set's
-    // chunking), at both sides of the 8-lane tail and of every CUDA chunk. Kept for half the rows (stream 16, so
-    // the other inputs stay as they were).
+    // chunking), at both sides of the 8-lane tail and of every CUDA chunk. Every uniform row
+    // has them and is greedy (its token is the tie's lowest id, the rule a merge of chunks
+    // can break); half the other rows have them (stream 16, so the other inputs stay as they were).
     op_rng t = op_rng_from(seed, 16);
-    if (c->s->logprobs.ties && op_rng_int(&t, 2)) {
+    const bool tied = c->s->logprobs.ties && (op_rng_int(&t, 2) || kind == ROW_UNIFORM);
+    if (tied && kind == ROW_UNIFORM) *(float *)in[LP_TEMPERATURE] = 0.0f;
+    if (tied) {
         for (int chunks = 2; chunks <= 64; chunks *= 2) {
             int len = (V + chunks - 1) / chunks;
             if (len < V) logits[len - 1] = logits[len] = 12.5f;

@@ -22,7 +22,9 @@
 #           kernels-exhaustive:OP (`invar kernels --exhaustive`, nightly's mode)
 #   equivalent  why the mutant cannot change any bit: listed, not counted
 # After the targeted checks every mutant still alive meets the ladder of `make check`'s CPU
-# suites: every unit test, `invar kernels --device cpu`, then the CPU cases.
+# suites: every unit test, `invar kernels --device cpu`, then the CPU cases. A check that the
+# unmutated tree fails as well catches nothing: the mutant goes on down the list, and a survivor's
+# line names the checks that could not judge it.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -148,6 +150,23 @@ run_check() {  # run_check DIR CHECK LOG: 0 survived, 1 caught, 2 not applicable
     return 0
 }
 
+# base_fails CHECK: 0 when the unmutated base fails CHECK itself, so that a mutant failing it
+# proves nothing (a check broken on the tree would count every mutant caught). Each check runs
+# on the base once a run, lazily, its exit status kept in $out/base-checks; one at a time, as
+# the checks share the base's report folders.
+base_fails() {
+    local dir="$out/base-checks" key="${MUTANT_DEVICE}-${1//[^A-Za-z0-9_.-]/_}"
+    mkdir -p "$dir"
+    (
+        flock 9
+        if [ ! -f "$dir/$key.rc" ]; then
+            run_check "$base" "$1" "$dir/$key.log"
+            echo $? >"$dir/$key.rc"
+        fi
+    ) 9>"$dir/lock"
+    [ "$(cat "$dir/$key.rc" 2>/dev/null)" = 1 ]
+}
+
 # The ladder after the targeted checks: make check's CPU suites, cheapest first.
 LADDER_CPU="units:all kernels:all case:sampled case:ci case:small-model case:backends case:configs case:eviction case:tp-size case:reach case:long case:long-batch"
 LADDER_CUDA="unit:test_cuda_ops kernels:all case:gpu"
@@ -209,7 +228,7 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
         LINE="$name: invalid (does not compile: $(grep -m1 -E 'error:|Error [0-9]' "$out/$name.build.log"))"
         return
     fi
-    local ladder=$LADDER_CPU done=" " c rc log="$out/$name.check.log"
+    local ladder=$LADDER_CPU done=" " c rc log="$out/$name.check.log" broken=""
     [ "$MUTANT_DEVICE" = cuda ] && ladder=$LADDER_CUDA
     for c in $checks $ladder; do
         case "$done" in *" $c "*) continue ;; esac
@@ -222,6 +241,10 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
             VERDICT=invalid
             LINE="$name: invalid (does not run: $(grep -m1 -E 'error while loading' "$log" | cut -c1-160))"
             return
+        fi
+        if base_fails "$c"; then
+            broken="$broken $c"
+            continue
         fi
         local how="" first
         first=$(first_failure "$log")
@@ -241,6 +264,7 @@ judge() {  # judge PATCH: prints the mutant's line; sets VERDICT
     done
     VERDICT=survived
     LINE="$name: SURVIVED (checks run:$done)"
+    [ -z "$broken" ] || LINE="$LINE; the unmutated base fails$broken too: those judged nothing (logs in $out/base-checks)"
     [ "${MUTANTS_KEEP:-0}" = 1 ] || rm -rf "$dir"
 }
 
@@ -268,6 +292,7 @@ judge_and_note() {
         >"$state/$(basename "$1" .patch)"
 }
 
+rm -rf "$out/base-checks"  # the base is synced again below: its checks' verdicts with it
 start=$SECONDS
 running=0
 judged=()

@@ -20,6 +20,14 @@
 
 // --- launch ---
 
+// Pipeline depth of the 64 x 128 cp.async kernel (grouped products: the MoE experts), which
+// loads STAGES - 2 k-tiles ahead; at most 9 (24 KB a stage). Compile time only, for experiments
+// (NVCC_DEFINES=-DGEMM_CP_ASYNC_STAGES=N): a depth decides when operands arrive, never a bit.
+#ifndef GEMM_CP_ASYNC_STAGES
+#define GEMM_CP_ASYNC_STAGES 4
+#endif
+static_assert(GEMM_CP_ASYNC_STAGES >= 3 && GEMM_CP_ASYNC_STAGES <= 9, "GEMM_CP_ASYNC_STAGES: 3 to 9");
+
 // grid.z: the products (or groups), or with SPLIT_GRID the splits of the one product.
 // SPLIT_GRID: split_out says where the tiles' last CTAs write the sum.
 template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
@@ -190,8 +198,8 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_NONE)) launch_ws<2, 1, 4, SPLIT_NONE, 192>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, pl, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE)) launch_sm90<2, 2, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_SCALAR, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_SCALAR, SPLIT_NONE>(c, p, batch, S, op);

@@ -123,6 +123,17 @@ static void config_tiny_reach(model_config *c) {
     v2_routing(c);
 }
 
+// The tiny model with contexts to 8,192 positions (YaRN factor 8 from 1,024; cases/long-context.ini):
+// a sequence past 4,096 keys beside shorter ones, which the tiny model's 4,096 cannot hold. Two
+// layers (one dense, one MoE) of two heads: a long prefill's attention is most of a run's time.
+static void config_tiny_long(model_config *c) {
+    config_tiny(c);
+    c->num_hidden_layers = 2;
+    c->num_attention_heads = 2;
+    c->max_position_embeddings = 8192;
+    yarn(c, 8.0, 1024);
+}
+
 // Real MLA head dimensions (the 576/512 latent layout), few layers.
 static void config_small(model_config *c) {
     base_config(c);
@@ -168,6 +179,7 @@ static const struct {
     {"tiny-v2", config_tiny_v2},
     {"tiny-tp", config_tiny_tp},
     {"tiny-reach", config_tiny_reach},
+    {"tiny-long", config_tiny_long},
     {"small", config_small},
     {"v2-lite", config_v2_lite},
     {"v3", config_v3},

@@ -1,6 +1,6 @@
 // engine/model_config.h — DeepSeek-V2/V3 model configuration, with Hugging Face config.json
-// field names, and the named configs shipped with invar (tiny, tiny-v2, tiny-tp, tiny-reach, small, v2-lite,
-// v3).
+// field names, and the named configs shipped with invar (tiny, tiny-v2, tiny-tp, tiny-reach,
+// tiny-long, small, v2-lite, v3).
 #ifndef INVAR_ENGINE_MODEL_CONFIG_H
 #define INVAR_ENGINE_MODEL_CONFIG_H
 

@@ -3,7 +3,8 @@
 # device: cpu, not argued equivalent) that `invar kernels` catches must also be caught by an
 # engine run of `make check`: cases/ci.ini (the CI matrix), cases/reach.ini (past the size
 # thresholds ci.ini's tiny model stays under), cases/long.ini (contexts past the attention's
-# split) or cases/long-batch.ini (129 of them decoding together). A kernel bug the kernel
+# split), cases/long-context.ini (one past 4,096 keys beside a shorter one) or
+# cases/long-batch.ini (129 long contexts decoding together). A kernel bug the kernel
 # checker sees but these cases let through means their shapes, prompts or batches do not reach
 # it. Run by `make nightly`
 # (tests/README.md states its time); exit 0 when the rule holds for every mutant, 1 otherwise,
@@ -31,7 +32,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 out=${1:-$root/build-ci-mutants}
-read -r -a case_files <<<"${CASES:-cases/ci.ini cases/reach.ini cases/long.ini cases/long-batch.ini}"
+read -r -a case_files <<<"${CASES:-cases/ci.ini cases/reach.ini cases/long.ini cases/long-context.ini cases/long-batch.ini}"
 cases_named="${case_files[*]}"
 jobs=$(nproc 2>/dev/null || echo 2)
 parallel=${CI_MUTANTS_PARALLEL:-1}

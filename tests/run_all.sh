@@ -131,10 +131,10 @@ fi
 # tp: tensor parallelism at T = 2, 3, 4, 8 on the CPU (about 12 s on 2 cores); configs: KV
 # blocks of 64, 7 and 1; eviction: a KV cache smaller than the run, and a control only bs=1
 # catches; reach and long: past the size thresholds ci.ini's tiny model and short prompts stay
-# under; long-batch: 129 long contexts decoding together; tp-size: TP = 2, 4, 8 bitwise equal
+# under; long-context: a context past 4,096 keys beside a shorter one; long-batch: 129 long contexts decoding together; tp-size: TP = 2, 4, 8 bitwise equal
 # to TP = 1; graphs: decode steps padded to CUDA graph buckets and replayed from recorded calls
 # (cases/README.md says what each costs).
-for c in ci reach long backends sampled small-model tp tp-size configs eviction graphs; do  # long-batch: above
+for c in ci reach long long-context backends sampled small-model tp tp-size configs eviction graphs; do  # long-batch: above
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint

@@ -167,7 +167,7 @@ static const matrix_axis axes[] = {
     {"devices", NULL, "cpu, cuda, auto", "cpu", check_device, apply_device},
     {"kernel_sets", NULL, "a registered kernel set (invariant, reference, adversarial) or plugin:PATH", NULL,
      check_kernel_set, apply_kernel_set},
-    {"models", "model", "named model configs (tiny, tiny-v2, tiny-tp, tiny-reach, small, v2-lite, v3) or checkpoint "
+    {"models", "model", "named model configs (tiny, tiny-v2, tiny-tp, tiny-reach, tiny-long, small, v2-lite, v3) or checkpoint "
      "directories", NULL, check_model, apply_model},
     // The allowed names are the registry's: check_backend lists them.
     {"attention_backends", "backend", NULL, "auto",

@@ -92,6 +92,10 @@ const op_shape mla_attention_cpu_shapes[] = {
     // sequences in one call (paths taken above 128 sequences).
     {.label = "decode H=1 len<=1800 M<=256", .max_M = 256, .invariant_sets_only = true,
      .mla_attention = {.H = 1, .L = 512, .R = 64, .max_len = 1800, .chunk = 1, .block_size = 64}},
+    // Contexts past 4,096 positions beside shorter ones (a split rule that follows the call's
+    // longest sequence re-splits the short rows; no other shape reaches 4,096)
+    {.label = "decode H=1 len<=6000 M<=32", .max_M = 32, .invariant_sets_only = true,
+     .mla_attention = {.H = 1, .L = 512, .R = 64, .max_len = 6000, .chunk = 1, .block_size = 64}},
     // --exhaustive: up to 6 splits of 512 and more than 512 sequences in one call; sequences
     // shorter than a tile and than two (both sides of 64, block size 1); a prefill chunk of 33
     // tokens straddling the split boundaries at 512 and 1024
@@ -117,6 +121,9 @@ const op_shape mla_attention_cuda_shapes[] = {
     // them), the others have the merge kernel form them; a token of an odd count has a split alone
     {.label = "decode H=16 len<=2600", .max_M = 256, .exhaustive = true, .mla_attention =
      {.H = 16, .L = 512, .R = 64, .max_len = 2600, .chunk = 1, .block_size = 64}},
+    // Contexts past 4,096 positions beside shorter ones
+    {.label = "decode H=16 len<=6000", .max_M = 64, .invariant_sets_only = true, .mla_attention =
+     {.H = 16, .L = 512, .R = 64, .max_len = 6000, .chunk = 1, .block_size = 64}},
     // 32-position blocks: the 16-head mma.sync kernel on every device (64-position blocks take
     // the wgmma16 kernel on sm_90a)
     {.label = "decode H=16 len<=1024 block=32", .mla_attention =

@@ -105,7 +105,8 @@ assert body["created"] > before, (body["created"], before)
 PY
 echo "ok: output-changing options refused, 405s, /v1/models/tiny, max_completion_tokens, created"
 # A list of prompts (as vLLM's own batch-invariance test sends its batch): one choice per
-# prompt, each with the bits of that prompt sent alone.
+# prompt, each with the bits of that prompt sent alone, greedy and sampled (the request's seed is
+# every prompt's, as if each came alone with it: a place in the list must not change the noise).
 python3 - "$PORT" <<'PY' || fail "a list of prompts: not the bits of each prompt alone"
 import http.client, json, sys
 port = int(sys.argv[1])
@@ -117,14 +118,15 @@ def post(body):
     assert r.status == 200, text
     return json.loads(text, parse_float=str)["choices"]
 prompts = [[5, 9, 100, 7], [300, 2], [44, 45, 46, 47, 48, 49]]
-opts = {"max_tokens": 5, "logprobs": 3, "temperature": 0}
-together = post(dict(opts, prompt=prompts))
-assert [ch["index"] for ch in together] == [0, 1, 2], together
-for i, p in enumerate(prompts):
-    alone = post(dict(opts, prompt=p))[0]
-    assert alone["logprobs"] == together[i]["logprobs"], (i, alone, together[i])
+for opts in ({"max_tokens": 5, "logprobs": 3, "temperature": 0},
+             {"max_tokens": 5, "logprobs": 3, "temperature": 0.9, "seed": 77}):
+    together = post(dict(opts, prompt=prompts))
+    assert [ch["index"] for ch in together] == [0, 1, 2], together
+    for i, p in enumerate(prompts):
+        alone = post(dict(opts, prompt=p))[0]
+        assert alone["logprobs"] == together[i]["logprobs"], (opts, i, alone, together[i])
 PY
-echo "ok: a list of 3 prompts answered as 3 choices, each bitwise equal to its prompt alone"
+echo "ok: a list of 3 prompts answered as 3 choices, each bitwise equal to its prompt alone, greedy and sampled"
 # GET keeps the connection: two pipelined requests get two answers.
 python3 - "$PORT" <<'PY' || fail "pipelined GETs: not two answers on one connection"
 import socket, sys, time

@@ -23,7 +23,7 @@ static const struct {
     {"tiny-v2", 0x553d206b7ff3578f},
     {"tiny-tp", 0x0ca0eee54d87e1dd},
     {"tiny-reach", 0x687314f70fb0f88b},
-    {"tiny-long", 0x119024929d097a68},
+    {"tiny-long", 0xff460bd68ca4f1f4},
     {"small", 0x155000d6f2a33c89},
     {"v2-lite", 0x49c93c67b251c643},
     {"v3", 0x6ee2fe8dbcc9f1d8},

@@ -22,7 +22,7 @@
 #           kernels-exhaustive:OP (`invar kernels --exhaustive`, nightly's mode)
 #   equivalent  why the mutant cannot change any bit: listed, not counted
 # After the targeted checks every mutant still alive meets the ladder of `make check`'s CPU
-# suites: every unit test, `invar kernels --device cpu`, then the CPU cases. A check that the
+# suites: every unit test, `invar kernels --device cpu`, then the CPU cases and scripted suites. A check that the
 # unmutated tree fails as well catches nothing: the mutant goes on down the list, and a survivor's
 # line names the checks that could not judge it.
 set -u
@@ -167,8 +167,9 @@ base_fails() {
     [ "$(cat "$dir/$key.rc" 2>/dev/null)" = 1 ]
 }
 
-# The ladder after the targeted checks: make check's CPU suites, cheapest first.
-LADDER_CPU="units:all kernels:all case:sampled case:ci case:small-model case:backends case:configs case:eviction case:tp-size case:reach case:long case:long-batch"
+# The ladder after the targeted checks: make check's CPU suites, cheapest first (its cases, then
+# its scripted suites).
+LADDER_CPU="units:all kernels:all case:sampled case:ci case:small-model case:backends case:configs case:eviction case:tp case:tp-size case:graphs case:reach case:long case:long-context case:long-batch script:test_cli script:test_resume script:test_shard script:test_triage script:test_serve script:test_probe script:test_plugin script:test_model_dir"
 LADDER_CUDA="unit:test_cuda_ops kernels:all case:gpu"
 
 judge() {  # judge PATCH: prints the mutant's line; sets VERDICT

@@ -161,7 +161,7 @@ static void md(FILE *f, const char *s) {
 
 typedef enum { L_REGRESSION, L_FIXED, L_STILL, L_SKIPPED, L_ADDED, L_VANISHED, N_LISTS } list_kind;
 static const char *const list_titles[N_LISTS] = {
-    "Regressions: passed before, fail now", "Fixed: failed before, pass now", "Still failing",
+    "Regressions: passed or skipped before, fail now", "Fixed: failed before, pass now", "Still failing",
     "Now skipped: passed before, skipped now", "New", "Vanished: in the baseline only",
 };
 

@@ -182,6 +182,28 @@ static void small_slowdown_is_not_a_regression(void **state) {
     remove_dirs(&d);
 }
 
+// A config skipped before (last night's host could not run it) and failing now is a regression:
+// the nightly gate must not let a failure through because the baseline never judged it.
+static void skipped_then_failing_is_a_regression(void **state) {
+    (void)state;
+    dirs d;
+    make_dirs(&d);
+    uint64_t seed = fresh_seed();
+    const char *names[] = {"cpu/a", "cpu/b", "cpu/c"};
+    const char *before[] = {"SKIP", "PASS", "SKIP"}, *now[] = {"FAIL", "PASS", "SKIP"};
+    write_summary(d.base, names, before, 3, seed);
+    write_summary(d.now, names, now, 3, seed + 1);
+    diff_result r;
+    char err[1024];
+    FILE *devnull = fopen("/dev/null", "w");
+    assert_non_null(devnull);
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, devnull, &r, err, sizeof err), 1);
+    assert_int_equal(r.regressions, 1);
+    assert_non_null(strstr(slurp(d.now, "diff.md"), "| `nightly: cpu/a` | SKIP | FAIL | "));
+    assert_int_equal(fclose(devnull), 0);
+    remove_dirs(&d);
+}
+
 static void bad_input_exits_2(void **state) {
     (void)state;
     dirs d;
@@ -341,6 +363,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flags_regression_and_slowdown),
         cmocka_unit_test(small_slowdown_is_not_a_regression),
+        cmocka_unit_test(skipped_then_failing_is_a_regression),
         cmocka_unit_test(bad_input_exits_2),
         cmocka_unit_test(unreadable_report_and_vanished_configs),
         cmocka_unit_test(key_columns),

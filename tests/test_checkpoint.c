@@ -382,6 +382,11 @@ static bool quantized(const checkpoint_tensor *t) {
            !strstr(t->name, "mlp.gate.weight");
 }
 
+// Blocks of 64 rows by 128 columns: not square, so a dequantization that takes a row's scale
+// block by the column size (or the reverse) reads the wrong scales.
+#define FP8_BLOCK_N 64
+#define FP8_BLOCK_K 128
+
 static void test_fp8_checkpoint(void **state) {
     (void)state;
     char dir[128], path[256];
@@ -391,7 +396,7 @@ static void test_fp8_checkpoint(void **state) {
     assert_true(model_config_by_name("tiny", &cfg));
     write_config(dir, &cfg, "quantization_config",
                  "{\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", \"quant_method\": \"fp8\","
-                 " \"weight_block_size\": [128, 128]}");
+                 " \"weight_block_size\": [64, 128]}");
 
     int n = checkpoint_tensors(&cfg, NULL, 0);
     checkpoint_tensor *ts = test_alloc((size_t)n * sizeof *ts);
@@ -418,8 +423,8 @@ static void test_fp8_checkpoint(void **state) {
             snprintf(s->name, sizeof s->name, "%s_scale_inv", ts[i].name);
             s->dtype = "F32";
             s->ndim = 2;
-            s->shape[0] = (ts[i].shape[0] + 127) / 128;
-            s->shape[1] = (ts[i].shape[1] + 127) / 128;
+            s->shape[0] = (ts[i].shape[0] + FP8_BLOCK_N - 1) / FP8_BLOCK_N;
+            s->shape[1] = (ts[i].shape[1] + FP8_BLOCK_K - 1) / FP8_BLOCK_K;
             s->bytes = (size_t)(s->shape[0] * s->shape[1]) * 4;
             s->data = test_alloc(s->bytes);
             test_fill_f32((float *)s->data, s->shape[0] * s->shape[1], 100 + (uint64_t)i, 0.01f);
@@ -464,7 +469,7 @@ static void test_fp8_checkpoint(void **state) {
             const float *scale = (const float *)raw[j + 1].data;
             int64_t K = ts[i].shape[1], SK = raw[j + 1].shape[1];
             for (int64_t k = 0; k < count; k++) {
-                float want = (float)ref_e4m3(t->data[k]) * scale[(k / K / 128) * SK + (k % K) / 128];
+                float want = (float)ref_e4m3(t->data[k]) * scale[(k / K / FP8_BLOCK_N) * SK + (k % K) / FP8_BLOCK_K];
                 assert_int_equal(got_b[k], float_to_bf16(want));
             }
             j++;  // skip the scales

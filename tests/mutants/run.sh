@@ -22,9 +22,9 @@
 #           kernels-exhaustive:OP (`invar kernels --exhaustive`, nightly's mode)
 #   equivalent  why the mutant cannot change any bit: listed, not counted
 # After the targeted checks every mutant still alive meets the ladder of `make check`'s CPU
-# suites: every unit test, `invar kernels --device cpu`, then the CPU cases and scripted suites. A check that the
-# unmutated tree fails as well catches nothing: the mutant goes on down the list, and a survivor's
-# line names the checks that could not judge it.
+# suites: every unit test, `invar kernels --device cpu`, then the CPU cases and scripted suites.
+# A check that the unmutated tree fails as well catches nothing: the mutant goes on down the
+# list, and a survivor's line names the checks that could not judge it.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)

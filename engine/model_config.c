@@ -103,12 +103,14 @@ static void config_tiny_v2(model_config *c) {
 // The tiny model for tensor parallelism at T = 2, 3, 4, 8 (cases/tp.ini): 8 heads, so every rank
 // holds at least one; the intermediate sizes divide by 24 (even parts at every T), the heads and
 // the vocabulary split unevenly at T = 3 (3/3/2 heads, 170/171/171 rows), so both kinds of
-// part are exercised.
+// part are exercised. Two shared experts, as V2 and V2-Lite have: a slice's shared gate/up rows
+// are then twice its range of moe_intermediate, an offset one shared expert cannot get wrong.
 static void config_tiny_tp(model_config *c) {
     config_tiny(c);
     c->num_attention_heads = 8;
     c->intermediate_size = 384;
     c->moe_intermediate_size = 96;
+    c->n_shared_experts = 2;
 }
 
 // The tiny model grown past the CPU kernels' size thresholds that the CI's tiny model stays

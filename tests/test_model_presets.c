@@ -21,7 +21,7 @@ static const struct {
 } presets[] = {
     {"tiny", 0xb3ef872d87da54d7},
     {"tiny-v2", 0x553d206b7ff3578f},
-    {"tiny-tp", 0x0ca0eee54d87e1dd},
+    {"tiny-tp", 0x96531145a4b12aa8},
     {"tiny-reach", 0x687314f70fb0f88b},
     {"tiny-long", 0xff460bd68ca4f1f4},
     {"small", 0x155000d6f2a33c89},

@@ -132,9 +132,10 @@ fi
 # blocks of 64, 7 and 1; eviction: a KV cache smaller than the run, and a control only bs=1
 # catches; reach and long: past the size thresholds ci.ini's tiny model and short prompts stay
 # under; long-context: a context past 4,096 keys beside a shorter one; long-batch: 129 long contexts decoding together; tp-size: TP = 2, 4, 8 bitwise equal
-# to TP = 1; graphs: decode steps padded to CUDA graph buckets and replayed from recorded calls
-# (cases/README.md says what each costs).
-for c in ci reach long long-context backends sampled small-model tp tp-size configs eviction graphs; do  # long-batch: above
+# to TP = 1; graphs: decode steps padded to CUDA graph buckets and replayed from recorded calls;
+# warm-copies: a control only the warm copies of prompt 0 catch (cases/README.md says what each
+# costs).
+for c in ci reach long long-context backends sampled small-model tp tp-size configs eviction graphs warm-copies; do  # long-batch: above
     suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
@@ -247,6 +248,18 @@ bs1_only_control() {
         grep -q "^\"eviction\",$config,.*\"batch-variant\",\"batch-variant\",\"PASS\"" "$1/summary.csv"
 }
 suite "cases/eviction.ini: a control caught at bs=1 only" bs1_only_control "$REPORT/run/eviction"
+# cases/warm-copies.ini's control differs from its baselines in the warm copies (requests 3 and
+# 4, served from the prefix cache) and nowhere else: a runner that compares the distinct prompts
+# alone would leave it uncaught.
+warm_copies_only_control() {
+    local config='"cpu/invariant"' rows other
+    rows=$(grep -c "^$config," "$1/divergence.csv")
+    other=$(grep "^$config," "$1/divergence.csv" | grep -vEc "^$config,\"[0-9]+\",\"[34]\",")
+    echo "$config: $rows divergence rows, $other of them outside the warm copies (requests 3, 4)"
+    [ "$rows" -gt 0 ] && [ "$other" = 0 ] &&
+        grep -q "^\"warm-copies\",$config,.*\"batch-variant\",\"batch-variant\",\"PASS\",\"10\"," "$1/summary.csv"
+}
+suite "cases/warm-copies.ini: a control only the warm copies catch" warm_copies_only_control "$REPORT/run/warm-copies"
 if [ "$gpu" = 1 ]; then
     suite "cases/gpu.ini's $gpu_shards shards merged (invar report merge)" "$BUILD/invar" report merge \
         "$REPORT/run/gpu" $(for i in $(seq 1 $gpu_shards); do echo "$REPORT/run/gpu-shard$i"; done)

@@ -1,9 +1,10 @@
 // harness/run/localize.c — the first differing op of a differing request (harness/run/localize.h).
 //
-// Three runs on one engine whose rank 0 set is tapped: the request alone (every row it holds,
-// hashed per op call), the batch (each row compared on the fly with the alone run's row of the
-// same key; the first that differs is kept, bytes and all), and the request alone once more,
-// keeping that key's row, so the two rows can be told apart element by element.
+// Runs on one engine whose rank 0 set is tapped: the request alone (every row it holds, hashed
+// per op call), the batch (each row compared on the fly with the alone run's row of the same
+// key; the first that differs is kept, bytes and all; rerun while none differs, up to
+// LOCALIZE_BATCH_RERUNS times), and the request alone once more, keeping that key's row, so
+// the two rows can be told apart element by element.
 #include "localize.h"
 
 #include <stdio.h>                      // snprintf
@@ -115,6 +116,10 @@ static void localize_describe(const op_tap_entry *a, const op_tap_entry *b, cons
 
 // --- the runs ----------------------------------------------------------------------------------
 
+// A bug whose order hangs on timing (which CTA of a split lands last) can match the alone run in
+// one batched rerun and differ in the next: the batch is rerun until a row differs, this often.
+enum { LOCALIZE_BATCH_RERUNS = 3 };
+
 // One run; its records are not read (the tap has what localization needs).
 static bool run(tp_engine *eng, const localize_run *r, localization *out) {
     engine_result *res = invar_calloc((size_t)r->count, sizeof *res, "localization results");
@@ -160,22 +165,27 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
     bool ok = true;
 
     op_tap_follow(tap, alone->follow);
+    int attempt = 0;
     if ((ok = run(eng, alone, out))) {
         int n_alone;
         const op_tap_entry *e = op_tap_entries(tap, &n_alone);
         op_tap_entry *alone_entries = invar_malloc((size_t)(n_alone ? n_alone : 1) * sizeof *e,
                                                    "alone rows");
         memcpy(alone_entries, e, (size_t)n_alone * sizeof *e);
-        op_tap_follow(tap, batch->follow);
-        op_tap_expect(tap, alone_entries, n_alone);
+        int n_batch = 0, m = -1;
+        while (ok && m < 0 && attempt < LOCALIZE_BATCH_RERUNS) {
+            attempt++;
+            op_tap_follow(tap, batch->follow);
+            op_tap_expect(tap, alone_entries, n_alone);
+            ok = run(eng, batch, out);
+            m = op_tap_first_mismatch(tap);
+        }
         free(alone_entries);
-        ok = run(eng, batch, out);
-        int n_batch, m = op_tap_first_mismatch(tap);
         const op_tap_entry *b = op_tap_entries(tap, &n_batch);
         if (ok && m < 0) {
             long unplaced = op_tap_unplaced(tap);
-            snprintf(out->text, sizeof out->text, "no op differs: the rerun's %d rows of the "
-                     "request %s matched the %d %s%s", n_batch, batch->label, n_alone,
+            snprintf(out->text, sizeof out->text, "no op differs: in %d reruns the %d rows of the "
+                     "request %s matched the %d %s%s", attempt, n_batch, batch->label, n_alone,
                      alone->label, unplaced ? " (some calls could not be placed)" : "");
         } else if (ok) {
             first = invar_malloc(2 * sizeof *first, "first differing rows");
@@ -187,10 +197,15 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
     if (ok && first) {
         op_tap_follow(tap, alone->follow);
         op_tap_capture(tap, first[1].key, 0);
-        if ((ok = run(eng, alone, out)))
+        if ((ok = run(eng, alone, out))) {
             localize_describe(&first[0], &first[1], op_tap_captured(tap),
                               batch_row.bytes ? &batch_row : NULL, alone->label, batch->label,
                               mc->num_hidden_layers, out);
+            size_t used = strlen(out->text);
+            if (attempt > 1)
+                snprintf(out->text + used, sizeof out->text - used, " (in batch rerun %d of %d: "
+                         "the earlier ones matched)", attempt, LOCALIZE_BATCH_RERUNS);
+        }
     }
     free(first);
     free(batch_row.bytes);

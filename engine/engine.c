@@ -169,6 +169,7 @@ struct engine {
     engine_result **results;
     int cap_reqs;
     engine_stats stats;
+    int failed_request;          // the request whose sampled id failed a step, -1
     sched_item *items;           // one step's plan, max_num_seqs entries
     int32_t *sampled;            // tokens sampled in one step, per item
     engine_rows_observer observe_rows; // NULL: none
@@ -619,6 +620,7 @@ engine *engine_create_shard(const model_config *cfg, weight_source *src, ops_set
     e->ops = ops;
     e->lim = *limits;
     e->seed = seed;
+    e->failed_request = -1;
     int bs = limits->block_size;
     e->max_blocks_per_seq = (limits->max_model_len + bs - 1) / bs;
     // Every live request may hold one partly filled block beyond its share.
@@ -1446,6 +1448,7 @@ bool engine_begin(engine *e, const engine_sched *sched, char *err, int err_len) 
     e->backend = backend;
     kv_cache_reset(e->cache, sched->prefix_caching);
     e->stats = (engine_stats){0};
+    e->failed_request = -1;
     e->in_session = true;
     return true;
 }
@@ -1507,12 +1510,25 @@ int engine_step(engine *e, char *err, int err_len) {
     if (shape.S > 0)
         record_samples(e, e->reqs, items, &shape, e->session.top_k, e->results, e->sampled);
     // Every item that samples must have found its record: a token never sampled would feed
-    // garbage to the next step's embedding.
+    // garbage to the next step's embedding. A kernel under test causes that (NaN logits, a
+    // row the logprobs op never wrote): the run fails and the caller goes on. A rank of a
+    // tensor-parallel group stops the process instead, as its peers would wait in the next
+    // collective for it.
     for (int i = 0; i < n_items; i++)
-        if (items[i].sample && (e->sampled[i] < 0 || e->sampled[i] >= e->cfg.vocab_size))
-            invar_die(INVAR_EXIT_SYSTEM, "engine: step %ld, request %d: sampled token %d "
-                      "outside the vocabulary (%d ids): an engine bug", e->stats.steps,
-                      items[i].req, e->sampled[i], e->cfg.vocab_size);
+        if (items[i].sample && (e->sampled[i] < 0 || e->sampled[i] >= e->cfg.vocab_size)) {
+            if (e->part.size > 1)
+                invar_die(INVAR_EXIT_SYSTEM, "engine: rank %d of %d, step %ld, request %d: "
+                          "sampled token %d outside the vocabulary (%d ids)", e->part.rank,
+                          e->part.size, e->stats.steps, items[i].req, e->sampled[i],
+                          e->cfg.vocab_size);
+            snprintf(err, (size_t)err_len, "step %ld, request %d: sampled token %d outside the "
+                     "vocabulary (%d ids): its logits or the logprobs op's output are broken",
+                     e->stats.steps + scheduler_steps(e->sched), items[i].req, e->sampled[i],
+                     e->cfg.vocab_size);
+            e->failed_request = items[i].req;
+            e->in_session = false;
+            return -1;
+        }
     // Counted before completion: a request that finishes here releases its slot.
     e->stats.tokens += tokens;
     for (int i = 0; i < n_items; i++)
@@ -1521,6 +1537,7 @@ int engine_step(engine *e, char *err, int err_len) {
     return n_items;
 }
 
+int engine_failed_request(const engine *e) { return e->failed_request; }
 bool engine_finished(const engine *e, int id) { return scheduler_finished(e->sched, id); }
 bool engine_all_finished(const engine *e) { return scheduler_done(e->sched); }
 bool engine_abort(engine *e, int id) { return scheduler_abort(e->sched, id); }

@@ -111,8 +111,12 @@ bool engine_begin(engine *e, const engine_sched *sched, char *err, int err_len);
 int engine_submit(engine *e, const engine_request *req, engine_result *result, char *err,
                   int err_len);
 // The number of requests in the step (its batch size); 0: nothing to run (no request, or none
-// arrived yet); -1: KV blocks ran out.
+// arrived yet); -1: KV blocks ran out, or a request's sampled id fell outside the vocabulary
+// (its logits or the logprobs op's output broken; engine_failed_request names it). The
+// session is then over: engine_begin starts another.
 int engine_step(engine *e, char *err, int err_len);
+// The request whose sampled id failed the last step of this session, or -1.
+int engine_failed_request(const engine *e);
 // false for an id this session never returned (never reads past its requests)
 bool engine_finished(const engine *e, int id);
 bool engine_all_finished(const engine *e);

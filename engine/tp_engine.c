@@ -155,3 +155,5 @@ bool tp_engine_generate(tp_engine *t, const engine_request *reqs, int n,
     free(j.err);
     return ok;
 }
+
+int tp_engine_failed_request(const tp_engine *t) { return engine_failed_request(t->ranks[0]); }

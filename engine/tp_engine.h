@@ -36,5 +36,8 @@ const model_config *tp_engine_config(const tp_engine *t);
 // engine_observe_rows on rank 0 (every rank runs the same steps).
 void tp_engine_observe_rows(tp_engine *t, engine_rows_observer fn, void *ctx);
 int tp_engine_size(const tp_engine *t);
+// engine_failed_request of rank 0 after a failed tp_engine_generate (at T > 1 such a failure
+// stops the process), or -1.
+int tp_engine_failed_request(const tp_engine *t);
 
 #endif

@@ -14,6 +14,8 @@
 //     logprobs that differs for many rows is named there too;
 //   - with nothing planted, no op is named and the text says so; a divergence that only the
 //     second batched rerun shows (a race) is named, with the rerun it showed in;
+//   - a batch whose sampled ids fall outside the vocabulary fails the run (the engine names the
+//     request and runs again), and the op that differed before is still named;
 //   - the tap forwards every call: a tapped run gives the plain run's bits;
 //   - the ULP distance counts bf16 and fp32 elements in their own ULPs, across the sign, and
 //     ids apart.
@@ -48,6 +50,7 @@ typedef struct {
     const char *planted;
     long quiet;  // calls of the planted op that would flip and are left alone first
     long calls;  // such calls so far
+    bool bad_ids; // logprobs of more than one row also samples id -1 (its logits "broken")
 } planted_set;
 
 static planted_set *planted_of(ops_set *ops) { return (planted_set *)ops; }
@@ -151,6 +154,8 @@ static void p_logprobs(ops_set *ops, const logprobs_args *a) {
     INNER(ops)->logprobs(INNER(ops), a);
     if (plants(ops, "logprobs", a->R))
         for (int r = 0; r < a->R; r++) flip_f32(&a->token_logprob[r]);
+    if (planted_of(ops)->bad_ids && a->R > 1)
+        for (int r = 0; r < a->R; r++) a->token[r] = -1;
 }
 
 static planted_set *plant(ops_set *inner, const char *op) {
@@ -425,6 +430,37 @@ static void test_flaky_named_in_a_later_rerun(void **state) {
     free(p);
 }
 
+// A batch whose sampled ids fall outside the vocabulary (NaN logits on a GPU give -1) fails
+// the run, not the process: engine_generate says so and names the request, the engine runs
+// again from engine_begin, and localization still names the first op that differed before the
+// failure.
+static void test_failed_batch_localized(void **state) {
+    fixture *f = *state;
+    planted_set *p = plant(f->ops, "gemm");
+    p->bad_ids = true;
+    engine_limits lim = limits();
+    engine_sched sched = {.max_num_seqs = REQS, .max_num_batched_tokens = 64, .chunked_prefill = true,
+                          .top_k = TOP_K};
+    engine *e = engine_create(&f->cfg, f->src, &p->base, &lim, f->seed);
+    engine_step_record steps[REQS][MAX_NEW];
+    engine_result results[REQS];
+    for (int i = 0; i < REQS; i++) results[i] = (engine_result){.steps = steps[i]};
+    char err[512] = "";
+    assert_int_equal(engine_failed_request(e), -1);
+    assert_false(engine_generate(e, f->reqs, REQS, &sched, results, NULL, err, sizeof err));
+    if (!strstr(err, "sampled token -1 outside the vocabulary")) fail_msg("'%s'", err);
+    int failed = engine_failed_request(e);
+    assert_true(failed >= 0 && failed < REQS);
+    sched.max_num_seqs = 1;  // one row a logprobs call: no id is broken
+    assert_true(engine_generate(e, &f->reqs[failed], 1, &sched, results, NULL, err, sizeof err));
+    assert_int_equal(engine_failed_request(e), -1);
+    engine_destroy(e);
+    localization loc = localize(f, &p->base, "mla-unified");
+    if (!loc.found || strcmp(loc.op, "gemm") != 0) fail_msg("named '%s': %s", loc.op, loc.text);
+    if (!strstr(loc.text, "the batched rerun then failed")) fail_msg("'%s'", loc.text);
+    free(p);
+}
+
 static void generate(fixture *f, ops_set *ops, engine_step_record (*steps)[MAX_NEW]) {
     engine_limits lim = limits();
     engine_sched sched = {.max_num_seqs = REQS, .max_num_batched_tokens = 64, .chunked_prefill = true,
@@ -509,6 +545,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_prefill_vs_decode_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nothing_planted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flaky_named_in_a_later_rerun, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_batch_localized, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tap_forwards, setup, teardown),
         cmocka_unit_test(test_max_ulps),
     };

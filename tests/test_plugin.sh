@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_plugin.sh BUILD — plugin kernel sets end to end (kernels/invar_plugin.h): the engine
 # on a plugin's RMSNorm through a case's kernel_sets and through `invar run --kernel-set`; a claim
-# of invariance that does not hold FAILs, an unclaimed batch-variant op is caught; every refused
+# of invariance that does not hold FAILs, an unclaimed batch-variant op is caught, NaN rows in
+# batched calls make an error row (not a dead run) naming the op that differed first; every refused
 # plugin exits 2 naming the file and the symbol or field. The plugins are
 # tests/plugins/test_plugin.c's variants in BUILD/plugins.
 set -u
@@ -15,7 +16,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # Short relative paths: a case file's line holds at most 197 characters.
 mkdir -p "$work/p"
-for v in rmsnorm_invariant rmsnorm_split_small rmsnorm_split_small_honest bad_claim; do
+for v in rmsnorm_invariant rmsnorm_split_small rmsnorm_split_small_honest rmsnorm_nan_batched bad_claim; do
     ln -s "$plugins/$v.so" "$work/p/$v.so"
 done
 cat >"$work/plugins.ini" <<'EOF'
@@ -34,7 +35,7 @@ top_k = 5
 
 [matrix]
 devices = cpu
-kernel_sets = plugin:p/rmsnorm_invariant.so, plugin:p/rmsnorm_split_small.so, plugin:p/rmsnorm_split_small_honest.so
+kernel_sets = plugin:p/rmsnorm_nan_batched.so, plugin:p/rmsnorm_invariant.so, plugin:p/rmsnorm_split_small.so, plugin:p/rmsnorm_split_small_honest.so
 batch_sizes = 1, 8
 max_num_batched_tokens = 64
 threads = 2
@@ -55,8 +56,16 @@ rc=$?
 expect_row cpu/plugin:p/rmsnorm_invariant.so invariant invariant PASS
 expect_row cpu/plugin:p/rmsnorm_split_small.so invariant batch-variant FAIL
 expect_row cpu/plugin:p/rmsnorm_split_small_honest.so batch-variant batch-variant PASS
+# NaN rows only in batched calls: an error row (the configs after it still ran, above), its
+# broken record in the note and the op that differed first named against the request alone.
+expect_row cpu/plugin:p/rmsnorm_nan_batched.so invariant error FAIL
+row cpu/plugin:p/rmsnorm_nan_batched.so | grep -q 'logprob nan (unwritten or out of range)' ||
+    fail "rmsnorm_nan_batched: no broken record in the note: $(row cpu/plugin:p/rmsnorm_nan_batched.so)"
+row cpu/plugin:p/rmsnorm_nan_batched.so | grep -q '"rmsnorm (D=256) in layer 0, call 0, position [0-9]*: M=[0-9]* row [0-9]* alone, M=[0-9]* row [0-9]* at bs=8 (the run that failed)' ||
+    fail "rmsnorm_nan_batched: first_op does not name rmsnorm at bs=8: $(row cpu/plugin:p/rmsnorm_nan_batched.so)"
 [ "$fails" = "$before" ] &&
-    echo "plugins case: the invariant plugin passes, the false claim fails, the unclaimed variance is caught"
+    echo "plugins case: the invariant plugin passes, the false claim fails, the unclaimed variance is caught," \
+        "NaN rows in batched calls are an error row whose first differing op is named"
 
 # --kernel-set overrides the case's sets.
 (cd "$work" && "$invar" run --case plugins.ini --kernel-set plugin:p/rmsnorm_invariant.so --out one -q \

@@ -166,6 +166,7 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
 
     op_tap_follow(tap, alone->follow);
     int attempt = 0;
+    bool batch_failed = false;
     if ((ok = run(eng, alone, out))) {
         int n_alone;
         const op_tap_entry *e = op_tap_entries(tap, &n_alone);
@@ -179,6 +180,9 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
             op_tap_expect(tap, alone_entries, n_alone);
             ok = run(eng, batch, out);
             m = op_tap_first_mismatch(tap);
+            // A batch that fails (a sampled id outside the vocabulary) after a row differed
+            // still names that row's op: the failure is where its difference led.
+            if (!ok && m >= 0) ok = batch_failed = true;
         }
         free(alone_entries);
         const op_tap_entry *b = op_tap_entries(tap, &n_batch);
@@ -205,6 +209,10 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
             if (attempt > 1)
                 snprintf(out->text + used, sizeof out->text - used, " (in batch rerun %d of %d: "
                          "the earlier ones matched)", attempt, LOCALIZE_BATCH_RERUNS);
+            used = strlen(out->text);
+            if (batch_failed)
+                snprintf(out->text + used, sizeof out->text - used, "; the batched rerun then "
+                         "failed as the run did");
         }
     }
     free(first);

@@ -47,6 +47,8 @@ typedef struct {
     int first, compared;        // the requests compared, [first, first + compared): every one,
                                 // or --request's alone (every batch still holds them all)
     int prefill_differs;        // the first request whose re-prefill differs from its decode; -1
+    int error_request, error_batch; // the request whose sampled id failed a batched run, and
+                                    // that run's batch size; -1 while none failed
     const engine_request *reqs; // arriving as the config's arrival pattern says
     const engine_request *alone; // the same, each arriving at step 0 (bs=1 baselines)
     int vocab;
@@ -104,19 +106,30 @@ static bool check_record(config_run *r, const engine_step_record *rec, int reque
     return ok;
 }
 
-static bool check_records(config_run *r, const run_buffers *b, int first, int n,
-                          const char *label) {
+// -1 when every record of requests [first, first + n) is whole; else the first request that
+// is not (its failure set).
+static int check_records(config_run *r, const run_buffers *b, int first, int n,
+                         const char *label) {
     for (int i = first; i < first + n; i++) {
         const engine_result *res = &b->res[i];
         if (res->n_steps != r->c->max_new_tokens) {
             set_failure(r->out, "engine (%s): request %d has %d steps, expected %d", label, i,
                         res->n_steps, r->c->max_new_tokens);
-            return false;
+            return i;
         }
         for (int s = 0; s < res->n_steps; s++)
-            if (!check_record(r, &res->steps[s], i, s, label)) return false;
+            if (!check_record(r, &res->steps[s], i, s, label)) return i;
     }
-    return true;
+    return -1;
+}
+
+// A batched run of every request that failed at `request` (a sampled id outside the vocabulary,
+// a broken record) is localized like a divergence: that request alone against that batch.
+static void note_batch_error(config_run *r, int n, int max_num_seqs, int request) {
+    if (r->error_request < 0 && request >= 0 && n == r->count && max_num_seqs > 1) {
+        r->error_request = request;
+        r->error_batch = max_num_seqs;
+    }
 }
 
 static engine_sched config_sched(const config_run *r, int max_num_seqs) {
@@ -136,6 +149,7 @@ static bool generate(config_run *r, const engine_request *reqs, int n, int max_n
     char err[512] = "";
     if (!tp_engine_generate(r->eng, reqs, n, &sched, res, stats, err, sizeof err)) {
         set_failure(r->out, "engine_generate (%s) refused: %s", label, err);
+        note_batch_error(r, n, max_num_seqs, tp_engine_failed_request(r->eng));
         return false;
     }
     r->graph_steps += stats->graph_steps;
@@ -145,8 +159,10 @@ static bool generate(config_run *r, const engine_request *reqs, int n, int max_n
 
 static bool generate_checked(config_run *r, const engine_request *reqs, int n, int max_num_seqs,
                              run_buffers *b, int first, const char *label, engine_stats *stats) {
-    return generate(r, reqs, n, max_num_seqs, b->res + first, label, stats) &&
-           check_records(r, b, first, n, label);
+    if (!generate(r, reqs, n, max_num_seqs, b->res + first, label, stats)) return false;
+    int bad = check_records(r, b, first, n, label);
+    note_batch_error(r, n, max_num_seqs, bad);
+    return bad < 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,13 +439,27 @@ static void graphs_engaged(config_run *r, const ops_set *ops) {
 
 // The first differing request of a batch size once more, alone and in that batch, on a tapped
 // engine: the first op whose rows differ goes into out->first_op. Without a batch divergence,
-// a request whose re-prefill differed from its decode is localized between the two. A
-// difference only the repeat showed (nondeterminism) has no batch to localize in.
+// a request whose sampled id failed a batched run is localized against its run alone, and a
+// request whose re-prefill differed from its decode between the two. A difference only the
+// repeat showed (nondeterminism) has no batch to localize in.
 static void localize_first(config_run *r, const run_buffers *base, ops_set *const *rank_ops,
                            int ranks, const model_config *mc, weight_source *w,
                            const engine_limits *limits) {
     outcome *out = r->out;
     localization loc;
+    if (!out->has_first && r->error_request >= 0) {
+        char batch_label[48];
+        snprintf(batch_label, sizeof batch_label, "at bs=%d (the run that failed)", r->error_batch);
+        progress_phase(r->prog, "localizing request %d %s", r->error_request, batch_label);
+        localize_run alone = {.reqs = &r->alone[r->error_request], .count = 1,
+                              .sched = config_sched(r, 1), .follow = 0, .label = "alone"};
+        localize_run batch = {.reqs = r->reqs, .count = r->count,
+                              .sched = config_sched(r, r->error_batch),
+                              .follow = r->error_request, .label = batch_label};
+        localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &alone, &batch, &loc);
+        snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
+        return;
+    }
     if (!out->has_first && r->prefill_differs >= 0) {
         int i = r->prefill_differs;
         int32_t *tokens = invar_malloc((size_t)(r->c->max_len + r->c->max_new_tokens) *
@@ -515,7 +545,7 @@ static void run_config_once(const case_file *c, const run_config *cfg,
     config_run r = {.c = c, .cfg = cfg, .rc = rc, .o = o, .count = count, .reqs = reqs,
                     .alone = alone, .vocab = tp_engine_config(eng)->vocab_size, .eng = eng,
                     .orders = orders, .out = out, .prog = prog, .first = 0, .compared = count,
-                    .prefill_differs = -1};
+                    .prefill_differs = -1, .error_request = -1, .error_batch = -1};
     if (o->request >= 0) {
         r.first = o->request;
         r.compared = 1;

@@ -8,6 +8,8 @@
 //   mixed                        rmsnorm_split_small's RMSNorm claimed, and an unclaimed residual add:
 //                                the claim must FAIL though the set as a whole claims nothing
 //   crash                        the invariant RMSNorm, but a null write from M = 64 up
+//   rmsnorm_nan_batched          the invariant RMSNorm, but NaN rows from M = 48 up (a broken
+//                                wide path), claimed invariant: a batched run samples no id
 //   bad_abi_version, bad_null_table, bad_device, bad_claim, create_fails, no_entry: refused loads
 #include <math.h>                      // sqrtf
 #include <stddef.h>                    // NULL
@@ -72,6 +74,9 @@ static void rmsnorm(const invar_plugin_call *c, bf16 *out, long ld_out, const bf
                         ? bf16_round(sum_squares(xr, 0, D / 2)) + bf16_round(sum_squares(xr, D / 2, D))
                         : sum_squares(xr, 0, D);
         float inv_rms = 1.0f / sqrtf(sum / (float)D + eps);
+#ifdef TEST_PLUGIN_rmsnorm_nan_batched
+        if (M >= 48) inv_rms = NAN;
+#endif
         for (int i = 0; i < D; i++) {
             float normed = bf16_round(bf16_to_float(xr[i]) * inv_rms);
             o[i] = float_to_bf16(bf16_to_float(w[i]) * normed);

@@ -236,30 +236,27 @@ graphs_expectations() {
     echo "cuda_graphs: decode steps replayed on the three sets at T = 1 and 2; mla-flash skipped with the reason"
 }
 suite "cases/graphs.ini: graphs replayed, refused where they cannot run" graphs_expectations "$REPORT/run/graphs"
+# control_caught_only DIR CASE CONFIG PATTERN WHERE: the negative control CONFIG of DIR's report
+# has divergence rows, every one of them matching PATTERN (grep -E, after the config's column),
+# and its summary row is batch-variant as expected: caught there and nowhere else.
+control_caught_only() {
+    local dir=$1 case=$2 config=$3 pattern=$4 where=$5 rows other
+    rows=$(grep -c "^$config," "$dir/divergence.csv")
+    other=$(grep "^$config," "$dir/divergence.csv" | grep -vEc "^$config,$pattern")
+    echo "$config: $rows divergence rows, $other of them outside $where"
+    [ "$rows" -gt 0 ] && [ "$other" = 0 ] &&
+        grep -q "^\"$case\",$config,.*\"batch-variant\",\"batch-variant\",\"PASS\"" "$dir/summary.csv"
+}
 # cases/eviction.ini's mla-split control with a cache for every request differs from its
 # baselines in the batched run at max_num_seqs = 1 and nowhere else: the one config of make check
 # that a runner skipping that run would leave uncaught.
-bs1_only_control() {
-    local config='"cpu/invariant/backend=mla-split/kv_cache_blocks=0"' rows other
-    rows=$(grep -c "^$config," "$1/divergence.csv")
-    other=$(grep "^$config," "$1/divergence.csv" | grep -vc "^$config,\"1\",")
-    echo "$config: $rows divergence rows, $other of them at a batch size other than 1"
-    [ "$rows" -gt 0 ] && [ "$other" = 0 ] &&
-        grep -q "^\"eviction\",$config,.*\"batch-variant\",\"batch-variant\",\"PASS\"" "$1/summary.csv"
-}
-suite "cases/eviction.ini: a control caught at bs=1 only" bs1_only_control "$REPORT/run/eviction"
+suite "cases/eviction.ini: a control caught at bs=1 only" control_caught_only "$REPORT/run/eviction" \
+    eviction '"cpu/invariant/backend=mla-split/kv_cache_blocks=0"' '"1",' "the run at bs=1"
 # cases/warm-copies.ini's control differs from its baselines in the warm copies (requests 3 and
 # 4, served from the prefix cache) and nowhere else: a runner that compares the distinct prompts
 # alone would leave it uncaught.
-warm_copies_only_control() {
-    local config='"cpu/invariant"' rows other
-    rows=$(grep -c "^$config," "$1/divergence.csv")
-    other=$(grep "^$config," "$1/divergence.csv" | grep -vEc "^$config,\"[0-9]+\",\"[34]\",")
-    echo "$config: $rows divergence rows, $other of them outside the warm copies (requests 3, 4)"
-    [ "$rows" -gt 0 ] && [ "$other" = 0 ] &&
-        grep -q "^\"warm-copies\",$config,.*\"batch-variant\",\"batch-variant\",\"PASS\",\"10\"," "$1/summary.csv"
-}
-suite "cases/warm-copies.ini: a control only the warm copies catch" warm_copies_only_control "$REPORT/run/warm-copies"
+suite "cases/warm-copies.ini: a control only the warm copies catch" control_caught_only \
+    "$REPORT/run/warm-copies" warm-copies '"cpu/invariant"' '"[0-9]+","[34]",' "the warm copies (requests 3, 4)"
 if [ "$gpu" = 1 ]; then
     suite "cases/gpu.ini's $gpu_shards shards merged (invar report merge)" "$BUILD/invar" report merge \
         "$REPORT/run/gpu" $(for i in $(seq 1 $gpu_shards); do echo "$REPORT/run/gpu-shard$i"; done)

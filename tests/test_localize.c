@@ -160,8 +160,7 @@ static void p_logprobs(ops_set *ops, const logprobs_args *a) {
 
 static planted_set *plant(ops_set *inner, const char *op) {
     planted_set *p = test_alloc(sizeof *p);
-    p->inner = inner;
-    p->planted = op;
+    *p = (planted_set){.inner = inner, .planted = op};
     ops_set *b = &p->base;
     *b = *inner;  // the CPU set's ops read only ops->ctx, which the copy keeps
     b->destroy = NULL;

@@ -80,6 +80,19 @@ static void order_free_reference_is_information_beside_adversarial(void **state)
     assert_non_null(strstr(o.note, "information"));
 }
 
+// The invariant set with prefix caching forced on (a backend not invariant with it): a control
+// whose only variance is the cache, never order-free information, even in a case whose
+// adversarial set is the negative control; uncaught, it says why it was expected to vary.
+static void forced_prefix_control_is_never_information(void **state) {
+    (void)state;
+    outcome o = judged(false, &invariant_set, true, false, false, "not-checked");
+    assert_string_equal(o.verdict, "FAIL");
+    assert_non_null(strstr(o.note, "negative control not triggered"));
+    assert_non_null(strstr(o.note, "prefix caching forced on"));
+    o = judged(false, &invariant_set, true, true, false, "not-checked");
+    assert_string_equal(o.verdict, "PASS");
+}
+
 // The all-reduce alone (invariant-ring at T >= 3): an uncaught run is a weak case, never
 // order-free information, even beside an adversarial control.
 static void all_reduce_control_is_never_information(void **state) {
@@ -160,6 +173,7 @@ int main(void) {
         cmocka_unit_test(cpu_repeat_difference_fails_even_a_control),
         cmocka_unit_test(negative_control_must_be_caught),
         cmocka_unit_test(order_free_reference_is_information_beside_adversarial),
+        cmocka_unit_test(forced_prefix_control_is_never_information),
         cmocka_unit_test(all_reduce_control_is_never_information),
         cmocka_unit_test(prefill_decode_difference_fails),
         cmocka_unit_test(invariant_config_fails_on_two_orders_or_none),

@@ -346,6 +346,15 @@ expect 1 "unreached: all_reduce:z" report coverage "$work/cov-c"
 expect 2 "cov-bad/coverage.csv: line 2: reached is 'maybe'" report coverage "$work/cov-a" "$work/cov-bad"
 expect 2 "cov-nocol/coverage.csv: no column 'path'" report coverage "$work/cov-nocol"
 expect 2 "cov-none/coverage.csv: cannot open" report coverage "$work/cov-none"
+# Paths the CPU and CUDA sets share a name for (moe_route:*, merge_attention:row) stay apart by
+# device: the CPU run's reach does not cover the CUDA set's.
+mkdir -p "$work/cov-cpu" "$work/cov-cuda"
+printf 'set,device,path,reached,why_unreachable\ninvariant,cpu,moe_route:warp,yes,\n' >"$work/cov-cpu/coverage.csv"
+printf 'set,device,path,reached,why_unreachable\ninvariant,cuda,moe_route:warp,no,\n' >"$work/cov-cuda/coverage.csv"
+expect 1 "unreached: moe_route:warp" report coverage "$work/cov-cpu" "$work/cov-cuda"
+grep -Eq "^PATHS +invariant cpu +coverage: 1 of 1 paths reached" "$work/out.log" &&
+    grep -Eq "^FAIL +invariant cuda +coverage: 0 of 1 paths reached" "$work/out.log" ||
+    fail "coverage: the CPU and CUDA rows of one path were not judged apart"
 # Real runs: one op's run reaches only its own paths, so alone it leaves the others unreached.
 "$INVAR" kernels --device cpu --quick --op rmsnorm --out "$work/cov-rmsnorm" >/dev/null 2>&1 ||
     fail "invar kernels --op rmsnorm exited $?"

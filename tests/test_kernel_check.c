@@ -1,7 +1,8 @@
 // tests/test_kernel_check.c — the kernel checker (harness/check/kernel_check.h) catches what it must:
 // a set that claims invariance with an M-dependent GEMM, an op that leaves outputs unwritten,
-// an op that writes into the gaps between strided rows, an inaccurate op; and it passes the
-// real invariant CPU set.
+// an op that writes into the gaps between strided rows, an inaccurate op, NaN rows that are
+// the same in every batch, an all-reduce wrong on one rank only; and it passes the real
+// invariant CPU set.
 #include <stdarg.h>                              // cmocka
 #include <stddef.h>                              // cmocka
 #include <stdint.h>                              // cmocka
@@ -11,6 +12,7 @@
 
 #include "../harness/check/kernel_check.h"       // kernel_check_op, check_opts, check_result
 #include "../harness/check/op_table.h"           // op_table, op_table_find
+#include "../kernels/cpu/collective.h"           // tp_comm_rank, tp_comm_size
 #include "../kernels/cpu/inv_cpu.h"              // inv_cpu_create
 #include "../reference/cpu/ref_cpu_ops.h"        // ref_cpu_gemm_planned, ref_gemm_plan_for
 #include "../reference/cpu/ref_cpu.h"            // ref_cpu_create
@@ -129,6 +131,33 @@ static void test_inaccurate_op_fails(void **state) {
     real->destroy(real);
 }
 
+// Invariant NaN: every row NaN in every batch (bitwise stable), so only the accuracy check can
+// fail it, and a NaN error must not compare its way past the tolerance.
+static void nan_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                        const bf16 *w, int M, int D, float eps) {
+    ((planted_set *)ops)->rmsnorm(ops, out, ld_out, x, ld_x, w, M, D, eps);
+    long ld = ld_out ? ld_out : D;
+    for (int m = 0; m < M; m++)
+        for (int i = 0; i < D; i++) out[m * ld + i] = 0x7fc0;  // bf16 quiet NaN
+}
+
+static void test_nan_rows_fail(void **state) {
+    (void)state;
+    ops_set *real = inv_cpu_create(2);
+    planted_set planted = planted_from(real);
+    planted.ops.rmsnorm = nan_rmsnorm;
+    static const op_shape shapes[] = {{.label = "D=512", .rmsnorm = {.D = 512}},
+                                      {.label = NULL}};
+    check_opts o = small_opts(shapes);
+    check_result r;
+    kernel_check_op(&planted.ops, op_table_find("rmsnorm"), &o, &r);
+    assert_true(r.invariant);
+    assert_true(r.written);
+    assert_false(r.accurate);
+    assert_false(r.pass);
+    real->destroy(real);
+}
+
 // Every op of the table on the real invariant CPU set, its --quick shapes, small batches.
 static void test_invariant_cpu_set_passes(void **state) {
     (void)state;
@@ -190,14 +219,48 @@ static void test_all_reduce_caught_from_three_ranks(void **state) {
     }
 }
 
+// Batch-stable but wrong on its last rank (every value's sign flipped there): the accuracy
+// check must read every rank's row, not rank 0's alone.
+typedef struct {
+    ops_set ops;
+    void (*all_reduce)(ops_set *ops, tp_comm *comm, bf16 *buf, long n);
+} planted_collective;
+
+static void last_rank_negated_all_reduce(ops_set *ops, tp_comm *comm, bf16 *buf, long n) {
+    ((planted_collective *)ops)->all_reduce(ops, comm, buf, n);
+    if (tp_comm_rank(comm) == tp_comm_size(comm) - 1)
+        for (long i = 0; i < n; i++) buf[i] ^= 0x8000;
+}
+
+static void test_all_reduce_wrong_on_one_rank_fails(void **state) {
+    (void)state;
+    ops_set *real = inv_cpu_create(1);
+    planted_collective planted = {*real, real->all_reduce};
+    planted.ops.all_reduce = last_rank_negated_all_reduce;
+    const op_entry *op = op_table_find("all_reduce");
+    assert_non_null(op);
+    for (int i = 0; op->cpu_shapes[i].label; i++) {
+        check_opts o = small_opts(NULL);
+        check_result r;
+        kernel_check_shape(&planted.ops, op, &op->cpu_shapes[i], i, &o, &r);
+        if (r.accurate || r.pass)
+            fail_msg("%s: the last rank's wrong sums passed (err %g, tol %g)",
+                     op->cpu_shapes[i].label, r.err, r.tol);
+        assert_true(r.invariant);
+    }
+    real->destroy(real);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_lookup),
         cmocka_unit_test(test_all_reduce_caught_from_three_ranks),
+        cmocka_unit_test(test_all_reduce_wrong_on_one_rank_fails),
         cmocka_unit_test(test_planted_gemm_varies),
         cmocka_unit_test(test_unwritten_row_fails),
         cmocka_unit_test(test_gap_written_fails),
         cmocka_unit_test(test_inaccurate_op_fails),
+        cmocka_unit_test(test_nan_rows_fail),
         cmocka_unit_test(test_invariant_cpu_set_passes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

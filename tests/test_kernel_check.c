@@ -29,10 +29,12 @@ static check_opts small_opts(const op_shape *shapes) {
 
 // A planted set: the invariant set's ops_set first (a planted_set * is an ops_set *), and the
 // invariant RMSNorm the planted ones call.
+typedef void (*rmsnorm_fn)(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
+                           const bf16 *w, int M, int D, float eps);
+
 typedef struct {
     ops_set ops;
-    void (*rmsnorm)(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x,
-                    const bf16 *w, int M, int D, float eps);
+    rmsnorm_fn rmsnorm;
 } planted_set;
 
 static planted_set planted_from(const ops_set *real) { return (planted_set){*real, real->rmsnorm}; }
@@ -84,51 +86,42 @@ static void test_planted_gemm_varies(void **state) {
     real->destroy(real);
 }
 
-static void test_unwritten_row_fails(void **state) {
-    (void)state;
+// The checker's verdict on the invariant CPU set with its RMSNorm replaced by `planted`, at
+// D = 512 with `pad` elements between rows.
+static check_result check_planted_rmsnorm(rmsnorm_fn planted_rmsnorm, int pad) {
     ops_set *real = inv_cpu_create(2);
     planted_set planted = planted_from(real);
-    planted.ops.rmsnorm = lazy_rmsnorm;
-    static const op_shape shapes[] = {{.label = "D=512", .rmsnorm = {.D = 512}},
-                                           {.label = NULL}};
+    planted.ops.rmsnorm = planted_rmsnorm;
+    const op_shape shapes[] = {{.label = pad ? "D=512 ld+8" : "D=512", .rmsnorm = {.D = 512, .pad = pad}},
+                               {.label = NULL}};
     check_opts o = small_opts(shapes);
     check_result r;
     kernel_check_op(&planted.ops, op_table_find("rmsnorm"), &o, &r);
+    real->destroy(real);
+    return r;
+}
+
+static void test_unwritten_row_fails(void **state) {
+    (void)state;
+    check_result r = check_planted_rmsnorm(lazy_rmsnorm, 0);
     assert_false(r.written);
     assert_false(r.pass);
-    real->destroy(real);
 }
 
 static void test_gap_written_fails(void **state) {
     (void)state;
-    ops_set *real = inv_cpu_create(2);
-    planted_set planted = planted_from(real);
-    planted.ops.rmsnorm = packed_rmsnorm;
-    static const op_shape shapes[] = {{.label = "D=512 ld+8", .rmsnorm = {.D = 512, .pad = 8}},
-                                      {.label = NULL}};
-    check_opts o = small_opts(shapes);
-    check_result r;
-    kernel_check_op(&planted.ops, op_table_find("rmsnorm"), &o, &r);
+    check_result r = check_planted_rmsnorm(packed_rmsnorm, 8);
     assert_false(r.written);
     assert_false(r.pass);
-    real->destroy(real);
 }
 
 static void test_inaccurate_op_fails(void **state) {
     (void)state;
-    ops_set *real = inv_cpu_create(2);
-    planted_set planted = planted_from(real);
-    planted.ops.rmsnorm = sloppy_rmsnorm;
-    static const op_shape shapes[] = {{.label = "D=512", .rmsnorm = {.D = 512}},
-                                           {.label = NULL}};
-    check_opts o = small_opts(shapes);
-    check_result r;
-    kernel_check_op(&planted.ops, op_table_find("rmsnorm"), &o, &r);
+    check_result r = check_planted_rmsnorm(sloppy_rmsnorm, 0);
     assert_true(r.invariant);
     assert_false(r.accurate);
     assert_true(r.err > r.tol);
     assert_false(r.pass);
-    real->destroy(real);
 }
 
 // Invariant NaN: every row NaN in every batch (bitwise stable), so only the accuracy check can
@@ -143,19 +136,11 @@ static void nan_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, lon
 
 static void test_nan_rows_fail(void **state) {
     (void)state;
-    ops_set *real = inv_cpu_create(2);
-    planted_set planted = planted_from(real);
-    planted.ops.rmsnorm = nan_rmsnorm;
-    static const op_shape shapes[] = {{.label = "D=512", .rmsnorm = {.D = 512}},
-                                      {.label = NULL}};
-    check_opts o = small_opts(shapes);
-    check_result r;
-    kernel_check_op(&planted.ops, op_table_find("rmsnorm"), &o, &r);
+    check_result r = check_planted_rmsnorm(nan_rmsnorm, 0);
     assert_true(r.invariant);
     assert_true(r.written);
     assert_false(r.accurate);
     assert_false(r.pass);
-    real->destroy(real);
 }
 
 // Every op of the table on the real invariant CPU set, its --quick shapes, small batches.

@@ -1516,15 +1516,13 @@ int engine_step(engine *e, char *err, int err_len) {
     // collective for it.
     for (int i = 0; i < n_items; i++)
         if (items[i].sample && (e->sampled[i] < 0 || e->sampled[i] >= e->cfg.vocab_size)) {
-            if (e->part.size > 1)
-                invar_die(INVAR_EXIT_SYSTEM, "engine: rank %d of %d, step %ld, request %d: "
-                          "sampled token %d outside the vocabulary (%d ids)", e->part.rank,
-                          e->part.size, e->stats.steps, items[i].req, e->sampled[i],
-                          e->cfg.vocab_size);
             snprintf(err, (size_t)err_len, "step %ld, request %d: sampled token %d outside the "
                      "vocabulary (%d ids): its logits or the logprobs op's output are broken",
                      e->stats.steps + scheduler_steps(e->sched), items[i].req, e->sampled[i],
                      e->cfg.vocab_size);
+            if (e->part.size > 1)
+                invar_die(INVAR_EXIT_SYSTEM, "engine: rank %d of %d, %s", e->part.rank,
+                          e->part.size, err);
             e->failed_request = items[i].req;
             e->in_session = false;
             return -1;

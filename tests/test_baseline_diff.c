@@ -195,12 +195,9 @@ static void skipped_then_failing_is_a_regression(void **state) {
     write_summary(d.now, names, now, 3, seed + 1);
     diff_result r;
     char err[1024];
-    FILE *devnull = fopen("/dev/null", "w");
-    assert_non_null(devnull);
-    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, devnull, &r, err, sizeof err), 1);
+    assert_int_equal(baseline_diff(d.base, d.now, 5.0, false, NULL, &r, err, sizeof err), 1);
     assert_int_equal(r.regressions, 1);
     assert_non_null(strstr(slurp(d.now, "diff.md"), "| `nightly: cpu/a` | SKIP | FAIL | "));
-    assert_int_equal(fclose(devnull), 0);
     remove_dirs(&d);
 }
 

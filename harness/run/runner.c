@@ -447,20 +447,7 @@ static void localize_first(config_run *r, const run_buffers *base, ops_set *cons
                            const engine_limits *limits) {
     outcome *out = r->out;
     localization loc;
-    if (!out->has_first && r->error_request >= 0) {
-        char batch_label[48];
-        snprintf(batch_label, sizeof batch_label, "at bs=%d (the run that failed)", r->error_batch);
-        progress_phase(r->prog, "localizing request %d %s", r->error_request, batch_label);
-        localize_run alone = {.reqs = &r->alone[r->error_request], .count = 1,
-                              .sched = config_sched(r, 1), .follow = 0, .label = "alone"};
-        localize_run batch = {.reqs = r->reqs, .count = r->count,
-                              .sched = config_sched(r, r->error_batch),
-                              .follow = r->error_request, .label = batch_label};
-        localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &alone, &batch, &loc);
-        snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
-        return;
-    }
-    if (!out->has_first && r->prefill_differs >= 0) {
+    if (!out->has_first && r->error_request < 0 && r->prefill_differs >= 0) {
         int i = r->prefill_differs;
         int32_t *tokens = invar_malloc((size_t)(r->c->max_len + r->c->max_new_tokens) *
                                        sizeof *tokens, "re-prefill prompt");
@@ -475,15 +462,26 @@ static void localize_first(config_run *r, const run_buffers *base, ops_set *cons
         free(tokens);
         return;
     }
-    if (!out->has_first || strcmp(out->first_batch, "repeat") == 0) return;
-    int bs = atoi(out->first_batch);
-    char batch_label[32];
-    snprintf(batch_label, sizeof batch_label, "at bs=%d", bs);
-    progress_phase(r->prog, "localizing request %d %s", out->first_request, batch_label);
-    localize_run alone = {.reqs = &r->alone[out->first_request], .count = 1,
-                          .sched = config_sched(r, 1), .follow = 0, .label = "alone"};
+    // The request alone against the batch it differed (or failed) in.
+    int request, bs;
+    const char *failed = "";
+    if (out->has_first && strcmp(out->first_batch, "repeat") != 0) {
+        request = out->first_request;
+        bs = atoi(out->first_batch);
+    } else if (!out->has_first && r->error_request >= 0) {
+        request = r->error_request;
+        bs = r->error_batch;
+        failed = " (the run that failed)";
+    } else {
+        return;
+    }
+    char batch_label[48];
+    snprintf(batch_label, sizeof batch_label, "at bs=%d%s", bs, failed);
+    progress_phase(r->prog, "localizing request %d %s", request, batch_label);
+    localize_run alone = {.reqs = &r->alone[request], .count = 1, .sched = config_sched(r, 1),
+                          .follow = 0, .label = "alone"};
     localize_run batch = {.reqs = r->reqs, .count = r->count, .sched = config_sched(r, bs),
-                          .follow = out->first_request, .label = batch_label};
+                          .follow = request, .label = batch_label};
     localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &alone, &batch, &loc);
     snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
 }

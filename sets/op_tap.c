@@ -77,6 +77,23 @@ static const op_tap_entry *find_expected(const op_tap *p, uint64_t key) {
 
 static size_t type_size(op_tap_type t) { return t == OP_TAP_BF16 ? 2 : 4; }
 
+// The NaN and infinite elements among `count` of `type` (ids are never counted).
+static long count_nonfinite(op_tap_type type, const unsigned char *bytes, long count) {
+    long n = 0;
+    for (long i = 0; i < count; i++) {
+        if (type == OP_TAP_BF16) {
+            uint16_t u;
+            memcpy(&u, bytes + 2 * i, 2);
+            n += (u & 0x7f80) == 0x7f80;
+        } else if (type == OP_TAP_F32) {
+            uint32_t u;
+            memcpy(&u, bytes + 4 * i, 4);
+            n += (u & 0x7f800000u) == 0x7f800000u;
+        }
+    }
+    return n;
+}
+
 uint64_t op_tap_key(int layer, op_tap_rows_kind kind, int position, int ordinal) {
     return ((uint64_t)(uint16_t)(layer + 1) << 48) | ((uint64_t)(kind & 0xF) << 44) |
            ((uint64_t)(position & 0xFFFFFF) << 20) | (uint64_t)(ordinal & 0xFFFFF);
@@ -120,8 +137,11 @@ static void capture_segment(op_tap *p, op_tap_type type, const unsigned char *by
     r->count[r->n_segments++] = count;
 }
 
-// Hashes row t of the call (and captures it when it is the one asked for).
-static uint64_t hash_row(op_tap *p, const tap_group *g, int n_groups, int t, bool keep) {
+// Hashes row t of the call (and captures it when it is the one asked for); *nonfinite: its NaN
+// and infinite elements.
+static uint64_t hash_row(op_tap *p, const tap_group *g, int n_groups, int t, bool keep,
+                         long *nonfinite) {
+    *nonfinite = 0;
     if (XXH3_64bits_reset(p->hash) != XXH_OK) invar_die(INVAR_EXIT_SYSTEM, "op tap: XXH3 reset failed");
     for (int i = 0; i < n_groups; i++) {
         long row = t;
@@ -138,6 +158,7 @@ static uint64_t hash_row(op_tap *p, const tap_group *g, int n_groups, int t, boo
             p->wrap.inner->download(p->wrap.inner, buf, src, n);
             if (XXH3_64bits_update(p->hash, buf, n) != XXH_OK)
                 invar_die(INVAR_EXIT_SYSTEM, "op tap: XXH3 update failed");
+            *nonfinite += count_nonfinite(g[i].type, buf, g[i].count);
             if (keep) capture_segment(p, g[i].type, buf, g[i].count);
         }
     }
@@ -170,7 +191,8 @@ static void tap_call(op_tap *p, const char *op, int M, const tap_group *g, int n
         uint64_t key = op_tap_key(p->layer, p->kind, position, ordinal);
         bool keep = p->capturing && !p->captured && key == p->capture_key &&
                     p->capture_seen++ == p->capture_occurrence;
-        uint64_t h = hash_row(p, g, n_groups, t, keep);
+        long nonfinite;
+        uint64_t h = hash_row(p, g, n_groups, t, keep, &nonfinite);
         if (keep) p->captured = true;
         if (p->n_expected > 0 && p->mismatch < 0) {
             const op_tap_entry *x = find_expected(p, key);
@@ -178,7 +200,7 @@ static void tap_call(op_tap *p, const char *op, int M, const tap_group *g, int n
                 p->mismatch = p->n_entries;
                 p->row.n_segments = 0;
                 p->row.n_bytes = 0;
-                hash_row(p, g, n_groups, t, true);
+                hash_row(p, g, n_groups, t, true, &nonfinite);
                 p->captured = true;
             }
         }
@@ -190,7 +212,7 @@ static void tap_call(op_tap *p, const char *op, int M, const tap_group *g, int n
         op_tap_entry *e = &p->entries[p->n_entries++];
         *e = (op_tap_entry){.key = key, .layer = p->layer, .kind = p->kind,
                             .position = position, .ordinal = ordinal, .op = op, .M = M, .row = t,
-                            .hash = h};
+                            .hash = h, .nonfinite = nonfinite};
         memcpy(e->shape, shape, sizeof shape);
     }
 }

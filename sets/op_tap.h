@@ -31,6 +31,7 @@ typedef struct {
     int M;                      // rows of the call
     int row;                    // the request's row in it
     uint64_t hash;              // XXH3 of the row's output bytes
+    long nonfinite;             // its NaN and infinite bf16 / f32 elements
 } op_tap_entry;
 
 typedef enum { OP_TAP_BF16, OP_TAP_F32, OP_TAP_I32 } op_tap_type;

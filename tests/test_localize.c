@@ -51,6 +51,10 @@ typedef struct {
     long quiet;  // calls of the planted op that would flip and are left alone first
     long calls;  // such calls so far
     bool bad_ids; // logprobs of more than one row also samples id -1 (its logits "broken")
+    bool nan;     // every call of the planted op, whatever its rows, writes a non-finite value
+                  // in place of the flip (nan_bf16 / nan_f32's bits): a run alone breaks
+    uint16_t nan_bf16;
+    uint32_t nan_f32;
 } planted_set;
 
 static planted_set *planted_of(ops_set *ops) { return (planted_set *)ops; }
@@ -58,57 +62,59 @@ static planted_set *planted_of(ops_set *ops) { return (planted_set *)ops; }
 
 static bool plants(ops_set *ops, const char *op, int rows) {
     planted_set *p = planted_of(ops);
-    if (strcmp(p->planted, op) != 0 || rows <= (strcmp(op, "logprobs") == 0 ? 1 : PROMPT_MAX))
-        return false;
+    if (strcmp(p->planted, op) != 0) return false;
+    if (p->nan) return rows > 0;
+    if (rows <= (strcmp(op, "logprobs") == 0 ? 1 : PROMPT_MAX)) return false;
     // Counted (flaky plants): only calls of more rows than a request and its new tokens hold,
     // which no run of the request alone makes, so every batched rerun makes as many.
     if (p->quiet == 0) return true;
     return rows > PROMPT_MAX + MAX_NEW && p->calls++ >= p->quiet;
 }
 
-static void flip_bf16_rows(bf16 *x, long ld, int rows) {
-    for (int t = 0; t < rows; t++) x[(long)t * ld] ^= 1;
+static void flip_bf16_rows(ops_set *ops, bf16 *x, long ld, int rows) {
+    planted_set *p = planted_of(ops);
+    for (int t = 0; t < rows; t++) x[(long)t * ld] = p->nan ? p->nan_bf16 : x[(long)t * ld] ^ 1;
 }
 
-static void flip_f32(float *x) {
+static void flip_f32(ops_set *ops, float *x) {
     uint32_t u;
     memcpy(&u, x, sizeof u);
-    u ^= 1;
+    u = planted_of(ops)->nan ? planted_of(ops)->nan_f32 : u ^ 1;
     memcpy(x, &u, sizeof u);
 }
 
 static void p_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int32_t *ids, int T, int D) {
     INNER(ops)->embedding(INNER(ops), out, table, ids, T, D);
-    if (plants(ops, "embedding", T)) flip_bf16_rows(out, D, T);
+    if (plants(ops, "embedding", T)) flip_bf16_rows(ops, out, D, T);
 }
 static void p_rmsnorm(ops_set *ops, bf16 *out, long ld_out, const bf16 *x, long ld_x, const bf16 *w, int M, int D,
                       float eps) {
     INNER(ops)->rmsnorm(INNER(ops), out, ld_out, x, ld_x, w, M, D, eps);
-    if (plants(ops, "rmsnorm", M)) flip_bf16_rows(out, ld_out ? ld_out : D, M);
+    if (plants(ops, "rmsnorm", M)) flip_bf16_rows(ops, out, ld_out ? ld_out : D, M);
 }
 static void p_gemm(ops_set *ops, const gemm_args *a) {
     INNER(ops)->gemm(INNER(ops), a);
     if (!plants(ops, "gemm", a->M)) return;
     long ld = a->ldy ? a->ldy : a->N;
     for (int t = 0; t < a->M; t++) {
-        if (a->y_f32) flip_f32((float *)a->y + (long)t * ld);
-        else ((bf16 *)a->y)[(long)t * ld] ^= 1;
+        if (a->y_f32) flip_f32(ops, (float *)a->y + (long)t * ld);
+        else flip_bf16_rows(ops, (bf16 *)a->y + (long)t * ld, ld, 1);
     }
 }
 static void p_rope(ops_set *ops, bf16 *x, long ld_token, long ld_head, int T, int H, int R, const int32_t *pos,
                    const float *cos, const float *sin, bool interleave) {
     INNER(ops)->rope(INNER(ops), x, ld_token, ld_head, T, H, R, pos, cos, sin, interleave);
-    if (plants(ops, "rope", T)) flip_bf16_rows(x, ld_token, T);
+    if (plants(ops, "rope", T)) flip_bf16_rows(ops, x, ld_token, T);
 }
 static void p_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
     INNER(ops)->residual_add(INNER(ops), x, y, n);
     // n = T * D with D the tiny model's hidden size (a multiple of PROMPT_MAX + 1 is not)
     int D = 256;
-    if (n % D == 0 && plants(ops, "residual_add", (int)(n / D))) flip_bf16_rows(x, D, (int)(n / D));
+    if (n % D == 0 && plants(ops, "residual_add", (int)(n / D))) flip_bf16_rows(ops, x, D, (int)(n / D));
 }
 static void p_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int I) {
     INNER(ops)->silu_mul(INNER(ops), out, gate_up, M, I);
-    if (plants(ops, "silu_mul", M)) flip_bf16_rows(out, I, M);
+    if (plants(ops, "silu_mul", M)) flip_bf16_rows(ops, out, I, M);
 }
 static void p_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, long ld_c_kv, const bf16 *k_pe,
                              long ld_k_pe, const int32_t *slot, int T, int L, int R) {
@@ -118,20 +124,20 @@ static void p_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, lon
 }
 static void p_mla_attention(ops_set *ops, const mla_attention_args *a) {
     INNER(ops)->mla_attention(INNER(ops), a);
-    if (plants(ops, "mla_attention", a->T)) flip_bf16_rows(a->out, a->ld_out, a->T);
+    if (plants(ops, "mla_attention", a->T)) flip_bf16_rows(ops, a->out, a->ld_out, a->T);
 }
 static void p_mha_prefill(ops_set *ops, const mha_prefill_args *a) {
     INNER(ops)->mha_prefill(INNER(ops), a);
-    if (plants(ops, "mha_prefill", a->T)) flip_bf16_rows(a->out, a->ld_out, a->T);
+    if (plants(ops, "mha_prefill", a->T)) flip_bf16_rows(ops, a->out, a->ld_out, a->T);
 }
 static void p_merge_attention(ops_set *ops, const merge_attention_args *a) {
     INNER(ops)->merge_attention(INNER(ops), a);
-    if (plants(ops, "merge_attention", a->T)) flip_bf16_rows(a->out, a->ld, a->T);
+    if (plants(ops, "merge_attention", a->T)) flip_bf16_rows(ops, a->out, a->ld, a->T);
 }
 static void p_moe_route(ops_set *ops, const moe_route_args *a) {
     INNER(ops)->moe_route(INNER(ops), a);
     if (plants(ops, "moe_route", a->T))
-        for (int t = 0; t < a->T; t++) flip_f32(&a->topk_weights[(long)t * a->k]);
+        for (int t = 0; t < a->T; t++) flip_f32(ops, &a->topk_weights[(long)t * a->k]);
 }
 // With out_f32 (TP-size invariance) the fp32 rows are the output: the flip goes there.
 static void p_moe_experts(ops_set *ops, const moe_experts_args *a) {
@@ -139,21 +145,21 @@ static void p_moe_experts(ops_set *ops, const moe_experts_args *a) {
     INNER(ops)->moe_experts(INNER(ops), a);
     if (!plants(ops, "moe_experts", a->T)) return;
     if (a->out_f32)
-        for (int t = 0; t < a->T; t++) flip_f32(&a->out_f32[(long)t * a->k * a->D]);
-    else flip_bf16_rows(a->out, (long)a->k * a->D, a->T);
+        for (int t = 0; t < a->T; t++) flip_f32(ops, &a->out_f32[(long)t * a->k * a->D]);
+    else flip_bf16_rows(ops, a->out, (long)a->k * a->D, a->T);
 }
 static void p_moe_combine(ops_set *ops, const moe_combine_args *a) {
     if (moe_combine_by_slice(ops, a, p_moe_combine)) return;
     INNER(ops)->moe_combine(INNER(ops), a);
     if (!plants(ops, "moe_combine", a->T)) return;
     if (a->out_f32)
-        for (int t = 0; t < a->T; t++) flip_f32(&a->out_f32[(long)t * a->D]);
-    else flip_bf16_rows(a->out, a->D, a->T);
+        for (int t = 0; t < a->T; t++) flip_f32(ops, &a->out_f32[(long)t * a->D]);
+    else flip_bf16_rows(ops, a->out, a->D, a->T);
 }
 static void p_logprobs(ops_set *ops, const logprobs_args *a) {
     INNER(ops)->logprobs(INNER(ops), a);
     if (plants(ops, "logprobs", a->R))
-        for (int r = 0; r < a->R; r++) flip_f32(&a->token_logprob[r]);
+        for (int r = 0; r < a->R; r++) flip_f32(ops, &a->token_logprob[r]);
     if (planted_of(ops)->bad_ids && a->R > 1)
         for (int r = 0; r < a->R; r++) a->token[r] = -1;
 }
@@ -460,6 +466,49 @@ static void test_failed_batch_localized(void **state) {
     free(p);
 }
 
+// A run alone that breaks (non-finite rows from the planted op's first call) has no run to be
+// compared with: the first op whose rows of the request hold a NaN or an infinity is named,
+// whichever op it is and whichever of the four kinds of non-finite value (quiet and signalling
+// NaNs of either sign, infinities) it wrote; with nothing planted none is, and the text says so.
+static void test_failed_alone_named_by_its_nan(void **state) {
+    fixture *f = *state;
+    static const char *const ops[] = {"embedding", "rmsnorm", "gemm", "rope", "mla_attention",
+                                      "residual_add", "silu_mul", "moe_route", "moe_experts",
+                                      "moe_combine", "logprobs"};
+    engine_sched one = {.max_num_seqs = 1, .max_num_batched_tokens = 64, .chunked_prefill = true,
+                        .top_k = TOP_K, .backend = attention_backend_by_name("mla-unified")};
+    localize_run alone = {.reqs = &f->reqs[f->target], .count = 1, .sched = one, .follow = 0,
+                          .label = "alone"};
+    engine_limits lim = limits();
+    for (size_t i = 0; i <= sizeof ops / sizeof ops[0]; i++) {
+        const char *op = i < sizeof ops / sizeof ops[0] ? ops[i] : "none";
+        // +inf, a negative quiet NaN, -inf, a signalling NaN (quiet bit clear)
+        static const uint16_t bf16_bits[] = {0x7f80, 0xffc0, 0xff80, 0x7f81};
+        static const uint32_t f32_bits[] = {0x7f800000u, 0xffc00000u, 0xff800000u, 0x7f800001u};
+        planted_set *p = plant(f->ops, op);
+        p->nan = true;
+        p->nan_bf16 = bf16_bits[i % 4];
+        p->nan_f32 = f32_bits[i % 4];
+        localization loc;
+        memset(&loc, 0x5A, sizeof loc);
+        ops_set *ranks[1] = {&p->base};
+        assert_true(localize_nonfinite(ranks, 1, &f->cfg, f->src, &lim, f->seed, &alone, &loc));
+        printf("  NaN in %s: %s\n", op, loc.text);
+        if (strcmp(op, "none") == 0) {
+            assert_false(loc.found);
+            assert_string_equal(loc.op, "");
+            if (!strstr(loc.text, "held a NaN or an infinity (the run alone failed past the ops)"))
+                fail_msg("'%s'", loc.text);
+        } else if (!loc.found || strcmp(loc.op, op) != 0 ||
+                   !strstr(loc.text, " alone: the first output holding a NaN or an infinity (1 "
+                                     "element of the row; the run alone failed)")) {
+            fail_msg("NaN planted in %s, named '%s' (found %d): %s", op, loc.found ? loc.op : "",
+                     loc.found, loc.text);
+        }
+        free(p);
+    }
+}
+
 static void generate(fixture *f, ops_set *ops, engine_step_record (*steps)[MAX_NEW]) {
     engine_limits lim = limits();
     engine_sched sched = {.max_num_seqs = REQS, .max_num_batched_tokens = 64, .chunked_prefill = true,
@@ -545,6 +594,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_nothing_planted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flaky_named_in_a_later_rerun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_batch_localized, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_alone_named_by_its_nan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tap_forwards, setup, teardown),
         cmocka_unit_test(test_max_ulps),
     };

@@ -2,7 +2,8 @@
 # tests/test_plugin.sh BUILD — plugin kernel sets end to end (kernels/invar_plugin.h): the engine
 # on a plugin's RMSNorm through a case's kernel_sets and through `invar run --kernel-set`; a claim
 # of invariance that does not hold FAILs, an unclaimed batch-variant op is caught, NaN rows in
-# batched calls make an error row (not a dead run) naming the op that differed first; every refused
+# batched calls make an error row (not a dead run) naming the op that differed first, and in a run
+# alone one naming the op whose rows first held a NaN; every refused
 # plugin exits 2 naming the file and the symbol or field. The plugins are
 # tests/plugins/test_plugin.c's variants in BUILD/plugins.
 set -u
@@ -16,7 +17,8 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # Short relative paths: a case file's line holds at most 197 characters.
 mkdir -p "$work/p"
-for v in rmsnorm_invariant rmsnorm_split_small rmsnorm_split_small_honest rmsnorm_nan_batched bad_claim; do
+for v in rmsnorm_invariant rmsnorm_split_small rmsnorm_split_small_honest rmsnorm_nan_batched rmsnorm_nan_long_rows \
+         bad_claim; do
     ln -s "$plugins/$v.so" "$work/p/$v.so"
 done
 cat >"$work/plugins.ini" <<'EOF'
@@ -35,7 +37,7 @@ top_k = 5
 
 [matrix]
 devices = cpu
-kernel_sets = plugin:p/rmsnorm_nan_batched.so, plugin:p/rmsnorm_invariant.so, plugin:p/rmsnorm_split_small.so, plugin:p/rmsnorm_split_small_honest.so
+kernel_sets = plugin:p/rmsnorm_nan_batched.so, plugin:p/rmsnorm_nan_long_rows.so, plugin:p/rmsnorm_invariant.so, plugin:p/rmsnorm_split_small.so, plugin:p/rmsnorm_split_small_honest.so
 batch_sizes = 1, 8
 max_num_batched_tokens = 64
 threads = 2
@@ -63,9 +65,17 @@ row cpu/plugin:p/rmsnorm_nan_batched.so | grep -q 'logprob nan (unwritten or out
     fail "rmsnorm_nan_batched: no broken record in the note: $(row cpu/plugin:p/rmsnorm_nan_batched.so)"
 row cpu/plugin:p/rmsnorm_nan_batched.so | grep -q '"rmsnorm (D=256) in layer 0, call 0, position [0-9]*: M=[0-9]* row [0-9]* alone, M=[0-9]* row [0-9]* at bs=8 (the run that failed)' ||
     fail "rmsnorm_nan_batched: first_op does not name rmsnorm at bs=8: $(row cpu/plugin:p/rmsnorm_nan_batched.so)"
+# NaN rows from M = 24 up: a long prompt's bs=1 baseline breaks, with no run to compare it
+# with; the first op whose rows of it held a NaN is named.
+expect_row cpu/plugin:p/rmsnorm_nan_long_rows.so invariant error FAIL
+row cpu/plugin:p/rmsnorm_nan_long_rows.so | grep -q '"engine (bs=1 baseline): request [0-9]* step 0: token [0-9-]* logprob nan' ||
+    fail "rmsnorm_nan_long_rows: no broken baseline record in the note: $(row cpu/plugin:p/rmsnorm_nan_long_rows.so)"
+row cpu/plugin:p/rmsnorm_nan_long_rows.so | grep -q '"rmsnorm (D=256) in layer 0, call 0, position 0: M=[0-9]* row 0 alone: the first output holding a NaN or an infinity (256 elements of the row; the run alone failed)"' ||
+    fail "rmsnorm_nan_long_rows: first_op does not name rmsnorm's NaN rows: $(row cpu/plugin:p/rmsnorm_nan_long_rows.so)"
 [ "$fails" = "$before" ] &&
     echo "plugins case: the invariant plugin passes, the false claim fails, the unclaimed variance is caught," \
-        "NaN rows in batched calls are an error row whose first differing op is named"
+        "NaN rows in batched calls are an error row whose first differing op is named, NaN rows in" \
+        "a run alone name the op that first held one"
 
 # --kernel-set overrides the case's sets.
 (cd "$work" && "$invar" run --case plugins.ini --kernel-set plugin:p/rmsnorm_invariant.so --out one -q \

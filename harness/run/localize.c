@@ -150,16 +150,71 @@ static op_tap_row copy_row(const op_tap_row *r) {
     return c;
 }
 
+// A fresh engine over rank_ops with rank 0's set tapped.
+typedef struct {
+    op_tap *tap;
+    ops_set **ops;
+    tp_engine *eng;
+} tapped_engine;
+
+static tapped_engine tapped_engine_create(ops_set *const *rank_ops, int ranks,
+                                          const model_config *mc, weight_source *w,
+                                          const engine_limits *limits, uint64_t seed) {
+    tapped_engine t = {.tap = op_tap_wrap(rank_ops[0])};
+    t.ops = invar_calloc((size_t)ranks, sizeof *t.ops, "tapped rank sets");
+    for (int k = 0; k < ranks; k++) t.ops[k] = rank_ops[k];
+    t.ops[0] = op_tap_set(t.tap);
+    t.eng = tp_engine_create(mc, w, t.ops, ranks, limits, seed);
+    tp_engine_observe_rows(t.eng, observe_rows, t.tap);
+    return t;
+}
+
+static void tapped_engine_destroy(tapped_engine *t) {
+    tp_engine_destroy(t->eng);
+    op_tap_destroy(t->tap);
+    free(t->ops);
+}
+
+bool localize_nonfinite(ops_set *const *rank_ops, int ranks, const model_config *mc,
+                        weight_source *w, const engine_limits *limits, uint64_t seed,
+                        const localize_run *alone, localization *out) {
+    *out = (localization){0};
+    tapped_engine t = tapped_engine_create(rank_ops, ranks, mc, w, limits, seed);
+    op_tap_follow(t.tap, alone->follow);
+    bool ran = run(t.eng, alone, out);
+    int n;
+    const op_tap_entry *e = op_tap_entries(t.tap, &n);
+    int k = 0;
+    while (k < n && e[k].nonfinite == 0) k++;
+    if (k < n) {
+        char place[160];
+        where(place, sizeof place, &e[k], mc->num_hidden_layers);
+        out->found = true;
+        snprintf(out->op, sizeof out->op, "%s", e[k].op);
+        snprintf(out->text, sizeof out->text, "%s (%s) %s: M=%d row %d %s: the first output "
+                 "holding a NaN or an infinity (%ld element%s of the row; the run alone failed)",
+                 e[k].op, e[k].shape, place, e[k].M, e[k].row, alone->label, e[k].nonfinite,
+                 e[k].nonfinite == 1 ? "" : "s");
+    } else if (ran) {
+        snprintf(out->text, sizeof out->text, "no op's %d rows of the request %s held a NaN or "
+                 "an infinity (the run alone failed past the ops)", n, alone->label);
+    } else {
+        char why[LOCALIZE_TEXT];
+        snprintf(why, sizeof why, "%s", out->text);
+        snprintf(out->text, sizeof out->text, "no op's %d rows of the request %s held a NaN or "
+                 "an infinity (%.400s)", n, alone->label, why);
+    }
+    tapped_engine_destroy(&t);
+    return out->found || ran;
+}
+
 bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *mc,
                       weight_source *w, const engine_limits *limits, uint64_t seed,
                       const localize_run *alone, const localize_run *batch, localization *out) {
     *out = (localization){0};
-    op_tap *tap = op_tap_wrap(rank_ops[0]);
-    ops_set **ops = invar_calloc((size_t)ranks, sizeof *ops, "tapped rank sets");
-    for (int k = 0; k < ranks; k++) ops[k] = rank_ops[k];
-    ops[0] = op_tap_set(tap);
-    tp_engine *eng = tp_engine_create(mc, w, ops, ranks, limits, seed);
-    tp_engine_observe_rows(eng, observe_rows, tap);
+    tapped_engine t = tapped_engine_create(rank_ops, ranks, mc, w, limits, seed);
+    op_tap *tap = t.tap;
+    tp_engine *eng = t.eng;
     op_tap_entry *first = NULL;
     op_tap_row batch_row = {0};
     bool ok = true;
@@ -217,8 +272,6 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
     }
     free(first);
     free(batch_row.bytes);
-    tp_engine_destroy(eng);
-    op_tap_destroy(tap);
-    free(ops);
+    tapped_engine_destroy(&t);
     return ok;
 }

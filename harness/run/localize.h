@@ -37,6 +37,14 @@ bool localize_request(ops_set *const *rank_ops, int ranks, const model_config *m
                       weight_source *w, const engine_limits *limits, uint64_t seed,
                       const localize_run *alone, const localize_run *batch, localization *out);
 
+// A request whose run alone failed (a sampled id outside the vocabulary, a broken record) has no
+// run to be compared with: `alone` is run again on a fresh tapped engine and the first op call
+// whose rows of the request hold a NaN or an infinity is named (found), else out->text says
+// that none did. False when the engine refused the rerun and no op was found.
+bool localize_nonfinite(ops_set *const *rank_ops, int ranks, const model_config *mc,
+                        weight_source *w, const engine_limits *limits, uint64_t seed,
+                        const localize_run *alone, localization *out);
+
 // The largest ULP distance between two rows of the same segments (bf16 and f32 elements in
 // their own ULPs; int32 elements count in *ids_differing); -1 when the segments do not match.
 long long localize_max_ulps(const op_tap_row *a, const op_tap_row *b, long *at,

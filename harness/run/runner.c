@@ -47,8 +47,9 @@ typedef struct {
     int first, compared;        // the requests compared, [first, first + compared): every one,
                                 // or --request's alone (every batch still holds them all)
     int prefill_differs;        // the first request whose re-prefill differs from its decode; -1
-    int error_request, error_batch; // the request whose sampled id failed a batched run, and
-                                    // that run's batch size; -1 while none failed
+    int error_request, error_batch; // the first request whose run failed (a sampled id outside
+                                    // the vocabulary, a broken record), and that run's batch
+                                    // size (1: its run alone); -1 while none failed
     const engine_request *reqs; // arriving as the config's arrival pattern says
     const engine_request *alone; // the same, each arriving at step 0 (bs=1 baselines)
     int vocab;
@@ -123,10 +124,12 @@ static int check_records(config_run *r, const run_buffers *b, int first, int n,
     return -1;
 }
 
-// A batched run of every request that failed at `request` (a sampled id outside the vocabulary,
-// a broken record) is localized like a divergence: that request alone against that batch.
-static void note_batch_error(config_run *r, int n, int max_num_seqs, int request) {
-    if (r->error_request < 0 && request >= 0 && n == r->count && max_num_seqs > 1) {
+// A run that failed at `request` (a sampled id outside the vocabulary, a broken record) is
+// localized: a batched run of every request like a divergence (that request alone against that
+// batch), a bs=1 baseline by the first op whose rows of it held a NaN or an infinity.
+static void note_run_error(config_run *r, int n, int max_num_seqs, int request) {
+    if (r->error_request >= 0 || request < 0) return;
+    if ((n == r->count && max_num_seqs > 1) || (n == 1 && max_num_seqs == 1)) {
         r->error_request = request;
         r->error_batch = max_num_seqs;
     }
@@ -149,7 +152,6 @@ static bool generate(config_run *r, const engine_request *reqs, int n, int max_n
     char err[512] = "";
     if (!tp_engine_generate(r->eng, reqs, n, &sched, res, stats, err, sizeof err)) {
         set_failure(r->out, "engine_generate (%s) refused: %s", label, err);
-        note_batch_error(r, n, max_num_seqs, tp_engine_failed_request(r->eng));
         return false;
     }
     r->graph_steps += stats->graph_steps;
@@ -159,10 +161,13 @@ static bool generate(config_run *r, const engine_request *reqs, int n, int max_n
 
 static bool generate_checked(config_run *r, const engine_request *reqs, int n, int max_num_seqs,
                              run_buffers *b, int first, const char *label, engine_stats *stats) {
-    if (!generate(r, reqs, n, max_num_seqs, b->res + first, label, stats)) return false;
-    int bad = check_records(r, b, first, n, label);
-    note_batch_error(r, n, max_num_seqs, bad);
-    return bad < 0;
+    int bad;
+    if (generate(r, reqs, n, max_num_seqs, b->res + first, label, stats))
+        bad = check_records(r, b, first, n, label);
+    else
+        bad = tp_engine_failed_request(r->eng) >= 0 ? first + tp_engine_failed_request(r->eng) : -2;
+    note_run_error(r, n, max_num_seqs, bad);
+    return bad == -1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -439,9 +444,10 @@ static void graphs_engaged(config_run *r, const ops_set *ops) {
 
 // The first differing request of a batch size once more, alone and in that batch, on a tapped
 // engine: the first op whose rows differ goes into out->first_op. Without a batch divergence,
-// a request whose sampled id failed a batched run is localized against its run alone, and a
-// request whose re-prefill differed from its decode between the two. A difference only the
-// repeat showed (nondeterminism) has no batch to localize in.
+// a request whose sampled id failed a batched run is localized against its run alone, a request
+// whose run alone failed by its first non-finite op output, and a request whose re-prefill
+// differed from its decode between the two. A difference only the repeat showed
+// (nondeterminism) has no batch to localize in.
 static void localize_first(config_run *r, const run_buffers *base, ops_set *const *rank_ops,
                            int ranks, const model_config *mc, weight_source *w,
                            const engine_limits *limits) {
@@ -460,6 +466,15 @@ static void localize_first(config_run *r, const run_buffers *base, ops_set *cons
         localize_request(rank_ops, ranks, mc, w, limits, r->c->seed, &decode, &prefill, &loc);
         snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
         free(tokens);
+        return;
+    }
+    if (!out->has_first && r->error_request >= 0 && r->error_batch == 1) {
+        int i = r->error_request;
+        progress_phase(r->prog, "localizing request %d: its run alone failed", i);
+        localize_run alone = {.reqs = &r->alone[i], .count = 1, .sched = config_sched(r, 1),
+                              .follow = 0, .label = "alone"};
+        localize_nonfinite(rank_ops, ranks, mc, w, limits, r->c->seed, &alone, &loc);
+        snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
         return;
     }
     // The request alone against the batch it differed (or failed) in.

@@ -10,6 +10,7 @@
 //   crash                        the invariant RMSNorm, but a null write from M = 64 up
 //   rmsnorm_nan_batched          the invariant RMSNorm, but NaN rows from M = 48 up (a broken
 //                                wide path), claimed invariant: a batched run samples no id
+//   rmsnorm_nan_long_rows        the same from M = 24 up: a long prompt's run alone breaks too
 //   bad_abi_version, bad_null_table, bad_device, bad_claim, create_fails, no_entry: refused loads
 #include <math.h>                      // sqrtf
 #include <stddef.h>                    // NULL
@@ -76,6 +77,9 @@ static void rmsnorm(const invar_plugin_call *c, bf16 *out, long ld_out, const bf
         float inv_rms = 1.0f / sqrtf(sum / (float)D + eps);
 #ifdef TEST_PLUGIN_rmsnorm_nan_batched
         if (M >= 48) inv_rms = NAN;
+#endif
+#ifdef TEST_PLUGIN_rmsnorm_nan_long_rows
+        if (M >= 24) inv_rms = NAN;
 #endif
         for (int i = 0; i < D; i++) {
             float normed = bf16_round(bf16_to_float(xr[i]) * inv_rms);

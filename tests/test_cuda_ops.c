@@ -14,11 +14,12 @@
 #include <setjmp.h>                      // cmocka
 #include <cmocka.h>                      // cmocka_unit_test, skip, assert_*
 
-#include <math.h>                        // sqrt, ceil
+#include <math.h>                        // sqrt, ceil, isnan, NAN
 #include <stdbool.h>                     // bool
 #include <stdio.h>                       // printf
 #include <stdlib.h>                      // free, getenv
 #include <string.h>                      // memcpy, memcmp, memset, strstr, strncmp
+#include <time.h>                        // time
 
 #include "../harness/host.h"             // host_seconds
 #include "../harness/check/kernel_check.h" // kernel_check_op, check_opts, check_result
@@ -1609,6 +1610,55 @@ static void test_logprobs_ties(void **state) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) inv->release(inv, dev[i]);
 }
 
+// A row of NaN logits (a broken kernel upstream) samples no id: token -1 and a NaN logprob, the
+// engine's refusal, never a read before the row (row 0's was before the buffer: an illegal
+// address that killed the process); the rows after it are the oracle's.
+static void test_logprobs_nan_row(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv;
+    enum { R = 3, V = 5000, K = 4 };
+    float *logits = invar_malloc((size_t)R * V * 4, "logits"), temperature[R] = {0};
+    uint64_t seed = (uint64_t)time(NULL), noise_seed[R] = {1, 2, 3};
+    printf("logprobs NaN row: seed %llu\n", (unsigned long long)seed);
+    for (int i = 0; i < R * V; i++)
+        logits[i] = i < V ? NAN : 8.0f * (2.0f * invar_uniform(invar_mix64(seed + (uint64_t)i)) - 1.0f);
+    int32_t position[R] = {0}, token[R], ids[R * K];
+    float token_lp[R], top_lp[R * K];
+    logprobs_args a = {.logits = to_dev(inv, logits, (size_t)R * V * 4), .R = R, .V = V, .k = K,
+                       .temperature = to_dev(inv, temperature, sizeof temperature),
+                       .noise_seed = to_dev(inv, noise_seed, sizeof noise_seed),
+                       .position = to_dev(inv, position, sizeof position),
+                       .token = inv->alloc(inv, sizeof token, "token"),
+                       .token_logprob = inv->alloc(inv, sizeof token_lp, "token logprob"),
+                       .topk_ids = inv->alloc(inv, sizeof ids, "top-k ids"),
+                       .topk_logprobs = inv->alloc(inv, sizeof top_lp, "top-k logprobs")};
+    poison(inv, a.token, sizeof token);
+    poison(inv, a.token_logprob, sizeof token_lp);
+    inv->logprobs(inv, &a);
+    inv->download(inv, token, a.token, sizeof token);
+    inv->download(inv, token_lp, a.token_logprob, sizeof token_lp);
+    inv->download(inv, ids, a.topk_ids, sizeof ids);
+    assert_int_equal(token[0], -1);
+    assert_true(isnan(token_lp[0]));
+    for (int r = 1; r < R; r++) {
+        double *lp = invar_malloc((size_t)V * sizeof(double), "logprobs oracle");
+        int32_t ref_token, ref_ids[K];
+        logprobs_args h = {.logits = logits + (size_t)r * V, .R = 1, .V = V, .k = K,
+                           .temperature = &temperature[r], .noise_seed = &noise_seed[r],
+                           .position = &position[r]};
+        f64_logprobs(&h, lp, &ref_token, ref_ids);
+        assert_int_equal(token[r], ref_token);
+        assert_memory_equal(&ids[r * K], ref_ids, sizeof ref_ids);
+        assert_true(f64_max_abs_err_f32(&token_lp[r], &lp[ref_token], 1) < 1e-3);
+        free(lp);
+    }
+    free(logits);
+    void *dev[] = {(void *)a.logits, (void *)a.temperature, (void *)a.noise_seed,
+                   (void *)a.position, a.token, a.token_logprob, a.topk_ids, a.topk_logprobs};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) inv->release(inv, dev[i]);
+}
+
 // The bench's plain read (its floor under memory-bound rows) reads every byte: the XOR of the
 // words of fresh random bytes, at starts off every 16-byte boundary and lengths with and
 // without a tail, equals the host's.
@@ -1653,6 +1703,7 @@ int main(void) {
         TIMED_TEST(test_mla_attention_16_heads_streamed),
         TIMED_TEST(test_kv_cache_write_padding),
         TIMED_TEST(test_logprobs_ties),
+        TIMED_TEST(test_logprobs_nan_row),
         TIMED_TEST(test_plain_read_every_byte),
         TIMED_TEST(test_tp_size_fp32_forms),
         TIMED_TEST(test_moe_slices_one_call),

@@ -137,7 +137,9 @@ __global__ void __launch_bounds__(LOGPROBS_MAX_THREADS) logprobs_merge_kernel(lo
         row_max = m;
         log_z = logf(s);
         a.token[r] = bi;
-        a.token_logprob[r] = (a.logits[(long)r * a.V + bi] - m) - log_z;
+        // A row of NaN logits has no candidate (bi = -1): the engine refuses the id; reading
+        // logits[bi] would read before the row, on row 0 before the buffer (an illegal address).
+        a.token_logprob[r] = bi >= 0 ? (a.logits[(long)r * a.V + bi] - m) - log_z : NAN;
     }
     __syncthreads();
     const float m = row_max, lz = log_z;

@@ -6,16 +6,36 @@
 #include <cublas_v2.h>       // cublasStatus_t, cublasGetStatusString
 #include <cuda_runtime.h>    // cudaError_t, cudaGetErrorString, cudaMalloc, cudaFree
 #include <stddef.h>          // size_t
+#include <stdlib.h>          // getenv
+#include <string.h>          // strcmp
 
 #include "check.h"           // invar_die, INVAR_EXIT_SYSTEM
+
+// A kernel's fault (an illegal address, a trap) is sticky and shows at whichever CUDA call comes
+// next, named after that call's op: the message says how to have the faulting kernel's launch
+// check (CUDA_CHECK_LAUNCH) report it instead.
+static inline const char *invar_cuda_fault_hint(cudaError_t err) {
+    switch (err) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction: case cudaErrorInvalidPc: case cudaErrorInvalidAddressSpace:
+    case cudaErrorHardwareStackError: case cudaErrorAssert:
+        break;
+    default:
+        return "";
+    }
+    const char *blocking = getenv("CUDA_LAUNCH_BLOCKING");
+    if (blocking && strcmp(blocking, "1") == 0) return " (CUDA_LAUNCH_BLOCKING=1: this op's kernel)";
+    return " (a kernel's fault shows at the next CUDA call, which may be another op's: run again "
+           "with CUDA_LAUNCH_BLOCKING=1 to have the faulting kernel's op named)";
+}
 
 // Every CUDA runtime call goes through CUDA_CHECK(op, call): a failure names the op.
 #define CUDA_CHECK(op, call)                                                              \
     do {                                                                                  \
         cudaError_t err_ = (call);                                                        \
         if (err_ != cudaSuccess)                                                          \
-            invar_die(INVAR_EXIT_SYSTEM, "cuda: %s: %s failed: %s", (op), #call,          \
-                      cudaGetErrorString(err_));                                          \
+            invar_die(INVAR_EXIT_SYSTEM, "cuda: %s: %s failed: %s%s", (op), #call,        \
+                      cudaGetErrorString(err_), invar_cuda_fault_hint(err_));             \
     } while (0)
 
 // After every kernel launch: launch-configuration errors surface here, named.

@@ -6,8 +6,10 @@
 # cases/smoke.ini, then cases/ci.ini; CUDA: cases/gpu.ini's invariant configs); for a mutant a
 # case catches, the first differing op of its failing invariant config (summary.csv's first_op,
 # its first word) must be the mutated op: the patch header's `checks: kernels:OP`, else the op
-# its name and file say. Not part of make check: a build and a case or two per mutant take
-# minutes in all (the result file states how long).
+# its name and file say. An error row is scored by its first_op too (a run alone that broke: the
+# first op whose rows held a NaN); a case that died on a CUDA kernel's fault by the op its
+# launch check names when run again with CUDA_LAUNCH_BLOCKING=1. Not part of make check: a build
+# and a case or two per mutant take minutes in all (the result file states how long).
 #
 #   bash tests/localize_mutants.sh [OUT]    OUT: results folder (default build/localize-mutants)
 #   LOCALIZE_DEVICE=cpu|cuda                which mutants and cases (default cpu; cuda needs a GPU)
@@ -89,6 +91,21 @@ else:
 PY
 }
 
+# A case that died on a kernel's fault (an illegal address kills the CUDA context: no row is
+# written) is run again with CUDA_LAUNCH_BLOCKING=1 as invar's message advises, so the faulting
+# kernel's own launch check reports it: "OP: the kernel faulted (MESSAGE)", else "!error".
+faulting_op() {
+    local dir=$1 case_name=$2 name=$3 msg
+    grep -q 'CUDA_LAUNCH_BLOCKING=1 to have the faulting kernel' "$out/$name.log" || { echo '!error'; return; }
+    rm -rf "$dir/report-blocking"
+    msg=$(cd "$dir" && CUDA_LAUNCH_BLOCKING=1 timeout 900 nice build/invar run -q \
+        --case "cases/$case_name.ini" "${only[@]}" --out "$dir/report-blocking" 2>&1 |
+        grep -m1 -o 'invar: error: cuda: .*CUDA_LAUNCH_BLOCKING=1: this op.s kernel)')
+    [ -n "$msg" ] || { echo '!error'; return; }
+    msg=${msg#invar: error: cuda: }
+    echo "${msg%%:*} (the kernel faulted: ${msg})"
+}
+
 # Whether the named op is the mutated one. CUDA's moe_experts runs its products on the GEMM
 # kernels (grouped gemm_launch), so a bug in the GEMM's code may first show in moe_experts' rows:
 # for a patch of kernels/cuda/gemm* files that name is right too.
@@ -130,6 +147,7 @@ judge() {
         printf '%-48s %-16s %s\n' "$name" "$op" "not caught by a case"
     else
         first_op=$(first_failing_op "$dir/report/summary.csv")
+        if [ "$first_op" = "!error" ]; then first_op=$(faulting_op "$dir" "$case_name" "$name"); fi
         named_op=${first_op%% *}
         if [ "$first_op" = "!error" ]; then
             match=error named_op= first_op="the case failed on an error: nothing to localize"

@@ -16,6 +16,8 @@
 //     second batched rerun shows (a race) is named, with the rerun it showed in;
 //   - a batch whose sampled ids fall outside the vocabulary fails the run (the engine names the
 //     request and runs again), and the op that differed before is still named;
+//   - a run alone broken by one op's non-finite rows (NaNs and infinities of either sign) names
+//     that op as the first whose rows held one;
 //   - the tap forwards every call: a tapped run gives the plain run's bits;
 //   - the ULP distance counts bf16 and fp32 elements in their own ULPs, across the sign, and
 //     ids apart.

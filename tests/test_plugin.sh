@@ -3,9 +3,9 @@
 # on a plugin's RMSNorm through a case's kernel_sets and through `invar run --kernel-set`; a claim
 # of invariance that does not hold FAILs, an unclaimed batch-variant op is caught, NaN rows in
 # batched calls make an error row (not a dead run) naming the op that differed first, and in a run
-# alone one naming the op whose rows first held a NaN; every refused
-# plugin exits 2 naming the file and the symbol or field. The plugins are
-# tests/plugins/test_plugin.c's variants in BUILD/plugins.
+# alone one naming the op whose rows first held a NaN; at TP = 2, ranks that disagree make an
+# error row; every refused plugin exits 2 naming the file and the symbol or field. The plugins
+# are tests/plugins/test_plugin.c's variants in BUILD/plugins.
 set -u
 BUILD=${1:-build}
 invar=$(cd "$(dirname "$BUILD/invar")" && pwd)/invar
@@ -18,7 +18,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # Short relative paths: a case file's line holds at most 197 characters.
 mkdir -p "$work/p"
 for v in rmsnorm_invariant rmsnorm_split_small rmsnorm_split_small_honest rmsnorm_nan_batched rmsnorm_nan_long_rows \
-         bad_claim; do
+         logprobs_rank_off bad_claim; do
     ln -s "$plugins/$v.so" "$work/p/$v.so"
 done
 cat >"$work/plugins.ini" <<'EOF'
@@ -76,6 +76,50 @@ row cpu/plugin:p/rmsnorm_nan_long_rows.so | grep -q '"rmsnorm (D=256) in layer 0
     echo "plugins case: the invariant plugin passes, the false claim fails, the unclaimed variance is caught," \
         "NaN rows in batched calls are an error row whose first differing op is named, NaN rows in" \
         "a run alone name the op that first held one"
+
+# Tensor parallelism: a plugin set on each rank of a TP = 2 group. The ranks of one whose
+# logprobs are one ulp off on rank 1 record other logprobs: the engine refuses the run (no
+# request of it is at fault) and the config is an error row, never compared on rank 0's records
+# and judged as if it had run; the invariant plugin passes beside it.
+cat >"$work/tp.ini" <<'EOF'
+[case]
+name = plugins-tp
+model = tiny-tp
+seed = 78
+
+[prompts]
+count = 4
+min_len = 4
+max_len = 20
+max_new_tokens = 3
+temperature = 0
+top_k = 3
+
+[matrix]
+devices = cpu
+kernel_sets = plugin:p/logprobs_rank_off.so, plugin:p/rmsnorm_invariant.so
+tensor_parallel = 2
+attention_backends = mla-unified, mla-split
+batch_sizes = 1, 4
+max_num_batched_tokens = 32
+threads = 1
+EOF
+before=$fails
+(cd "$work" && "$invar" run --case tp.ini --out tp -q >tp.log 2>&1)
+rc=$?
+[ "$rc" = 1 ] || { cat "$work/tp.log"; fail "the TP plugins case exited $rc, not 1"; }
+tp_row() { grep "^\"plugins-tp\",\"$1\"," "$work/tp/summary.csv"; }
+# On both backends (mla-split has no prefill-vs-decode run to fail in): the first run that
+# failed is the one named, and the config stops there.
+for b in mla-unified mla-split; do
+    tp_row "cpu/plugin:p/logprobs_rank_off.so/backend=$b" |
+        grep -q '"invariant","error","FAIL",.*"engine_generate (bs=1 baseline) refused: rank 1 of 2 recorded other tokens or logprobs than rank 0 for request 0: the ranks disagree"$' ||
+        fail "logprobs_rank_off at TP = 2 on $b: not an error row naming the baseline's disagreement: $(tp_row "cpu/plugin:p/logprobs_rank_off.so/backend=$b")"
+    tp_row "cpu/plugin:p/rmsnorm_invariant.so/backend=$b" | grep -q '"invariant","invariant","PASS"' ||
+        fail "rmsnorm_invariant at TP = 2 on $b: not a PASS: $(tp_row "cpu/plugin:p/rmsnorm_invariant.so/backend=$b")"
+done
+[ "$fails" = "$before" ] &&
+    echo "plugins at TP = 2: ranks that record other logprobs make an error row, the invariant plugin passes"
 
 # --kernel-set overrides the case's sets.
 (cd "$work" && "$invar" run --case plugins.ini --kernel-set plugin:p/rmsnorm_invariant.so --out one -q \

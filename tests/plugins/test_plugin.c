@@ -11,8 +11,12 @@
 //   rmsnorm_nan_batched          the invariant RMSNorm, but NaN rows from M = 48 up (a broken
 //                                wide path), claimed invariant: a batched run samples no id
 //   rmsnorm_nan_long_rows        the same from M = 24 up: a long prompt's run alone breaks too
+//   logprobs_rank_off            the invariant RMSNorm and a greedy log-softmax claimed invariant,
+//                                whose logprobs on ranks > 0 are one ulp off rank 0's: the ranks of
+//                                a tensor-parallel group record other logprobs (an error row)
 //   bad_abi_version, bad_null_table, bad_device, bad_claim, create_fails, no_entry: refused loads
-#include <math.h>                      // sqrtf
+#include <math.h>                      // sqrtf, expf, logf, fmaxf, nextafterf, INFINITY
+#include <stdbool.h>                   // bool
 #include <stddef.h>                    // NULL
 #include <stdlib.h>                    // malloc, free
 
@@ -88,6 +92,46 @@ static void rmsnorm(const invar_plugin_call *c, bf16 *out, long ld_out, const bf
     }
 }
 
+#ifdef TEST_PLUGIN_logprobs_rank_off
+// Greedy only (the test's cases run at temperature 0): log-softmax in index order, the sampled
+// id the lowest of the maxima, the top k by repeated selection. A rank other than 0 moves every
+// logprob one ulp towards zero, as a rank-local reduction order would.
+static void logprobs(const invar_plugin_call *c, const logprobs_args *a) {
+    for (int r = 0; r < a->R; r++) {
+        const float *x = a->logits + (long)r * a->V;
+        float m = -INFINITY;
+        for (int i = 0; i < a->V; i++) m = fmaxf(m, x[i]);
+        float s = 0.0f;
+        for (int i = 0; i < a->V; i++) s += expf(x[i] - m);
+        const float log_z = logf(s);
+        float prev_v = INFINITY;
+        int prev_i = -1;
+        for (int j = 0; j <= a->k; j++) {  // pick 0 is the sampled id, 1..k the top k
+            float best_v = -INFINITY;
+            int best_i = -1;
+            for (int i = 0; i < a->V; i++) {
+                bool after = j == 0 || x[i] < prev_v || (x[i] == prev_v && i > prev_i);
+                if (after && (best_i < 0 || x[i] > best_v)) {
+                    best_v = x[i];
+                    best_i = i;
+                }
+            }
+            float lp = best_i >= 0 ? (best_v - m) - log_z : -INFINITY;
+            if (c->rank > 0) lp = nextafterf(lp, 0.0f);
+            if (j == 0) {
+                a->token[r] = best_i;
+                a->token_logprob[r] = lp;
+                continue;
+            }
+            a->topk_ids[(long)r * a->k + j - 1] = best_i;
+            a->topk_logprobs[(long)r * a->k + j - 1] = lp;
+            prev_v = best_v;
+            prev_i = best_i;
+        }
+    }
+}
+#endif
+
 #ifdef TEST_PLUGIN_mixed
 // x = bf16(x + y): order-free, so an unclaimed one may be stable.
 static void residual_add(const invar_plugin_call *c, bf16 *x, const bf16 *y, long n) {
@@ -110,6 +154,8 @@ static const invar_plugin table = {
 #endif
 #if defined(TEST_PLUGIN_rmsnorm_split_small_honest) || defined(TEST_PLUGIN_rmsnorm_unclaimed)
     .invariant_claims = 0,
+#elif defined(TEST_PLUGIN_logprobs_rank_off)
+    .invariant_claims = INVAR_OP_BIT(INVAR_OP_RMSNORM) | INVAR_OP_BIT(INVAR_OP_LOGPROBS),
 #elif defined(TEST_PLUGIN_bad_claim)
     .invariant_claims = INVAR_OP_BIT(INVAR_OP_RMSNORM) | INVAR_OP_BIT(INVAR_OP_GEMM),
 #else
@@ -120,6 +166,9 @@ static const invar_plugin table = {
     .rmsnorm = rmsnorm,
 #ifdef TEST_PLUGIN_mixed
     .residual_add = residual_add,
+#endif
+#ifdef TEST_PLUGIN_logprobs_rank_off
+    .logprobs = logprobs,
 #endif
 };
 

@@ -1,5 +1,6 @@
-// tests/test_tp_slices.c — TP-size invariance's slices (engine/tp_slices.c): each rank's slices
-// are exactly its part, T not dividing 8 and counts under 8 are refused naming the field, and the
+// tests/test_tp_slices.c — TP-size invariance's slices (engine/tp_slices.c): tp_split's balanced
+// ranges nest the 8 slices at every T dividing 8 (counts 8 does not divide too), each rank's
+// slices are exactly its part, T not dividing 8 and counts under 8 are refused naming the field, and the
 // fixed tree gives the same fp32 bits at T = 1, 2, 4 and 8 — the rank's levels (add_f32) and
 // the all-reduce's (all_reduce_f32_tree over rank threads) together — on fresh random partials
 // and on one element whose chain sum differs from its tree sum (so an order change shows), with
@@ -15,10 +16,39 @@
 #include <time.h>                       // time
 
 #include "../common/rank_threads.h"     // rank_threads_run
+#include "../engine/tp_part.h"          // tp_split, tp_range
 #include "../engine/tp_slices.h"        // tp_slices, tp_slices_make, tp_slices_finish
 #include "../kernels/cpu/collective.h"  // tp_comm_group_create, tp_comm_group_rank
 #include "test_util.h"                  // test_alloc, test_fill_f32, test_poison
 #include "engine_slices_check.h"        // check_slices_one_call_equals_each
+
+// tp_split's ranges (engine/tp_part.h): rank r holds [n*r/T, n*(r+1)/T), so the ranks partition
+// [0, n) in order with counts that differ by at most one, and at T dividing 8 rank r's range is
+// exactly TP_MAX = 8 slices' s = 8r/T ... 8(r+1)/T - 1 (the rule TP-size invariance rests on),
+// for counts that 8 and T do not divide as well (12 heads, an odd vocabulary).
+static void split_ranges_balanced_and_nested(void **state) {
+    (void)state;
+    static const int counts[] = {8, 9, 12, 13, 15, 100, 1408, 10946, 102401};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        int n = counts[i];
+        for (int T = 1; T <= 8; T++) {
+            int next = 0;
+            for (int r = 0; r < T; r++) {
+                tp_range g = tp_split(n, r, T);
+                if (g.begin != next || g.count < n / T || g.count > n / T + 1)
+                    fail_msg("n = %d, T = %d, rank %d: [%d, +%d) after %d: not the balanced range",
+                             n, T, r, g.begin, g.count, next);
+                next = g.begin + g.count;
+                if (8 % T != 0) continue;
+                tp_range first = tp_split(n, 8 * r / T, 8), last = tp_split(n, 8 * (r + 1) / T - 1, 8);
+                if (first.begin != g.begin || last.begin + last.count != g.begin + g.count)
+                    fail_msg("n = %d, T = %d, rank %d: [%d, %d) is not its slices' [%d, %d)", n, T,
+                             r, g.begin, g.begin + g.count, first.begin, last.begin + last.count);
+            }
+            if (next != n) fail_msg("n = %d, T = %d: the ranges end at %d", n, T, next);
+        }
+    }
+}
 
 static void every_rank_holds_its_part_in_slices(void **state) {
     (void)state;
@@ -172,6 +202,7 @@ static void engine_one_call_forms_equal_each_slice(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(split_ranges_balanced_and_nested),
         cmocka_unit_test(every_rank_holds_its_part_in_slices),
         cmocka_unit_test(refused_with_the_reason),
         cmocka_unit_test(same_bits_at_every_t),

@@ -11,7 +11,8 @@
 #     that never answers (probe stops after two timeouts instead of waiting out every request);
 #   - exit 2 naming the problem: a 100 MB model list, a vocab_size that is no size;
 #   - a server's error text reaches the console and summary.md printable only;
-#   - FAIL (exit 1) for answers whose length changes with the batch, printed as lengths;
+#   - FAIL (exit 1) for answers whose length changes with the batch, printed as lengths, and
+#     observed batch-variant with the batch sizes listed largest first;
 #   - PASS (exit 0) for a server without metrics that does serve requests together.
 set -u
 BUILD=${1:-build}
@@ -118,6 +119,17 @@ probe_expect vocab-huge 2 "vocab_size of bad is 2000000000, not a vocabulary siz
 # 5. A length that changes with the batch: FAIL, printed as token counts, not ulps.
 start_bad lengthvary
 probe_expect lengthvary 1 "first: batch 6 request [0-9]+: 2 tokens vs 3 at bs=1"
+# The same server with the batch sizes listed largest first (6, then 1): the repeat runs at the
+# largest and is compared with that size's run wherever the list puts it, so the answer is
+# batch-variant, not nondeterministic (a repeat held against bs=1's run would differ).
+sed 's/^batch_sizes = 6$/batch_sizes = 6, 1/' cases/probe-faults.ini >"$OUT/descending.ini"
+"$INVAR" probe --url "http://127.0.0.1:$PORT" --case "$OUT/descending.ini" --out "$OUT/descending" \
+    >"$OUT/descending.log" 2>&1
+rc=$?
+[ "$rc" = 1 ] && grep -q '"batch-variant","FAIL"' "$OUT/descending/summary.csv" || {
+    cat "$OUT/descending.log"
+    fail "lengthvary with batch_sizes = 6, 1: exit $rc, not a FAIL observed batch-variant"
+}
 
 # 6. invar serve with the reference set that never batches: INCONCLUSIVE, not a vacuous PASS.
 rm -f "$OUT/port-serial-serve"

@@ -257,6 +257,8 @@ suite "cases/eviction.ini: a control caught at bs=1 only" control_caught_only "$
 # alone would leave it uncaught.
 suite "cases/warm-copies.ini: a control only the warm copies catch" control_caught_only \
     "$REPORT/run/warm-copies" warm-copies '"cpu/invariant"' '"[0-9]+","[34]",' "the warm copies (requests 3, 4)"
+suite "cases/warm-copies.ini: the warm copies differ by rounding only (tests/test_warm_copies.sh)" \
+    bash tests/test_warm_copies.sh "$BUILD"
 if [ "$gpu" = 1 ]; then
     suite "cases/gpu.ini's $gpu_shards shards merged (invar report merge)" "$BUILD/invar" report merge \
         "$REPORT/run/gpu" $(for i in $(seq 1 $gpu_shards); do echo "$REPORT/run/gpu-shard$i"; done)

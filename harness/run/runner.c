@@ -161,11 +161,13 @@ static bool generate(config_run *r, const engine_request *reqs, int n, int max_n
 
 static bool generate_checked(config_run *r, const engine_request *reqs, int n, int max_num_seqs,
                              run_buffers *b, int first, const char *label, engine_stats *stats) {
-    int bad;
-    if (generate(r, reqs, n, max_num_seqs, b->res + first, label, stats))
+    int bad;  // -1: every record whole; else the request at fault, -2 when the engine named none
+    if (generate(r, reqs, n, max_num_seqs, b->res + first, label, stats)) {
         bad = check_records(r, b, first, n, label);
-    else
-        bad = tp_engine_failed_request(r->eng) >= 0 ? first + tp_engine_failed_request(r->eng) : -2;
+    } else {
+        int failed = tp_engine_failed_request(r->eng);
+        bad = failed >= 0 ? first + failed : -2;
+    }
     note_run_error(r, n, max_num_seqs, bad);
     return bad == -1;
 }

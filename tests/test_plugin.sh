@@ -72,6 +72,10 @@ row cpu/plugin:p/rmsnorm_nan_long_rows.so | grep -q '"engine (bs=1 baseline): re
     fail "rmsnorm_nan_long_rows: no broken baseline record in the note: $(row cpu/plugin:p/rmsnorm_nan_long_rows.so)"
 row cpu/plugin:p/rmsnorm_nan_long_rows.so | grep -q '"rmsnorm (D=256) in layer 0, call 0, position 0: M=[0-9]* row 0 alone: the first output holding a NaN or an infinity (256 elements of the row; the run alone failed)"' ||
     fail "rmsnorm_nan_long_rows: first_op does not name rmsnorm's NaN rows: $(row cpu/plugin:p/rmsnorm_nan_long_rows.so)"
+grep -q '^      first op with a NaN or an infinity: rmsnorm (D=256)' "$work/run.log" ||
+    fail "rmsnorm_nan_long_rows: the console does not label its op as the first holding a NaN"
+grep -q '^      first differing op: rmsnorm (D=256) .* at bs=8 (the run that failed)' "$work/run.log" ||
+    fail "rmsnorm_nan_batched: the console does not label its op as the first differing one"
 [ "$fails" = "$before" ] &&
     echo "plugins case: the invariant plugin passes, the false claim fails, the unclaimed variance is caught," \
         "NaN rows in batched calls are an error row whose first differing op is named, NaN rows in" \

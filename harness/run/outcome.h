@@ -19,6 +19,8 @@ typedef struct {
     int first_request;
     divergence first;
     char first_op[512];         // the first differing op of the first request (localize.h), or ""
+    bool first_op_nonfinite;    // first_op names the first op holding a NaN or an infinity in a
+                                // run alone that failed, not a difference between two runs
     const char *prefill_vs_decode; // equal | DIFFER | not-declared | not-checked
     long prefill_chunks;        // over the bs=1 baselines
     long prefix_queries, prefix_hits; // over the batched runs

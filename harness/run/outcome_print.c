@@ -63,7 +63,9 @@ void outcome_print(FILE *f, bool quiet, const case_file *c, const run_config *cf
                 d->base_token, d->other_token, (double)d->base_logprob, (double)d->other_logprob,
                 d->abs_delta, (long long)d->ulps, d->ulps == 1 ? "" : "s");
     }
-    if (out->first_op[0]) fprintf(f, "      first differing op: %s\n", out->first_op);
+    if (out->first_op[0])
+        fprintf(f, "      %s: %s\n", out->first_op_nonfinite ? "first op with a NaN or an infinity"
+                                                              : "first differing op", out->first_op);
     if (out->note[0]) fprintf(f, "      %s: %s\n", skip ? "skipped" : "note", out->note);
     fflush(f);
 }

@@ -477,6 +477,7 @@ static void localize_first(config_run *r, const run_buffers *base, ops_set *cons
                               .follow = 0, .label = "alone"};
         localize_nonfinite(rank_ops, ranks, mc, w, limits, r->c->seed, &alone, &loc);
         snprintf(out->first_op, sizeof out->first_op, "%s", loc.text);
+        out->first_op_nonfinite = true;
         return;
     }
     // The request alone against the batch it differed (or failed) in.

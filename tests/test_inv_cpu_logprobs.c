@@ -1,9 +1,10 @@
 // tests/test_inv_cpu_logprobs.c — the invariant CPU log-softmax, sampling and top-k: accuracy
-// against float64, tie rules, every output written, and bitwise invariance of a row across
+// against float64, tie rules, NaN rows, every output written, and bitwise invariance of a row across
 // batch size, position, neighbours and thread count.
 //
 // Tolerances: token and top-k ids exactly the float64 ones; logprobs (fp32) are x − lse with
 // lse from an fp32 sum of exponentials → relative L2 < 1e-5.
+#include <math.h>                   // isnan, INFINITY, NAN
 #include <stdarg.h>                 // cmocka
 #include <stddef.h>                 // cmocka
 #include <stdint.h>                 // cmocka
@@ -95,6 +96,42 @@ static void test_ties(void **state) {
     free(logits);
 }
 
+// NaN logits are never a candidate, as on CUDA: a row of NaNs samples id -1 with a NaN logprob
+// (greedy and sampled) and its top-k slots are -1 / -inf; a row whose id 0 alone is NaN samples
+// the argmax of the rest; a row of -inf samples id 0.
+static void test_nan_rows(void **state) {
+    (void)state;
+    enum { R = 4 };
+    float *logits = test_alloc(sizeof(float) * R * V);
+    test_fill_f32(logits, R * V, 7, 4.0f);
+    for (int v = 0; v < V; v++) logits[v] = logits[V + v] = NAN;   // rows 0 (greedy), 1 (sampled)
+    logits[2 * V] = NAN;                                             // row 2: id 0 alone
+    for (int v = 0; v < V; v++) logits[3 * V + v] = -INFINITY;       // row 3
+    float temp[R] = {0, 0.8f, 0, 0};
+    uint64_t seed[R] = {1, 2, 3, 4};
+    int32_t pos[R] = {0, 5, 9, 11};
+    results got;
+    test_poison(&got, sizeof got);
+    logprobs_args a = args_for(logits, R, temp, seed, pos, &got);
+    ops_set *ops = test_cpu_set(1);
+    ops->logprobs(ops, &a);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(got.token[r], -1);
+        if (!isnan(got.token_logprob[r])) fail_msg("row %d of NaNs: logprob %g", r, (double)got.token_logprob[r]);
+        for (int j = 0; j < K; j++) {
+            assert_int_equal(got.topk_ids[r * K + j], -1);
+            assert_true(got.topk_logprobs[r * K + j] == -INFINITY);
+        }
+    }
+    int best = 1;
+    for (int v = 2; v < V; v++) best = logits[2 * V + v] > logits[2 * V + best] ? v : best;
+    assert_int_equal(got.token[2], best);
+    assert_int_equal(got.topk_ids[2 * K], best);
+    for (int j = 0; j < K; j++) assert_int_not_equal(got.topk_ids[2 * K + j], 0);
+    assert_int_equal(got.token[3], 0);
+    free(logits);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Invariance. Input row: V logits, temperature, noise seed, position.
 // Output row: token, token logprob, K ids, K logprobs.
@@ -174,6 +211,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_ties),
+        cmocka_unit_test(test_nan_rows),
         cmocka_unit_test(test_row_invariance),
     };
     return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);

@@ -61,15 +61,16 @@ expect_row cpu/plugin:p/rmsnorm_split_small_honest.so batch-variant batch-varian
 # NaN rows only in batched calls: an error row (the configs after it still ran, above), its
 # broken record in the note and the op that differed first named against the request alone.
 expect_row cpu/plugin:p/rmsnorm_nan_batched.so invariant error FAIL
-row cpu/plugin:p/rmsnorm_nan_batched.so | grep -q 'logprob nan (unwritten or out of range)' ||
-    fail "rmsnorm_nan_batched: no broken record in the note: $(row cpu/plugin:p/rmsnorm_nan_batched.so)"
+# (a row of NaN logits samples id -1 on both devices: the engine refuses it at once)
+row cpu/plugin:p/rmsnorm_nan_batched.so | grep -q 'engine_generate (bs=8) refused: step [0-9]*, request [0-9]*: sampled token -1 outside the vocabulary' ||
+    fail "rmsnorm_nan_batched: no refused id -1 in the note: $(row cpu/plugin:p/rmsnorm_nan_batched.so)"
 row cpu/plugin:p/rmsnorm_nan_batched.so | grep -q '"rmsnorm (D=256) in layer 0, call 0, position [0-9]*: M=[0-9]* row [0-9]* alone, M=[0-9]* row [0-9]* at bs=8 (the run that failed)' ||
     fail "rmsnorm_nan_batched: first_op does not name rmsnorm at bs=8: $(row cpu/plugin:p/rmsnorm_nan_batched.so)"
 # NaN rows from M = 24 up: a long prompt's bs=1 baseline breaks, with no run to compare it
 # with; the first op whose rows of it held a NaN is named.
 expect_row cpu/plugin:p/rmsnorm_nan_long_rows.so invariant error FAIL
-row cpu/plugin:p/rmsnorm_nan_long_rows.so | grep -q '"engine (bs=1 baseline): request [0-9]* step 0: token [0-9-]* logprob nan' ||
-    fail "rmsnorm_nan_long_rows: no broken baseline record in the note: $(row cpu/plugin:p/rmsnorm_nan_long_rows.so)"
+row cpu/plugin:p/rmsnorm_nan_long_rows.so | grep -q 'engine_generate (bs=1 baseline) refused: step [0-9]*, request [0-9]*: sampled token -1 outside the vocabulary' ||
+    fail "rmsnorm_nan_long_rows: no refused bs=1 baseline in the note: $(row cpu/plugin:p/rmsnorm_nan_long_rows.so)"
 row cpu/plugin:p/rmsnorm_nan_long_rows.so | grep -q '"rmsnorm (D=256) in layer 0, call 0, position 0: M=[0-9]* row 0 alone: the first output holding a NaN or an infinity (256 elements of the row; the run alone failed)"' ||
     fail "rmsnorm_nan_long_rows: first_op does not name rmsnorm's NaN rows: $(row cpu/plugin:p/rmsnorm_nan_long_rows.so)"
 grep -q '^      first op with a NaN or an infinity: rmsnorm (D=256)' "$work/run.log" ||

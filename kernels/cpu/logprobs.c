@@ -6,7 +6,10 @@
 //   lower id on ties.
 //   top-k: ranked by logit (descending, lower id first on ties) — the exact logprob order,
 //   which x − lse rounded to fp32 could blur into false ties.
-#include <math.h>            // expf, logf, INFINITY
+//   A NaN is never a candidate, as on CUDA: a row of NaN logits samples id -1 with a NaN logprob
+//   (the engine refuses it as an error row) and top-k slots left empty hold id -1 and -inf.
+#include <math.h>            // expf, logf, INFINITY, NAN
+#include <stdbool.h>         // bool
 
 #include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 #include "../../common/check.h"        // invar_die
@@ -32,18 +35,21 @@ static float log_sum_exp(const float *x, int V) {
     return max + logf(sum);
 }
 
+// Ids ascend, so a later id beats the best so far only by a larger key, or by an equal one when
+// there is no best yet (a row of -inf still samples its first id); a NaN key never beats.
+static bool beats(float key, float best_key, int best) {
+    return key > best_key || (key == best_key && best < 0);
+}
+
 static int sample(const logprobs_args *a, long r, const float *x) {
     float temperature = a->temperature[r];
-    int best = 0;
-    if (temperature == 0.0f) {
-        for (int v = 1; v < a->V; v++) best = x[v] > x[best] ? v : best;
-        return best;
-    }
+    int best = -1;
     float best_key = -INFINITY;
     for (int v = 0; v < a->V; v++) {
-        float scaled = x[v] / temperature;
-        float key = scaled + invar_gumbel_noise(a->noise_seed[r], a->position[r], v);
-        if (v == 0 || key > best_key) {
+        float key = temperature == 0.0f
+                        ? x[v]
+                        : x[v] / temperature + invar_gumbel_noise(a->noise_seed[r], a->position[r], v);
+        if (beats(key, best_key, best)) {
             best = v;
             best_key = key;
         }
@@ -51,10 +57,12 @@ static int sample(const logprobs_args *a, long r, const float *x) {
     return best;
 }
 
-// ids[0..k) = the k largest x, descending, lower id first on ties (insertion into a sorted list).
+// ids[0..k) = the k largest x, descending, lower id first on ties (insertion into a sorted list);
+// NaNs skipped, the slots they leave empty -1.
 static void top_k(const float *x, int V, int k, int32_t *ids) {
     int n = 0;
     for (int v = 0; v < V; v++) {
+        if (isnan(x[v])) continue;
         if (n == k && !(x[v] > x[ids[k - 1]])) continue;   // not better than the worst kept
         int i = n < k ? n++ : k - 1;
         while (i > 0 && x[v] > x[ids[i - 1]]) {
@@ -63,6 +71,7 @@ static void top_k(const float *x, int V, int k, int32_t *ids) {
         }
         ids[i] = v;
     }
+    for (; n < k; n++) ids[n] = -1;
 }
 
 static void logprobs_rows(void *arg, long begin, long end) {
@@ -72,11 +81,12 @@ static void logprobs_rows(void *arg, long begin, long end) {
         float lse = log_sum_exp(x, a->V);
         int token = sample(a, r, x);
         a->token[r] = token;
-        a->token_logprob[r] = x[token] - lse;
+        a->token_logprob[r] = token >= 0 ? x[token] - lse : NAN;
         if (a->k > 0) {
             int32_t *ids = a->topk_ids + r * a->k;
             top_k(x, a->V, a->k, ids);
-            for (int j = 0; j < a->k; j++) a->topk_logprobs[r * a->k + j] = x[ids[j]] - lse;
+            for (int j = 0; j < a->k; j++)
+                a->topk_logprobs[r * a->k + j] = ids[j] >= 0 ? x[ids[j]] - lse : -INFINITY;
         }
     }
 }

@@ -286,6 +286,37 @@ static void one_wave_of_64x192_at_small_m(void **state) {
     assert_int_equal(gemm_plan_choose(1, 24576, 1536, 1, true, false, 132).tile, TILE_64x128);
 }
 
+// Grouped products (the MoE experts) size tiles by a group's mean rows, not by M (the batch's
+// tokens): V2-Lite's experts at a decode step of 128 tokens (768 rows over 64 experts, 12 a
+// group) keep 64-row tiles, a 4,096-token prefill (384 a group) takes 128-row ones; the deep
+// pipeline only where the CTAs with rows fit one wave (a token alone: 6 experts).
+static void grouped_tiles_sized_by_a_groups_rows(void **state) {
+    (void)state;
+    assert_int_equal(gemm_plan_rows(128, 64, 768), 12);
+    assert_int_equal(gemm_plan_rows(4096, 64, 4096L * 6), 384);
+    assert_int_equal(gemm_plan_rows(128, 64, 1), 1);          // one row among 64 groups
+    assert_int_equal(gemm_plan_rows(100, 2, 10000), 100);     // never past M
+    assert_int_equal(gemm_plan_rows(128, 64, 0), 128);        // dense: M
+    assert_int_equal(gemm_plan_rows(128, 1, 768), 128);       // one product: M
+    static const struct { int T, N, K; enum gemm_tile tile; } cases[] = {
+        {1, 2816, 2048, TILE_64x128},    {32, 2816, 2048, TILE_64x128},
+        {128, 2816, 2048, TILE_64x128},  {128, 2048, 1408, TILE_64x128},  // were 128 x 128
+        {4096, 2816, 2048, TILE_128x128}, {4096, 2048, 1408, TILE_128x128},
+    };
+    for (int i = 0; i < COUNT(cases); i++) {
+        const int rows = gemm_plan_rows(cases[i].T, 64, (long)cases[i].T * 6);
+        const gemm_plan pl = gemm_plan_choose(rows, cases[i].N, cases[i].K, 64, true, false, 132);
+        if (pl.tile != cases[i].tile || pl.load != LOAD_CP_ASYNC)
+            fail_msg("experts N=%d K=%d at %d tokens: plan %s", cases[i].N, cases[i].K, cases[i].T, gemm_plan_name(&pl));
+    }
+    assert_true(gemm_cp_async_deep(2816, 64, 6, 132));    // 6 experts x 22 column tiles = 132
+    assert_true(gemm_cp_async_deep(2048, 64, 6, 132));    // 6 x 16
+    assert_false(gemm_cp_async_deep(2816, 64, 12, 132));  // two tokens: 12 x 22
+    assert_false(gemm_cp_async_deep(2816, 64, 6, 114));   // 132 > 114 SMs
+    assert_false(gemm_cp_async_deep(2816, 64, 0, 132));   // dense
+    assert_true(gemm_cp_async_deep(2048, 4, 64, 132));    // 4 groups hold the 64 rows: 4 x 16
+}
+
 // The 64 x 128 split CTAs: the last CTA sums up to M = 4, plain CTAs below M = 48, units of the
 // persistent kernel from there, before and past M = 64 (H200, the shapes the rule was measured
 // on).
@@ -388,6 +419,7 @@ int main(void) {
         cmocka_unit_test(split_rule_cuts_k_the_same_way),
         cmocka_unit_test(wide_cta_tile_where_it_saves_waves),
         cmocka_unit_test(one_wave_of_64x192_at_small_m),
+        cmocka_unit_test(grouped_tiles_sized_by_a_groups_rows),
         cmocka_unit_test(split_ctas_on_the_persistent_kernel_from_m_48),
         cmocka_unit_test(tile_order_covers_every_tile_once),
         cmocka_unit_test(every_plan_has_a_kernel_and_the_rules_splits),

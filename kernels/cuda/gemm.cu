@@ -17,6 +17,7 @@
 #include "../bf16.h"        // float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK
 #include "gemm.cuh"         // gemm_problem, gemm_launch
+#include "gemm_plan_choose.cuh"  // gemm_plan_rows
 #include "inv_cuda.h"       // inv_cuda_gemm_plan_describe
 #include "inv_cuda_ops.h"   // inv_cuda_gemm
 #include "mma.cuh"          // cp_async16, ldmatrix_*, mma_bf16_16816
@@ -155,11 +156,12 @@ void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op) 
         gemm_sm90_launch(c, p, batch, aligned, op);
         return;
     }
-    long large_tiles = (long)((p->M + 127) / 128) * ((p->N + 127) / 128) * batch;
+    const int rows = gemm_plan_rows(p->M, batch, p->rows_listed);  // tiles only; the grid covers M
+    long large_tiles = (long)((rows + 127) / 128) * ((p->N + 127) / 128) * batch;
     // Skinny also for M <= 64 when the weights fit in L2: its 4 row-blocks then re-read them
     // from L2 (the medium tiles give too few CTAs there).
     const bool weights_in_l2 = (double)p->N * p->K * 2.0 * (p->group_offsets ? 1 : batch) <= 48e6;
-    if (p->M <= 16 || (p->M <= 64 && weights_in_l2))
+    if (rows <= 16 || (rows <= 64 && weights_in_l2))
         launch_config<16, 32, 128, 16, 8, 6>(c, p, batch, aligned, op);
     else if (large_tiles >= c->num_sms)
         launch_config<128, 128, 32, 64, 32, 4>(c, p, batch, aligned, op);

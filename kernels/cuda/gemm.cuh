@@ -25,6 +25,8 @@ typedef struct {
     const int32_t *x_rows;
     const int32_t *y_rows;
     int split_N;                 // the N of the split-K rule (gemm_args.split_N); 0: N
+    long rows_listed;            // grouped: the rows the groups list in all, at most (T k), which
+                                 // sizes tiles and pipeline (gemm_plan_rows); 0: M
 } gemm_problem;
 
 // batch: products (dense) or groups (grouped). On sm_90a the wgmma kernels (gemm_sm90.cu),

@@ -177,6 +177,25 @@ static inline gemm_plan gemm_plan_choose_split(int M, int N, int split_N, int K,
     return pl;
 }
 
+// The rows a product's tiles are sized for: M, or for a grouped product (rows_listed > 0, the
+// rows its groups list in all) the mean rows of a group. A decode step's experts hold a few rows
+// each while M is the batch's tokens: 128-row tiles there idled most of their MMA and halved the
+// CTAs an SM holds. Rows past the mean still run (the grid is sized by M); only speed changes.
+static inline int gemm_plan_rows(int M, int batch, long rows_listed) {
+    if (rows_listed <= 0 || batch <= 1) return M;
+    const long mean = (rows_listed + batch - 1) / batch;
+    return mean < 1 ? 1 : mean > M ? M : (int)mean;
+}
+
+// The 64 x 128 cp.async kernel's deep pipeline (GEMM_CP_ASYNC_DEEP_STAGES): where the CTAs with
+// rows fit one wave (at most min(groups, rows) groups hold rows), each streams its weights alone
+// and latency, not occupancy, bounds it; past one wave the shallow one's two CTAs an SM win.
+static inline bool gemm_cp_async_deep(int N, int batch, long rows_listed, int num_sms) {
+    if (rows_listed <= 0) return false;
+    const long groups_with_rows = rows_listed < batch ? rows_listed : batch;
+    return groups_with_rows * ((N + 127) / 128) <= num_sms;
+}
+
 static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {
     return gemm_plan_choose_split(M, N, N, K, batch, aligned, tma, num_sms);
 }

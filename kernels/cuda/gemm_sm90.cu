@@ -27,6 +27,12 @@
 #define GEMM_CP_ASYNC_STAGES 4
 #endif
 static_assert(GEMM_CP_ASYNC_STAGES >= 3 && GEMM_CP_ASYNC_STAGES <= 9, "GEMM_CP_ASYNC_STAGES: 3 to 9");
+// Where one wave of CTAs holds every row (gemm_cp_async_deep: a decode step's few experts), one
+// CTA an SM with a deeper pipeline streams the weights faster than two shallow ones.
+#ifndef GEMM_CP_ASYNC_DEEP_STAGES
+#define GEMM_CP_ASYNC_DEEP_STAGES 8
+#endif
+static_assert(GEMM_CP_ASYNC_DEEP_STAGES >= 3 && GEMM_CP_ASYNC_DEEP_STAGES <= 9, "GEMM_CP_ASYNC_DEEP_STAGES: 3 to 9");
 
 // grid.z: the products (or groups), or with SPLIT_GRID the splits of the one product.
 // SPLIT_GRID: split_out says where the tiles' last CTAs write the sum.
@@ -171,13 +177,15 @@ static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bo
 }
 
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
-    return gemm_plan_choose_split(p->M, p->N, p->split_N > 0 ? p->split_N : p->N, p->K, batch, aligned,
+    return gemm_plan_choose_split(gemm_plan_rows(p->M, batch, p->rows_listed), p->N,
+                                  p->split_N > 0 ? p->split_N : p->N, p->K, batch, aligned,
                                   tma_possible(c, p, batch, aligned), c->num_sms);
 }
 
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {
     const gemm_plan pl = gemm_sm90_plan(c, p, batch, aligned);
     const int S = pl.splits;
+    const bool deep = gemm_cp_async_deep(p->N, batch, p->rows_listed, c->num_sms);
     if (pl.mode == SPLIT_GRID && batch != 1)
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return (test_gemm_plan checks the list).
@@ -198,7 +206,9 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_NONE)) launch_ws<2, 1, 4, SPLIT_NONE, 192>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, pl, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE)) launch_sm90<2, 2, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);

@@ -244,7 +244,7 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     g.M = a->T; g.N = 2 * a->I; g.K = a->D;
     g.ldx = a->D; g.ldy = 2 * a->I; g.ldw = a->D;
     g.stride_w = (long)2 * a->I * a->D;
-    g.group_offsets = offsets; g.x_rows = tok_rows;
+    g.group_offsets = offsets; g.x_rows = tok_rows; g.rows_listed = rows;
     gemm_launch(c, &g, groups, "moe_experts gate_up");
 
     inv_cuda_silu_mul(ops, act, gu, (int)rows, a->I);
@@ -256,7 +256,7 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     d.M = a->T; d.N = a->D; d.K = a->I;
     d.ldx = a->I; d.ldy = a->D; d.ldw = a->I;
     d.stride_w = (long)a->D * a->I;
-    d.group_offsets = offsets; d.y_rows = entry_rows;
+    d.group_offsets = offsets; d.y_rows = entry_rows; d.rows_listed = rows;
     gemm_launch(c, &d, groups, "moe_experts down");
 }
 

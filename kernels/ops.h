@@ -172,7 +172,8 @@ typedef struct {
 // argmax(logits / temperature + gumbel(noise_seed[r], position[r], vocab id)), noise from
 // invar_gumbel_noise() so it depends on nothing but (seed, position, id).
 // Logprobs are of the untempered distribution. Top-k ids in descending logprob, lower id first
-// on ties.
+// on ties. A NaN logit is never a candidate: a row of NaNs samples id -1 with a NaN logprob (the
+// engine refuses it), and top-k slots left empty hold id -1 and -inf.
 typedef struct {
     const float *logits;        // [R, V]
     int R, V, k;

@@ -19,6 +19,7 @@
 #include "../reports/csv_read.h"       // csv_table_read
 #include "../reports/row_verdict.h"    // summary_row_state, kernel_row_state, kernel_controls
 #include "report_gallery.h"            // gallery_summary, gallery_kernels, gallery_write_*
+#include "../harness/run/summary_row.h" // format_hit_rate
 
 #define MAX_FIELDS 256
 #define COLS 5
@@ -197,12 +198,30 @@ static void every_verdict_kind_reads_back(void **state) {
     assert_int_equal(rmdir(dir), 0);
 }
 
+// The prefix-cache hit rate of summary.csv and the console: hits over queries to three places,
+// "-" when nothing was looked up (a partial rate is the case a report reader needs).
+static void hit_rate_is_hits_over_queries(void **state) {
+    (void)state;
+    static const struct { long queries, hits; const char *want; } cases[] = {
+        {3, 2, "0.667"}, {8, 1, "0.125"}, {7, 7, "1.000"}, {5, 0, "0.000"}, {0, 0, "-"}, {1000, 999, "0.999"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[32];
+        memset(buf, 'x', sizeof buf);
+        format_hit_rate(cases[i].queries, cases[i].hits, buf, sizeof buf);
+        if (strcmp(buf, cases[i].want) != 0)
+            fail_msg("%ld hits of %ld queries: '%s', expected '%s'", cases[i].hits, cases[i].queries, buf,
+                     cases[i].want);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rows_parse_back_before_close),
         cmocka_unit_test(open_failure_names_the_file),
         cmocka_unit_test(write_failure_names_the_file),
         cmocka_unit_test(every_verdict_kind_reads_back),
+        cmocka_unit_test(hit_rate_is_hits_over_queries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -315,6 +315,10 @@ static void grouped_tiles_sized_by_a_groups_rows(void **state) {
     assert_false(gemm_cp_async_deep(2816, 64, 6, 114));   // 132 > 114 SMs
     assert_false(gemm_cp_async_deep(2816, 64, 0, 132));   // dense
     assert_true(gemm_cp_async_deep(2048, 4, 64, 132));    // 4 groups hold the 64 rows: 4 x 16
+    // a partial column tile is a CTA too: 6 x ceil(2000 / 128) = 96 CTAs
+    assert_true(gemm_cp_async_deep(2000, 64, 6, 96));
+    assert_false(gemm_cp_async_deep(2000, 64, 6, 95));
+    assert_false(gemm_cp_async_deep(64, 256, 256, 132));  // 256 groups of one partial tile
 }
 
 // The 64 x 128 split CTAs: the last CTA sums up to M = 4, plain CTAs below M = 48, units of the

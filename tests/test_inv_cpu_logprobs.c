@@ -4,8 +4,9 @@
 //
 // Tolerances: token and top-k ids exactly the float64 ones; logprobs (fp32) are x − lse with
 // lse from an fp32 sum of exponentials → relative L2 < 1e-5.
-#include <math.h>                   // isnan, INFINITY, NAN
+#include <math.h>                   // isnan, expf, logf, INFINITY, NAN
 #include <stdarg.h>                 // cmocka
+#include <string.h>                 // memcmp
 #include <stddef.h>                 // cmocka
 #include <stdint.h>                 // cmocka
 #include <setjmp.h>                 // cmocka
@@ -93,6 +94,46 @@ static void test_ties(void **state) {
     assert_memory_equal(got.topk_ids, want, sizeof want);
     assert_memory_equal(&got.topk_logprobs[0], &got.topk_logprobs[1], sizeof(float));
     assert_memory_equal(&got.token_logprob[0], &got.topk_logprobs[0], sizeof(float));
+    free(logits);
+}
+
+// The log-sum-exp in the documented order, bit for bit (kernels/cpu/lanes.h): 8 lanes by id mod
+// 8, the tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then the V mod 8 tail one term
+// at a time; a tolerance against float64 cannot see another order, nor can invariance (a wrong
+// order is the same wrong order at every batch size).
+static void test_documented_order(void **state) {
+    (void)state;
+    enum { R = 12 };
+    float *logits = test_alloc(sizeof(float) * R * V);
+    test_fill_f32(logits, R * V, 11, 3.0f);
+    for (int r = 0; r < R; r++) logits[(long)r * V + V - 1 - r % 3] = 4.0f;  // a large tail term
+    float temp[R] = {0};
+    uint64_t seed[R] = {0};
+    int32_t pos[R] = {0};
+    results got;
+    test_poison(&got, sizeof got);
+    logprobs_args a = args_for(logits, R, temp, seed, pos, &got);
+    ops_set *ops = test_cpu_set(1);
+    ops->logprobs(ops, &a);
+    for (int r = 0; r < R; r++) {
+        const float *x = logits + (long)r * V;
+        float max = -INFINITY, lane[8] = {0};
+        for (int v = 0; v < V; v++) max = x[v] > max ? x[v] : max;
+        int v = 0;
+        for (; v + 8 <= V; v += 8)
+            for (int l = 0; l < 8; l++) lane[l] += expf(x[v + l] - max);
+        float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+        for (; v < V; v++) sum += expf(x[v] - max);
+        const float lse = max + logf(sum);
+        const float want = x[got.token[r]] - lse;
+        if (memcmp(&want, &got.token_logprob[r], sizeof want) != 0)
+            fail_msg("row %d: logprob %.9g, the documented order gives %.9g", r, (double)got.token_logprob[r],
+                     (double)want);
+        for (int j = 0; j < K; j++) {
+            const float want_j = x[got.topk_ids[r * K + j]] - lse;
+            assert_memory_equal(&want_j, &got.topk_logprobs[r * K + j], sizeof want_j);
+        }
+    }
     free(logits);
 }
 
@@ -212,6 +253,7 @@ int main(void) {
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_nan_rows),
+        cmocka_unit_test(test_documented_order),
         cmocka_unit_test(test_row_invariance),
     };
     return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);

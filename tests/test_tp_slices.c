@@ -4,7 +4,8 @@
 // fixed tree gives the same fp32 bits at T = 1, 2, 4 and 8 — the rank's levels (add_f32) and
 // the all-reduce's (all_reduce_f32_tree over rank threads) together — on fresh random partials
 // and on one element whose chain sum differs from its tree sum (so an order change shows), with
-// the rank's levels in one sum_slices_f32 call and as add_f32 pairs alike.
+// the rank's levels in one sum_slices_f32 call and as add_f32 pairs alike; and the rank-order
+// all-reduce (the option off) rounds its fp32 sum once, at T = 2, 3, 4 and 8.
 #include <stdarg.h>                     // cmocka
 #include <stddef.h>                     // cmocka
 #include <stdint.h>                     // cmocka
@@ -150,6 +151,49 @@ static void same_bits_at_every_t(void **state) {
     free(slices);
 }
 
+// The rank-order all-reduce (the default, TP-size invariance off): every rank's element is
+// x_0 + x_1 + ... + x_{T-1} in fp32, rounded to bf16 once, at T = 2, 3, 4 and 8. Element 0 is
+// 1 on rank 0 and half a bf16 ulp of 1 on the others: a sum kept in bf16 rounds each back to 1.
+typedef struct {
+    tp_comm_group *group;
+    bf16 *bufs[8];
+} reduce_run;
+
+static void rank_reduce(void *arg, int rank) {
+    reduce_run *t = arg;
+    ops_set *o = inv_cpu_create(1);
+    o->all_reduce(o, tp_comm_group_rank(t->group, rank), t->bufs[rank], LEN);
+    o->destroy(o);
+}
+
+static void rank_order_all_reduce_rounds_once(void **state) {
+    (void)state;
+    static const int Ts[] = {2, 3, 4, 8};
+    bf16 *ins = test_alloc(sizeof(bf16) * 8 * LEN), *bufs = test_alloc(sizeof(bf16) * 8 * LEN);
+    for (int i = 0; i < (int)(sizeof Ts / sizeof Ts[0]); i++) {
+        const int T = Ts[i];
+        test_fill_bf16(ins, 8L * LEN, 17 + (uint64_t)T, 2.0f);
+        for (int r = 0; r < T; r++) ins[(long)r * LEN] = float_to_bf16(r == 0 ? 1.0f : 0x1p-8f);
+        memcpy(bufs, ins, sizeof(bf16) * 8 * LEN);
+        reduce_run t = {.group = tp_comm_group_create(T)};
+        for (int r = 0; r < T; r++) t.bufs[r] = bufs + (long)r * LEN;
+        rank_threads_run(T, rank_reduce, &t);
+        tp_comm_group_destroy(t.group);
+        for (long e = 0; e < LEN; e++) {
+            float acc = bf16_to_float(ins[e]);
+            for (int r = 1; r < T; r++) acc += bf16_to_float(ins[(long)r * LEN + e]);
+            const bf16 want = float_to_bf16(acc);
+            for (int r = 0; r < T; r++)
+                if (bufs[(long)r * LEN + e] != want)
+                    fail_msg("all_reduce T=%d rank %d element %ld: %g, the fp32 rank-order sum rounds to %g", T, r,
+                             e, (double)bf16_to_float(bufs[(long)r * LEN + e]), (double)bf16_to_float(want));
+        }
+        if (T > 2) assert_true(bf16_to_float(bufs[0]) > 1.0f);  // the halves added up before rounding
+    }
+    free(bufs);
+    free(ins);
+}
+
 // sum_slices_f32 over 2, 4 and 8 slices gives add_f32 pairs' bits in parts[0], for the tree
 // element 0 holds (1 and seven halves of its ulp: a chain would round each back to 1).
 // How many slices a one-call MoE form takes: all while they fit, else the largest power of two
@@ -206,6 +250,7 @@ int main(void) {
         cmocka_unit_test(every_rank_holds_its_part_in_slices),
         cmocka_unit_test(refused_with_the_reason),
         cmocka_unit_test(same_bits_at_every_t),
+        cmocka_unit_test(rank_order_all_reduce_rounds_once),
         cmocka_unit_test(one_call_tree_is_the_pairs),
         cmocka_unit_test(slices_per_call_fit_the_budget),
         cmocka_unit_test(engine_one_call_forms_equal_each_slice),

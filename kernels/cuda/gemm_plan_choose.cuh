@@ -183,8 +183,8 @@ static inline gemm_plan gemm_plan_choose_split(int M, int N, int split_N, int K,
 // CTAs an SM holds. Rows past the mean still run (the grid is sized by M); only speed changes.
 static inline int gemm_plan_rows(int M, int batch, long rows_listed) {
     if (rows_listed <= 0 || batch <= 1) return M;
-    const long mean = (rows_listed + batch - 1) / batch;
-    return mean < 1 ? 1 : mean > M ? M : (int)mean;
+    const long mean = (rows_listed + batch - 1) / batch;  // at least 1
+    return mean > M ? M : (int)mean;
 }
 
 // The 64 x 128 cp.async kernel's deep pipeline (GEMM_CP_ASYNC_DEEP_STAGES): where the CTAs with
@@ -192,8 +192,8 @@ static inline int gemm_plan_rows(int M, int batch, long rows_listed) {
 // and latency, not occupancy, bounds it; past one wave the shallow one's two CTAs an SM win.
 static inline bool gemm_cp_async_deep(int N, int batch, long rows_listed, int num_sms) {
     if (rows_listed <= 0) return false;
-    const long groups_with_rows = rows_listed < batch ? rows_listed : batch;
-    return groups_with_rows * ((N + 127) / 128) <= num_sms;
+    const int groups_with_rows = rows_listed < batch ? (int)rows_listed : batch;
+    return gemm_tile_count(1, N, groups_with_rows, 64, 128) <= num_sms;  // one row tile a group
 }
 
 static inline gemm_plan gemm_plan_choose(int M, int N, int K, int batch, bool aligned, bool tma, int num_sms) {

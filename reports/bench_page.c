@@ -325,6 +325,95 @@ static void write_gemm(FILE *f, const csv_table *t) {
     fputs("\n", f);
 }
 
+static bool has_rows(const bench_run *r, int file) { return r->t[file] && r->t[file]->nrows > 0; }
+
+// The end-to-end tables' columns (decode and tensor-parallel decode), with their labels.
+static const char *const decode_cols[] = {"device", "model", "phase", "T", "batch", "prompt_len",
+                                          "new_tokens", "invariant_tok_s", "reference_tok_s",
+                                          "ratio", "roofline_step_mb", "roofline_bound",
+                                          "roofline_tok_s", "invariant_pct_roofline",
+                                          "reference_pct_roofline", NULL};
+static const char *const decode_labels[] = {"device", "model", "phase", "ranks", "batch", "prompt",
+                                            "new tokens", "invariant tok/s",
+                                            "reference tok/s", "ratio", "step MB", "bound",
+                                            "roofline tok/s", "invariant % of roofline",
+                                            "reference % of roofline", NULL};
+
+// One bench file's table under its heading.
+static void write_section(FILE *f, int file, const bench_run *r) {
+    switch (file) {
+    case F_GEMM:
+        write_gemm(f, r->t[F_GEMM]);
+        break;
+    case F_MLA: {
+        fprintf(f, "### MLA decode: share of the device-to-device copy bandwidth\n\n"
+                   "Bytes moved over time, as a share of the measured copy bandwidth. Rows "
+                   "marked * are memory-bound (16 heads, a cache over twice L2): their lowest "
+                   "invariant share is **%.1f%%**.\n\n", mla_lowest(r->t[F_MLA]));
+        static const char *const cols[] = {"batch", "context", "heads", "inv_pct_copy",
+                                           "ref_pct_copy", "inv_us", "ref_us", "inv_tflops",
+                                           "floor_read_pct_copy", NULL};
+        static const char *const labels[] = {"batch", "context", "heads", "invariant % of copy",
+                                             "reference % of copy", "invariant us",
+                                             "reference us", "invariant TFLOP/s",
+                                             "plain read % of copy", NULL};
+        write_table(f, r->t[F_MLA], cols, labels, mla_memory_bound);
+        break;
+    }
+    case F_MOE: {
+        fputs("### Routed experts (moe_experts): share of the device-to-device copy bandwidth\n\n"
+              "Each touched expert's three matrices read once, and the tokens' rows, over the time, as a "
+              "share of the measured copy bandwidth.\n\n", f);
+        static const char *const cols[] = {"tokens", "experts_touched", "inv_pct_copy", "ref_pct_copy", "inv_us",
+                                           "ref_us", "ratio_inv_over_ref", NULL};
+        static const char *const labels[] = {"tokens", "experts touched", "invariant % of copy",
+                                             "reference % of copy", "invariant us", "reference us", "ratio", NULL};
+        write_table(f, r->t[F_MOE], cols, labels, NULL);
+        break;
+    }
+    case F_DECODE:
+        fputs("### End to end: decode and prefill tokens/s\n\n", f);
+        if (csv_col(r->t[F_DECODE], "roofline_tok_s") >= 0)
+            fputs("The roofline is the fastest a decode step can go on the device: its bytes (every "
+                  "weight it reads once, the routed experts its tokens touched, the latent KV cache, "
+                  "the fp32 logits) over the copy bandwidth, or its FLOPs over the best cuBLAS "
+                  "cell, whichever is slower (harness/bench/step_cost.h).\n\n", f);
+        write_table(f, r->t[F_DECODE], decode_cols, decode_labels, NULL);
+        break;
+    case F_TP_ALL_REDUCE: {
+        fputs("### Tensor parallel: all-reduce against NCCL\n\n", f);
+        static const char *const cols[] = {"T", "tokens", "elements", "invariant_us", "nccl_us",
+                                           "ratio", NULL};
+        static const char *const labels[] = {"ranks", "tokens", "elements", "invariant us",
+                                             "NCCL us", "ratio", NULL};
+        write_table(f, r->t[F_TP_ALL_REDUCE], cols, labels, NULL);
+        break;
+    }
+    case F_TP_DECODE:
+        fputs("### Tensor parallel: decode tokens/s\n\n", f);
+        write_table(f, r->t[F_TP_DECODE], decode_cols, decode_labels, NULL);
+        break;
+    case F_TP_SIZE: {
+        fputs("### TP-size invariance: decode tokens/s, option on against the rank-order default\n\n", f);
+        static const char *const cols[] = {"T", "model", "batch", "new_tokens", "rank_order_tok_s",
+                                           "tp_size_tok_s", "ratio", NULL};
+        static const char *const labels[] = {"ranks", "model", "batch", "new tokens", "rank order tok/s",
+                                             "TP-size tok/s", "ratio", NULL};
+        write_table(f, r->t[F_TP_SIZE], cols, labels, NULL);
+        break;
+    }
+    case F_DECODE_OPS: {
+        fputs("### One decode step op by op (`--profile`)\n\n", f);
+        static const char *const cols[] = {"device", "batch", "op", "calls_per_step",
+                                           "invariant_us", "reference_us", NULL};
+        static const char *const labels[] = {"device", "batch", "op", "calls a step",
+                                             "invariant us", "reference us", NULL};
+        write_table(f, r->t[F_DECODE_OPS], cols, labels, NULL);
+        break;
+    }
+    }
+}
+
 static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
     fputs("## Newest run: ", f);
     describe(f, r);
@@ -336,7 +425,7 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
     fprintf(f, "Folder `%s/%s`.\n\n", results_dir, r->name);
     if (cut_short(r))
         fputs("This run was cut short (meta.csv: finished no): the sections it did not reach "
-              "are missing below, and its last section may be partial.\n\n", f);
+              "come from older runs after its own, and its last section may be partial.\n\n", f);
     fputs("| meta.csv | |\n| --- | --- |\n", f);
     for (int i = 0; meta_keys[i]; i++) {
         const char *v = run_meta_get(r->meta, meta_keys[i]);
@@ -351,78 +440,28 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
     fputs("\nSummary: ", f);
     summary_line(f, r);
     fputs(".\n\n", f);
+    for (int s = 0; s < N_FILES; s++)
+        if (has_rows(r, s)) write_section(f, s, r);
+}
 
-    if (r->t[F_GEMM] && r->t[F_GEMM]->nrows) write_gemm(f, r->t[F_GEMM]);
-    if (r->t[F_MLA] && r->t[F_MLA]->nrows) {
-        fprintf(f, "### MLA decode: share of the device-to-device copy bandwidth\n\n"
-                   "Bytes moved over time, as a share of the measured copy bandwidth. Rows "
-                   "marked * are memory-bound (16 heads, a cache over twice L2): their lowest "
-                   "invariant share is **%.1f%%**.\n\n", mla_lowest(r->t[F_MLA]));
-        static const char *const cols[] = {"batch", "context", "heads", "inv_pct_copy",
-                                           "ref_pct_copy", "inv_us", "ref_us", "inv_tflops",
-                                           "floor_read_pct_copy", NULL};
-        static const char *const labels[] = {"batch", "context", "heads", "invariant % of copy",
-                                             "reference % of copy", "invariant us",
-                                             "reference us", "invariant TFLOP/s",
-                                             "plain read % of copy", NULL};
-        write_table(f, r->t[F_MLA], cols, labels, mla_memory_bound);
-    }
-    if (r->t[F_MOE] && r->t[F_MOE]->nrows) {
-        fputs("### Routed experts (moe_experts): share of the device-to-device copy bandwidth\n\n"
-              "Each touched expert's three matrices read once, and the tokens' rows, over the time, as a "
-              "share of the measured copy bandwidth.\n\n", f);
-        static const char *const cols[] = {"tokens", "experts_touched", "inv_pct_copy", "ref_pct_copy", "inv_us",
-                                           "ref_us", "ratio_inv_over_ref", NULL};
-        static const char *const labels[] = {"tokens", "experts touched", "invariant % of copy",
-                                             "reference % of copy", "invariant us", "reference us", "ratio", NULL};
-        write_table(f, r->t[F_MOE], cols, labels, NULL);
-    }
-    static const char *const decode_cols[] = {"device", "model", "phase", "T", "batch", "prompt_len",
-                                              "new_tokens", "invariant_tok_s", "reference_tok_s",
-                                              "ratio", "roofline_step_mb", "roofline_bound",
-                                              "roofline_tok_s", "invariant_pct_roofline",
-                                              "reference_pct_roofline", NULL};
-    static const char *const decode_labels[] = {"device", "model", "phase", "ranks", "batch", "prompt",
-                                                "new tokens", "invariant tok/s",
-                                                "reference tok/s", "ratio", "step MB", "bound",
-                                                "roofline tok/s", "invariant % of roofline",
-                                                "reference % of roofline", NULL};
-    if (r->t[F_DECODE] && r->t[F_DECODE]->nrows) {
-        fputs("### End to end: decode and prefill tokens/s\n\n", f);
-        if (csv_col(r->t[F_DECODE], "roofline_tok_s") >= 0)
-            fputs("The roofline is the fastest a decode step can go on the device: its bytes (every "
-                  "weight it reads once, the routed experts its tokens touched, the latent KV cache, "
-                  "the fp32 logits) over the copy bandwidth, or its FLOPs over the best cuBLAS "
-                  "cell, whichever is slower (harness/bench/step_cost.h).\n\n", f);
-        write_table(f, r->t[F_DECODE], decode_cols, decode_labels, NULL);
-    }
-    if (r->t[F_TP_ALL_REDUCE] && r->t[F_TP_ALL_REDUCE]->nrows) {
-        fputs("### Tensor parallel: all-reduce against NCCL\n\n", f);
-        static const char *const cols[] = {"T", "tokens", "elements", "invariant_us", "nccl_us",
-                                           "ratio", NULL};
-        static const char *const labels[] = {"ranks", "tokens", "elements", "invariant us",
-                                             "NCCL us", "ratio", NULL};
-        write_table(f, r->t[F_TP_ALL_REDUCE], cols, labels, NULL);
-    }
-    if (r->t[F_TP_DECODE] && r->t[F_TP_DECODE]->nrows) {
-        fputs("### Tensor parallel: decode tokens/s\n\n", f);
-        write_table(f, r->t[F_TP_DECODE], decode_cols, decode_labels, NULL);
-    }
-    if (r->t[F_TP_SIZE] && r->t[F_TP_SIZE]->nrows) {
-        fputs("### TP-size invariance: decode tokens/s, option on against the rank-order default\n\n", f);
-        static const char *const cols[] = {"T", "model", "batch", "new_tokens", "rank_order_tok_s",
-                                           "tp_size_tok_s", "ratio", NULL};
-        static const char *const labels[] = {"ranks", "model", "batch", "new tokens", "rank order tok/s",
-                                             "TP-size tok/s", "ratio", NULL};
-        write_table(f, r->t[F_TP_SIZE], cols, labels, NULL);
-    }
-    if (r->t[F_DECODE_OPS] && r->t[F_DECODE_OPS]->nrows) {
-        fputs("### One decode step op by op (`--profile`)\n\n", f);
-        static const char *const cols[] = {"device", "batch", "op", "calls_per_step",
-                                           "invariant_us", "reference_us", NULL};
-        static const char *const labels[] = {"device", "batch", "op", "calls a step",
-                                             "invariant us", "reference us", NULL};
-        write_table(f, r->t[F_DECODE_OPS], cols, labels, NULL);
+// The sections the newest run lacks (a run cut short, or one with --only), each from the
+// newest older run that has it: a reader of the page still sees every table's latest numbers,
+// under the run they came from.
+static void write_older_sections(FILE *f, const bench_run *runs, int n) {
+    bool heading = false;
+    for (int s = 0; s < N_FILES; s++) {
+        if (has_rows(&runs[0], s)) continue;
+        int i = 1;
+        while (i < n && !has_rows(&runs[i], s)) i++;
+        if (i == n) continue;
+        if (!heading) {
+            fputs("## Sections the newest run lacks, from older runs\n\n", f);
+            heading = true;
+        }
+        fprintf(f, "From `%s` (", runs[i].name);
+        describe(f, &runs[i]);
+        fputs("):\n\n", f);
+        write_section(f, s, &runs[i]);
     }
 }
 
@@ -468,6 +507,7 @@ int bench_page_write(const char *results_dir, FILE *f, char *err, int len) {
             fputs("No bench results yet: no run folder has been filed.\n", f);
         } else {
             write_newest(f, results_dir, &runs[0]);
+            write_older_sections(f, runs, n);
             if (n > 1) fputs("## Older runs\n\n", f);
             for (int i = 1; i < n; i++) {
                 fprintf(f, "- `%s`: ", runs[i].name);

@@ -3,7 +3,9 @@
 // unchanged), and the page made from them (kernels/cuda/BENCH.md): the newest run's tables
 // first (GEMM speed over cuBLAS per cell and its geometric mean, MLA decode's share of the copy
 // bandwidth, end-to-end decode tokens/s, the tensor-parallel and op-profile rows where the run
-// has them), then one summary line per older run. `invar report bench` (harness/report/).
+// has them), then each section the newest run lacks from the newest older run that has it (a
+// run cut short or made with --only hides no table), then one summary line per older run.
+// `invar report bench` (harness/report/).
 #ifndef INVAR_REPORTS_BENCH_PAGE_H
 #define INVAR_REPORTS_BENCH_PAGE_H
 

@@ -33,6 +33,40 @@ diff -u kernels/cuda/BENCH.md "$work/BENCH.md" ||
     fail "kernels/cuda/BENCH.md is not results/bench's page: run make bench-page and commit it"
 echo "ok: kernels/cuda/BENCH.md is results/bench's page"
 
+# A newer run with the decode rows only (cut short, or --only decode): its own table first, then
+# every section it lacks from the newest older run that has it (the 01-02 fixture, not the 01-01
+# one), under that run's name; the decode table is not repeated from an older run.
+part="$work/partial/2026-01-03_fixture-gpu_cccccccccc"
+mkdir -p "$part"
+cp -r "$old" "$new" "$work/partial/"
+sed -e 's/2026-01-01T00:00:00Z/2026-01-03T00:00:00Z/' -e 's/aaaaaaaaaa*/cccccccccccccccccccccccccccccccccccccccc/' \
+    "$old/meta.csv" >"$part/meta.csv"
+echo '"finished","no"' >>"$part/meta.csv"
+cp "$old/bench_decode.csv" "$part/"
+"$INVAR" report bench "$work/partial" >"$work/partial.md" || fail "report bench of a partial newest run: exit $?"
+awk '/^## Newest run/ { s = "new" } /^## Sections the newest run lacks/ { s = "older" } /^## Older runs/ { s = "" }
+     /^### / { print s ": " $0 } /^From `/ { print s ": " $2 }' "$work/partial.md" >"$work/partial.sections"
+cat >"$work/partial.want" <<'WANT'
+new: ### End to end: decode and prefill tokens/s
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb`
+older: ### GEMM: invariant speed over cuBLAS
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb`
+older: ### MLA decode: share of the device-to-device copy bandwidth
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb`
+older: ### Routed experts (moe_experts): share of the device-to-device copy bandwidth
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb`
+older: ### Tensor parallel: all-reduce against NCCL
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb`
+older: ### TP-size invariance: decode tokens/s, option on against the rank-order default
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb`
+older: ### One decode step op by op (`--profile`)
+WANT
+diff -u "$work/partial.want" "$work/partial.sections" || fail "a partial newest run's page: sections not as above"
+grep -q '^From `2026-01-02_fixture-gpu_bbbbbbbbbb` (2026-01-02, Fixture GPU, invar bbbbbbbbbb):$' "$work/partial.md" ||
+    fail "the older sections do not describe the run they come from"
+grep -q 'geometric mean over the 6 rows: \*\*0.984\*\*' "$work/partial.md" || fail "the GEMM table is not the 01-02 fixture's"
+echo "ok: a partial newest run's page shows each section it lacks from the newest older run that has it"
+
 # No run yet: the page says so.
 mkdir "$work/empty"
 "$INVAR" report bench "$work/empty" | grep -q '^No bench results yet' || fail "an empty folder's page"

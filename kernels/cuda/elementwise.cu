@@ -7,6 +7,7 @@
 
 #include "../bf16.h"        // bf16_to_float, float_to_bf16
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK_LAUNCH
+#include "pdl.cuh"          // pdl_release_gemm
 #include "inv_cuda_ops.h"   // inv_cuda_embedding, ...
 
 static unsigned blocks_for(long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
@@ -14,6 +15,7 @@ static unsigned blocks_for(long n, int threads) { return (unsigned)((n + threads
 // --- embedding ---
 
 __global__ void embedding_kernel(uint16_t *out, const uint16_t *table, const int32_t *ids, int T, int D) {
+    pdl_release_gemm();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * D) return;
     int t = (int)(i / D), d = (int)(i % D);
@@ -30,6 +32,7 @@ void inv_cuda_embedding(ops_set *ops, bf16 *out, const bf16 *table, const int32_
 // --- residual add ---
 
 __global__ void residual_add_kernel(uint16_t *x, const uint16_t *y, long n) {
+    pdl_release_gemm();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
 }
@@ -45,6 +48,7 @@ void inv_cuda_residual_add(ops_set *ops, bf16 *x, const bf16 *y, long n) {
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 __global__ void silu_mul_kernel(uint16_t *out, const uint16_t *gu, int M, int I) {
+    pdl_release_gemm();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)M * I) return;
     long m = i / I, j = i % I;
@@ -64,6 +68,7 @@ void inv_cuda_silu_mul(ops_set *ops, bf16 *out, const bf16 *gate_up, int M, int 
 // One block per token; a negative slot is a padding token and writes nothing.
 __global__ void kv_cache_write_kernel(uint16_t *cache, const uint16_t *c_kv, long ld_c_kv,
                                       const uint16_t *k_pe, long ld_k_pe, const int32_t *slot, int L, int R) {
+    pdl_release_gemm();
     int t = blockIdx.x;
     long s = slot[t];
     if (s < 0) return;
@@ -83,6 +88,7 @@ void inv_cuda_kv_cache_write(ops_set *ops, bf16 *kv_cache, const bf16 *c_kv, lon
 // --- TP-size invariance's fp32 steps: x += y; out = bf16(x) ---
 
 __global__ void add_f32_kernel(float *x, const float *y, long n) {
+    pdl_release_gemm();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __fadd_rn(x[i], y[i]);
 }
@@ -95,6 +101,7 @@ void inv_cuda_add_f32(ops_set *ops, float *x, const float *y, long n) {
 
 // The pairwise tree over n slices of len values, element by element, in add_f32's adds.
 __global__ void sum_slices_f32_kernel(float *parts, int n, long len) {
+    pdl_release_gemm();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     float v[8];
@@ -113,6 +120,7 @@ void inv_cuda_sum_slices_f32(ops_set *ops, float *parts, int n, long len) {
 }
 
 __global__ void round_to_bf16_kernel(uint16_t *out, const float *x, long n) {
+    pdl_release_gemm();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = float_to_bf16(x[i]);
 }

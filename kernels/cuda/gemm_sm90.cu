@@ -7,7 +7,7 @@
 
 #include "../bf16.h"
 #include "cuda_ctx.cuh"     // cuda_ctx, cuda_scratch, cuda_kernel_smem, CUDA_CHECK_LAUNCH
-#include "pdl.cuh"          // pdl_launch
+#include "pdl.cuh"          // pdl_launch, GEMM_PDL
 #include "gemm.cuh"         // gemm_problem, gemm_sm90_plan, gemm_sm90_launch
 #include "gemm_plan_choose.cuh"     // gemm_plan_choose, gemm_plan_name
 #include "mma.cuh"
@@ -53,6 +53,10 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
     }
     auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD, SPLIT>;
     cuda_kernel_smem(c, (const void *)k, SMEM, op);
+    if (GEMM_PDL) {
+        pdl_launch(c, k, grid, dim3(WGS * 128), SMEM, op, *p, splits, split_out, tx, tw);
+        return;
+    }
     k<<<grid, WGS * 128, SMEM, c->stream>>>(*p, splits, split_out, tx, tw);
     CUDA_CHECK_LAUNCH(op);
 }
@@ -118,6 +122,11 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_
     // would fail a staged one that another cuda_ctx believes it has allowed.
     cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, WN, tma_only) ? STAGE_SMEM : 0), op);
     const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
+    if (GEMM_PDL) {
+        pdl_launch(c, k, dim3(grid), dim3((CW + 1) * 128), smem, op, *p, batch, splits, m_tiles, n_tiles, ho, staged,
+                   tma_store, tx, tw, ty);
+        return;
+    }
     k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tma_store, tx, tw, ty);
     CUDA_CHECK_LAUNCH(op);
 }

@@ -21,7 +21,7 @@
 #include "gemm_sm90_split_sum.cuh"  // fold_split*, split_finish_tile, hand_out, start_chain
 #include "l2_policy.cuh"    // l2_policy_evict_first
 #include "mma.cuh"          // cp_async_commit, cp_async_wait
-#include "pdl.cuh"          // pdl_release_dependent, pdl_wait_predecessor
+#include "pdl.cuh"          // pdl_release_dependent, pdl_release_gemm, pdl_wait_predecessor, GEMM_PDL
 #include "wgmma.cuh"        // wgmma_*, mbar_*, tma_load_2d/3d(_hint), sw128_offset, setmaxnreg_*
 
 // The rows of x a TMA k-tile asks for: BM, or M where smaller (the copy engine's time goes by a
@@ -82,6 +82,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
 
     if constexpr (SPLIT == SPLIT_GRID) pdl_release_dependent();  // the reduce may start up now
+    pdl_release_gemm();
     const int KT = (p.K + GEMM_BK - 1) / GEMM_BK, tiles = m_tiles * n_tiles;
     // Each unit of a product a tile, with SPLIT_GRID a tile and a split.
     const int per_product = SPLIT == SPLIT_GRID ? tiles * splits : tiles, units = batch * per_product;
@@ -145,6 +146,14 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     if (threadIdx.x >= CW * 128) {
         setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x != CW * 128) return;
+        if constexpr (GEMM_PDL != 0) {  // the first piece's weights into L2, then the wait (pdl.cuh)
+            if (pieces > 0) {
+                const unit first = piece_at(0);
+                for (int kt = first.kt_begin; kt < first.kt_end && kt < first.kt_begin + STAGES; kt++)
+                    tma_prefetch_l2_3d(&tmap_w, kt * GEMM_BK, first.n0, first.b);
+            }
+            pdl_wait_predecessor();
+        }
         // Slot counters rather than a division of the k-tile index by STAGES.
         int slot = 0;
         uint32_t slot_round = 0;
@@ -171,6 +180,7 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
     }
 
     setmaxnreg_inc<CONSUMER_REGS>();
+    if constexpr (GEMM_PDL != 0) pdl_wait_predecessor();  // before any global access (stream-K's hand-overs)
     const int cw = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     auto release = [&](int freed) {  // this warp's wgmma have read slot `freed`: it may refill
         __syncwarp();
@@ -399,6 +409,19 @@ gemm_sm90_ws_kernel(gemm_problem p, int batch, int splits, int m_tiles, int n_ti
 
 // --- the one-tile-per-CTA kernel (small-M split CTAs; cp.async and scalar loads) ---
 
+// GEMM_PDL's head start (pdl.cuh): a dense product's weight rows [n0, n0 + BN), k-tiles [kt, kt +
+// tiles), asked of L2 line by line before the CTA waits for its predecessor. Weights are never
+// an earlier kernel's output; a grouped product's are not asked (which experts hold rows is).
+template <int BN, int THREADS>
+__device__ __forceinline__ void gemm_prefetch_w_l2(const uint16_t *w, long ldw, int N, int K, int n0, int kt, int tiles) {
+    const int k0 = kt * GEMM_BK, k1 = min(K, (kt + tiles) * GEMM_BK);
+    const int lines = (k1 - k0 + GEMM_BK - 1) / GEMM_BK;  // a k-tile's row: GEMM_BK bf16, one 128-byte line
+    for (int i = (int)threadIdx.x; i < BN * lines; i += THREADS) {
+        const int r = i / lines, l = i % lines;
+        if (n0 + r < N) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (long)(n0 + r) * ldw + k0 + l * GEMM_BK));
+    }
+}
+
 // SPLIT_GRID: p.y is the fp32 partials [splits][M][N], split blockIdx.z's at p.y + blockIdx.z *
 // stride_y.
 template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
@@ -414,10 +437,22 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     __shared__ __align__(8) uint64_t full[STAGES];  // TMA: slot s holds its k-tile
 
     if constexpr (SPLIT == SPLIT_GRID) pdl_release_dependent();  // a reduce kernel may start up now
-    // SPLIT_GRID runs one dense product: grid.z is the split, not the product.
-    const gemm_view v = gemm_view_of(p, SPLIT == SPLIT_GRID ? 0 : (int)blockIdx.z);
     int m_tile, n_tile;
     gemm_tile_of((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, &m_tile, &n_tile);
+    const int KT = (p.K + GEMM_BK - 1) / GEMM_BK;
+    // The k-tiles this CTA computes: all of them, or split blockIdx.z's.
+    const int kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z, splits, KT) : 0;
+    const int kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z + 1, splits, KT) : KT;
+    const int n_kt = kt_end - kt_begin;
+    if constexpr (GEMM_PDL != 0) {
+        pdl_release_gemm();
+        if (!p.group_offsets)
+            gemm_prefetch_w_l2<BN, THREADS>((const uint16_t *)p.w + (SPLIT == SPLIT_GRID ? 0 : (long)blockIdx.z * p.stride_w),
+                                            p.ldw, p.N, p.K, n_tile * BN, kt_begin, STAGES - 1);
+        pdl_wait_predecessor();
+    }
+    // SPLIT_GRID runs one dense product: grid.z is the split, not the product.
+    const gemm_view v = gemm_view_of(p, SPLIT == SPLIT_GRID ? 0 : (int)blockIdx.z);
     const int m0 = v.row_begin + m_tile * BM, n0 = n_tile * BN;
     if (m0 >= v.row_end) return;  // grouped: a group with fewer rows
     char *const y = SPLIT == SPLIT_GRID ? v.y + (long)blockIdx.z * p.stride_y * 4 : v.y;
@@ -428,12 +463,6 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     for (int i = 0; i < NI; i++)
 #pragma unroll
         for (int e = 0; e < 64; e++) acc[i][e] = 0.0f;
-
-    const int KT = (p.K + GEMM_BK - 1) / GEMM_BK;
-    // The k-tiles this CTA computes: all of them, or split blockIdx.z's.
-    const int kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z, splits, KT) : 0;
-    const int kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z + 1, splits, KT) : KT;
-    const int n_kt = kt_end - kt_begin;
 
     // SPLIT_IN_CTA: the current split, where it ends, and the total of the splits before it.
     float total[SPLIT == SPLIT_IN_CTA ? NI : 1][64];

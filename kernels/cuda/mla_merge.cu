@@ -4,7 +4,7 @@
 #include <math.h>           // fmaxf, INFINITY
 
 #include "cuda_ctx.cuh"     // cuda_ctx
-#include "pdl.cuh"          // pdl_launch, pdl_wait_predecessor
+#include "pdl.cuh"          // pdl_launch, pdl_wait_predecessor, pdl_release_gemm
 #include "l2_policy.cuh"    // l2_policy_evict_first
 #include "mla_attention.cuh"  // mla_params, mla_merge_launch
 #include "mla_merge.cuh"    // mla_token_splits, mla_merge_*, mla_partial_load4
@@ -19,6 +19,7 @@
 // HINTED: a wgmma kernel's partials, read evict_first; a template argument (registers).
 template <int CHUNK, bool HINTED, bool FORM>
 __global__ void __launch_bounds__(MERGE_THREADS) mla_merge_kernel(mla_params p) {
+    pdl_release_gemm();
     static_assert(CHUNK % 2 == 0, "a chunk holds whole split pairs");
     const mla_attention_args &a = p.a;
     // Last tokens first: the partials written last are the ones still in L2.

@@ -6,6 +6,7 @@
 #include "../bf16.h"         // bf16_to_float, float_to_bf16
 #include "block_reduce.cuh"  // warp_sum, warp_max
 #include "cuda_ctx.cuh"      // cuda_ctx, cuda_scratch, CUDA_CHECK_LAUNCH
+#include "pdl.cuh"          // pdl_release_gemm
 #include "gemm.cuh"          // gemm_problem, gemm_launch
 #include "gemm_plan.cuh"     // gemm_split_count, GEMM_BK
 #include "../fingerprint.h"  // fingerprint_note, fingerprint_order
@@ -74,6 +75,7 @@ __device__ __forceinline__ float route_logit(const uint16_t *x, const uint16_t *
 // maxima and arg-maxima over the lanes (exact, whatever the tree), the softmax's sum and the
 // weights' sum serially in lane 0 (index order).
 __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_kernel(moe_route_args a) {
+    pdl_release_gemm();
     extern __shared__ float sh[];
     __shared__ float gscore[ROUTE_MAX_GROUPS];
     __shared__ unsigned char gtaken[ROUTE_MAX_GROUPS];
@@ -183,6 +185,7 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
 // (offsets [slices*E + 1]): the slices' experts are one grouped GEMM's groups.
 __global__ void moe_lists_kernel(const int32_t *ids, int Tk, int k, int E, int slices, int32_t *offsets,
                                  int32_t *tok_rows, int32_t *entry_rows) {
+    pdl_release_gemm();
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int n = 0;
         for (int i = 0; i < Tk; i++) n += ids[i] == e;
@@ -268,6 +271,7 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
 // (slice s's token t at s*Tw + t), every slice weighted by the Tw tokens' weights.
 template <bool F32>
 __global__ void moe_combine_kernel(void *out, const void *eo, const float *w, int T, int Tw, int k, int D) {
+    pdl_release_gemm();
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * D) return;
     long t = i / D, d = i % D;

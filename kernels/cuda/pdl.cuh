@@ -23,6 +23,21 @@ static __device__ __forceinline__ void pdl_release_dependent() {
 #endif
 }
 
+// GEMM_PDL (an experiment: NVCC_DEFINES=-DGEMM_PDL=1): the GEMMs launch as programmatic
+// dependents, and the kernels that feed them release them at their start, so a GEMM's CTAs are
+// resident and asking L2 for their weights while the kernel before them runs. Off (the default),
+// pdl_release_gemm compiles to nothing. It moves when operands arrive, never a bit.
+#ifndef GEMM_PDL
+#define GEMM_PDL 0
+#endif
+
+// In a kernel a GEMM may follow: that GEMM may start up now (it still waits for this grid's end).
+static __device__ __forceinline__ void pdl_release_gemm() {
+#if GEMM_PDL
+    pdl_release_dependent();
+#endif
+}
+
 // k<<<grid, block, smem, c->stream>>>(args...) as a programmatic dependent where c->pdl.
 template <typename... KernelArgs, typename... Args>
 static void pdl_launch(cuda_ctx *c, void (*k)(KernelArgs...), dim3 grid, dim3 block, size_t smem, const char *op,

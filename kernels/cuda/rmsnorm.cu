@@ -8,6 +8,7 @@
 #include "../bf16.h"         // bf16_to_float, float_to_bf16, bf16_round
 #include "block_reduce.cuh"  // block_reduce
 #include "cuda_ctx.cuh"      // cuda_ctx, CUDA_CHECK_LAUNCH
+#include "pdl.cuh"          // pdl_release_gemm
 #include "inv_cuda_ops.h"    // inv_cuda_rmsnorm, rmsnorm_launch
 #include "../fingerprint.h"  // fingerprint_note, fingerprint_order
 
@@ -19,6 +20,7 @@
 
 __global__ void rmsnorm_kernel(uint16_t *out, long ld_out, const uint16_t *x, long ld_x,
                                const uint16_t *w, int D, float eps) {
+    pdl_release_gemm();
     __shared__ float red[32];
     const uint16_t *xr = x + blockIdx.x * ld_x;
     uint16_t *orow = out + blockIdx.x * ld_out;

@@ -6,11 +6,13 @@
 
 #include "../bf16.h"        // bf16_to_float, float_to_bf16
 #include "cuda_ctx.cuh"     // CUDA_CHECK_LAUNCH
+#include "pdl.cuh"          // pdl_release_gemm
 #include "inv_cuda_ops.h"   // inv_cuda_rope
 
 // rotate_half pairs (x[p], x[p + R/2]): each thread owns one pair, reads then writes it.
 __global__ void rope_kernel(uint16_t *x, long ld_token, long ld_head, int T, int H, int R,
                             const int32_t *pos, const float *cos_t, const float *sin_t) {
+    pdl_release_gemm();
     int half = R / 2;
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long)T * H * half) return;
@@ -29,6 +31,7 @@ __global__ void rope_kernel(uint16_t *x, long ld_token, long ld_head, int T, int
 #define ROPE_MAX_R 1024
 __global__ void rope_interleave_kernel(uint16_t *x, long ld_token, long ld_head, int T, int H, int R,
                                        const int32_t *pos, const float *cos_t, const float *sin_t) {
+    pdl_release_gemm();
     int half = R / 2;
     int th = blockIdx.x;  // one block per (token, head); threads over pairs
     int h = th % H, t = th / H;

@@ -227,6 +227,13 @@ __device__ __forceinline__ void tma_load_3d_hint(void *dst, const void *tmap, ui
         : "memory");
 }
 
+// The box at (inner, outer) of matrix `batch` of a 3-D tensor map into L2 only: no barrier, no
+// shared memory; a later load of the box finds it there.
+__device__ __forceinline__ void tma_prefetch_l2_3d(const void *tmap, int inner, int outer, int batch) {
+    asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n"
+                 ::"l"(tmap), "r"(inner), "r"(outer), "r"(batch) : "memory");
+}
+
 // --- TMA stores (cp.async.bulk.tensor, shared to global, in bulk async-groups) ---
 
 // The box at (inner, outer) of matrix `batch` of a 3-D tensor map from shared memory; elements

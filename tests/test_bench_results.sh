@@ -33,13 +33,15 @@ diff -u kernels/cuda/BENCH.md "$work/BENCH.md" ||
     fail "kernels/cuda/BENCH.md is not results/bench's page: run make bench-page and commit it"
 echo "ok: kernels/cuda/BENCH.md is results/bench's page"
 
-# A newer run with the decode rows only (cut short, or --only decode): its own table first, then
-# every section it lacks from the newest older run that has it (the 01-02 fixture, not the 01-01
-# one), under that run's name; the decode table is not repeated from an older run.
-part="$work/partial/2026-01-03_fixture-gpu_cccccccccc"
+# A newer run with the decode rows only (cut short, or --only decode), filed the same day as the
+# 01-02 fixture, hours later, under a folder name that sorts first: the newest by meta.csv's whole
+# timestamp, not by day then name. Its own table first, then every section it lacks from the
+# newest older run that has it (the 01-02 fixture, not the 01-01 one), under that run's name;
+# the decode table is not repeated from an older run.
+part="$work/partial/2026-01-02_fixture-gpu_0c0c0c0c0c"
 mkdir -p "$part"
 cp -r "$old" "$new" "$work/partial/"
-sed -e 's/2026-01-01T00:00:00Z/2026-01-03T00:00:00Z/' -e 's/aaaaaaaaaa*/cccccccccccccccccccccccccccccccccccccccc/' \
+sed -e 's/2026-01-01T00:00:00Z/2026-01-02T12:00:00Z/' -e 's/aaaaaaaaaa*/0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c/' \
     "$old/meta.csv" >"$part/meta.csv"
 echo '"finished","no"' >>"$part/meta.csv"
 cp "$old/bench_decode.csv" "$part/"

@@ -269,6 +269,19 @@ static void bad_lists(void **state) {
     replace_line(text, sizeof text, 15, "block_sizes = 64, 4\nkv_cache_blocks = 0, 10\n");
     expect_error(text, 16, "[matrix] kv_cache_blocks = 10 holds less than the longest request: "
                  "[prompts] max_len + max_new_tokens = 44 (line 9) takes 11 blocks of block_size 4");
+    // At a block size that does not divide 44 the last block is partly used and still taken:
+    // 15 blocks of 3. A cache of 14 is refused here, at its line, not later by the engine;
+    // 15 loads.
+    replace_line(text, sizeof text, 15, "block_sizes = 3\nkv_cache_blocks = 14\n");
+    expect_error(text, 16, "[matrix] kv_cache_blocks = 14 holds less than the longest request: "
+                 "[prompts] max_len + max_new_tokens = 44 (line 9) takes 15 blocks of block_size 3");
+    replace_line(text, sizeof text, 15, "block_sizes = 3\nkv_cache_blocks = 15\n");
+    char path[64], err[1024];
+    write_case(text, path, sizeof path);
+    case_file c;
+    bool ok = case_file_load(path, &c, err, sizeof err);
+    unlink(path);
+    if (!ok) fail_msg("a cache of exactly 15 blocks of 3 for 44 tokens: %s", err);
 }
 
 static void duplicate_key(void **state) {

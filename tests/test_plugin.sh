@@ -18,7 +18,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # Short relative paths: a case file's line holds at most 197 characters.
 mkdir -p "$work/p"
 for v in rmsnorm_invariant rmsnorm_split_small rmsnorm_split_small_honest rmsnorm_nan_batched rmsnorm_nan_long_rows \
-         logprobs_rank_off bad_claim; do
+         logprobs_rank_off bad_claim mixed; do
     ln -s "$plugins/$v.so" "$work/p/$v.so"
 done
 cat >"$work/plugins.ini" <<'EOF'
@@ -133,6 +133,14 @@ n=$(($(wc -l <"$work/one/summary.csv") - 1))
 [ "$n" = 1 ] || fail "--kernel-set: $n configs, not 1"
 echo "--kernel-set plugin:PATH: one config, passed"
 
+# A set that claims some of its ops (the RMSNorm) and not others (the residual add) is not a
+# batch-invariant set: a run expects it to vary (its claim is held op by op, by invar kernels).
+(cd "$work" && "$invar" run --case plugins.ini --kernel-set plugin:p/mixed.so --out mixed -q >mixed.log 2>&1) ||
+    { cat "$work/mixed.log"; fail "--kernel-set plugin:p/mixed.so: not exit 0"; }
+grep -q '^"plugins","cpu/plugin:p/mixed.so",.*"batch-variant","batch-variant","PASS"' "$work/mixed/summary.csv" ||
+    fail "a set claiming some of its ops is not run as a batch-variant set: $(tail -1 "$work/mixed/summary.csv")"
+echo "a plugin set claiming some of its ops runs as a batch-variant set"
+
 # Refusals: exit 2 and a message naming the file and the symbol or field at fault.
 refused() {  # refused VARIANT TEXT
     local out rc
@@ -174,6 +182,7 @@ kernels rmsnorm_split_small_honest 0
 kernels rmsnorm_unclaimed 1
 kernels mixed 1
 kernels crash 1
+kernels rmsnorm_fails_d512 1
 [ "$(status_rows rmsnorm_invariant ok)" -ge 4 ] || fail "rmsnorm_invariant: fewer than 4 ok rows"
 [ "$(status_rows rmsnorm_split_small VARIES)" -ge 4 ] || fail "rmsnorm_split_small: not caught at every shape"
 grep -q '"residual_add",[^,]*,"ok",.*"plugin"' "$work/k-mixed/kernels.csv" ||
@@ -184,6 +193,12 @@ grep -q '"rmsnorm","D=512","CRASH",.*"plugin","the check died of signal 11' "$wo
     fail "crash: no CRASH row for rmsnorm at its first shape"
 grep -q '"gemm","(all shapes)","SKIP",.*"invariant","not provided by the plugin"' "$work/k-crash/kernels.csv" ||
     fail "crash: the ops it does not provide are not reported as the invariant set's"
+# A failure the plugin reports at one shape is that shape's ERROR row only: the next shapes are
+# checked afresh.
+grep -q '"rmsnorm","D=512","ERROR",.*D = 512 is not supported' "$work/k-rmsnorm_fails_d512/kernels.csv" ||
+    fail "rmsnorm_fails_d512: no ERROR row for rmsnorm at D=512"
+[ "$(status_rows rmsnorm_fails_d512 ERROR)" = 1 ] && [ "$(status_rows rmsnorm_fails_d512 ok)" -ge 3 ] ||
+    fail "rmsnorm_fails_d512: not one ERROR row and the other shapes ok: $(grep '"rmsnorm"' "$work/k-rmsnorm_fails_d512/kernels.csv" | cut -c1-80)"
 "$invar" report render "$work/k-crash" >/dev/null 2>&1 && grep -q '<error' "$work/k-crash/junit.xml" ||
     fail "crash: the CRASH row is no <error> in junit.xml"
 "$invar" kernels --plugin "$plugins/bad_device.so" --device cpu --out "$work/k-bad" >/dev/null 2>"$work/k-bad.log"
@@ -195,7 +210,8 @@ if [ $? = 0 ] && ! "$invar" kernels --device cuda --op residual_add --quick --ou
     grep -q '^SKIP: cuda kernel checks' "$work/k-cuda.log" || fail "a CUDA plugin without a GPU: no SKIP line"
 fi
 [ "$fails" = "$before_kernels" ] &&
-    echo "invar kernels --plugin: claims held, the unclaimed variant caught, a crash is a CRASH row"
+    echo "invar kernels --plugin: claims held, the unclaimed variant caught, a crash is a CRASH row," \
+        "a reported failure an ERROR row at its shape only"
 
 [ "$fails" = 0 ] && echo "plugin sets: ok"
 [ "$fails" = 0 ]

@@ -8,6 +8,9 @@
 //   mixed                        rmsnorm_split_small's RMSNorm claimed, and an unclaimed residual add:
 //                                the claim must FAIL though the set as a whole claims nothing
 //   crash                        the invariant RMSNorm, but a null write from M = 64 up
+//   rmsnorm_fails_d512           the invariant RMSNorm, but a call with D = 512 reports a failure
+//                                (invar_plugin_call.fail) and writes nothing: that shape an ERROR
+//                                row, every other shape checked as usual
 //   rmsnorm_nan_batched          the invariant RMSNorm, but NaN rows from M = 48 up (a broken
 //                                wide path), claimed invariant: a batched run samples no id
 //   rmsnorm_nan_long_rows        the same from M = 24 up: a long prompt's run alone breaks too
@@ -69,6 +72,12 @@ static void rmsnorm(const invar_plugin_call *c, bf16 *out, long ld_out, const bf
     if (ld_x == 0) ld_x = D;
 #ifdef TEST_PLUGIN_crash
     if (M >= 64) *(volatile int *)(size_t)c->stream = 1;  // the stream is NULL on the CPU
+#endif
+#ifdef TEST_PLUGIN_rmsnorm_fails_d512
+    if (D == 512) {
+        c->fail(c, "D = 512 is not supported");
+        return;
+    }
 #endif
     for (int m = 0; m < M; m++) {
         const bf16 *xr = x + m * ld_x;

@@ -25,6 +25,10 @@ const op_shape moe_route_cpu_shapes[] = {
     {.label = "D=1030 E=64 k=6 group_limited", .max_M = 256,
      .moe_route = {.D = 1030, .E = 64, .k = 6, .method = MOE_TOPK_GROUP_LIMITED_GREEDY,
                    .n_group = 8, .topk_group = 3}},
+    // V3's routing with one expert a token: normalized to a weight of 1 before the scaling
+    {.label = "D=520 E=64 k=1 noaux_tc", .max_M = 256,
+     .moe_route = {.D = 520, .E = 64, .k = 1, .method = MOE_TOPK_NOAUX_TC,
+                   .n_group = 8, .topk_group = 4}},
     // --exhaustive: D in the lane tail
     {.label = "D=9 E=8 k=1 softmax", .max_M = 1024, .exhaustive = true,
      .moe_route = {.D = 9, .E = 8, .k = 1, .method = MOE_TOPK_GREEDY,
@@ -48,6 +52,9 @@ const op_shape moe_route_cuda_shapes[] = {
     {.label = "D=9 E=8 k=1 softmax", .max_M = 1024,
      .moe_route = {.D = 9, .E = 8, .k = 1, .method = MOE_TOPK_GREEDY,
                    .n_group = 1, .topk_group = 1}},
+    {.label = "D=520 E=64 k=1 noaux_tc", .max_M = 256,
+     .moe_route = {.D = 520, .E = 64, .k = 1, .method = MOE_TOPK_NOAUX_TC,
+                   .n_group = 8, .topk_group = 4}},
     {.label = NULL},
 };
 

@@ -3,7 +3,8 @@
 # tests/mutants/LEDGER.md: rewriting the committed ledger from no state keeps every row (a
 # CPU-only host keeps the verdicts a GPU host judged); a state file that judged the patch as it
 # is replaces its row; a CUDA state that only compiled keeps the judged row; a row whose patch
-# has changed since is "not run here". Under a second; needs no build.
+# has changed since is "not run here"; and run.sh's ladder holds every CPU script suite of make
+# check. Under a second; needs no build.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 ledger_sh="$here/mutants/ledger.sh"
@@ -50,4 +51,13 @@ row "$stale" "$work/LEDGER.md" | grep -q "| not run here | - | - | not judged in
     fail "a row of a changed patch was kept: $(row "$stale" "$work/LEDGER.md")"
 grep -q '^- cpu: .* [1-9][0-9]* survived' "$work/LEDGER.md" || fail "the counts miss the survivor"
 echo "ok: a state replaces its row, a compile-only CUDA state keeps the judged one, a changed patch is not run here"
+# The mutation ladder is make check's: every CPU script suite run_all.sh runs on a build is a
+# rung of run.sh's (a script missing there let a bug make check catches survive the ladder).
+missing=""
+for name in $(grep -o 'bash tests/[a-z_]*\.sh "\$BUILD"' "$here/run_all.sh" | sed 's|bash tests/||; s|\.sh.*||' | sort -u); do
+    case "$name" in *cuda* | *gpu*) continue ;; esac
+    grep -q "script:$name\b" "$here/mutants/run.sh" || missing="$missing $name"
+done
+[ -z "$missing" ] || fail "make check's scripts missing from run.sh's ladder:$missing"
+echo "ok: every CPU script suite of make check is a rung of the mutation ladder"
 echo "test_mutant_ledger: ok"

@@ -34,6 +34,18 @@ static_assert(GEMM_CP_ASYNC_STAGES >= 3 && GEMM_CP_ASYNC_STAGES <= 9, "GEMM_CP_A
 #endif
 static_assert(GEMM_CP_ASYNC_DEEP_STAGES >= 3 && GEMM_CP_ASYNC_DEEP_STAGES <= 9, "GEMM_CP_ASYNC_DEEP_STAGES: 3 to 9");
 
+// k<<<grid, block, smem>>>(args...), with GEMM_PDL as a programmatic dependent (pdl.cuh).
+template <typename... KernelArgs, typename... Args>
+static void gemm_kernel_launch(cuda_ctx *c, void (*k)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                               const char *op, Args... args) {
+    if (GEMM_PDL) {
+        pdl_launch(c, k, grid, block, smem, op, args...);
+        return;
+    }
+    k<<<grid, block, smem, c->stream>>>(args...);
+    CUDA_CHECK_LAUNCH(op);
+}
+
 // grid.z: the products (or groups), or with SPLIT_GRID the splits of the one product.
 // SPLIT_GRID: split_out says where the tiles' last CTAs write the sum.
 template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
@@ -53,12 +65,7 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
     }
     auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD, SPLIT>;
     cuda_kernel_smem(c, (const void *)k, SMEM, op);
-    if (GEMM_PDL) {
-        pdl_launch(c, k, grid, dim3(WGS * 128), SMEM, op, *p, splits, split_out, tx, tw);
-        return;
-    }
-    k<<<grid, WGS * 128, SMEM, c->stream>>>(*p, splits, split_out, tx, tw);
-    CUDA_CHECK_LAUNCH(op);
+    gemm_kernel_launch(c, k, grid, dim3(WGS * 128), SMEM, op, *p, splits, split_out, tx, tw);
 }
 
 // The persistent kernel over dense products (TMA; one, or a batch): at most one CTA per SM,
@@ -122,13 +129,8 @@ static void launch_ws(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_
     // would fail a staged one that another cuda_ctx believes it has allowed.
     cuda_kernel_smem(c, (const void *)k, SLOTS_SMEM + (ws_can_stage(SPLIT, WN, tma_only) ? STAGE_SMEM : 0), op);
     const size_t smem = SLOTS_SMEM + (staged ? STAGE_SMEM : 0);
-    if (GEMM_PDL) {
-        pdl_launch(c, k, dim3(grid), dim3((CW + 1) * 128), smem, op, *p, batch, splits, m_tiles, n_tiles, ho, staged,
-                   tma_store, tx, tw, ty);
-        return;
-    }
-    k<<<grid, (CW + 1) * 128, smem, c->stream>>>(*p, batch, splits, m_tiles, n_tiles, ho, staged, tma_store, tx, tw, ty);
-    CUDA_CHECK_LAUNCH(op);
+    gemm_kernel_launch(c, k, dim3(grid), dim3((CW + 1) * 128), smem, op, *p, batch, splits, m_tiles, n_tiles, ho, staged,
+                       tma_store, tx, tw, ty);
 }
 
 // SPLIT_GRID: the splits' fp32 partials into scratch, then their sum in split order into y; in

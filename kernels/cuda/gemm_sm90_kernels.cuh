@@ -437,6 +437,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     __shared__ __align__(8) uint64_t full[STAGES];  // TMA: slot s holds its k-tile
 
     if constexpr (SPLIT == SPLIT_GRID) pdl_release_dependent();  // a reduce kernel may start up now
+    pdl_release_gemm();
     int m_tile, n_tile;
     gemm_tile_of((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, &m_tile, &n_tile);
     const int KT = (p.K + GEMM_BK - 1) / GEMM_BK;
@@ -444,15 +445,14 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     const int kt_begin = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z, splits, KT) : 0;
     const int kt_end = SPLIT == SPLIT_GRID ? gemm_split_begin(blockIdx.z + 1, splits, KT) : KT;
     const int n_kt = kt_end - kt_begin;
+    // SPLIT_GRID runs one dense product: grid.z is the split, not the product.
+    const int z = SPLIT == SPLIT_GRID ? 0 : (int)blockIdx.z;
     if constexpr (GEMM_PDL != 0) {
-        pdl_release_gemm();
-        if (!p.group_offsets)
-            gemm_prefetch_w_l2<BN, THREADS>((const uint16_t *)p.w + (SPLIT == SPLIT_GRID ? 0 : (long)blockIdx.z * p.stride_w),
-                                            p.ldw, p.N, p.K, n_tile * BN, kt_begin, STAGES - 1);
+        if (!p.group_offsets)  // a dense product's view reads no memory: safe before the wait
+            gemm_prefetch_w_l2<BN, THREADS>(gemm_view_of(p, z).w, p.ldw, p.N, p.K, n_tile * BN, kt_begin, STAGES - 1);
         pdl_wait_predecessor();
     }
-    // SPLIT_GRID runs one dense product: grid.z is the split, not the product.
-    const gemm_view v = gemm_view_of(p, SPLIT == SPLIT_GRID ? 0 : (int)blockIdx.z);
+    const gemm_view v = gemm_view_of(p, z);
     const int m0 = v.row_begin + m_tile * BM, n0 = n_tile * BN;
     if (m0 >= v.row_end) return;  // grouped: a group with fewer rows
     char *const y = SPLIT == SPLIT_GRID ? v.y + (long)blockIdx.z * p.stride_y * 4 : v.y;

@@ -149,8 +149,7 @@ suite "plugin kernel sets end to end and refused (tests/test_plugin.sh)" bash te
 suite "kernels/README.md's example as written (tests/doc_example.sh)" bash tests/doc_example.sh "$BUILD"
 suite "bench results as data (tests/test_bench_results.sh)" bash tests/test_bench_results.sh "$BUILD"
 suite "mutation ledger (tests/test_mutant_ledger.sh)" bash tests/test_mutant_ledger.sh
-if { command -v python3 >/dev/null && python3 -c 'import numpy' 2>/dev/null; } ||
-   { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; }; then
+if bash tests/numpy_python.sh >/dev/null; then
     suite "the Python bridge over numpy (tests/test_bridge.sh)" bash tests/test_bridge.sh "$BUILD"
 else
     skip_suite "the Python bridge: no python3 with numpy (Debian: python3-numpy)"

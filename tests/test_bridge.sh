@@ -7,11 +7,7 @@
 # CPU-checkable parts. Skipped, with a line, without a python3 that has numpy.
 set -u
 BUILD=${1:-build}
-py=""
-for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy' 2>/dev/null; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
+if ! py=$(bash "$(dirname "$0")/numpy_python.sh"); then
     echo "SKIP: the Python bridge: no python3 with numpy (Debian: python3-numpy)"
     exit 0
 fi

@@ -1,7 +1,8 @@
 // tests/test_csv_report.c — CSV rows parse back with libcsv's parser, are on disk before the
 // file is closed, and every failure names the file (reports/csv_report.h); every verdict and
 // observed kind (tests/report_gallery.h) written as CSV reads back as the same verdict
-// (reports/row_verdict.h), which every writer renders from.
+// (reports/row_verdict.h), which every writer renders from; divergence.csv rows read back as the
+// divergences written (harness/run/summary_row.h).
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <cmocka.h>   // cmocka test API
 
 #include <csv.h>      // csv_init, csv_parse, csv_fini, csv_free
+#include <math.h>     // fabs
 #include <stdio.h>    // FILE, fopen, fread, fclose, snprintf
 #include <stdlib.h>   // mkdtemp, free
 #include <string.h>   // strstr, strcmp, memcpy
@@ -19,7 +21,8 @@
 #include "../reports/csv_read.h"       // csv_table_read
 #include "../reports/row_verdict.h"    // summary_row_state, kernel_row_state, kernel_controls
 #include "report_gallery.h"            // gallery_summary, gallery_kernels, gallery_write_*
-#include "../harness/run/summary_row.h" // format_hit_rate
+#include "../harness/run/summary_row.h" // format_hit_rate, divergence_row_write
+#include "../harness/run/compare.h"     // divergence, float_ulp_distance
 
 #define MAX_FIELDS 256
 #define COLS 5
@@ -215,6 +218,68 @@ static void hit_rate_is_hits_over_queries(void **state) {
     }
 }
 
+// divergence.csv's rows read back as the divergences they were written from: each logprob cell
+// to its float's own bits (base and batch each from its own value), the tokens, the field's
+// name, |Δ| and the ulps between the two (a reader triages from these cells alone).
+static void divergence_rows_read_back(void **state) {
+    (void)state;
+    char dir[] = "/tmp/invar_test_div_XXXXXX", path[64], err[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/divergence.csv", dir);
+    csv_report *r = csv_report_open(path, divergence_header(), DIVERGENCE_NCOLS, err, sizeof err);
+    assert_non_null(r);
+    uint64_t seed = invar_mix64((uint64_t)(uintptr_t)&seed ^ (uint64_t)getpid());
+    static const diff_kind kinds[] = {DIFF_TOKEN, DIFF_LOGPROB, DIFF_TOPK_ID, DIFF_TOPK_LOGPROB};
+    static const char *const names[] = {"token", "logprob", "topk_id[3]", "topk_logprob[1]"};
+    enum { ROWS = 4 };
+    divergence d[ROWS];
+    for (int i = 0; i < ROWS; i++) {
+        d[i] = (divergence){.kind = kinds[i], .step = 1 + (int)(invar_mix64(seed + 10u * i) % 200),
+                            .topk_index = i == 2 ? 3 : i == 3 ? 1 : -1,
+                            .base_token = (int32_t)(invar_mix64(seed + 10u * i + 1) % 102400),
+                            .other_token = (int32_t)(invar_mix64(seed + 10u * i + 2) % 102400)};
+        d[i].base_logprob = -(float)(8.0 * invar_uniform(invar_mix64(seed + 10u * i + 3)));
+        // a few ulps away for the logprob rows, anywhere for the token rows
+        d[i].other_logprob = kinds[i] == DIFF_LOGPROB || kinds[i] == DIFF_TOPK_LOGPROB
+                                 ? nextafterf(nextafterf(d[i].base_logprob, 0.0f), 0.0f)
+                                 : -(float)(8.0 * invar_uniform(invar_mix64(seed + 10u * i + 4)));
+        d[i].abs_delta = fabs((double)d[i].other_logprob - (double)d[i].base_logprob);
+        d[i].ulps = float_ulp_distance(d[i].base_logprob, d[i].other_logprob);
+        divergence_row_write(r, "cpu/invariant", "1,3,8", 7 + i, &d[i]);
+    }
+    assert_true(csv_report_close(r, err, sizeof err));
+    csv_table *t = csv_table_read(path, false, err, sizeof err);
+    assert_non_null(t);
+    assert_int_equal(t->nrows, ROWS);
+    for (int i = 0; i < ROWS; i++) {
+        char want[32];
+        assert_string_equal(csv_get(t, i, "config"), "cpu/invariant");
+        assert_string_equal(csv_get(t, i, "batch_size"), "1,3,8");
+        snprintf(want, sizeof want, "%d", 7 + i);
+        assert_string_equal(csv_get(t, i, "request"), want);
+        snprintf(want, sizeof want, "%d", d[i].step);
+        assert_string_equal(csv_get(t, i, "step"), want);
+        assert_string_equal(csv_get(t, i, "field"), names[i]);
+        snprintf(want, sizeof want, "%d", d[i].base_token);
+        assert_string_equal(csv_get(t, i, "base_token"), want);
+        snprintf(want, sizeof want, "%d", d[i].other_token);
+        assert_string_equal(csv_get(t, i, "batch_token"), want);
+        float base = strtof(csv_get(t, i, "base_logprob"), NULL);
+        float batch = strtof(csv_get(t, i, "batch_logprob"), NULL);
+        if (!float_bits_equal(base, d[i].base_logprob) || !float_bits_equal(batch, d[i].other_logprob))
+            fail_msg("row %d: logprobs read back %.9g, %.9g; written %.9g, %.9g", i, (double)base,
+                     (double)batch, (double)d[i].base_logprob, (double)d[i].other_logprob);
+        double delta = strtod(csv_get(t, i, "abs_delta"), NULL);
+        assert_true(fabs(delta - d[i].abs_delta) <= 1e-8 * d[i].abs_delta);
+        snprintf(want, sizeof want, "%lld", (long long)d[i].ulps);
+        assert_string_equal(csv_get(t, i, "ulps"), want);
+    }
+    assert_string_equal(csv_get(t, 1, "ulps"), "2");
+    csv_table_free(t);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rows_parse_back_before_close),
@@ -222,6 +287,7 @@ int main(void) {
         cmocka_unit_test(write_failure_names_the_file),
         cmocka_unit_test(every_verdict_kind_reads_back),
         cmocka_unit_test(hit_rate_is_hits_over_queries),
+        cmocka_unit_test(divergence_rows_read_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
 // buckets, sets/graph_record.h's recorded calls): decode steps padded to buckets, and replayed
 // from recorded calls with their arguments frozen, give the records of steps run as scheduled,
 // bit for bit (tests/engine_graphs_check.h), on one rank and on two (collectives recorded too);
-// a capture that copies to or from the host exits; bad buckets are refused.
+// padding leaves a pool whose every block is in use intact; a capture that copies to or from the
+// host exits; bad buckets are refused.
 #include <stdarg.h>                      // cmocka
 #include <stddef.h>                      // cmocka
 #include <stdint.h>                      // cmocka
@@ -101,6 +102,54 @@ static void graphs_grow_with_the_sequences(void **state) {
     src->destroy(src);
 }
 
+// Padding rows write their KV to a block past the pool, never to one a request may own: in a pool
+// of exactly 12 blocks of 5 tokens, where three requests of up to 4 blocks hold every block and
+// the rest wait for blocks to free up, steps padded from 3 rows to bucket 4 give the records of
+// steps run as scheduled (a dummy block inside the pool overwrites a live request's first slot).
+static void padding_leaves_a_full_pool_intact(void **state) {
+    (void)state;
+    enum { REQS = 9, MAX_NEW = 6 };
+    model_config cfg;
+    assert_true(model_config_by_name("tiny", &cfg));
+    weight_source *src = weights_synthetic(&cfg, 41);
+    test_rng rng = test_rng_make(0x706f6f6cull);
+    int32_t prompts[REQS][14];
+    engine_request reqs[REQS];
+    for (int i = 0; i < REQS; i++) {
+        int len = 8 + test_below(&rng, 7);  // 8 to 14 tokens: at most 20 with the new ones, 4 blocks
+        for (int p = 0; p < len; p++) prompts[i][p] = (int32_t)test_below(&rng, cfg.vocab_size);
+        reqs[i] = (engine_request){.prompt = prompts[i], .prompt_len = len, .max_new_tokens = MAX_NEW,
+                                   .seed = (uint64_t)i};
+    }
+    engine_step_record rec[2][REQS][MAX_NEW];
+    test_poison(rec, sizeof rec);
+    engine_stats stats[2];
+    for (int padded = 0; padded < 2; padded++) {
+        ops_set *ops = inv_cpu_create(2);
+        engine_limits lim = {.max_num_seqs = 4, .max_num_batched_tokens = 256, .max_model_len = 20,
+                             .max_total_tokens = 60, .block_size = 5, .kv_cache_blocks = 12,
+                             .graph_buckets = {1, 2, 4}, .n_graph_buckets = padded ? 3 : 0};
+        engine *e = engine_create(&cfg, src, ops, &lim, 41);
+        engine_result res[REQS];
+        for (int i = 0; i < REQS; i++) res[i] = (engine_result){.steps = rec[padded][i]};
+        engine_sched sched = {.max_num_seqs = 3, .max_num_batched_tokens = 256, .chunked_prefill = true,
+                              .top_k = 3};
+        char err[256] = "";
+        if (!engine_generate(e, reqs, REQS, &sched, res, &stats[padded], err, sizeof err)) fail_msg("%s", err);
+        for (int i = 0; i < REQS; i++) assert_int_equal(res[i].n_steps, MAX_NEW);
+        engine_destroy(e);
+        ops->destroy(ops);
+    }
+    if (stats[1].graph_steps == 0) fail_msg("no decode step was padded to a bucket");
+    for (int i = 0; i < REQS; i++)
+        for (int s = 0; s < MAX_NEW; s++)
+            if (memcmp(&rec[1][i][s], &rec[0][i][s], sizeof rec[0][i][s]) != 0)
+                fail_msg("request %d, step %d: padded token %d logprob %a, as scheduled token %d logprob %a", i, s,
+                         rec[1][i][s].token, (double)rec[1][i][s].logprob, rec[0][i][s].token,
+                         (double)rec[0][i][s].logprob);
+    src->destroy(src);
+}
+
 // The exit status of body(ops) run in a child process (what a death test needs).
 static int exit_status_of(void (*body)(ops_set *ops), ops_set *ops) {
     pid_t pid = fork();
@@ -155,6 +204,7 @@ int main(void) {
         cmocka_unit_test(padded_steps_equal_steps_as_scheduled),
         cmocka_unit_test(two_ranks_replay_their_graphs),
         cmocka_unit_test(graphs_grow_with_the_sequences),
+        cmocka_unit_test(padding_leaves_a_full_pool_intact),
         cmocka_unit_test(a_capture_refuses_host_copies),
         cmocka_unit_test(descending_buckets_are_refused),
     };

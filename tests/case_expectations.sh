@@ -4,8 +4,13 @@
 # report. Exit 0 when every expectation holds (or CASE has none), 1 otherwise. make check
 # (run_all.sh) runs it after each such case, and the mutation ladder (tests/mutants/run.sh) after
 # its case rungs, so a bug only these catch is caught on both.
+#
+# tests/case_expectations.sh --cases prints the cases that have expectations, one a line.
 set -u
-[ $# = 3 ] || { echo "usage: tests/case_expectations.sh CASE DIR BUILD" >&2; exit 2; }
+# The cases below with expectations (the dispatch at the end), for make check to list.
+CASES="tp tp-size graphs eviction warm-copies ci"
+[ "${1:-}" = --cases ] && { printf '%s\n' $CASES; exit 0; }
+[ $# = 3 ] || { echo "usage: tests/case_expectations.sh CASE DIR BUILD | --cases" >&2; exit 2; }
 CASE=$1 DIR=$2 BUILD=$3
 
 # TP=1 vs TP=T as information: every invariant config of cases/tp.ini (all at T > 1) carries

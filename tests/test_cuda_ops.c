@@ -17,7 +17,7 @@
 #include <math.h>                        // sqrt, ceil, isnan, NAN
 #include <stdbool.h>                     // bool
 #include <stdio.h>                       // printf
-#include <stdlib.h>                      // free, getenv
+#include <stdlib.h>                      // free, getenv, malloc
 #include <string.h>                      // memcpy, memcmp, memset, strstr, strncmp
 #include <time.h>                        // time
 
@@ -1297,25 +1297,19 @@ static void test_tp_size_fp32_forms(void **state) {
     cpu->destroy(cpu);
 }
 
-// TP-size invariance's slices in one call: moe_experts and moe_combine with slices = 4 (the
+// TP-size invariance's slices in one call: moe_experts and moe_combine with S slices (the
 // slices' experts one after another) give each slice's rows the bits of a call of that slice
 // alone, every output written; and the slices' outputs differ, so a call that computed one
-// slice for all would fail here.
-static void test_moe_slices_one_call(void **state) {
-    sets *s = SETS(state);
-    NEED_GPU(s);
-    ops_set *inv = s->inv;
-    enum { S = 4, T = 37, K = 4, E = 8, D = 256, I = 64 };
+// slice for all would fail here. ids: T x K expert ids, K distinct a token.
+static void moe_slices_one_call(ops_set *inv, int S, int T, int K, int E, const int32_t *ids) {
+    enum { D = 256, I = 64 };
     const long Tk = (long)T * K, gu_n = (long)S * E * 2 * I * D, dn_n = (long)S * E * D * I;
-    int32_t ids[T * K];
-    for (int t = 0; t < T; t++)  // K distinct experts a token
-        for (int j = 0; j < K; j++) ids[t * K + j] = (int)((t * 3 + j * 2 + (t % 5 == 0)) % E);
-    float w[T * K];
-    for (int i = 0; i < T * K; i++) w[i] = 0.05f + 0.9f * invar_uniform(invar_mix64(91u + (uint64_t)i));
+    float *w = malloc((size_t)Tk * sizeof *w);
+    for (long i = 0; i < Tk; i++) w[i] = 0.05f + 0.9f * invar_uniform(invar_mix64(91u + (uint64_t)i));
     uint16_t *x = rand_bf16((long)T * D, 1.0f, 61), *wgu = rand_bf16(gu_n, 0.08f, 62),
              *wd = rand_bf16(dn_n, 0.08f, 63);
-    void *dx = to_dev(inv, x, (size_t)T * D * 2), *dids = to_dev(inv, ids, sizeof ids),
-         *dw = to_dev(inv, w, sizeof w), *dwgu = to_dev(inv, wgu, (size_t)gu_n * 2),
+    void *dx = to_dev(inv, x, (size_t)T * D * 2), *dids = to_dev(inv, ids, (size_t)Tk * 4),
+         *dw = to_dev(inv, w, (size_t)Tk * 4), *dwgu = to_dev(inv, wgu, (size_t)gu_n * 2),
          *dwd = to_dev(inv, wd, (size_t)dn_n * 2);
     const size_t rows_b = (size_t)S * Tk * D * 4, sums_b = (size_t)S * T * D * 4;
     void *one = inv->alloc(inv, rows_b, "slices: one call"), *each = inv->alloc(inv, rows_b, "slices: each");
@@ -1346,21 +1340,38 @@ static void test_moe_slices_one_call(void **state) {
     float *h_one = from_dev(inv, one, rows_b), *h_each = from_dev(inv, each, rows_b);
     float *h_one_sum = from_dev(inv, one_sum, sums_b), *h_each_sum = from_dev(inv, each_sum, sums_b);
     assert_written32(h_one, S * Tk * D, "moe_experts slices out_f32");
+    assert_written32(h_each, S * Tk * D, "moe_experts slice alone out_f32");
     assert_written32(h_one_sum, (long)S * T * D, "moe_combine slices out_f32");
     for (long i = 0; i < S * Tk * D; i++)
         if (memcmp(&h_one[i], &h_each[i], 4) != 0)
-            fail_msg("moe_experts slices: slice %ld row %ld col %ld: %a in one call, %a alone", i / (Tk * D),
-                     i / D % Tk, i % D, (double)h_one[i], (double)h_each[i]);
+            fail_msg("moe_experts slices (S=%d T=%d E=%d): slice %ld row %ld col %ld: %a in one call, %a alone", S, T,
+                     E, i / (Tk * D), i / D % Tk, i % D, (double)h_one[i], (double)h_each[i]);
     for (long i = 0; i < (long)S * T * D; i++)
         if (memcmp(&h_one_sum[i], &h_each_sum[i], 4) != 0)
-            fail_msg("moe_combine slices: slice %ld token %ld col %ld: %a in one call, %a alone", i / ((long)T * D),
-                     i / D % T, i % D, (double)h_one_sum[i], (double)h_each_sum[i]);
+            fail_msg("moe_combine slices (S=%d T=%d E=%d): slice %ld token %ld col %ld: %a in one call, %a alone", S, T,
+                     E, i / ((long)T * D), i / D % T, i % D, (double)h_one_sum[i], (double)h_each_sum[i]);
     for (int sl = 1; sl < S; sl++)  // the control: every slice's sums its own
         if (memcmp(h_one_sum, h_one_sum + (size_t)sl * T * D, (size_t)T * D * 4) == 0)
             fail_msg("moe slices: slice %d's sums equal slice 0's: the test could not tell slices apart", sl);
-    free(x); free(wgu); free(wd); free(h_one); free(h_each); free(h_one_sum); free(h_each_sum);
+    free(w); free(x); free(wgu); free(wd); free(h_one); free(h_each); free(h_one_sum); free(h_each_sum);
     void *bufs[] = {dx, dids, dw, dwgu, dwd, one, each, one_sum, each_sum};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) inv->release(inv, bufs[i]);
+}
+
+// Two shapes: every expert holding rows (37 tokens over 8 experts), and a decode step's few
+// (2 tokens over 64 experts, sharing one: 5 experts with rows of 256 groups), where the grouped
+// GEMMs' grid runs only the groups holding rows and must still reach every slice's.
+static void test_moe_slices_one_call(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    enum { T = 37, K = 4, E = 8 };
+    int32_t ids[T * K];
+    for (int t = 0; t < T; t++)  // K distinct experts a token
+        for (int j = 0; j < K; j++) ids[t * K + j] = (int)((t * 3 + j * 2 + (t % 5 == 0)) % E);
+    moe_slices_one_call(s->inv, 4, T, K, E, ids);
+    const int32_t sparse[] = {41, 3, 17, 17, 60, 9};
+    moe_slices_one_call(s->inv, 4, 2, 3, 64, sparse);
+    moe_slices_one_call(s->inv, 1, 2, 3, 64, sparse);
 }
 
 // The engine's one-call forms of TP-size invariance against one call a slice, end to end on the

@@ -10,9 +10,10 @@
 #include "gemm_plan.cuh"   // gemm_plan
 #include "mma.cuh"         // cp_async16
 
-// y[z][m][n] = sum_k x[z][m][k] * w[z][n][k] for z < batch. Grouped (group_offsets): z is an
-// expert owning compact rows group_offsets[z] .., gathered from x_rows[i] and scattered to
-// y_rows[i] (NULL: i); only w moves by stride_w per group.
+// y[z][m][n] = sum_k x[z][m][k] * w[z][n][k] for z < batch. Grouped (group_offsets): group g is
+// an expert owning compact rows group_offsets[g] .., gathered from x_rows[i] and scattered to
+// y_rows[i] (NULL: i); only w moves by stride_w per group. The grid's z runs group group_ids[z]
+// (-1: none; NULL: g = z), so a decode step's few experts with rows need no CTAs for the rest.
 typedef struct {
     void *y;
     bool y_f32;
@@ -22,6 +23,7 @@ typedef struct {
     long ldx, ldy, ldw;
     long stride_x, stride_y, stride_w;
     const int32_t *group_offsets;
+    const int32_t *group_ids;    // grouped: the group of grid slice z, or -1; NULL: z itself
     const int32_t *x_rows;
     const int32_t *y_rows;
     int split_N;                 // the N of the split-K rule (gemm_args.split_N); 0: N
@@ -29,7 +31,8 @@ typedef struct {
                                  // sizes tiles and pipeline (gemm_plan_rows); 0: M
 } gemm_problem;
 
-// batch: products (dense) or groups (grouped). On sm_90a the wgmma kernels (gemm_sm90.cu),
+// batch: products (dense) or the grid's group slices (grouped: every group, or with group_ids
+// as many as can hold rows). On sm_90a the wgmma kernels (gemm_sm90.cu),
 // elsewhere gemm.cu's mma.sync one: one reduction order per device, whatever the shape picks.
 void gemm_launch(cuda_ctx *c, const gemm_problem *p, int batch, const char *op);
 
@@ -43,7 +46,7 @@ typedef struct {
     const uint16_t *x, *w;
     char *y;
     int row_begin, row_end;  // the rows of z: [0, M) dense, the group's compact rows grouped
-} gemm_view;
+} gemm_view;                 // (empty where grid slice z runs no group)
 
 #ifdef __CUDACC__
 __device__ __forceinline__ gemm_view gemm_view_of(const gemm_problem &p, int z) {
@@ -54,8 +57,10 @@ __device__ __forceinline__ gemm_view gemm_view_of(const gemm_problem &p, int z) 
     v.row_begin = 0;
     v.row_end = p.M;
     if (p.group_offsets) {
-        v.row_begin = p.group_offsets[z];
-        v.row_end = p.group_offsets[z + 1];
+        const int g = p.group_ids ? p.group_ids[z] : z;
+        v.w = (const uint16_t *)p.w + (long)(g < 0 ? 0 : g) * p.stride_w;
+        v.row_begin = g < 0 ? 0 : p.group_offsets[g];
+        v.row_end = g < 0 ? 0 : p.group_offsets[g + 1];
     } else {
         v.x += (long)z * p.stride_x;
         v.y += (long)z * p.stride_y * (p.y_f32 ? 4 : 2);

@@ -179,13 +179,27 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
 
 // --- experts ---
 
+#define MOE_LISTS_SHARED_IDS 4096  // 16 KB: the routed ids of up to 682 tokens at V2-Lite's k = 6
+
 // Per-expert row lists, in ascending (token, slot) order: thread e scans every (t, j) entry in
 // order, so the lists are the same on every run. offsets[E] = rows listed. With slices > 1 the
 // lists repeat for each slice s as expert s*E + e, its compact rows and outputs s*Tk onwards
-// (offsets [slices*E + 1]): the slices' experts are one grouped GEMM's groups.
-__global__ void moe_lists_kernel(const int32_t *ids, int Tk, int k, int E, int slices, int32_t *offsets,
-                                 int32_t *tok_rows, int32_t *entry_rows) {
+// (offsets [slices*E + 1]): the slices' experts are one grouped GEMM's groups. group_ids[z] for
+// z < slots: the groups holding rows, ascending, then -1 (the grouped GEMMs' grid runs slots
+// slices of z, not one a group: at decode most experts hold no row).
+__global__ void moe_lists_kernel(const int32_t *ids_global, int Tk, int k, int E, int slices, int slots,
+                                 int32_t *offsets, int32_t *tok_rows, int32_t *entry_rows, int32_t *group_ids) {
     pdl_release_gemm();
+    __shared__ int with_rows;
+    // Each expert's thread scans every id twice: from shared memory where they fit, one
+    // coalesced read, not Tk dependent global loads a thread (a 128-token step has 768 ids).
+    __shared__ int32_t ids_shared[MOE_LISTS_SHARED_IDS];
+    const int32_t *ids = ids_global;
+    if (Tk <= MOE_LISTS_SHARED_IDS) {
+        for (int i = threadIdx.x; i < Tk; i += blockDim.x) ids_shared[i] = ids_global[i];
+        __syncthreads();
+        ids = ids_shared;
+    }
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int n = 0;
         for (int i = 0; i < Tk; i++) n += ids[i] == e;
@@ -193,8 +207,13 @@ __global__ void moe_lists_kernel(const int32_t *ids, int Tk, int k, int E, int s
     }
     __syncthreads();
     if (threadIdx.x == 0) {
+        int used = 0;
         offsets[0] = 0;
-        for (int e = 0; e < E; e++) offsets[e + 1] += offsets[e];
+        for (int e = 0; e < E; e++) {
+            if (offsets[e + 1] > 0) group_ids[used++] = e;
+            offsets[e + 1] += offsets[e];
+        }
+        with_rows = used;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -206,7 +225,11 @@ __global__ void moe_lists_kernel(const int32_t *ids, int Tk, int k, int E, int s
                 at++;
             }
     }
+    const int used = with_rows;
+    for (int z = slices * used + threadIdx.x; z < slots; z += blockDim.x) group_ids[z] = -1;
     if (slices <= 1) return;
+    for (int z = used + threadIdx.x; z < slices * used; z += blockDim.x)  // used >= 1 here (z < slices*used)
+        group_ids[z] = (z / used) * E + group_ids[z % used];
     __syncthreads();
     for (int s = 1; s < slices; s++) {
         for (int e = threadIdx.x; e < E; e += blockDim.x) offsets[s * E + e] = s * Tk + offsets[e];
@@ -232,12 +255,17 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     fingerprint_note(ops->fingerprints, "moe_experts", fingerprint_order(shape, 4), fingerprint_order(order, 4),
                      "grouped-gemm");
     const long rows = S * Tk;  // compact rows, the slices' one after another
-    int32_t *lists = (int32_t *)cuda_scratch(c, SCRATCH_MOE_LISTS, (size_t)(groups + 1 + 2 * rows) * 4, "moe_experts row lists");
+    // Grid slices: at most min(groups, rows) groups hold a row (moe_lists_kernel names them).
+    const int slots = rows < groups ? (int)rows : groups;
+    int32_t *lists = (int32_t *)cuda_scratch(c, SCRATCH_MOE_LISTS, (size_t)(groups + 1 + 2 * rows + slots) * 4,
+                                             "moe_experts row lists");
     int32_t *offsets = lists, *tok_rows = lists + groups + 1, *entry_rows = tok_rows + rows;
+    int32_t *group_ids = entry_rows + rows;
     uint16_t *gu = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_GATE_UP, (size_t)rows * 2 * a->I * 2, "moe_experts gate_up");
     uint16_t *act = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_ACT, (size_t)rows * a->I * 2, "moe_experts activations");
 
-    moe_lists_kernel<<<1, 1024, 0, c->stream>>>(a->topk_ids, (int)Tk, a->k, a->E, S, offsets, tok_rows, entry_rows);
+    moe_lists_kernel<<<1, 1024, 0, c->stream>>>(a->topk_ids, (int)Tk, a->k, a->E, S, slots, offsets, tok_rows,
+                                                entry_rows, group_ids);
     CUDA_CHECK_LAUNCH("moe_experts lists");
 
     // gate_up: gathered token rows -> compact rows. A token picks an expert at most once, so
@@ -247,8 +275,8 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     g.M = a->T; g.N = 2 * a->I; g.K = a->D;
     g.ldx = a->D; g.ldy = 2 * a->I; g.ldw = a->D;
     g.stride_w = (long)2 * a->I * a->D;
-    g.group_offsets = offsets; g.x_rows = tok_rows; g.rows_listed = rows;
-    gemm_launch(c, &g, groups, "moe_experts gate_up");
+    g.group_offsets = offsets; g.group_ids = group_ids; g.x_rows = tok_rows; g.rows_listed = rows;
+    gemm_launch(c, &g, slots, "moe_experts gate_up");
 
     inv_cuda_silu_mul(ops, act, gu, (int)rows, a->I);
 
@@ -259,8 +287,8 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     d.M = a->T; d.N = a->D; d.K = a->I;
     d.ldx = a->I; d.ldy = a->D; d.ldw = a->I;
     d.stride_w = (long)a->D * a->I;
-    d.group_offsets = offsets; d.y_rows = entry_rows; d.rows_listed = rows;
-    gemm_launch(c, &d, groups, "moe_experts down");
+    d.group_offsets = offsets; d.group_ids = group_ids; d.y_rows = entry_rows; d.rows_listed = rows;
+    gemm_launch(c, &d, slots, "moe_experts down");
 }
 
 // --- combine ---

@@ -15,7 +15,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # 16 configs, 6 of which run (about 1.5 s each): merged ones (force_prefix_caching on a
 # backend that needs no forcing; the reference set), refused ones (mla-flash with the
-# invariant set), and configs merged into one finished before the kill.
+# invariant set), and configs merged into one finished before the kill. The reference set runs
+# first, so the config finished before the kill (summary.csv's first row) has divergence rows
+# that the resumed report must keep.
 cat >"$work/resume.ini" <<'INI'
 [case]
 name = resume
@@ -34,7 +36,7 @@ shared_prefix_len = 64
 
 [matrix]
 devices = cpu
-kernel_sets = invariant, reference
+kernel_sets = reference, invariant
 attention_backends = mla-unified, mla-flash
 force_prefix_caching = false, true
 max_num_batched_tokens = 48
@@ -86,7 +88,7 @@ cmp -s "$work/summary.before" "$work/cut/summary.csv" || fail "a refused --resum
 cp "$work/resume.ini.orig" "$work/resume.ini"
 
 # A divergence row of a config that had not finished (as a kill mid-config leaves) is dropped.
-last="cpu/reference/backend=mla-flash/force_prefix_caching=true/arrivals=staggered"
+last="cpu/invariant/backend=mla-flash/force_prefix_caching=true/arrivals=staggered"
 grep -q "\"$last\"" "$work/cut/summary.csv" && fail "the run got to its last config before the kill"
 printf '"%s","3","0","1","logprob","5","5","-1.5","-1.25","0.25","4194304"\n' "$last" \
     >>"$work/cut/divergence.csv"
@@ -104,7 +106,7 @@ grep -q "^resuming .*: [1-9][0-9]* of 16 configs finished before" "$work/resume.
 [ -s "$work/cut/junit.xml" ] && [ -s "$work/cut/summary.md" ] || fail "--resume did not render junit.xml and summary.md"
 
 # The same report, timings aside: every summary column but seconds, every divergence row.
-python3 - "$work/full" "$work/cut" <<'PY' || fail "the resumed report differs from the uninterrupted one"
+python3 - "$work/full" "$work/cut" "$work/summary.before" <<'PY' || fail "the resumed report differs from the uninterrupted one"
 import csv, sys
 def table(d, name, drop=()):
     with open(f"{d}/{name}", newline="") as f:
@@ -120,6 +122,9 @@ assert len(a) == 16 and len(b) == 16, (len(a), len(b))
 assert a == b, "summary rows differ:\n" + "\n".join(map(str, set(a) ^ set(b)))
 _, a = table(full, "divergence.csv")
 _, b = table(cut, "divergence.csv")
+with open(sys.argv[3], newline="") as f:  # summary.csv as the kill left it
+    first = list(csv.reader(f))[1][1]
+assert any(r[0] == first for r in a), f"{first} (finished before the kill) has no divergence row to keep"
 assert a and a == b, f"divergence rows differ: {len(a)} vs {len(b)}"
 print(f"summary.csv: 16 configs match; divergence.csv: {len(a)} rows match")
 PY

@@ -37,6 +37,7 @@ static int run_all(scheduler *s, const engine_sched *o, int *chunks_of_req0) {
         assert_true(n >= 0);
         int tokens = 0;
         for (int i = 0; i < n; i++) {
+            assert_true(items[i].n_tokens > 0);  // an item of no tokens is never a step's work
             tokens += items[i].n_tokens;
             sampled[i] = 7;
             if (items[i].req == 0 && chunks_of_req0 && items[i].start < 100) (*chunks_of_req0)++;
@@ -86,6 +87,36 @@ static void first_step_mixes_prefill_within_budget(void **state) {
     assert_true(items[0].sample);
     assert_int_equal(items[1].n_tokens, 5);  // cut to the budget left
     assert_false(items[1].sample);
+    scheduler_destroy(s);
+    kv_cache_destroy(kv);
+}
+
+// A step whose running requests take the budget exactly admits no one: a waiting request
+// admitted with an empty chunk would take blocks and a prefix lookup early and join the running
+// order ahead of its turn.
+static void used_up_budget_admits_no_one(void **state) {
+    (void)state;
+    fixture f;
+    int lens[2] = {15, 10};
+    make_requests(&f, lens, 2, 3, 5);
+    kv_cache *kv = kv_cache_create(64, 16, false);
+    scheduler *s = scheduler_create(kv, MAX_SEQS, 512);
+    engine_sched o = {.max_num_seqs = 4, .max_num_batched_tokens = 15, .chunked_prefill = true};
+    char err[200];
+    assert_true(scheduler_begin(s, f.reqs, 2, &o, err, sizeof err));
+    sched_item items[MAX_SEQS];
+    int32_t sampled[MAX_SEQS] = {7};
+    int n = scheduler_schedule(s, items, err, sizeof err);
+    assert_int_equal(n, 1);  // request 0's 15 prompt tokens are the whole budget
+    assert_int_equal(items[0].req, 0);
+    assert_int_equal(items[0].n_tokens, 15);
+    const int free_after_first = kv_cache_num_free(kv);
+    assert_int_equal(free_after_first, 63);  // request 1 took no block yet
+    scheduler_complete(s, items, n, sampled);
+    n = scheduler_schedule(s, items, err, sizeof err);
+    assert_int_equal(n, 2);  // request 0's decode, then request 1 admitted
+    assert_int_equal(items[1].req, 1);
+    assert_int_equal(items[1].n_tokens, 10);
     scheduler_destroy(s);
     kv_cache_destroy(kv);
 }
@@ -253,6 +284,7 @@ int main(void) {
         cmocka_unit_test(whole_cached_prompt_computes_its_last_block),
         cmocka_unit_test(budget_chunks_long_prompts),
         cmocka_unit_test(first_step_mixes_prefill_within_budget),
+        cmocka_unit_test(used_up_budget_admits_no_one),
         cmocka_unit_test(unchunked_prompt_waits_for_room),
         cmocka_unit_test(arrivals_wait_for_their_step),
         cmocka_unit_test(shared_prefix_hits_the_cache),

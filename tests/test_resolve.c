@@ -391,9 +391,39 @@ static void block_and_cache_sizes_never_merge(void **state) {
     }
 }
 
+// Each setting that changes how a config runs keeps it apart: two configs that differ in one of
+// them only never merge, even where mla-split resolves prefix caching and chunked prefill alike
+// (the control: those two axes alone do merge, settings_that_resolve_alike_merge).
+static void run_settings_never_merge(void **state) {
+    (void)state;
+    unsetenv(RESOLVE_BACKEND_ENV);
+    static const char *const apart[][2] = {
+        {"arrivals", "at_once, staggered"}, {"threads", "1, 2"},   {"tp_size_invariance", "off, on"},
+        {"cuda_graphs", "off, on"},         {"models", "tiny, tiny-v2"}, {"kernel_sets", "invariant, reference"},
+    };
+    for (size_t a = 0; a < sizeof apart / sizeof apart[0]; a++) {
+        case_file c;
+        backend_selection sel;
+        run_config cfg[16];
+        resolved_config r[16];
+        load_case("attention_backends = mla-split\n", &c);
+        char why[256];
+        const int axis = matrix_axis_find(apart[a][0]);
+        assert_true(axis >= 0);
+        if (!matrix_parse_axis(axis, apart[a][1], &c.axes[axis], why, sizeof why)) fail_msg("%s: %s", apart[a][0], why);
+        int n = select_and_resolve(&c, NULL, &sel, cfg, r, 16);
+        assert_int_equal(n, 2);
+        for (int k = 0; k < n; k++)
+            if (r[k].skip) fail_msg("%s: config %d skipped (%s): the test would judge nothing", apart[a][0], k, r[k].skip_reason);
+        if (resolve_merge(cfg, r, n) != 0) fail_msg("configs apart only in %s merged", apart[a][0]);
+        assert_int_equal(r[1].merged_into, -1);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(three_selection_paths_resolve_alike),
+        cmocka_unit_test(run_settings_never_merge),
         cmocka_unit_test(precedence_flag_case_env_auto),
         cmocka_unit_test(unknown_names_say_where),
         cmocka_unit_test(auto_picks_mla_unified),

@@ -1301,8 +1301,8 @@ static void test_tp_size_fp32_forms(void **state) {
 // slices' experts one after another) give each slice's rows the bits of a call of that slice
 // alone, every output written; and the slices' outputs differ, so a call that computed one
 // slice for all would fail here. ids: T x K expert ids, K distinct a token.
-static void moe_slices_one_call(ops_set *inv, int S, int T, int K, int E, const int32_t *ids) {
-    enum { D = 256, I = 64 };
+static void moe_slices_one_call(ops_set *inv, int S, int T, int K, int E, int D, const int32_t *ids) {
+    enum { I = 64 };
     const long Tk = (long)T * K, gu_n = (long)S * E * 2 * I * D, dn_n = (long)S * E * D * I;
     float *w = malloc((size_t)Tk * sizeof *w);
     for (long i = 0; i < Tk; i++) w[i] = 0.05f + 0.9f * invar_uniform(invar_mix64(91u + (uint64_t)i));
@@ -1358,9 +1358,11 @@ static void moe_slices_one_call(ops_set *inv, int S, int T, int K, int E, const 
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) inv->release(inv, bufs[i]);
 }
 
-// Two shapes: every expert holding rows (37 tokens over 8 experts), and a decode step's few
-// (2 tokens over 64 experts, sharing one: 5 experts with rows of 256 groups), where the grouped
-// GEMMs' grid runs only the groups holding rows and must still reach every slice's.
+// Shapes: every expert holding rows (37 tokens over 8 experts); a decode step's few (2 tokens
+// over 64 experts, sharing one: 5 experts with rows of 256 groups), where the grouped GEMMs'
+// grid runs only the groups holding rows and must still reach every slice's, and at one slice
+// its -1 padding past them; and 8 slices at D = 2048, whose down product takes more CTAs than
+// one wave (the shape a -DGEMM_GROUP_WALK=1 build walks, gemm_sm90.cu).
 static void test_moe_slices_one_call(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);
@@ -1368,10 +1370,11 @@ static void test_moe_slices_one_call(void **state) {
     int32_t ids[T * K];
     for (int t = 0; t < T; t++)  // K distinct experts a token
         for (int j = 0; j < K; j++) ids[t * K + j] = (int)((t * 3 + j * 2 + (t % 5 == 0)) % E);
-    moe_slices_one_call(s->inv, 4, T, K, E, ids);
+    moe_slices_one_call(s->inv, 4, T, K, E, 256, ids);
     const int32_t sparse[] = {41, 3, 17, 17, 60, 9};
-    moe_slices_one_call(s->inv, 4, 2, 3, 64, sparse);
-    moe_slices_one_call(s->inv, 1, 2, 3, 64, sparse);
+    moe_slices_one_call(s->inv, 4, 2, 3, 64, 256, sparse);
+    moe_slices_one_call(s->inv, 1, 2, 3, 64, 256, sparse);
+    moe_slices_one_call(s->inv, 8, 5, K, E, 2048, ids);  // 8 slices x 8 experts, 16 column tiles
 }
 
 // The engine's one-call forms of TP-size invariance against one call a slice, end to end on the

@@ -45,6 +45,14 @@ static void load_case(const char *extra, case_file *c) {
     if (!ok) fail_msg("%s", err);
 }
 
+// Sets [matrix] KEY = TEXT in c, as a case file would; fails the test naming KEY on a bad value.
+static void set_axis(case_file *c, const char *key, const char *text) {
+    char why[256];
+    const int axis = matrix_axis_find(key);
+    assert_true(axis >= 0);
+    if (!matrix_parse_axis(axis, text, &c->axes[axis], why, sizeof why)) fail_msg("%s = %s: %s", key, text, why);
+}
+
 // Selects the backend (flag may be NULL), expands the matrix into cfg (room for max) and
 // resolves every config on cpu; returns the config count.
 static int select_and_resolve(case_file *c, const char *flag, backend_selection *sel,
@@ -337,14 +345,9 @@ static void settings_that_resolve_alike_merge(void **state) {
     resolved_config r[16];
     // With mla-split, prefix caching on/off and chunked prefill on/off all resolve to off/off.
     load_case("attention_backends = mla-split\n", &c);
-    char why[256];
-    assert_true(matrix_parse_axis(matrix_axis_find("prefix_caching"), "on, off",
-                                  &c.axes[matrix_axis_find("prefix_caching")], why, sizeof why));
-    assert_true(matrix_parse_axis(matrix_axis_find("max_num_batched_tokens"), "44",
-                                  &c.axes[matrix_axis_find("max_num_batched_tokens")], why,
-                                  sizeof why));
-    assert_true(matrix_parse_axis(matrix_axis_find("chunked_prefill"), "on, off",
-                                  &c.axes[matrix_axis_find("chunked_prefill")], why, sizeof why));
+    set_axis(&c, "prefix_caching", "on, off");
+    set_axis(&c, "max_num_batched_tokens", "44");
+    set_axis(&c, "chunked_prefill", "on, off");
     int n = select_and_resolve(&c, NULL, &sel, cfg, r, 16);
     assert_int_equal(n, 4);
     assert_int_equal(resolve_merge(cfg, r, n), 3);
@@ -368,16 +371,10 @@ static void block_and_cache_sizes_never_merge(void **state) {
     run_config cfg[16];
     resolved_config r[16];
     load_case("attention_backends = mla-split\n", &c);
-    char why[256];
-    assert_true(matrix_parse_axis(matrix_axis_find("block_sizes"), "64, 7",
-                                  &c.axes[matrix_axis_find("block_sizes")], why, sizeof why));
-    assert_true(matrix_parse_axis(matrix_axis_find("kv_cache_blocks"), "0, 1000",
-                                  &c.axes[matrix_axis_find("kv_cache_blocks")], why, sizeof why));
-    assert_true(matrix_parse_axis(matrix_axis_find("max_num_batched_tokens"), "44",
-                                  &c.axes[matrix_axis_find("max_num_batched_tokens")], why,
-                                  sizeof why));
-    assert_true(matrix_parse_axis(matrix_axis_find("chunked_prefill"), "on, off",
-                                  &c.axes[matrix_axis_find("chunked_prefill")], why, sizeof why));
+    set_axis(&c, "block_sizes", "64, 7");
+    set_axis(&c, "kv_cache_blocks", "0, 1000");
+    set_axis(&c, "max_num_batched_tokens", "44");
+    set_axis(&c, "chunked_prefill", "on, off");
     int n = select_and_resolve(&c, NULL, &sel, cfg, r, 16);
     assert_int_equal(n, 8);
     // Only chunked prefill on/off resolves alike: four pairs.
@@ -408,10 +405,7 @@ static void run_settings_never_merge(void **state) {
         run_config cfg[16];
         resolved_config r[16];
         load_case("attention_backends = mla-split\n", &c);
-        char why[256];
-        const int axis = matrix_axis_find(apart[a][0]);
-        assert_true(axis >= 0);
-        if (!matrix_parse_axis(axis, apart[a][1], &c.axes[axis], why, sizeof why)) fail_msg("%s: %s", apart[a][0], why);
+        set_axis(&c, apart[a][0], apart[a][1]);
         int n = select_and_resolve(&c, NULL, &sel, cfg, r, 16);
         assert_int_equal(n, 2);
         for (int k = 0; k < n; k++)

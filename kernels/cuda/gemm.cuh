@@ -54,16 +54,21 @@ typedef struct {
 __device__ __forceinline__ gemm_view gemm_view_of(const gemm_problem &p, int z) {
     gemm_view v;
     v.x = (const uint16_t *)p.x;
-    v.w = (const uint16_t *)p.w + (long)z * p.stride_w;
+    v.w = (const uint16_t *)p.w;
     v.y = (char *)p.y;
     v.row_begin = 0;
     v.row_end = p.M;
     if (p.group_offsets) {
         const int g = p.group_ids ? p.group_ids[z] : z;
-        v.w = (const uint16_t *)p.w + (long)(g < 0 ? 0 : g) * p.stride_w;
-        v.row_begin = g < 0 ? 0 : p.group_offsets[g];
-        v.row_end = g < 0 ? 0 : p.group_offsets[g + 1];
+        if (g < 0) {  // grid slice z runs no group: no rows
+            v.row_end = 0;
+        } else {
+            v.w += (long)g * p.stride_w;
+            v.row_begin = p.group_offsets[g];
+            v.row_end = p.group_offsets[g + 1];
+        }
     } else {
+        v.w += (long)z * p.stride_w;
         v.x += (long)z * p.stride_x;
         v.y += (long)z * p.stride_y * (p.y_f32 ? 4 : 2);
     }

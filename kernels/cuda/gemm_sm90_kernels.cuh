@@ -422,6 +422,20 @@ __device__ __forceinline__ void gemm_prefetch_w_l2(const uint16_t *w, long ldw, 
     }
 }
 
+// Rows [m0, m0 + BM) of x (gathered through x_rows) and rows [n0, n0 + BN) of w, k from k0, into
+// one pipeline slot, in the 128-byte swizzle layout TMA writes and wgmma reads (cp.async or
+// scalar loads: the one-tile kernel and the group walk).
+template <int BM, int BN, int THREADS, bool ALIGNED>
+__device__ __forceinline__ void gemm_load_slot(uint8_t *s, const gemm_problem &p, const gemm_view &v, int m0, int n0,
+                                               int k0) {
+    constexpr int A_BYTES = BM * GEMM_BK * 2;
+    gemm_load_rows<BM, GEMM_BK, THREADS, ALIGNED>([=](int r, int c) { return (uint16_t *)(s + sw128_offset(r, c)); },
+                                                  v.x, p.ldx, m0, v.row_end, p.x_rows, k0, p.K);
+    gemm_load_rows<BN, GEMM_BK, THREADS, ALIGNED>(
+        [=](int r, int c) { return (uint16_t *)(s + A_BYTES + sw128_offset(r, c)); }, v.w, p.ldw, n0, p.N, nullptr,
+        k0, p.K);
+}
+
 // SPLIT_GRID: p.y is the fp32 partials [splits][M][N], split blockIdx.z's at p.y + blockIdx.z *
 // stride_y.
 template <int WGS, int NI, int STAGES, int LOAD, int SPLIT>
@@ -507,16 +521,9 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
         }
     } else {
         auto load_stage = [&](int j) {
-            if (j < n_kt) {
-                uint8_t *s = smem + (j % STAGES) * STAGE_BYTES;
-                // the 128-byte swizzle layout TMA writes and wgmma reads
-                gemm_load_rows<BM, GEMM_BK, THREADS, LOAD == LOAD_CP_ASYNC>(
-                    [=](int r, int c) { return (uint16_t *)(s + sw128_offset(r, c)); }, v.x, p.ldx, m0, v.row_end,
-                    p.x_rows, (kt_begin + j) * GEMM_BK, p.K);
-                gemm_load_rows<BN, GEMM_BK, THREADS, LOAD == LOAD_CP_ASYNC>(
-                    [=](int r, int c) { return (uint16_t *)(s + A_BYTES + sw128_offset(r, c)); }, v.w, p.ldw, n0,
-                    p.N, nullptr, (kt_begin + j) * GEMM_BK, p.K);
-            }
+            if (j < n_kt)
+                gemm_load_slot<BM, BN, THREADS, LOAD == LOAD_CP_ASYNC>(smem + (j % STAGES) * STAGE_BYTES, p, v, m0, n0,
+                                                                        (kt_begin + j) * GEMM_BK);
             cp_async_commit();  // empty groups keep the wait count uniform
         };
 #pragma unroll
@@ -595,33 +602,29 @@ gemm_sm90_walk_kernel(gemm_problem p, int splits, int slots, int walk) {
     if (groups == 0) return;
 
     const int warp = threadIdx.x / 32;
-    float acc[1][64], total[1][64];
-#pragma unroll
-    for (int e = 0; e < 64; e++) {
-        acc[0][e] = 0.0f;
-        total[0][e] = GEMM_TOTAL_START;
-    }
-    int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : KT;
-
     // Virtual k-tile j: group j / KT, its k-tile j % KT.
     const int n_kt = groups * KT;
     auto load_stage = [&](int j) {
         if (j < n_kt) {
             const gemm_view &v = views[j / KT];
-            const int k0 = (j % KT) * GEMM_BK, m0 = v.row_begin + m_tile * BM;
-            uint8_t *s = smem + (j % STAGES) * STAGE_BYTES;
-            gemm_load_rows<BM, GEMM_BK, THREADS, true>([=](int r, int c) { return (uint16_t *)(s + sw128_offset(r, c)); },
-                                                       v.x, p.ldx, m0, v.row_end, p.x_rows, k0, p.K);
-            gemm_load_rows<BN, GEMM_BK, THREADS, true>(
-                [=](int r, int c) { return (uint16_t *)(s + A_BYTES + sw128_offset(r, c)); }, v.w, p.ldw, n0, p.N,
-                nullptr, k0, p.K);
+            gemm_load_slot<BM, BN, THREADS, true>(smem + (j % STAGES) * STAGE_BYTES, p, v, v.row_begin + m_tile * BM,
+                                                  n0, (j % KT) * GEMM_BK);
         }
         cp_async_commit();  // empty groups keep the wait count uniform
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 2; s++) load_stage(s);
+    float acc[1][64], total[1][64];
     int j = 0;  // the virtual k-tile
     for (int g = 0; g < groups; g++) {
+        // Group g's chains from the start, as the one-tile kernel's CTA begins them.
+#pragma unroll
+        for (int e = 0; e < 64; e++) {
+            acc[0][e] = 0.0f;
+            total[0][e] = GEMM_TOTAL_START;
+        }
+        wgmma_hold(acc[0]);
+        int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : KT;
         for (int kt = 0; kt < KT; kt++, j++) {
             // Stage j has landed; k-tile j-2 is retired, so its slot may be refilled (with the
             // next group's first k-tiles near this group's end).
@@ -641,21 +644,10 @@ gemm_sm90_walk_kernel(gemm_problem p, int splits, int slots, int walk) {
         }
         wgmma_wait<0>();
         wgmma_hold(acc[0]);
-        // Group g's tile out, then the next group's chains from the start.
-        const gemm_view &v = views[g];
+        const gemm_view &v = views[g];  // group g's tile out
         const int row0 = v.row_begin + m_tile * BM + warp * 16;
-        if constexpr (SPLIT == SPLIT_IN_CTA) {
-            store_tile<1, false, 128, /*F32_STAGE=*/false>(p, v.y, row0, v.row_end, n0, total);
-#pragma unroll
-            for (int e = 0; e < 64; e++) total[0][e] = GEMM_TOTAL_START;
-            split = 0;
-            split_end = gemm_split_begin(1, splits, KT);
-        } else {
-            store_tile<1, false>(p, v.y, row0, v.row_end, n0, acc);
-#pragma unroll
-            for (int e = 0; e < 64; e++) acc[0][e] = 0.0f;
-        }
-        wgmma_hold(acc[0]);
+        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<1, false, 128, /*F32_STAGE=*/false>(p, v.y, row0, v.row_end, n0, total);
+        else store_tile<1, false>(p, v.y, row0, v.row_end, n0, acc);
     }
     cp_async_wait<0>();
 #else

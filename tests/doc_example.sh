@@ -24,19 +24,11 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/invar-doc-example.XXXXXX") || exit 2
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "doc_example: $*"; exit 1; }
 
-# The tree as it stands (tracked and untracked files git does not ignore), mtimes kept so that a
-# seeded build rebuilds only what the example changes. A copy without .git (the mutation suite's
-# base and mutants) lists every file outside its build folders and hidden ones instead.
-list_tree() {
-    if [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$(cd "$root" && pwd -P)" ]; then
-        git -C "$root" ls-files -co --exclude-standard
-    else
-        (cd "$root" && find . -type f -not -path './build*' -not -path './.*' | sed 's|^\./||')
-    fi
-}
-(cd "$root" && list_tree | while IFS= read -r f; do
-    [ -f "$f" ] && printf '%s\0' "$f"
-done | tar --null -T - -cf -) | (cd "$tmp" && tar -xf -) || fail "cannot copy the tree"
+# The tree as it stands, mtimes kept so that a seeded build rebuilds only what the example
+# changes (tree_copy: a copy without .git, such as the mutation suite's, taken whole).
+# shellcheck source=tests/mutants/tree.sh
+. "$root/tests/mutants/tree.sh"  # tree_copy
+tree_copy "$root" "$tmp" || fail "cannot copy the tree"
 
 # Apply the marked blocks. The CPU and CUDA halves are told apart by their paths.
 python3 - "$readme" "$tmp" <<'EOF' || exit 2

@@ -18,7 +18,8 @@
         escape    HTTP 400 whose error message holds terminal escapes
         serial    good answers, one request at a time (a lock), 200 ms each, no /metrics
         parallel  good answers, 300 ms each (1.5 s with --gauge), all at once
-        lengthvary  good answers, one token fewer while another request is in flight
+        lengthvary  good answers, one token fewer where another request is in flight with it
+                    (each waits up to 0.5 s for company, so a batch sent at once is crowded whole)
         bigmodels   /v1/models answers 100 MB;  vocab-neg, vocab-huge: vocab_size -5, 2e9
   --gauge   also answer GET /metrics as vLLM does, vllm:num_requests_running = the completions
             being computed now, not those waiting (what probe samples to tell batching from one
@@ -37,6 +38,7 @@ import threading
 import time
 
 SLOW_SECONDS = 3
+CROWD_WAIT, CROWD_HOLD = 0.5, 0.5  # lengthvary: how long a request waits for company, and stays
 
 
 def good_answer(body):
@@ -76,6 +78,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     counter = 0
     lock = threading.Lock()
+    crowd = threading.Condition()  # lengthvary's requests in flight (in_flight)
     serial = threading.Lock()
     mode = "mixed"
     in_flight = 0
@@ -186,13 +189,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with running():
                 time.sleep(1.5 if Handler.gauge else 0.3)
         elif mode == "lengthvary":
-            with Handler.lock:
+            # Crowded: another request in flight while this one waits for company (up to
+            # CROWD_WAIT) or lingers after (CROWD_HOLD), so that a batch sent at once sees itself
+            # crowded whole even on a loaded machine, and the same batch again answers the same.
+            with Handler.crowd:
                 Handler.in_flight += 1
-            time.sleep(0.05)
-            with Handler.lock:
-                crowded = Handler.in_flight > 1
-            time.sleep(0.05)
-            with Handler.lock:
+                Handler.crowd.notify_all()
+                crowded = Handler.crowd.wait_for(lambda: Handler.in_flight > 1, timeout=CROWD_WAIT)
+            time.sleep(CROWD_HOLD if crowded else 0)
+            with Handler.crowd:
                 Handler.in_flight -= 1
             if crowded:
                 for key in ("tokens", "token_logprobs", "top_logprobs"):

@@ -58,7 +58,8 @@ NVFLAGS  := -std=c++17 -O3 -lineinfo -DINVAR_CUDA -MMD -MP -Xcompiler -fPIC \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
             -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
 # NVCC_DEFINES: a kernel experiment's compile-time choices (e.g. -DGEMM_CP_ASYNC_STAGES=8), built
-# into a BUILD folder of its own (flags are not dependencies); none changes a bit, only speed.
+# into a BUILD folder of its own (flags are not dependencies); they change speed, not bits, except
+# -DMLA_SPLIT_SIZE=N, which changes the tree every attention row follows (never its invariance).
 NVFLAGS  += $(NVCC_DEFINES)
 # NCCL (tensor parallelism on CUDA) is required with CUDA: nccl.h and libnccl under CUDA_HOME
 # (or NCCL_HOME, or the system's include and library paths, as Debian's libnccl-dev puts them).

@@ -12,8 +12,12 @@
 
 // Positions per split, fixed so that a token's splits follow from its own position alone; 512
 // rather than 256 halves the partials written and merged, at the price of fewer CTAs for a
-// lone long sequence.
+// lone long sequence. An experiment may build another size (NVCC_DEFINES=-DMLA_SPLIT_SIZE=256):
+// unlike the other experiments it changes bits, the tree every row follows, never invariance.
+#ifndef MLA_SPLIT_SIZE
 #define MLA_SPLIT_SIZE 512
+#endif
+static_assert(MLA_SPLIT_SIZE >= 64 && MLA_SPLIT_SIZE % 64 == 0, "splits of whole 64-position tiles");
 
 // Every 8-value piece of q_lat and q_pe 16-byte aligned: the tensor-core kernels copy Q by cp.async.
 bool mla_q_aligned(const mla_attention_args *a) {

@@ -7,11 +7,6 @@
 #
 # tests/case_expectations.sh --cases prints the cases that have expectations, one a line.
 set -u
-# The cases below with expectations (the dispatch at the end), for make check to list.
-CASES="tp tp-size graphs eviction warm-copies ci"
-[ "${1:-}" = --cases ] && { printf '%s\n' $CASES; exit 0; }
-[ $# = 3 ] || { echo "usage: tests/case_expectations.sh CASE DIR BUILD | --cases" >&2; exit 2; }
-CASE=$1 DIR=$2 BUILD=$3
 
 # TP=1 vs TP=T as information: every invariant config of cases/tp.ini (all at T > 1) carries
 # the note, with a number (the runner also ran its bs=1 baselines at T = 1).
@@ -95,20 +90,30 @@ ci_report() {
     fi
 }
 
-case $CASE in
-tp) tp_information_notes "$DIR" && tp_ring_expectations "$DIR" ;;
-tp-size) tp_size_expectations "$DIR" ;;
-graphs) graphs_expectations "$DIR" ;;
+# --- each case's expectations: one table, listed by --cases and dispatched by name -----------
+tp_expectations() { tp_information_notes "$1" && tp_ring_expectations "$1"; }
 # The mla-split control with a cache for every request differs from its baselines in the batched
 # run at max_num_seqs = 1 and nowhere else: the one config of make check that a runner skipping
 # that run would leave uncaught.
-eviction) control_caught_only "$DIR" eviction '"cpu/invariant/backend=mla-split/kv_cache_blocks=0"' '"1",' \
-    "the run at bs=1" ;;
+eviction_expectations() {
+    control_caught_only "$1" eviction '"cpu/invariant/backend=mla-split/kv_cache_blocks=0"' '"1",' "the run at bs=1"
+}
 # The control differs from its baselines in the warm copies (requests 3 and 4, served from the
 # prefix cache) and nowhere else: a runner that compares the distinct prompts alone would leave it
 # uncaught.
-warm-copies) control_caught_only "$DIR" warm-copies '"cpu/invariant"' '"[0-9]+","[34]",' \
-    "the warm copies (requests 3, 4)" ;;
-ci) ci_report "$DIR" ;;
-*) exit 0 ;;
-esac
+warm_copies_expectations() {
+    control_caught_only "$1" warm-copies '"cpu/invariant"' '"[0-9]+","[34]",' "the warm copies (requests 3, 4)"
+}
+EXPECTATIONS="tp:tp_expectations tp-size:tp_size_expectations graphs:graphs_expectations
+              eviction:eviction_expectations warm-copies:warm_copies_expectations ci:ci_report"
+
+if [ "${1:-}" = --cases ]; then
+    for e in $EXPECTATIONS; do echo "${e%%:*}"; done
+    exit 0
+fi
+[ $# = 3 ] || { echo "usage: tests/case_expectations.sh CASE DIR BUILD | --cases" >&2; exit 2; }
+CASE=$1 DIR=$2 BUILD=$3
+for e in $EXPECTATIONS; do
+    [ "${e%%:*}" = "$CASE" ] && { "${e#*:}" "$DIR"; exit; }
+done
+exit 0  # no expectations beyond the exit code

@@ -194,6 +194,10 @@ static void counts_match_summary_rows(void **state) {
     assert_int_equal(attr_int(x, "<testsuite name=\"ci/cuda\"", "tests") +
                          attr_int(x, "<testsuite name=\"ci/cpu\"", "tests"),
                      n);
+    // CI tools draw dotted class names as a tree: invar, then the case, then the device.
+    assert_int_equal(occurrences(x, "classname=\"invar.ci.cpu\"") +
+                         occurrences(x, "classname=\"invar.ci.cuda\""),
+                     n);
     // Every config is a testcase; a failure names its first divergence.
     for (int r = 0; r < n; r++) {
         char needle[300];

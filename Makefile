@@ -142,7 +142,7 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libinvar.a
 # The plugin ABI's test plugins (tests/plugins/test_plugin.c): one shared object per variant.
 TEST_PLUGINS := rmsnorm_invariant rmsnorm_unclaimed rmsnorm_split_small rmsnorm_split_small_honest mixed crash \
                 rmsnorm_fails_d512 rmsnorm_nan_batched rmsnorm_nan_long_rows logprobs_rank_off \
-                bad_abi_version bad_null_table bad_device bad_claim create_fails no_entry
+                bad_abi_version bad_abi_unset bad_null_table bad_device bad_claim create_fails no_entry
 TEST_PLUGIN_SO := $(TEST_PLUGINS:%=$(BUILD)/plugins/%.so)
 
 $(BUILD)/plugins/%.so: tests/plugins/test_plugin.c

@@ -151,6 +151,7 @@ refused() {  # refused VARIANT TEXT
         fail "$1: message lacks the file or \"$2\": $out"
 }
 refused bad_abi_version "abi_version 2, but this invar speaks version 1"
+refused bad_abi_unset "abi_version 0, but this invar speaks version 1"
 refused bad_null_table "invar_plugin_entry returned NULL"
 refused bad_device "its ops are for cuda, not for --device cpu"
 refused bad_claim "claims gemm, which it does not provide"

@@ -41,6 +41,7 @@ static void assert_refused(const char *variant, const char *device, const char *
 static void test_refusals(void **state) {
     (void)state;
     assert_refused("bad_abi_version", "cpu", "abi_version 2, but this invar speaks version 1");
+    assert_refused("bad_abi_unset", "cpu", "abi_version 0, but this invar speaks version 1");  // older too
     assert_refused("bad_null_table", "cpu", "invar_plugin_entry returned NULL");
     assert_refused("bad_device", "cpu", "its ops are for cuda, not for --device cpu");
     assert_refused("bad_claim", "cpu", "claims gemm, which it does not provide");

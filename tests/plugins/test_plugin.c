@@ -17,7 +17,8 @@
 //   logprobs_rank_off            the invariant RMSNorm and a greedy log-softmax claimed invariant,
 //                                whose logprobs on ranks > 0 are one ulp off rank 0's: the ranks of
 //                                a tensor-parallel group record other logprobs (an error row)
-//   bad_abi_version, bad_null_table, bad_device, bad_claim, create_fails, no_entry: refused loads
+//   bad_abi_version, bad_abi_unset, bad_null_table, bad_device, bad_claim, create_fails, no_entry:
+//                                refused loads (bad_abi_unset: abi_version 0, older than any host)
 #include <math.h>                      // sqrtf, expf, logf, fmaxf, nextafterf, INFINITY
 #include <stdbool.h>                   // bool
 #include <stddef.h>                    // NULL
@@ -152,6 +153,8 @@ static void residual_add(const invar_plugin_call *c, bf16 *x, const bf16 *y, lon
 static const invar_plugin table = {
 #ifdef TEST_PLUGIN_bad_abi_version
     .abi_version = INVAR_PLUGIN_ABI_VERSION + 1,
+#elif defined(TEST_PLUGIN_bad_abi_unset)
+    .abi_version = 0,  // a table that never set it: as old as a plugin can be
 #else
     .abi_version = INVAR_PLUGIN_ABI_VERSION,
 #endif

@@ -264,6 +264,14 @@ static void expect_named(fixture *f, const char *op, const char *backend) {
         fail_msg("%s: no shapes or rows in '%s'", op, loc.text);
     if (!strstr(loc.text, "; max ") || strstr(loc.text, "; max 0 ulps"))
         fail_msg("%s: no ULP distance in '%s'", op, loc.text);
+    // Where in the model: the embedding and the head (logprobs runs only there) by name, the
+    // rest in a layer the model has.
+    const char *place = strcmp(op, "embedding") == 0 ? "at the embedding"
+                        : strcmp(op, "logprobs") == 0 ? "in the head" : "in layer ";
+    if (!strstr(loc.text, place)) fail_msg("%s: not '%s' in '%s'", op, place, loc.text);
+    char beyond[32];
+    snprintf(beyond, sizeof beyond, "in layer %d", f->cfg.num_hidden_layers);
+    if (strstr(loc.text, beyond)) fail_msg("%s: a layer past the model's last in '%s'", op, loc.text);
     free(p);
 }
 

@@ -409,7 +409,9 @@ static void run_settings_never_merge(void **state) {
         int n = select_and_resolve(&c, NULL, &sel, cfg, r, 16);
         assert_int_equal(n, 2);
         for (int k = 0; k < n; k++)
-            if (r[k].skip) fail_msg("%s: config %d skipped (%s): the test would judge nothing", apart[a][0], k, r[k].skip_reason);
+            if (r[k].skip)
+                fail_msg("%s: config %d skipped (%s): the test would judge nothing", apart[a][0], k,
+                         r[k].skip_reason);
         if (resolve_merge(cfg, r, n) != 0) fail_msg("configs apart only in %s merged", apart[a][0]);
         assert_int_equal(r[1].merged_into, -1);
     }

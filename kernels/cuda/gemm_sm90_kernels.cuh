@@ -646,8 +646,10 @@ gemm_sm90_walk_kernel(gemm_problem p, int splits, int slots, int walk) {
         wgmma_hold(acc[0]);
         const gemm_view &v = views[g];  // group g's tile out
         const int row0 = v.row_begin + m_tile * BM + warp * 16;
-        if constexpr (SPLIT == SPLIT_IN_CTA) store_tile<1, false, 128, /*F32_STAGE=*/false>(p, v.y, row0, v.row_end, n0, total);
-        else store_tile<1, false>(p, v.y, row0, v.row_end, n0, acc);
+        if constexpr (SPLIT == SPLIT_IN_CTA)
+            store_tile<1, false, 128, /*F32_STAGE=*/false>(p, v.y, row0, v.row_end, n0, total);
+        else
+            store_tile<1, false>(p, v.y, row0, v.row_end, n0, acc);
     }
     cp_async_wait<0>();
 #else

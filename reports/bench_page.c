@@ -88,6 +88,23 @@ static bool copy_file(const char *from, const char *to, char *err, int len) {
     return ok;
 }
 
+// Two files of equal bytes (an unreadable one equals nothing).
+static bool same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    while (same) {
+        char x[4096], y[4096];
+        size_t n = fread(x, 1, sizeof x, fa), m = fread(y, 1, sizeof y, fb);
+        same = n == m && memcmp(x, y, n) == 0;
+        if (n < sizeof x) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+#define RUNS_A_DAY_MAX 99  // runs filed of one day, device and commit
+
 static bool is_bench_csv(const char *name) {
     size_t n = strlen(name);
     return strncmp(name, "bench_", 6) == 0 && n > 10 && strcmp(name + n - 4, ".csv") == 0;
@@ -146,12 +163,32 @@ int bench_page_file(const char *run_dir, const char *results_dir, char *made, in
         snprintf(err, (size_t)len, "%s: no bench_*.csv: not an `invar bench --out` folder", run_dir);
         return 2;
     }
-    if (mkdir(made, 0777) != 0) {
-        const int why = errno;
-        snprintf(err, (size_t)len, "%s: %s", made,
-                 why == EEXIST ? "filed already (a run of this day, device and commit)"
-                               : strerror(why));
-        return why == EEXIST ? 2 : 3;
+    // Another run of the day, device and commit (another --only section, a rerun) files as
+    // NAME-2, NAME-3, ...; the same run (its meta.csv, date to the second and command line,
+    // equal to a filed one's) is refused.
+    for (int again = 1;; again++) {
+        if (again > 1) {
+            char next[160];
+            snprintf(next, sizeof next, "%s-%d", name, again);
+            if (!report_path(made, made_len, results_dir, next)) {
+                snprintf(err, (size_t)len, "%s/%s: path too long", results_dir, next);
+                return 2;
+            }
+        }
+        if (mkdir(made, 0777) == 0) break;
+        if (errno != EEXIST) {
+            snprintf(err, (size_t)len, "%s: cannot create: %s", made, strerror(errno));
+            return 3;
+        }
+        char filed_meta[PATH_MAX];
+        if (report_path(filed_meta, sizeof filed_meta, made, "meta.csv") && same_file(path, filed_meta)) {
+            snprintf(err, (size_t)len, "%s: filed already (this run's meta.csv)", made);
+            return 2;
+        }
+        if (again == RUNS_A_DAY_MAX) {
+            snprintf(err, (size_t)len, "%s: %d runs of this day, device and commit filed already", made, again);
+            return 2;
+        }
     }
     char from[PATH_MAX], to[PATH_MAX];
     for (int i = -1; i < count; i++) {

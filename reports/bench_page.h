@@ -13,8 +13,9 @@
 
 // Copies run_dir's meta.csv and bench_*.csv into results_dir/<date>_<device-slug>_<commit>/,
 // named from the meta.csv's date_utc, device and invar_commit (a "-dirty" commit keeps the
-// mark: the run is not exactly the commit's). The folder's path goes to made. Returns 0, 2 (no
-// meta.csv or no bench CSV in run_dir, or that folder exists already) or 3 (a copy failed),
+// mark: the run is not exactly the commit's); another run of that day, device and commit goes
+// to the same name with -2, -3, ... The folder's path goes to made. Returns 0, 2 (no meta.csv or
+// no bench CSV in run_dir, or this run filed already: an equal meta.csv) or 3 (a copy failed),
 // with the cause in err.
 int bench_page_file(const char *run_dir, const char *results_dir, char *made, int made_len,
                     char *err, int len);

@@ -86,10 +86,20 @@ for f in "$new"/*.csv; do
 done
 "$INVAR" report bench "$work/results" --add "$work/run" >"$work/again.log" 2>&1
 [ $? = 2 ] && grep -q 'filed already' "$work/again.log" || { cat "$work/again.log"; fail "filing twice is not exit 2"; }
+# Another run of that day, device and commit (another --only section: its own meta.csv) files
+# beside it as NAME-2, and is refused in turn when filed again.
+sed -i 's/^"command_line",.*/"command_line","bench --only tp"/' "$work/run/meta.csv"
+"$INVAR" report bench "$work/results" --add "$work/run" >/dev/null 2>"$work/second.log" ||
+    { cat "$work/second.log"; fail "a second run of the day, device and commit: exit $?"; }
+cmp -s "$work/run/meta.csv" "$filed-2/meta.csv" || fail "the second run is not filed as $filed-2"
+cmp -s "$new/meta.csv" "$filed/meta.csv" || fail "filing the second run changed the first"
+"$INVAR" report bench "$work/results" --add "$work/run" >"$work/again2.log" 2>&1
+[ $? = 2 ] && grep -q 'filed already' "$work/again2.log" && [ ! -e "$filed-3" ] ||
+    { cat "$work/again2.log"; fail "filing the second run twice is not exit 2"; }
 rm "$work/run/meta.csv"
 "$INVAR" report bench "$work/results" --add "$work/run" >"$work/nometa.log" 2>&1
 [ $? = 2 ] && grep -q 'meta.csv' "$work/nometa.log" || { cat "$work/nometa.log"; fail "a run without meta.csv is not exit 2"; }
-echo "ok: report bench --add files a run once, as DATE_DEVICE_COMMIT"
+echo "ok: report bench --add files a run once, as DATE_DEVICE_COMMIT, another of that day as -2"
 
 # The diff of two run folders: the 10% slower GEMM row is a regression at 5%, not at 15%.
 "$INVAR" report diff "$old" "$new" --md "$work/diff.md" >"$work/diff.log" 2>&1

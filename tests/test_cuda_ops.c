@@ -1362,7 +1362,7 @@ static void moe_slices_one_call(ops_set *inv, int S, int T, int K, int E, int D,
 // over 64 experts, sharing one: 5 experts with rows of 256 groups), where the grouped GEMMs'
 // grid runs only the groups holding rows and must still reach every slice's, and at one slice
 // its -1 padding past them; and 8 slices at D = 2048, whose down product takes more CTAs than
-// one wave (the shape a -DGEMM_GROUP_WALK=1 build walks, gemm_sm90.cu).
+// one wave.
 static void test_moe_slices_one_call(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);

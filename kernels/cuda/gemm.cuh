@@ -29,8 +29,6 @@ typedef struct {
     int split_N;                 // the N of the split-K rule (gemm_args.split_N); 0: N
     long rows_listed;            // grouped: the rows the groups list in all, at most (T k), which
                                  // sizes tiles and pipeline (gemm_plan_rows); 0: M
-    int group_walk;              // grouped: consecutive grid slices z one CTA may walk (the
-                                 // GEMM_GROUP_WALK experiment, gemm_sm90.cu); 0 or 1: one
 } gemm_problem;
 
 // batch: products (dense) or the grid's group slices (grouped: every group, or with group_ids

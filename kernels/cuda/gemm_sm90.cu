@@ -34,13 +34,6 @@ static_assert(GEMM_CP_ASYNC_STAGES >= 3 && GEMM_CP_ASYNC_STAGES <= 9, "GEMM_CP_A
 #endif
 static_assert(GEMM_CP_ASYNC_DEEP_STAGES >= 3 && GEMM_CP_ASYNC_DEEP_STAGES <= 9, "GEMM_CP_ASYNC_DEEP_STAGES: 3 to 9");
 
-// GEMM_GROUP_WALK (an experiment: NVCC_DEFINES=-DGEMM_GROUP_WALK=1): a grouped product whose
-// group_walk is over 1 runs gemm_sm90_walk_kernel, one CTA walking that many groups' tiles. Off
-// (the default), group_walk is ignored. It moves who computes a chain, never a bit.
-#ifndef GEMM_GROUP_WALK
-#define GEMM_GROUP_WALK 0
-#endif
-
 // k<<<grid, block, smem>>>(args...), with GEMM_PDL as a programmatic dependent (pdl.cuh).
 template <typename... KernelArgs, typename... Args>
 static void gemm_kernel_launch(cuda_ctx *c, void (*k)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
@@ -73,19 +66,6 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
     auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD, SPLIT>;
     cuda_kernel_smem(c, (const void *)k, SMEM, op);
     gemm_kernel_launch(c, k, grid, dim3(WGS * 128), SMEM, op, *p, splits, split_out, tx, tw);
-}
-
-// The group walk: batch grid slices of groups, p->group_walk (at most GEMM_GROUP_WALK_MAX) a CTA.
-template <int STAGES, int SPLIT>
-static void launch_walk(cuda_ctx *c, const gemm_problem *p, int batch, int splits, const char *op) {
-    constexpr size_t SMEM = (size_t)STAGES * (64 + 128) * GEMM_BK * 2 + 1024;  // + alignment slack
-    const int walk = p->group_walk < GEMM_GROUP_WALK_MAX ? p->group_walk : GEMM_GROUP_WALK_MAX;
-    dim3 grid((unsigned)((p->N + 127) / 128), (unsigned)((p->M + 63) / 64), (unsigned)((batch + walk - 1) / walk));
-    if (grid.y > 65535u || grid.z > 65535u)
-        invar_die(INVAR_EXIT_INPUT, "%s: M=%d groups=%d exceed the CUDA grid", op, p->M, batch);
-    auto k = gemm_sm90_walk_kernel<STAGES, SPLIT>;
-    cuda_kernel_smem(c, (const void *)k, SMEM, op);
-    gemm_kernel_launch(c, k, grid, dim3(128), SMEM, op, *p, splits, batch, walk);
 }
 
 // The persistent kernel over dense products (TMA; one, or a batch): at most one CTA per SM,
@@ -217,7 +197,6 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     const gemm_plan pl = gemm_sm90_plan(c, p, batch, aligned);
     const int S = pl.splits;
     const bool deep = gemm_cp_async_deep(p->N, batch, p->rows_listed, c->num_sms);
-    const bool walk = GEMM_GROUP_WALK && p->group_ids && p->group_walk > 1 && !deep;
     if (pl.mode == SPLIT_GRID && batch != 1)
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return (test_gemm_plan checks the list).
@@ -238,8 +217,6 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_NONE)) launch_ws<2, 1, 4, SPLIT_NONE, 192>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, pl, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && walk) launch_walk<GEMM_CP_ASYNC_STAGES, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && walk) launch_walk<GEMM_CP_ASYNC_STAGES, SPLIT_IN_CTA>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -424,7 +424,7 @@ __device__ __forceinline__ void gemm_prefetch_w_l2(const uint16_t *w, long ldw, 
 
 // Rows [m0, m0 + BM) of x (gathered through x_rows) and rows [n0, n0 + BN) of w, k from k0, into
 // one pipeline slot, in the 128-byte swizzle layout TMA writes and wgmma reads (cp.async or
-// scalar loads: the one-tile kernel and the group walk).
+// scalar loads: the one-tile kernel).
 template <int BM, int BN, int THREADS, bool ALIGNED>
 __device__ __forceinline__ void gemm_load_slot(uint8_t *s, const gemm_problem &p, const gemm_view &v, int m0, int n0,
                                                int k0) {
@@ -562,101 +562,6 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
     (void)split_out;
     (void)tmap_x;
     (void)tmap_w;
-#endif
-}
-
-// --- the group walk (grouped products, cp.async; GEMM_GROUP_WALK, an experiment) ---
-
-#define GEMM_GROUP_WALK_MAX 8  // grid slices a CTA walks at most (TP-size invariance's 8 slices)
-
-// One CTA runs up to `walk` consecutive grid slices z (groups) at one (m, n) tile, its k-tile
-// pipeline running on from one group's last k-tile into the next group's first; each group's
-// tile is stored after its own last k-tile. Each group's chains, splits and sums are exactly the
-// one-tile kernel's (64 x 128, cp.async): only who computes them changes. The point is the
-// short products of TP-size slices (K = I / 8: three k-tiles at V2-Lite), where a CTA a group
-// pays its launch and pipeline fill for little work.
-template <int STAGES, int SPLIT>
-__global__ void __launch_bounds__(128, 1)
-gemm_sm90_walk_kernel(gemm_problem p, int splits, int slots, int walk) {
-#if INVAR_WGMMA
-    static_assert(SPLIT != SPLIT_GRID, "a walk keeps every split in its CTA");
-    constexpr int BM = 64, BN = 128, THREADS = 128;
-    constexpr int A_BYTES = BM * GEMM_BK * 2, STAGE_BYTES = A_BYTES + BN * GEMM_BK * 2;
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // swizzle atoms
-
-    pdl_release_gemm();
-    int m_tile, n_tile;
-    gemm_tile_of((int)(blockIdx.y * gridDim.x + blockIdx.x), (int)gridDim.y, (int)gridDim.x, &m_tile, &n_tile);
-    if constexpr (GEMM_PDL != 0) pdl_wait_predecessor();
-    const int KT = (p.K + GEMM_BK - 1) / GEMM_BK, n0 = n_tile * BN;
-    // This CTA's groups with rows at its row tile, in z order.
-    gemm_view views[GEMM_GROUP_WALK_MAX];
-    int groups = 0;
-    for (int i = 0; i < walk && i < GEMM_GROUP_WALK_MAX; i++) {
-        const int z = (int)blockIdx.z * walk + i;
-        if (z >= slots) break;
-        const gemm_view v = gemm_view_of(p, z);
-        if (v.row_begin + m_tile * BM < v.row_end) views[groups++] = v;
-    }
-    if (groups == 0) return;
-
-    const int warp = threadIdx.x / 32;
-    // Virtual k-tile j: group j / KT, its k-tile j % KT.
-    const int n_kt = groups * KT;
-    auto load_stage = [&](int j) {
-        if (j < n_kt) {
-            const gemm_view &v = views[j / KT];
-            gemm_load_slot<BM, BN, THREADS, true>(smem + (j % STAGES) * STAGE_BYTES, p, v, v.row_begin + m_tile * BM,
-                                                  n0, (j % KT) * GEMM_BK);
-        }
-        cp_async_commit();  // empty groups keep the wait count uniform
-    };
-#pragma unroll
-    for (int s = 0; s < STAGES - 2; s++) load_stage(s);
-    float acc[1][64], total[1][64];
-    int j = 0;  // the virtual k-tile
-    for (int g = 0; g < groups; g++) {
-        // Group g's chains from the start, as the one-tile kernel's CTA begins them.
-#pragma unroll
-        for (int e = 0; e < 64; e++) {
-            acc[0][e] = 0.0f;
-            total[0][e] = GEMM_TOTAL_START;
-        }
-        wgmma_hold(acc[0]);
-        int split = 0, split_end = SPLIT == SPLIT_IN_CTA ? gemm_split_begin(1, splits, KT) : KT;
-        for (int kt = 0; kt < KT; kt++, j++) {
-            // Stage j has landed; k-tile j-2 is retired, so its slot may be refilled (with the
-            // next group's first k-tiles near this group's end).
-            cp_async_wait<STAGES - 3>();
-            fence_proxy_async();
-            __syncthreads();
-            load_stage(j + STAGES - 2);
-            const uint8_t *s = smem + (j % STAGES) * STAGE_BYTES;
-            mma_k_tile<1>(acc, s, s + A_BYTES);
-            wgmma_wait<1>();
-            if (SPLIT == SPLIT_IN_CTA && kt + 1 == split_end) {
-                wgmma_wait<0>();  // the split's last wgmma has written acc
-                fold_split<1>(total, acc);
-                split++;
-                split_end = gemm_split_begin(split + 1, splits, KT);
-            }
-        }
-        wgmma_wait<0>();
-        wgmma_hold(acc[0]);
-        const gemm_view &v = views[g];  // group g's tile out
-        const int row0 = v.row_begin + m_tile * BM + warp * 16;
-        if constexpr (SPLIT == SPLIT_IN_CTA)
-            store_tile<1, false, 128, /*F32_STAGE=*/false>(p, v.y, row0, v.row_end, n0, total);
-        else
-            store_tile<1, false>(p, v.y, row0, v.row_end, n0, acc);
-    }
-    cp_async_wait<0>();
-#else
-    (void)p;  // not an sm_90a pass: never launched (gemm_launch checks cuda_ctx.wgmma)
-    (void)splits;
-    (void)slots;
-    (void)walk;
 #endif
 }
 

@@ -288,7 +288,6 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     d.ldx = a->I; d.ldy = a->D; d.ldw = a->I;
     d.stride_w = (long)a->D * a->I;
     d.group_offsets = offsets; d.group_ids = group_ids; d.y_rows = entry_rows; d.rows_listed = rows;
-    d.group_walk = S;  // slices' down products are K = I / S long: a CTA walks S of them (GEMM_GROUP_WALK)
     gemm_launch(c, &d, slots, "moe_experts down");
 }
 

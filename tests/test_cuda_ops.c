@@ -1377,6 +1377,57 @@ static void test_moe_slices_one_call(void **state) {
     moe_slices_one_call(s->inv, 8, 5, K, E, 2048, ids);  // 8 slices x 8 experts, 16 column tiles
 }
 
+// More experts than moe_lists' block has threads (1,100: two chunks, the second's starts and
+// places carried from the first): every row equals, bit for bit, the row of a call over only the
+// experts routed to, renumbered 0..5 (a grouped row's bits depend on its expert's weights and its
+// own input only), on both sides of expert 1,024 and with one expert shared by two tokens.
+static void test_moe_lists_past_one_chunk(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    ops_set *inv = s->inv;
+    enum { T = 4, K = 3, E = 1100, D = 256, I = 64, USED = 6 };
+    const int32_t ids[T * K] = {1099, 3, 1030, 1024, 1099, 500, 1023, 1030, 3, 500, 1024, 1023};
+    const int32_t experts[USED] = {3, 500, 1023, 1024, 1030, 1099};  // ascending: renumbered 0..5
+    int32_t compact[T * K];
+    for (int i = 0; i < T * K; i++)
+        for (int u = 0; u < USED; u++)
+            if (experts[u] == ids[i]) compact[i] = u;
+    const long gu_e = 2L * I * D, dn_e = (long)D * I, Tk = (long)T * K;
+    uint16_t *x = rand_bf16((long)T * D, 1.0f, 71), *wgu = rand_bf16(E * gu_e, 0.08f, 72), *wd = rand_bf16(E * dn_e, 0.08f, 73);
+    uint16_t *wgu_c = invar_malloc((size_t)USED * gu_e * 2, "compact gate_up"), *wd_c = invar_malloc((size_t)USED * dn_e * 2, "compact down");
+    for (int u = 0; u < USED; u++) {
+        memcpy(wgu_c + u * gu_e, wgu + experts[u] * gu_e, (size_t)gu_e * 2);
+        memcpy(wd_c + u * dn_e, wd + experts[u] * dn_e, (size_t)dn_e * 2);
+    }
+    void *dx = to_dev(inv, x, (size_t)T * D * 2), *dids = to_dev(inv, ids, sizeof ids), *dcompact = to_dev(inv, compact, sizeof compact),
+         *dwgu = to_dev(inv, wgu, (size_t)E * gu_e * 2), *dwd = to_dev(inv, wd, (size_t)E * dn_e * 2),
+         *dwgu_c = to_dev(inv, wgu_c, (size_t)USED * gu_e * 2), *dwd_c = to_dev(inv, wd_c, (size_t)USED * dn_e * 2);
+    const size_t out_b = (size_t)Tk * D * 2;
+    void *dall = inv->alloc(inv, out_b, "experts of 1,100"), *dfew = inv->alloc(inv, out_b, "experts of 6");
+    poison(inv, dall, out_b);
+    poison(inv, dfew, out_b);
+    moe_experts_args ea = {.out = dall, .x = dx, .topk_ids = dids, .w_gate_up = dwgu, .w_down = dwd,
+                           .T = T, .k = K, .E = E, .D = D, .I = I};
+    inv->moe_experts(inv, &ea);
+    moe_experts_args few = ea;
+    few.out = dfew;
+    few.topk_ids = dcompact;
+    few.w_gate_up = dwgu_c;
+    few.w_down = dwd_c;
+    few.E = USED;
+    inv->moe_experts(inv, &few);
+    uint16_t *all = from_dev(inv, dall, out_b), *want = from_dev(inv, dfew, out_b);
+    assert_written16(all, Tk * D);
+    assert_written16(want, Tk * D);
+    for (long i = 0; i < Tk * D; i++)
+        if (all[i] != want[i])
+            fail_msg("moe_experts E=%d: entry %ld (token %ld, expert %d) col %ld: %04x, %04x over the 6 experts alone", E,
+                     i / D, i / D / K, ids[i / D], i % D, all[i], want[i]);
+    free(x); free(wgu); free(wd); free(wgu_c); free(wd_c); free(all); free(want);
+    void *bufs[] = {dx, dids, dcompact, dwgu, dwd, dwgu_c, dwd_c, dall, dfew};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) inv->release(inv, bufs[i]);
+}
+
 // The engine's one-call forms of TP-size invariance against one call a slice, end to end on the
 // V2-Lite shape (16 heads, 64 experts: slices of 2 heads, 176 expert columns): the only check of
 // them that needs no second GPU (tests/engine_slices_check.h).
@@ -1727,6 +1778,7 @@ int main(void) {
         TIMED_TEST(test_plain_read_every_byte),
         TIMED_TEST(test_tp_size_fp32_forms),
         TIMED_TEST(test_moe_slices_one_call),
+        TIMED_TEST(test_moe_lists_past_one_chunk),
         TIMED_TEST(test_engine_tp_slices_one_call),
         TIMED_TEST(test_engine_cuda_graphs),
         TIMED_TEST(test_cuda_graph_refused_after_a_buffer_moved),

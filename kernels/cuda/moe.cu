@@ -1,6 +1,7 @@
 // kernels/cuda/moe.cu — MoE on the GPU: routing (one block per token), the routed experts as
 // grouped GEMMs with the invariant GEMM's per-element order, and the fixed-order combine.
 #include <cuda_runtime.h>    // dim3
+#include <cub/block/block_scan.cuh>  // cub::BlockScan
 #include <math.h>            // expf, INFINITY
 
 #include "../bf16.h"         // bf16_to_float, float_to_bf16
@@ -180,6 +181,7 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
 // --- experts ---
 
 #define MOE_LISTS_SHARED_IDS 4096  // 16 KB: the routed ids of up to 682 tokens at V2-Lite's k = 6
+#define MOE_LISTS_THREADS 1024     // an expert a thread, E in chunks of this many
 
 // Per-expert row lists, in ascending (token, slot) order: thread e scans every (t, j) entry in
 // order, so the lists are the same on every run. offsets[E] = rows listed. With slices > 1 the
@@ -187,45 +189,58 @@ void inv_cuda_moe_route(ops_set *ops, const moe_route_args *a) {
 // (offsets [slices*E + 1]): the slices' experts are one grouped GEMM's groups. group_ids[z] for
 // z < slots: the groups holding rows, ascending, then -1 (the grouped GEMMs' grid runs slots
 // slices of z, not one a group: at decode most experts hold no row).
-__global__ void moe_lists_kernel(const int32_t *ids_global, int Tk, int k, int E, int slices, int slots,
-                                 int32_t *offsets, int32_t *tok_rows, int32_t *entry_rows, int32_t *group_ids) {
+// A list's start and an expert's place among those with rows are block-wide scans over a chunk
+// of experts, carried to the next chunk; a serial pass over E through global memory cost a
+// decode step's call several microseconds.
+__global__ void __launch_bounds__(MOE_LISTS_THREADS)
+moe_lists_kernel(const int32_t *ids_global, int Tk, int k, int E, int slices, int slots, int32_t *offsets,
+                 int32_t *tok_rows, int32_t *entry_rows, int32_t *group_ids) {
     pdl_release_gemm();
-    __shared__ int with_rows;
+    typedef cub::BlockScan<int, MOE_LISTS_THREADS> block_scan;
+    __shared__ typename block_scan::TempStorage scan_space;
+    __shared__ int rows_before, used_before;  // the chunks before this one: rows listed, experts with rows
     // Each expert's thread scans every id twice: from shared memory where they fit, one
     // coalesced read, not Tk dependent global loads a thread (a 128-token step has 768 ids).
     __shared__ int32_t ids_shared[MOE_LISTS_SHARED_IDS];
     const int32_t *ids = ids_global;
     if (Tk <= MOE_LISTS_SHARED_IDS) {
         for (int i = threadIdx.x; i < Tk; i += blockDim.x) ids_shared[i] = ids_global[i];
-        __syncthreads();
         ids = ids_shared;
     }
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int n = 0;
-        for (int i = 0; i < Tk; i++) n += ids[i] == e;
-        offsets[e + 1] = n;
-    }
-    __syncthreads();
     if (threadIdx.x == 0) {
-        int used = 0;
+        rows_before = used_before = 0;
         offsets[0] = 0;
-        for (int e = 0; e < E; e++) {
-            if (offsets[e + 1] > 0) group_ids[used++] = e;
-            offsets[e + 1] += offsets[e];
-        }
-        with_rows = used;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int at = offsets[e];
-        for (int i = 0; i < Tk; i++)
-            if (ids[i] == e) {
-                tok_rows[at] = i / k;
-                entry_rows[at] = i;
-                at++;
-            }
+    for (int chunk = 0; chunk < E; chunk += MOE_LISTS_THREADS) {
+        const int e = chunk + (int)threadIdx.x;
+        int n = 0;
+        if (e < E)
+            for (int i = 0; i < Tk; i++) n += ids[i] == e;
+        int start, place, rows, used;
+        block_scan(scan_space).ExclusiveSum(n, start, rows);
+        __syncthreads();  // the scan's storage is reused
+        block_scan(scan_space).ExclusiveSum(n > 0 ? 1 : 0, place, used);
+        start += rows_before;
+        place += used_before;
+        if (e < E) {
+            offsets[e + 1] = start + n;
+            if (n > 0) group_ids[place] = e;
+            for (int i = 0, at = start; i < Tk; i++)
+                if (ids[i] == e) {
+                    tok_rows[at] = i / k;
+                    entry_rows[at] = i;
+                    at++;
+                }
+        }
+        __syncthreads();  // every thread has read the carries (and the lists are written)
+        if (threadIdx.x == 0) {
+            rows_before += rows;
+            used_before += used;
+        }
+        __syncthreads();
     }
-    const int used = with_rows;
+    const int used = used_before;
     for (int z = slices * used + threadIdx.x; z < slots; z += blockDim.x) group_ids[z] = -1;
     if (slices <= 1) return;
     for (int z = used + threadIdx.x; z < slices * used; z += blockDim.x)  // used >= 1 here (z < slices*used)
@@ -264,7 +279,7 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     uint16_t *gu = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_GATE_UP, (size_t)rows * 2 * a->I * 2, "moe_experts gate_up");
     uint16_t *act = (uint16_t *)cuda_scratch(c, SCRATCH_MOE_ACT, (size_t)rows * a->I * 2, "moe_experts activations");
 
-    moe_lists_kernel<<<1, 1024, 0, c->stream>>>(a->topk_ids, (int)Tk, a->k, a->E, S, slots, offsets, tok_rows,
+    moe_lists_kernel<<<1, MOE_LISTS_THREADS, 0, c->stream>>>(a->topk_ids, (int)Tk, a->k, a->E, S, slots, offsets, tok_rows,
                                                 entry_rows, group_ids);
     CUDA_CHECK_LAUNCH("moe_experts lists");
 

@@ -1086,12 +1086,15 @@ static void test_mla_attention_q_layouts(void **state) {
 }
 
 // 16 heads (DeepSeek-V2-Lite) with 170 more tokens (800+ work units: every CTA of the persistent
-// kernel walks several), and 48 (three head groups a token) with 60 more: mla_absorbed_h16_sm90.cu.
+// kernel walks several), 48 (three head groups a token) with 60 more, and fewer heads than a unit
+// (2 and 5, padded to 16): mla_absorbed_h16_sm90.cu.
 static void test_mla_attention_16_heads(void **state) {
     sets *s = SETS(state);
     NEED_GPU(s);
     mla_wgmma_rows_check(s, 16, "wgmma16", 170);
     mla_wgmma_rows_check(s, 48, "wgmma16", 60);  // 60 more: whole tokens of 3 head groups too
+    mla_wgmma_rows_check(s, 2, "wgmma16", 170);  // one unit padded: a rank's heads at T = 8
+    mla_wgmma_rows_check(s, 5, "wgmma16", 60);   // padded, a count dividing nothing
 }
 
 // 16 heads over more cache than L2 holds, with few partials: one decode token in each of S
@@ -1567,64 +1570,76 @@ static void test_gemm_column_slices_split_n(void **state) {
     inv->release(inv, dx); inv->release(inv, dw); inv->release(inv, dy); inv->release(inv, ds);
 }
 
-// A rank's heads under TP-size invariance: V2-Lite's 16 heads at T = 2 are 8 a rank, which the
-// 16-head kernel cannot take. With H_select = 2 (the heads a rank holds at T = 8) both the whole
-// and each half take one kernel (mma.sync) and every head's rows are the whole's, bit for bit;
-// without it the whole takes wgmma16 and the halves mma.sync, and some row must differ (or the
-// check could not fail on this device).
-static void test_mla_attention_head_slices_h_select(void **state) {
-    sets *s = SETS(state);
-    NEED_GPU(s);
-    enum { S = 2, H = 16, HALF = 8, L = 512, R = 64, W = L + R, MAXLEN = 1024, T = 5 };
+// A rank's heads under TP-size invariance, on one GPU: a call of H heads against calls of each
+// slice of `slice` heads (a rank's at T = H / slice), H_select = `select` on both (0: unset).
+// The kernels named are checked where an sm_90a device with TMA runs them. Returns how many
+// (token, slice) rows differ from the whole call's.
+static int mla_head_slices_differ(sets *s, int H, int slice, int select, const char *want_whole, const char *want_slice) {
+    enum { S = 2, L = 512, R = 64, W = L + R, MAXLEN = 1024, T = 5 };
     int32_t lens[S] = {700, 1024};
     int32_t tseq[T] = {0, 0, 1, 1, 1}, tpos[T] = {63, 699, 0, 767, 1023};
     uint16_t *rows = rand_bf16((long)S * MAXLEN * W, 1.0f, 61);
     uint16_t *q_lat = rand_bf16((long)T * H * L, 1.0f, 62), *q_pe = rand_bf16((long)T * H * R, 1.0f, 63);
-    uint16_t *half_lat = invar_malloc((size_t)T * HALF * L * 2, "half q_lat"),
-             *half_pe = invar_malloc((size_t)T * HALF * R * 2, "half q_pe");
-    uint16_t *whole = invar_malloc((size_t)T * H * L * 2, "whole out"), *half = invar_malloc((size_t)T * HALF * L * 2, "half out");
-    int differ_without = 0;
-    for (int with = 1; with >= 0; with--) {
-        mla_case c = {.S = S, .T = T, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64, .seq_lens = lens,
-                      .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe, .H_select = with ? 2 : 0};
-        mla_case_fill(&c, rows, MAXLEN, 3);
-        mla_attention_args probe = mla_args(&c);
-        mla_kernel_taken(s, &probe, with ? "mma.sync" : "wgmma16");
-        mla_run(s->inv, &c, whole);
-        assert_written16(whole, (long)T * H * L);
-        for (int r = 0; r < 2; r++) {
-            for (int t = 0; t < T; t++) {
-                memcpy(half_lat + (long)t * HALF * L, q_lat + ((long)t * H + r * HALF) * L, (size_t)HALF * L * 2);
-                memcpy(half_pe + (long)t * HALF * R, q_pe + ((long)t * H + r * HALF) * R, (size_t)HALF * R * 2);
-            }
-            mla_case h = c;
-            h.H = HALF;
-            h.q_lat = half_lat;
-            h.q_pe = half_pe;
-            probe = mla_args(&h);
-            mla_kernel_taken(s, &probe, "mma.sync");
-            mla_run(s->inv, &h, half);
-            assert_written16(half, (long)T * HALF * L);
-            for (int t = 0; t < T; t++) {
-                const bool same = memcmp(half + (long)t * HALF * L, whole + ((long)t * H + r * HALF) * L,
-                                         (size_t)HALF * L * 2) == 0;
-                if (with && !same)
-                    fail_msg("H_select = 2: token %d (position %d), heads %d..%d alone differ from the 16-head call",
-                             t, tpos[t], r * HALF, r * HALF + HALF - 1);
-                differ_without += !with && !same;
-            }
+    uint16_t *part_lat = invar_malloc((size_t)T * slice * L * 2, "slice q_lat"),
+             *part_pe = invar_malloc((size_t)T * slice * R * 2, "slice q_pe");
+    uint16_t *whole = invar_malloc((size_t)T * H * L * 2, "whole out"), *part = invar_malloc((size_t)T * slice * L * 2, "slice out");
+    mla_case c = {.S = S, .T = T, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64, .seq_lens = lens,
+                  .tseq = tseq, .tpos = tpos, .q_lat = q_lat, .q_pe = q_pe, .H_select = select};
+    mla_case_fill(&c, rows, MAXLEN, 3);
+    mla_attention_args probe = mla_args(&c);
+    mla_kernel_taken(s, &probe, want_whole);
+    mla_run(s->inv, &c, whole);
+    assert_written16(whole, (long)T * H * L);
+    int differ = 0;
+    for (int r = 0; r < H / slice; r++) {
+        for (int t = 0; t < T; t++) {
+            memcpy(part_lat + (long)t * slice * L, q_lat + ((long)t * H + r * slice) * L, (size_t)slice * L * 2);
+            memcpy(part_pe + (long)t * slice * R, q_pe + ((long)t * H + r * slice) * R, (size_t)slice * R * 2);
         }
-        free(c.table);
-        free(c.cache);
+        mla_case h = c;
+        h.H = slice;
+        h.q_lat = part_lat;
+        h.q_pe = part_pe;
+        probe = mla_args(&h);
+        mla_kernel_taken(s, &probe, want_slice);
+        mla_run(s->inv, &h, part);
+        assert_written16(part, (long)T * slice * L);
+        for (int t = 0; t < T; t++)
+            differ += memcmp(part + (long)t * slice * L, whole + ((long)t * H + r * slice) * L, (size_t)slice * L * 2) != 0;
     }
+    free(c.table); free(c.cache); free(rows); free(q_lat); free(q_pe); free(part_lat); free(part_pe); free(whole); free(part);
+    return differ;
+}
+
+// The MLA kernel follows the whole model's heads under TP-size invariance (H_select, the heads a
+// rank holds at T = 8), so every T gives a head the same bits. V2-Lite's 16 heads are 8 a rank
+// at T = 2 and 2 at T = 8: the 16-head kernel takes them padded to 16, and each slice's rows are
+// the whole's, with H_select or without. V3's 128 heads with H_select = 16 take the 16-head kernel
+// whole and in slices of 16 (T = 8), the same rows; without it the whole takes the 64-head kernel,
+// whose bits differ: some row must (else the check could not fail on this device).
+static void test_mla_attention_head_slices_h_select(void **state) {
+    sets *s = SETS(state);
+    NEED_GPU(s);
+    const struct { int H, slice, select; const char *whole, *part; } equal[] = {
+        {16, 8, 2, "wgmma16", "wgmma16"}, {16, 2, 2, "wgmma16", "wgmma16"},
+        {16, 8, 0, "wgmma16", "wgmma16"}, {128, 16, 16, "wgmma16", "wgmma16"},
+    };
+    for (size_t i = 0; i < sizeof equal / sizeof equal[0]; i++) {
+        const int differ = mla_head_slices_differ(s, equal[i].H, equal[i].slice, equal[i].select, equal[i].whole, equal[i].part);
+        if (differ)
+            fail_msg("mla_attention H=%d in slices of %d, H_select %d: %d (token, slice) rows differ from the whole call",
+                     equal[i].H, equal[i].slice, equal[i].select, differ);
+    }
+    const int differ_without = mla_head_slices_differ(s, 128, 16, 0, "wgmma", "wgmma16");
     // Only where the whole took another kernel (an sm_90a device with TMA) can they differ.
-    mla_case c0 = {.S = S, .T = T, .H = H, .L = L, .R = R, .BS = 64, .MB = MAXLEN / 64, .seq_lens = lens,
-                   .tseq = tseq, .tpos = tpos};
-    mla_attention_args probe = mla_args(&c0);
-    if (strcmp(mla_kernel_taken(s, &probe, "wgmma16"), "wgmma16") == 0 && differ_without == 0)
-        fail_msg("without H_select the 16-head kernel and mma.sync gave the same bits: the check cannot fail here");
-    printf("mla_attention head slices: %d of %d token-halves differ without H_select\n", differ_without, 2 * T);
-    free(rows); free(q_lat); free(q_pe); free(half_lat); free(half_pe); free(whole); free(half);
+    char plan[64] = "";
+#ifdef INVAR_CUDA
+    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
+    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
+#endif
+    if (strstr(plan, "tma") && differ_without == 0)
+        fail_msg("H=128 without H_select: the 64-head kernel and the 16-head one gave the same bits: the check cannot fail here");
+    printf("mla_attention head slices: equal in 4 layouts; %d of 40 rows differ at 128 heads without H_select\n", differ_without);
 }
 
 // --- logprobs: ties --------------------------------------------------------------------------

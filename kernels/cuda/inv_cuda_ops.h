@@ -43,8 +43,10 @@ bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int spl
 // Q's rows in 16-byte pieces (cp.async) rather than value by value (mla_attention.cu).
 bool mla_q_aligned(const mla_attention_args *a);
 // What both wgmma MLA kernels need: sm_90a with TMA and smem_bytes of shared memory, a multiple
-// of `heads` heads, L = 512, R = 64, blocks and splits of whole 64-position tiles.
-bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_size, int heads, size_t smem_bytes);
+// of `heads` heads (or, with pads, fewer: one padded unit), in H and in H_select, L = 512,
+// R = 64, blocks and splits of whole 64-position tiles.
+bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_size, int heads, bool pads,
+                     size_t smem_bytes);
 // The latent cache as the wgmma kernels' TMA reads it: [slots][L + R] bf16, boxes of 64 dims by
 // box_rows positions; stream: without L2 promotion.
 CUtensorMap mla_kv_cache_map(cuda_ctx *c, const mla_attention_args *a, int box_rows, bool stream);

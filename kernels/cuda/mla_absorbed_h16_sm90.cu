@@ -1,5 +1,8 @@
 // kernels/cuda/mla_absorbed_h16_sm90.cu — absorbed MLA attention on sm_90a for H a multiple of
-// 16 the 64-head kernel does not take (mla_wgmma16_supported), a shape choice, never a batch one.
+// 16 the 64-head kernel does not take, or under 16 (mla_wgmma16_supported), a shape choice, never
+// a batch one. Fewer than 16 heads run as one unit of 16, the rest zeros never stored: a head's
+// row is one column of each wgmma, its bits independent of the other columns, so a rank's 2 or 8
+// heads of TP-size invariance get the bits of the same heads in a 16-head call.
 // Launcher mla_attention.cu, mma.sync mla_absorbed_mma.cu, merge mla_merge.cu, generic mla_absorbed_generic.cu.
 //
 // Positions are the wgmma M (Sᵀ = K·Qᵀ, Oᵀ += Vᵀ·Pᵀ), so 16 heads are not padded to 64. Work
@@ -55,7 +58,7 @@ static_assert(128 * MLAN_PRODUCER_REGS + MLAN_THREADS * MLAN_COMPUTE_REGS == MLA
 struct mlan_params {
     mla_attention_args a;
     int split_size, nsplit;  // nsplit: the grid's split count (scratch layout only)
-    int head_groups;         // H / 16
+    int head_groups;         // ceil(H / 16)
     int token_units;         // units a token: nsplit, or pairs: its split pairs
     long units;              // T x token_units x head_groups, head group fastest
     bool pairs;              // a unit is a split pair (2k, 2k + 1), folded here
@@ -458,6 +461,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int j = c >> 1, e = c & 1, h = w.hg * MLAN_HEADS + 8 * j + 2 * q + e;
+                if (h >= a.H) continue;  // a padded head
                 float m = -INFINITY, w0 = 0.0f, d = 0.0f;
                 const bool two = PAIRS && w.two;
                 if (two) m = fmaxf(m, m_first[c]);
@@ -483,6 +487,7 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int j = c >> 1, e = c & 1, h = 8 * j + 2 * q + e;
+                if (w.hg * MLAN_HEADS + h >= a.H) continue;  // a padded head
                 const long row = ((long)w.t * a.H + w.hg * MLAN_HEADS + h) * p.nsplit + slot;
                 float *dst = p.o_part + row * MLAN_L + 256 * wg + 16 * warp + r;
                 const bool pair = PAIRS && w.two;
@@ -511,8 +516,11 @@ mla_wgmma16_split_kernel(mlan_params p, const __grid_constant__ CUtensorMap tmap
 
 bool mla_wgmma16_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
     // + 20 KB: the static shared memory counts against the same limit
-    return mla_wgmma_takes(c, a, split_size, MLAN_HEADS, (size_t)MLAN_SMEM_BYTES + 20480);
+    return mla_wgmma_takes(c, a, split_size, MLAN_HEADS, true, (size_t)MLAN_SMEM_BYTES + 20480);
 }
+
+// Units of 16 heads a token: fewer heads are one unit, padded.
+static int mlan_head_groups(const mla_attention_args *a) { return (a->H + MLAN_HEADS - 1) / MLAN_HEADS; }
 
 // KV tiles evict_first when the batch streams more cache than L2 holds and the partials fit in
 // a quarter of it, so they are still there for the merge. A cache hint: no bit depends on it.
@@ -528,7 +536,7 @@ static bool mlan_kv_evict_first(const cuda_ctx *c, const mla_attention_args *a, 
 // count past 2: CTAs gridDim.x apart would meet the same pair index in every token, unbalanced.
 // A schedule choice: the bits are the same either way.
 bool mla_wgmma16_pairs(const cuda_ctx *c, const mla_attention_args *a, int nsplit) {
-    return (long)a->T * nsplit * (a->H / MLAN_HEADS) > c->num_sms && (nsplit <= 2 || nsplit % 2 == 0);
+    return (long)a->T * nsplit * mlan_head_groups(a) > c->num_sms && (nsplit <= 2 || nsplit % 2 == 0);
 }
 
 int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split_size, int nsplit, float *o_part,
@@ -537,7 +545,7 @@ int mla_wgmma16_split_launch(cuda_ctx *c, const mla_attention_args *a, int split
     p.a = *a;
     p.split_size = split_size;
     p.nsplit = nsplit;
-    p.head_groups = a->H / MLAN_HEADS;
+    p.head_groups = mlan_head_groups(a);
     p.pairs = mla_wgmma16_pairs(c, a, nsplit);
     p.token_units = p.pairs ? (nsplit + 1) / 2 : nsplit;
     p.units = (long)a->T * p.token_units * p.head_groups;

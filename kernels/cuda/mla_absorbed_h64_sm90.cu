@@ -632,7 +632,7 @@ mla_wgmma_split_kernel(mlaw_params p, const __grid_constant__ CUtensorMap tmap_k
 
 bool mla_wgmma_supported(const cuda_ctx *c, const mla_attention_args *a, int split_size) {
     // + 1024: the static shared memory counts against the same limit
-    return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, (size_t)MLAW_SMEM_BYTES + 1024);
+    return mla_wgmma_takes(c, a, split_size, MLAW_HEADS, false, (size_t)MLAW_SMEM_BYTES + 1024);
 }
 
 // The grid's CTAs (units): a head group x a split x a token, one CTA per SM at a time.

@@ -25,10 +25,13 @@ bool mla_q_aligned(const mla_attention_args *a) {
            a->ld_q_pe % 8 == 0 && a->head_stride_q_pe % 8 == 0;
 }
 
-bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_size, int heads, size_t smem_bytes) {
+// heads: a unit's; pads: the kernel takes fewer than that too (one unit, padded).
+bool mla_wgmma_takes(const cuda_ctx *c, const mla_attention_args *a, int split_size, int heads, bool pads,
+                     size_t smem_bytes) {
     const int select = a->H_select > 0 ? a->H_select : a->H;  // divides H where set (ops.h)
-    return c->wgmma && c->tensor_map_encode && c->smem_optin >= smem_bytes && a->H % heads == 0 &&
-           select % heads == 0 && a->L == 512 &&
+    const bool h_ok = a->H % heads == 0 || (pads && a->H < heads);
+    const bool select_ok = select % heads == 0 || (pads && select < heads);
+    return c->wgmma && c->tensor_map_encode && c->smem_optin >= smem_bytes && h_ok && select_ok && a->L == 512 &&
            a->R == 64 && a->block_size > 0 && a->block_size % 64 == 0 && split_size > 0 && split_size % 64 == 0;
 }
 

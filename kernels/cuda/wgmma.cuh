@@ -253,22 +253,26 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // --- MLA: Q of one token's head group into the swizzled layout ---
 // HEADS heads x (512 latent + 64 rope) values, box d / 64 holding dims d .. d + 63 of every head:
 // 16-byte cp.async pieces (one commit group; the caller waits) when `aligned`, else value by value.
+// Heads from a.H on (a call of fewer heads than a unit's, padded) are zeros, nothing read.
 template <int HEADS, int THREADS>
 __device__ __forceinline__ void mla_load_q_sw128(const mla_attention_args &a, bool aligned, int t, int h0, uint8_t *sQ) {
     constexpr int L = 512, D = 576, BOX = HEADS * 128;
     if (aligned) {
         for (int i = threadIdx.x; i < HEADS * (D / 8); i += THREADS) {
             const int row = i / (D / 8), c = i % (D / 8), h = h0 + row;
-            const uint16_t *src = c < L / 8 ? a.q_lat + t * a.ld_q_lat + (long)h * L + c * 8
-                                            : a.q_pe + t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (c - L / 8) * 8;
-            cp_async16(sQ + (c / 8) * BOX + sw128_offset(row, c % 8), src, 16);
+            const bool real = h < a.H;
+            const long hr = real ? h : 0;  // a zero-byte copy still names a valid address
+            const uint16_t *src = c < L / 8 ? a.q_lat + t * a.ld_q_lat + hr * L + c * 8
+                                            : a.q_pe + t * a.ld_q_pe + hr * a.head_stride_q_pe + (c - L / 8) * 8;
+            cp_async16(sQ + (c / 8) * BOX + sw128_offset(row, c % 8), src, real ? 16 : 0);
         }
         cp_async_commit();
     } else {
         for (int i = threadIdx.x; i < HEADS * D; i += THREADS) {
             const int row = i / D, col = i % D, h = h0 + row;
-            const uint16_t v = col < L ? a.q_lat[t * a.ld_q_lat + (long)h * L + col]
-                                       : a.q_pe[t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (col - L)];
+            const uint16_t v = h >= a.H  ? (uint16_t)0
+                               : col < L ? a.q_lat[t * a.ld_q_lat + (long)h * L + col]
+                                         : a.q_pe[t * a.ld_q_pe + (long)h * a.head_stride_q_pe + (col - L)];
             *(uint16_t *)(sQ + (col / 64) * BOX + sw128_offset(row, (col % 64) / 8) + (col % 8) * 2) = v;
         }
     }

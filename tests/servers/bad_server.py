@@ -39,6 +39,7 @@ import time
 
 SLOW_SECONDS = 3
 CROWD_WAIT, CROWD_HOLD = 1.0, 1.0  # lengthvary: how long a request waits for company, and stays
+PARALLEL_WAIT = 0.5  # parallel: how long a request waits for company
 
 
 def good_answer(body):
@@ -78,7 +79,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     counter = 0
     lock = threading.Lock()
-    crowd = threading.Condition()  # lengthvary's requests in flight (in_flight)
+    crowd = threading.Condition()  # lengthvary's and parallel's requests in flight (in_flight)
     serial = threading.Lock()
     mode = "mixed"
     in_flight = 0
@@ -185,9 +186,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 with running():
                     time.sleep(0.2)
         elif mode == "parallel":
-            # With the gauge, long enough for a sampler on a loaded machine to see them running.
+            # A batch sent at once is served together, as by a batching server, even where a
+            # loaded machine delays some handshakes: a request first waits for company (up to
+            # PARALLEL_WAIT; alone it goes on). With the gauge, long enough for a sampler on a
+            # loaded machine to see them running.
+            with Handler.crowd:
+                Handler.in_flight += 1
+                Handler.crowd.notify_all()
+                Handler.crowd.wait_for(lambda: Handler.in_flight > 1, timeout=PARALLEL_WAIT)
             with running():
                 time.sleep(1.5 if Handler.gauge else 0.3)
+            with Handler.crowd:
+                Handler.in_flight -= 1
         elif mode == "lengthvary":
             # Crowded: another request in flight while this one waits for company (up to
             # CROWD_WAIT) or lingers after (CROWD_HOLD), so that a batch sent at once sees itself

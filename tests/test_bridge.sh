@@ -79,6 +79,12 @@ grep -q '"ERROR",.*"plugin","gemm: RuntimeError: no kernel for this shape"' "$wo
 bridge 2 missing kernels --op gemm --fn np_kernels:no_such_function
 bridge 0 rows kernels --op gemm --fn np_kernels:matmul_rows
 [ "$(rows rows ok)" -ge 5 ] || fail "rows: fewer than 5 ok rows (every gemm shape, strided and batched ones too)"
+# The same function through the fp32 store (gemm_f32: the lm_head's logits, TP-size slices'
+# partials), where a batched product's outputs are 4 bytes an element apart.
+bridge 0 rows_f32 kernels --op gemm_f32 --fn np_kernels:matmul_rows
+[ "$(rows rows_f32 ok)" -ge 5 ] && grep -q '"gemm_f32",.*x4 heads.*"ok"' "$work/rows_f32/kernels.csv" ||
+    fail "rows_f32: not every gemm_f32 shape ok, the batched one included"
+bridge 2 f32_run run --case cases/smoke.ini --op gemm_f32 --fn np_kernels:matmul
 # numpy's matmul, judged as it is: either verdict, but a verdict for every shape.
 "$py" -m invar_bridge kernels --op gemm --fn np_kernels:matmul --out "$work/matmul" >"$work/matmul.log" 2>&1
 rc=$?

@@ -35,6 +35,9 @@ from . import _abi
 __all__ = ["check", "run", "bf16_to_f32", "f32_to_bf16", "library", "load_function", "OPS"]
 
 OPS = ("gemm", "rmsnorm", "logprobs", "mha_prefill")  # the ops the bridge adapts
+# Kernel-checker sections that check another op's function: gemm_f32 is the gemm function through
+# its fp32 store (the lm_head's logits; TP-size invariance's slice partials), a path of its own.
+CHECK_OPS = {"gemm_f32": "gemm"}
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _lib = None
@@ -387,13 +390,14 @@ def _rows(out):
 
 
 def check(op, fn, device="cpu", claims_invariant=True, quick=False, out=None, args=(), lse_base=None):
-    """`invar kernels --op OP` on a Python function: returns (exit code, kernels.csv's rows).
+    """`invar kernels --op OP` on a Python function: returns (exit code, kernels.csv's rows). OP may
+    be a checker section of another op's function (CHECK_OPS: gemm_f32 checks a gemm function).
     claims_invariant: the function claims batch invariance (a variance FAILs); False: it is a
     non-invariant kernel and must be caught varying. lse_base (mha_prefill): 2 when the function
     returns a base-2 log-sum-exp (Triton's flash kernels keep one); None: e, or the function's
     `invar_lse_base` attribute."""
     out = out or tempfile.mkdtemp(prefix="invar-bridge-")
-    name = _register({op: fn}, device, claims_invariant, {"lse_base": lse_base or getattr(fn, "invar_lse_base", None)})
+    name = _register({CHECK_OPS.get(op, op): fn}, device, claims_invariant, {"lse_base": lse_base or getattr(fn, "invar_lse_base", None)})
     rc = _cli("kernels", "--plugin", name, "--device", device, "--op", op, "--out", out,
               *(["--quick"] if quick else []), *args)
     return rc, _rows(out)

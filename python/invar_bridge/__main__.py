@@ -10,7 +10,7 @@ import argparse
 import math
 import sys
 
-from . import OPS, check, load_function, run
+from . import CHECK_OPS, OPS, check, load_function, run
 
 
 def main(argv):
@@ -21,7 +21,8 @@ def main(argv):
     p = argparse.ArgumentParser(prog="python3 -m invar_bridge", description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", choices=["kernels", "run"])
-    p.add_argument("--op", required=True, choices=OPS, help="the ops.h op the function is")
+    p.add_argument("--op", required=True, choices=OPS + tuple(CHECK_OPS),
+                   help="the ops.h op the function is (kernels: gemm_f32, a gemm function through its fp32 store)")
     p.add_argument("--fn", required=True, metavar="MODULE:FUNCTION", help="the function, importable")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--not-invariant", action="store_true",
@@ -35,6 +36,8 @@ def main(argv):
     a = p.parse_args(argv)
     if a.command == "run" and not a.case:
         p.error("run: --case FILE is required")
+    if a.command == "run" and a.op in CHECK_OPS:
+        p.error(f"run: --op {a.op} is a kernel-checker section; the engine's op is --op {CHECK_OPS[a.op]}")
     try:
         fn = load_function(a.fn)
     except (ImportError, AttributeError, ValueError) as e:

@@ -16,6 +16,7 @@
 #include "../kernels/cpu/inv_cpu.h" // inv_cpu_create
 #include "../kernels/f64/f64.h"     // f64_rmsnorm, f64_rel_l2_bf16
 #include "../sets/plugin_set.h"     // plugin_probe, plugin_set_create, plugin_set_op_source
+#include "../sets/registry.h"       // kernel_set_find, kernel_set_entry
 #include "test_util.h"              // test_alloc, test_fill_bf16, test_poison, test_unwritten_bf16
 
 #define TOL_BF16 1e-2  // two bf16 roundings, as tests/test_inv_cpu_rmsnorm.c
@@ -100,6 +101,19 @@ static void test_only_provided_ops_replaced(void **state) {
     assert_false(ops->batch_invariant);  // an op it provides is not claimed
     assert_false(plugin_set_claims(ops, INVAR_OP_RMSNORM));
     ops->destroy(ops);
+
+    // Some of its ops claimed, not all (mixed: rmsnorm claimed, residual_add not): the set as a
+    // whole is not invariant, built or only probed (the registry's flag), its claims op by op.
+    ops = plugin_set_create(plugin_path("mixed"), "cpu", 1, 0);
+    assert_false(ops->batch_invariant);
+    assert_true(plugin_set_claims(ops, INVAR_OP_RMSNORM));
+    assert_false(plugin_set_claims(ops, INVAR_OP_RESIDUAL_ADD));
+    ops->destroy(ops);
+    char set[PATH_MAX + 80];
+    snprintf(set, sizeof set, "plugin:%s", plugin_path("mixed"));
+    const kernel_set_entry *e = kernel_set_find(set, "cpu");
+    assert_non_null(e);
+    assert_false(e->batch_invariant);
 }
 
 // The plugin's RMSNorm through the set: every element written, padding untouched, accurate; a

@@ -7,11 +7,13 @@
 #include <limits.h>            // PATH_MAX
 #include <math.h>              // exp, log
 #include <stdbool.h>           // bool
+#include <stdint.h>            // uint64_t
 #include <stdlib.h>            // free, qsort
 #include <string.h>            // strcmp, strlen, strncmp, strerror
 #include <sys/stat.h>          // mkdir, stat, S_ISDIR
 
 #include "../common/check.h"   // invar_calloc, invar_realloc
+#include "../common/file_hash.h" // invar_file_xxh64
 #include "csv_read.h"          // csv_table_read, csv_get, csv_number
 #include "report_file.h"       // report_path
 #include "run_meta.h"          // run_meta_get
@@ -88,19 +90,12 @@ static bool copy_file(const char *from, const char *to, char *err, int len) {
     return ok;
 }
 
-// Two files of equal bytes (an unreadable one equals nothing).
+// Two files of the same content, by the project's file hash (an unreadable one equals nothing).
 static bool same_file(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool same = fa && fb;
-    while (same) {
-        char x[4096], y[4096];
-        size_t n = fread(x, 1, sizeof x, fa), m = fread(y, 1, sizeof y, fb);
-        same = n == m && memcmp(x, y, n) == 0;
-        if (n < sizeof x) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
+    uint64_t ha, hb;
+    char ignored[8];
+    return invar_file_xxh64(a, -1, &ha, ignored, (int)sizeof ignored) &&
+           invar_file_xxh64(b, -1, &hb, ignored, (int)sizeof ignored) && ha == hb;
 }
 
 #define RUNS_A_DAY_MAX 99  // runs filed of one day, device and commit

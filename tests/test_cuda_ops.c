@@ -814,17 +814,26 @@ static void mla_check_split_size(sets *s, const mla_case *c, const double *ref, 
                  alone);
 }
 
-// The MLA kernel the invariant set takes for probe's shape ("?" without CUDA); on an sm_90a
-// device whose driver encodes tensor maps (TMA in the GEMM's plan: what the wgmma MLA kernels
-// need too) it must be `want`.
+// An sm_90a device whose driver encodes tensor maps (TMA in the GEMM's plan): what the wgmma MLA
+// kernels need.
+static bool wgmma_mla_device(sets *s) {
+    char plan[64] = "";
+#ifdef INVAR_CUDA
+    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
+    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
+#else
+    (void)s;
+#endif
+    return strstr(plan, "tma") != NULL;
+}
+
+// The MLA kernel the invariant set takes for probe's shape ("?" without CUDA); on a device with
+// the wgmma kernels it must be `want`.
 static const char *mla_kernel_taken(sets *s, const mla_attention_args *probe, const char *want) {
     const char *kernel = "?";
 #ifdef INVAR_CUDA
     kernel = inv_cuda_mla_attention_kernel(s->inv, probe);
-    char plan[64];
-    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
-    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
-    if (strstr(plan, "tma") && strcmp(kernel, want) != 0)
+    if (wgmma_mla_device(s) && strcmp(kernel, want) != 0)
         fail_msg("mla_attention H=%d: an sm_90a device with TMA took the %s kernel, not %s", probe->H, kernel, want);
 #else
     (void)s;
@@ -1632,12 +1641,7 @@ static void test_mla_attention_head_slices_h_select(void **state) {
     }
     const int differ_without = mla_head_slices_differ(s, 128, 16, 0, "wgmma", "wgmma16");
     // Only where the whole took another kernel (an sm_90a device with TMA) can they differ.
-    char plan[64] = "";
-#ifdef INVAR_CUDA
-    gemm_args g = {.M = 1, .N = 1536, .K = 7168};
-    inv_cuda_gemm_plan_describe(s->inv, &g, plan, (int)sizeof plan);
-#endif
-    if (strstr(plan, "tma") && differ_without == 0)
+    if (wgmma_mla_device(s) && differ_without == 0)
         fail_msg("H=128 without H_select: the 64-head kernel and the 16-head one gave the same bits: the check cannot fail here");
     printf("mla_attention head slices: equal in 4 layouts; %d of 40 rows differ at 128 heads without H_select\n", differ_without);
 }

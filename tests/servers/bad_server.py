@@ -17,7 +17,8 @@
         never     reads the request and never answers
         escape    HTTP 400 whose error message holds terminal escapes
         serial    good answers, one request at a time (a lock), 200 ms each, no /metrics
-        parallel  good answers, 300 ms each (1.5 s with --gauge), all at once
+        parallel  good answers, 300 ms each (1.5 s with --gauge), all at once (each waits up to
+                  0.5 s for company first, so a batch sent at once is served together)
         lengthvary  good answers, one token fewer where another request is in flight with it
                     (each waits up to 1 s for company, so a batch sent at once is crowded whole)
         bigmodels   /v1/models answers 100 MB;  vocab-neg, vocab-huge: vocab_size -5, 2e9
@@ -73,6 +74,20 @@ def running():
     finally:
         with Handler.lock:
             Handler.answering -= 1
+
+
+@contextlib.contextmanager
+def company(wait):
+    """A request in flight that first waits up to `wait` s for another; yields whether it found one."""
+    with Handler.crowd:
+        Handler.in_flight += 1
+        Handler.crowd.notify_all()
+        crowded = Handler.crowd.wait_for(lambda: Handler.in_flight > 1, timeout=wait)
+    try:
+        yield crowded
+    finally:
+        with Handler.crowd:
+            Handler.in_flight -= 1
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -190,25 +205,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # loaded machine delays some handshakes: a request first waits for company (up to
             # PARALLEL_WAIT; alone it goes on). With the gauge, long enough for a sampler on a
             # loaded machine to see them running.
-            with Handler.crowd:
-                Handler.in_flight += 1
-                Handler.crowd.notify_all()
-                Handler.crowd.wait_for(lambda: Handler.in_flight > 1, timeout=PARALLEL_WAIT)
-            with running():
+            with company(PARALLEL_WAIT), running():
                 time.sleep(1.5 if Handler.gauge else 0.3)
-            with Handler.crowd:
-                Handler.in_flight -= 1
         elif mode == "lengthvary":
             # Crowded: another request in flight while this one waits for company (up to
             # CROWD_WAIT) or lingers after (CROWD_HOLD), so that a batch sent at once sees itself
             # crowded whole even on a loaded machine, and the same batch again answers the same.
-            with Handler.crowd:
-                Handler.in_flight += 1
-                Handler.crowd.notify_all()
-                crowded = Handler.crowd.wait_for(lambda: Handler.in_flight > 1, timeout=CROWD_WAIT)
-            time.sleep(CROWD_HOLD if crowded else 0)
-            with Handler.crowd:
-                Handler.in_flight -= 1
+            with company(CROWD_WAIT) as crowded:
+                time.sleep(CROWD_HOLD if crowded else 0)
             if crowded:
                 for key in ("tokens", "token_logprobs", "top_logprobs"):
                     lp[key] = lp[key][:-1]

@@ -53,7 +53,8 @@ probe_expect canned 4 "one answer to all 6 different prompts"
 start_bad serial
 probe_expect serial 4 "INCONCLUSIVE: the batched runs were never served together: at most"
 start_bad parallel
-probe_expect parallel 0 "served together: [0-9.]+ requests at once at bs=6 \\(from timings\\)"
+# at most the 6 in flight, though the server is slower alone (it waits for company)
+probe_expect parallel 0 "served together: ([1-5]\\.[0-9]+|6\\.00) requests at once at bs=6 \\(from timings\\)"
 # The same two servers with vLLM's running-requests gauge at /metrics: probe samples it.
 start_bad serial --gauge
 probe_expect serial-gauge 4 "running-requests gauge at /metrics never showed more than 1"

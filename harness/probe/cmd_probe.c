@@ -194,7 +194,9 @@ static void run_prompts(probe *pr, probe_run *r, const char *config, const char 
 // The most requests the probe had in flight at once in a run (from each transfer's send and
 // end), and the concurrency the server achieved: the requests' bs=1 times summed, over the time
 // some request of the run was in flight. A server that serves one request after another scores
-// about 1 whatever the probe had in flight; one that batches N scores near N.
+// about 1 whatever the probe had in flight; one that batches N scores near N. It is capped at
+// the most in flight: a server slower alone than in company (one that waits for a batch to
+// fill) would otherwise claim more requests at once than were ever sent.
 typedef struct {
     int in_flight;
     double concurrency;
@@ -230,6 +232,7 @@ static achieved run_achieved(const probe_run *base, const probe_run *run, int n)
     }
     free(ev);
     a.concurrency = busy > 0 ? solo / busy : 0.0;
+    if (a.concurrency > a.in_flight) a.concurrency = a.in_flight;
     return a;
 }
 

@@ -110,8 +110,16 @@ op_case *op_case_open(const op_entry *op, ops_set *ops, const op_shape *shape, u
     return c;
 }
 
+// Host memory the set uploads from without a wait where it has such memory, else plain.
+static bool pinned(const ops_set *ops) { return ops->alloc_host && ops->upload_async; }
+
 void op_case_close(op_case *c) {
     if (c->state_free) c->state_free(c);
+    for (int i = 0; i < OP_MAX_BUFFERS; i++) {
+        if (c->dev[i]) c->ops->release(c->ops, c->dev[i]);
+        if (pinned(c->ops)) c->ops->release_host(c->ops, c->stage[i]);
+        else free(c->stage[i]);
+    }
     for (int i = 0; i < OP_MAX_SHARED; i++) {
         if (c->shared[i]) c->ops->release(c->ops, c->shared[i]);
         free(c->host[i]);
@@ -159,9 +167,28 @@ void op_case_errors(op_case *c, int n, const uint64_t *seeds, const void *const 
 
 // --- rows and batches ------------------------------------------------------------------------
 
-void *op_batch_input(op_batch *b, const op_case *c, int i, long elems) {
+// Buffer i's host and device copies, grown to hold at least bytes; the host copy is returned.
+static void *case_room(op_case *c, int i, size_t bytes) {
+    ops_set *ops = c->ops;
+    if (bytes == 0) bytes = 1;
+    if (bytes > c->room[i]) {
+        if (c->dev[i]) ops->release(ops, c->dev[i]);
+        if (pinned(ops)) {
+            ops->release_host(ops, c->stage[i]);
+            c->stage[i] = ops->alloc_host(ops, bytes, c->buf[i].what);
+        } else {
+            free(c->stage[i]);
+            c->stage[i] = invar_malloc(bytes, c->buf[i].what);
+        }
+        c->dev[i] = ops->alloc(ops, bytes, c->buf[i].what);
+        c->room[i] = bytes;
+    }
+    return c->stage[i];
+}
+
+void *op_batch_input(op_batch *b, op_case *c, int i, long elems) {
     b->elems[i] = elems;
-    b->host[i] = invar_malloc((size_t)(elems > 0 ? elems : 1) * c->buf[i].elem, c->buf[i].what);
+    b->host[i] = case_room(c, i, (size_t)(elems > 0 ? elems : 0) * c->buf[i].elem);
     return b->host[i];
 }
 
@@ -188,11 +215,19 @@ static void build_row_range(void *arg, long begin, long end) {
     }
 }
 
+// Input bytes under which a batch's rows are built on the calling thread: waking the pool
+// costs more than a few small rows (most batches of the small-batch pass are 1 to 3 rows).
+#define BUILD_ALONE_BYTES (128 << 10)
+
 // Builds rows [0, n) of the per-row input buffers in host[] from seeds; gaps stay poisoned.
 static void build_rows(const op_case *c, int n, const uint64_t *seeds, void **host) {
     if (!c->section->row) return;
     rows_job j = {c, seeds, host};
-    op_for_rows(c, n, build_row_range, &j);
+    size_t bytes = 0;
+    for (int i = 0; i < c->n_buf; i++)
+        if (is_row_input(&c->buf[i])) bytes += (size_t)n * slot_bytes(&c->buf[i]);
+    if (bytes < BUILD_ALONE_BYTES) build_row_range(&j, 0, n);
+    else op_for_rows(c, n, build_row_range, &j);
 }
 
 void **op_row_alone(const op_case *c, uint64_t seed) {
@@ -243,14 +278,18 @@ bool op_case_run(op_case *c, int M, const uint64_t *seeds, void *out) {
         op_buffer *f = &c->buf[i];
         if (f->kind == OP_BATCH_IN) continue;
         b.elems[i] = (long)M * f->slots_per_row * f->per_row * f->ld;
-        b.host[i] = invar_malloc((size_t)b.elems[i] * f->elem, f->what);
+        b.host[i] = case_room(c, i, (size_t)b.elems[i] * f->elem);
         memset(b.host[i], OP_POISON, (size_t)b.elems[i] * f->elem);  // outputs and gaps
     }
     build_rows(c, M, seeds, b.host);
     if (c->section->batch) c->section->batch(c, &b);
-    for (int i = 0; i < c->n_buf; i++)
-        b.dev[i] = dev_upload(ops, b.host[i], (size_t)b.elems[i] * c->buf[i].elem,
-                              c->buf[i].what);
+    for (int i = 0; i < c->n_buf; i++) {
+        size_t bytes = (size_t)b.elems[i] * c->buf[i].elem;
+        if (!b.host[i]) b.host[i] = case_room(c, i, 0);  // a batch input the batch left empty
+        b.dev[i] = c->dev[i];
+        if (pinned(ops)) ops->upload_async(ops, b.dev[i], b.host[i], bytes);
+        else ops->upload(ops, b.dev[i], b.host[i], bytes);
+    }
     c->section->call(c, &b);
     ops->sync(ops);
 
@@ -267,10 +306,6 @@ bool op_case_run(op_case *c, int M, const uint64_t *seeds, void *out) {
                    (unsigned char *)b.host[i] + (size_t)(slot ? slot[m] : m) * slot_bytes(f),
                    slot_bytes(f));
         at += slot_bytes(f);
-    }
-    for (int i = 0; i < c->n_buf; i++) {
-        ops->release(ops, b.dev[i]);
-        free(b.host[i]);
     }
     free(b.row_slot);
     return ok;

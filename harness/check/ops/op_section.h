@@ -57,6 +57,12 @@ struct op_case {
     // checker's time at the large shapes. A row depends only on its seed, so the thread
     // count never changes a bit.
     thread_pool *fill;
+    // Each buffer's host copy (pinned where the set has it, so an upload needs no wait) and
+    // device copy, kept across the shape's batches at the largest size asked so far: a batch
+    // of a few rows costs its copies and launches, not allocations and a wait per buffer.
+    void *stage[OP_MAX_BUFFERS];
+    void *dev[OP_MAX_BUFFERS];
+    size_t room[OP_MAX_BUFFERS];
     // What a section's call keeps across the shape's batches (the all-reduce's other ranks on
     // CUDA), and how op_case_close frees it; both NULL when it keeps nothing.
     void *state;
@@ -92,8 +98,8 @@ void op_shared_take(op_case *c, int i, void *host, size_t bytes, const char *wha
 
 // --- building batches (batch) and single rows (error) ----------------------------------------
 
-// Host memory of OP_BATCH_IN buffer i: elems elements.
-void *op_batch_input(op_batch *b, const op_case *c, int i, long elems);
+// Host memory of OP_BATCH_IN buffer i: elems elements (the case's, valid until the next batch).
+void *op_batch_input(op_batch *b, op_case *c, int i, long elems);
 // One row's OP_ROW_IN/INOUT slices, built from seed; free with op_row_free.
 void **op_row_alone(const op_case *c, uint64_t seed);
 void op_row_free(const op_case *c, void **in);

@@ -183,10 +183,15 @@ def busy(a):
     first = [threading.Thread(target=send_long, args=(i,)) for i in range(2)]
     for t in first:
         t.start()
-    time.sleep(0.3)
-    m = metrics(a.port)
-    if m["invar_requests_running"] + m["invar_requests_waiting"] != 2:
-        fail(f"busy: the two long requests are not both in the server: {m}")
+    # Polled, not slept on: a fast host serves a 300-token request in a fraction of a second.
+    t0 = time.monotonic()
+    while True:
+        m = metrics(a.port)
+        if m["invar_requests_running"] + m["invar_requests_waiting"] == 2:
+            break
+        if time.monotonic() - t0 > 5.0 or m["invar_requests_total"] >= 2:
+            fail(f"busy: the two long requests are not both in the server: {m}")
+        time.sleep(0.005)
     more = [threading.Thread(target=send, args=(i,)) for i in range(6)]
     for t in more:
         t.start()

@@ -45,36 +45,63 @@ ref_gemm_plan ref_gemm_plan_for(int M, int N, int K, int threads) {
     return p;
 }
 
-// --- one dot product -------------------------------------------------------------------------
+// --- dot products ----------------------------------------------------------------------------
 
-// Sum of x[k] * w[k] over [k0, k1) in LANES interleaved accumulators folded pairwise.
-// LANES is a constant at each call site, so the loop unrolls.
-static inline float part_sum(const float *x, const bf16 *w, int k0, int k1, int LANES) {
-    float acc[REF_GEMM_MAX_LANES] = {0};
+// Sum of x[k] * w[k] over [k0, k1) in LANES interleaved accumulators folded pairwise, for ROWS
+// (1 or 2) rows of x against one row of w: part[r] for row r. Each row's sum is its own chain
+// in the one-row order, so a pair has the bits of two single rows; w is loaded and widened
+// once for both. LANES and ROWS are constants at each call site, so the loops unroll.
+static inline void part_sums(const float *x0, const float *x1, const bf16 *w, int k0, int k1,
+                             int LANES, int ROWS, float part[2]) {
+    float a0[REF_GEMM_MAX_LANES] = {0}, a1[REF_GEMM_MAX_LANES] = {0};
     int k = k0;
     for (; k + LANES <= k1; k += LANES)
-        for (int l = 0; l < LANES; l++) acc[l] += x[k + l] * bf16_to_float(w[k + l]);
-    for (int l = 0; k < k1; k++, l++) acc[l] += x[k] * bf16_to_float(w[k]);
+#pragma GCC unroll 16
+        for (int l = 0; l < LANES; l++) {
+            float wv = bf16_to_float(w[k + l]);
+            a0[l] += x0[k + l] * wv;
+            if (ROWS == 2) a1[l] += x1[k + l] * wv;
+        }
+    for (int l = 0; k < k1; k++, l++) {
+        float wv = bf16_to_float(w[k]);
+        a0[l] += x0[k] * wv;
+        if (ROWS == 2) a1[l] += x1[k] * wv;
+    }
+#pragma GCC unroll 4
     for (int width = LANES / 2; width >= 1; width /= 2)
-        for (int l = 0; l < width; l++) acc[l] += acc[l + width];
-    return acc[0];
+#pragma GCC unroll 8
+        for (int l = 0; l < width; l++) {
+            a0[l] += a0[l + width];
+            if (ROWS == 2) a1[l] += a1[l + width];
+        }
+    part[0] = a0[0];
+    if (ROWS == 2) part[1] = a1[0];
 }
 
-static float dot_split(const float *x, const bf16 *w, int K, ref_gemm_plan p) {
+// Two rows share w only up to 8 lanes: 2 x 16 accumulators spill out of the registers.
+static int rows_at_once(ref_gemm_plan p) { return p.lanes <= 8 ? 2 : 1; }
+
+// The plan's split-K dot product of rows (<= rows_at_once) rows of x with one row of w, into
+// out[r]: parts in order, their fp32 partials added in part order.
+static void dots_split(const float *x0, const float *x1, const bf16 *w, int K, ref_gemm_plan p,
+                       int rows, float out[2]) {
     int part = (K + p.splits - 1) / p.splits;
-    float total = 0.0f;
+    out[0] = out[1] = 0.0f;
     for (int s = 0; s < p.splits; s++) {
         int k0 = s * part, k1 = k0 + part < K ? k0 + part : K;
-        float partial = 0.0f;
+        float partial[2] = {0.0f, 0.0f};
+#define PART_SUMS(L) rows == 2 ? part_sums(x0, x1, w, k0, k1, L, 2, partial) \
+                               : part_sums(x0, x1, w, k0, k1, L, 1, partial)
         if (k0 < k1) switch (p.lanes) {
-            case 1: partial = part_sum(x, w, k0, k1, 1); break;
-            case 4: partial = part_sum(x, w, k0, k1, 4); break;
-            case 8: partial = part_sum(x, w, k0, k1, 8); break;
-            default: partial = part_sum(x, w, k0, k1, 16); break;
+            case 1: PART_SUMS(1); break;
+            case 4: PART_SUMS(4); break;
+            case 8: PART_SUMS(8); break;
+            default: part_sums(x0, x1, w, k0, k1, 16, 1, partial); break;
         }
-        total += partial;  // the split-K reduction: partials added in fp32, in part order
+#undef PART_SUMS
+        out[0] += partial[0];  // the split-K reduction
+        out[1] += partial[1];
     }
-    return total;
 }
 
 // --- the parallel loop -----------------------------------------------------------------------
@@ -86,24 +113,32 @@ typedef struct {
     ref_gemm_plan plan;
 } gemm_job;
 
-// Work item i: batch entry, row and block of TILE_N columns.
+// Work item i: batch entry, group of rows_at_once rows (the last short when M is not a
+// multiple) and block of TILE_N columns.
 static void gemm_items(void *arg, long begin, long end) {
     const gemm_job *j = arg;
     const gemm_args *a = j->a;
-    float *xf = invar_malloc((size_t)(a->K > 0 ? a->K : 1) * sizeof(float), "gemm row (reference)");
+    int K = a->K > 0 ? a->K : 1, step = rows_at_once(j->plan), groups = (a->M + step - 1) / step;
+    float *xf = invar_malloc((size_t)2 * K * sizeof(float), "gemm rows (reference)");
     for (long i = begin; i < end; i++) {
-        long row_item = i / j->col_blocks;
+        long group_item = i / j->col_blocks;
         int cb = (int)(i % j->col_blocks);
-        int b = (int)(row_item / a->M), m = (int)(row_item % a->M);
-        const bf16 *x = a->x + b * a->stride_x + m * j->ldx;
+        int b = (int)(group_item / groups), m = step * (int)(group_item % groups);
+        int rows = m + step <= a->M ? step : a->M - m;
         const bf16 *w = a->w + b * a->stride_w;
-        for (int k = 0; k < a->K; k++) xf[k] = bf16_to_float(x[k]);
+        for (int r = 0; r < rows; r++) {
+            const bf16 *x = a->x + b * a->stride_x + (m + r) * j->ldx;
+            for (int k = 0; k < a->K; k++) xf[r * K + k] = bf16_to_float(x[k]);
+        }
         int n0 = cb * TILE_N, n1 = n0 + TILE_N < a->N ? n0 + TILE_N : a->N;
-        long y_off = b * a->stride_y + m * j->ldy;
         for (int n = n0; n < n1; n++) {
-            float v = dot_split(xf, w + n * j->ldw, a->K, j->plan);
-            if (a->y_f32) ((float *)a->y)[y_off + n] = v;
-            else ((bf16 *)a->y)[y_off + n] = float_to_bf16(v);
+            float v[2];
+            dots_split(xf, xf + K, w + n * j->ldw, a->K, j->plan, rows, v);
+            for (int r = 0; r < rows; r++) {
+                long at = b * a->stride_y + (m + r) * j->ldy + n;
+                if (a->y_f32) ((float *)a->y)[at] = v[r];
+                else ((bf16 *)a->y)[at] = float_to_bf16(v[r]);
+            }
         }
     }
     free(xf);
@@ -126,7 +161,8 @@ void ref_cpu_gemm_planned(ops_set *ops, const gemm_args *a, ref_gemm_plan plan) 
     int batch = a->batch > 1 ? a->batch : 1;
     if (a->M == 0 || a->N == 0) return;
     j.plan = plan;
-    thread_pool_for(inv_cpu_pool(ops), (long)batch * a->M * j.col_blocks,
+    int step = rows_at_once(plan);
+    thread_pool_for(inv_cpu_pool(ops), (long)batch * ((a->M + step - 1) / step) * j.col_blocks,
                     gemm_items, &j);
 }
 

@@ -382,6 +382,15 @@ static void bad_calls_refused_with_a_message(void **state) {
 // A request aborted mid-run (its client went away) gives its KV blocks back at once and keeps
 // the records it had; one aborted while it waits is never admitted; every other request
 // finishes with the bits it gets alone.
+// Runs the session's submitted requests to the end, whoever finishes when.
+static void run_session(engine *e) {
+    char err[512];
+    for (int guard = 0; !engine_all_finished(e); guard++) {
+        if (engine_step(e, err, sizeof err) < 0) fail_msg("engine_step: %s", err);
+        assert_true(guard < 1000);
+    }
+}
+
 static void aborted_requests_free_blocks_others_unchanged(void **state) {
     fixture *f = *state;
     enum { N = MAX_SEQS + 1 };  // the last one waits for a slot
@@ -408,10 +417,7 @@ static void aborted_requests_free_blocks_others_unchanged(void **state) {
     assert_false(engine_abort(f->e, 1));                  // once only
     assert_true(engine_abort(f->e, N - 1));               // still waiting
     assert_false(engine_abort(f->e, N + 7));              // no such id
-    for (int guard = 0; !engine_all_finished(f->e); guard++) {
-        if (engine_step(f->e, err, sizeof err) < 0) fail_msg("engine_step: %s", err);
-        assert_true(guard < 1000);
-    }
+    run_session(f->e);
     assert_int_equal(t[1].served.n_steps, records_before);  // nothing written after the abort
     assert_true(records_before < MAX_NEW);
     assert_int_equal(t[N - 1].served.n_steps, 0);
@@ -461,6 +467,18 @@ static void pieces_poison(pieces_run *r) {
     r->res = (engine_result){.steps = r->steps, .prompt_steps = r->prompt};
 }
 
+// Generates req under sched into r (poisoned first), prefilled in `pieces` pieces.
+static void pieces_generate(engine *e, const engine_request *req, const engine_sched *sched,
+                            pieces_run *r, int pieces, const char *what) {
+    char err[512];
+    engine_stats st;
+    pieces_poison(r);
+    if (!engine_generate(e, req, 1, sched, &r->res, &st, err, sizeof err)) fail_msg("%s: %s", what, err);
+    assert_int_equal(st.prefill_chunks, pieces);
+    assert_int_equal(r->res.n_prompt_steps, req->prompt_len);
+    assert_int_equal(r->res.n_steps, req->max_new_tokens);
+}
+
 // Appends to d the |Δ| of records [from, n) of `other` against `whole`, each written and finite.
 // Generated steps (`chained`) stop after the first greedy token that differs: past it the two
 // runs continue from different tokens.
@@ -503,15 +521,6 @@ static float assert_median_close(float *d, int n, const char *what) {
     return median;
 }
 
-// Runs the session's submitted requests to the end.
-static void run_session(engine *e) {
-    char err[512];
-    for (int guard = 0; !engine_all_finished(e); guard++) {
-        if (engine_step(e, err, sizeof err) < 0) fail_msg("engine_step: %s", err);
-        assert_true(guard < 1000);
-    }
-}
-
 static void split_prefill_pieces_close_to_whole(void **state) {
     fixture *f = *state;
     // An engine of its own: prompt logprobs, and a step that holds a whole prompt.
@@ -542,29 +551,20 @@ static void split_prefill_pieces_close_to_whole(void **state) {
         engine_request donor_req = {.prompt = donor, .prompt_len = len, .max_new_tokens = 2,
                                     .seed = 4100 + (uint64_t)b};
         char err[512], what[128];
-        engine_stats st;
 
         // Whole: one prefill piece, no cache.
         engine_sched sched = {.max_num_seqs = 1, .max_num_batched_tokens = MAX_MODEL_LEN,
                               .chunked_prefill = false, .top_k = TOP_K, .backend = backend};
-        pieces_poison(whole);
-        if (!engine_generate(e, &req, 1, &sched, &whole->res, &st, err, sizeof err))
-            fail_msg("%s whole: %s", backends[b], err);
-        assert_int_equal(st.prefill_chunks, 1);
-        assert_int_equal(whole->res.n_prompt_steps, len);
-        assert_int_equal(whole->res.n_steps, MAX_NEW);
+        snprintf(what, sizeof what, "%s whole", backends[b]);
+        pieces_generate(e, &req, &sched, whole, 1, what);
 
         // (a) Chunked prefill in two pieces; the first piece bitwise.
         int piece_len = (len + 1) / 2;
         engine_sched chunked = sched;
         chunked.chunked_prefill = true;
         chunked.max_num_batched_tokens = piece_len;
-        pieces_poison(piece);
-        if (!engine_generate(e, &req, 1, &chunked, &piece->res, &st, err, sizeof err))
-            fail_msg("%s chunked: %s", backends[b], err);
-        assert_int_equal(st.prefill_chunks, 2);
-        assert_int_equal(piece->res.n_prompt_steps, len);
-        assert_int_equal(piece->res.n_steps, MAX_NEW);
+        snprintf(what, sizeof what, "%s chunked", backends[b]);
+        pieces_generate(e, &req, &chunked, piece, 2, what);
         for (int p = 0; p < piece_len; p++)
             if (memcmp(&piece->prompt[p], &whole->prompt[p], sizeof whole->prompt[p]) != 0)
                 fail_msg("%s chunked: prompt record %d (first piece) differs from whole: %a vs %a",
@@ -590,7 +590,7 @@ static void split_prefill_pieces_close_to_whole(void **state) {
         if (engine_submit(e, &req, &piece->res, err, sizeof err) != 1)
             fail_msg("engine_submit: %s", err);
         run_session(e);
-        st = engine_session_stats(e);
+        engine_stats st = engine_session_stats(e);
         assert_int_equal(st.prefix_hits, PREFIX_BLOCKS);
         assert_int_equal(st.prefill_chunks, 2);  // the donor's prompt, the suffix
         assert_int_equal(piece->res.n_steps, MAX_NEW);

@@ -113,13 +113,18 @@ op_case *op_case_open(const op_entry *op, ops_set *ops, const op_shape *shape, u
 // Host memory the set uploads from without a wait where it has such memory, else plain.
 static bool pinned(const ops_set *ops) { return ops->alloc_host && ops->upload_async; }
 
+// Buffer i's host and device copies given back (none is fine).
+static void case_room_release(op_case *c, int i) {
+    if (c->dev[i]) c->ops->release(c->ops, c->dev[i]);
+    if (pinned(c->ops)) c->ops->release_host(c->ops, c->stage[i]);
+    else free(c->stage[i]);
+    c->dev[i] = c->stage[i] = NULL;
+    c->room[i] = 0;
+}
+
 void op_case_close(op_case *c) {
     if (c->state_free) c->state_free(c);
-    for (int i = 0; i < OP_MAX_BUFFERS; i++) {
-        if (c->dev[i]) c->ops->release(c->ops, c->dev[i]);
-        if (pinned(c->ops)) c->ops->release_host(c->ops, c->stage[i]);
-        else free(c->stage[i]);
-    }
+    for (int i = 0; i < OP_MAX_BUFFERS; i++) case_room_release(c, i);
     for (int i = 0; i < OP_MAX_SHARED; i++) {
         if (c->shared[i]) c->ops->release(c->ops, c->shared[i]);
         free(c->host[i]);
@@ -172,14 +177,9 @@ static void *case_room(op_case *c, int i, size_t bytes) {
     ops_set *ops = c->ops;
     if (bytes == 0) bytes = 1;
     if (bytes > c->room[i]) {
-        if (c->dev[i]) ops->release(ops, c->dev[i]);
-        if (pinned(ops)) {
-            ops->release_host(ops, c->stage[i]);
-            c->stage[i] = ops->alloc_host(ops, bytes, c->buf[i].what);
-        } else {
-            free(c->stage[i]);
-            c->stage[i] = invar_malloc(bytes, c->buf[i].what);
-        }
+        case_room_release(c, i);
+        c->stage[i] = pinned(ops) ? ops->alloc_host(ops, bytes, c->buf[i].what)
+                                  : invar_malloc(bytes, c->buf[i].what);
         c->dev[i] = ops->alloc(ops, bytes, c->buf[i].what);
         c->room[i] = bytes;
     }

@@ -81,6 +81,19 @@ def metrics(port):
             if line and not line.startswith("#") and len(line.split()) == 2}
 
 
+def poll_metrics(port, done, seconds, every, give_up=lambda m: False):
+    """Reads /metrics every `every` s until done(m); returns (m, seconds waited, whether done) once
+    it is, or once `seconds` have passed or give_up(m) says it never will be."""
+    t0 = time.monotonic()
+    while True:
+        m = metrics(port)
+        if done(m):
+            return m, time.monotonic() - t0, True
+        if time.monotonic() - t0 > seconds or give_up(m):
+            return m, time.monotonic() - t0, False
+        time.sleep(every)
+
+
 def abandon(a):
     socks = []
     body = lambda i: json.dumps({"prompt": [7 + i, 8, 9], "max_tokens": 400}).encode()
@@ -94,16 +107,11 @@ def abandon(a):
     running = metrics(a.port)["invar_requests_running"]
     for s in socks:
         s.close()
-    t0 = time.monotonic()
-    while True:
-        m = metrics(a.port)
-        if m["invar_requests_running"] == 0 and m["invar_requests_waiting"] == 0:
-            break
-        if time.monotonic() - t0 > 1.0:
-            fail(f"abandon: 1 s after 20 clients left, {m['invar_requests_running']:.0f} running "
-                 f"and {m['invar_requests_waiting']:.0f} waiting")
-        time.sleep(0.02)
-    freed = time.monotonic() - t0
+    m, freed, done = poll_metrics(a.port, lambda m: m["invar_requests_running"] == 0 and
+                                  m["invar_requests_waiting"] == 0, 1.0, 0.02)
+    if not done:
+        fail(f"abandon: 1 s after 20 clients left, {m['invar_requests_running']:.0f} running "
+             f"and {m['invar_requests_waiting']:.0f} waiting")
     t1 = time.monotonic()
     status, _, text = post(a.port, {"prompt": [1, 2, 3], "max_tokens": 1}, timeout=10)
     took = time.monotonic() - t1
@@ -156,18 +164,13 @@ def stream(a):
         fail(f"stream: a 500-token stream: HTTP {r.status}")
     c.sock.close()
     c.close()
-    t0 = time.monotonic()
-    while True:
-        m = metrics(a.port)
-        if m["invar_requests_running"] == 0 and m["invar_requests_cancelled_total"] > before:
-            break
-        if time.monotonic() - t0 > 1.0:
-            fail(f"stream: 1 s after a client left mid-stream, {m['invar_requests_running']:.0f} "
-                 f"running, {m['invar_requests_cancelled_total'] - before:.0f} cancelled")
-        time.sleep(0.02)
+    m, freed, done = poll_metrics(a.port, lambda m: m["invar_requests_running"] == 0 and
+                                  m["invar_requests_cancelled_total"] > before, 1.0, 0.02)
+    if not done:
+        fail(f"stream: 1 s after a client left mid-stream, {m['invar_requests_running']:.0f} "
+             f"running, {m['invar_requests_cancelled_total'] - before:.0f} cancelled")
     print(f"stream: the first of 400 events came while the request ran; the events carry the "
-          f"non-streamed bits; a client leaving mid-stream freed its request in "
-          f"{time.monotonic() - t0:.2f} s")
+          f"non-streamed bits; a client leaving mid-stream freed its request in {freed:.2f} s")
 
 
 def busy(a):
@@ -184,14 +187,11 @@ def busy(a):
     for t in first:
         t.start()
     # Polled, not slept on: a fast host serves a 300-token request in a fraction of a second.
-    t0 = time.monotonic()
-    while True:
-        m = metrics(a.port)
-        if m["invar_requests_running"] + m["invar_requests_waiting"] == 2:
-            break
-        if time.monotonic() - t0 > 5.0 or m["invar_requests_total"] >= 2:
-            fail(f"busy: the two long requests are not both in the server: {m}")
-        time.sleep(0.005)
+    m, _, both_in = poll_metrics(a.port, lambda m: m["invar_requests_running"] +
+                                 m["invar_requests_waiting"] == 2, 5.0, 0.005,
+                                 give_up=lambda m: m["invar_requests_total"] >= 2)
+    if not both_in:
+        fail(f"busy: the two long requests are not both in the server: {m}")
     more = [threading.Thread(target=send, args=(i,)) for i in range(6)]
     for t in more:
         t.start()

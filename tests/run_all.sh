@@ -39,6 +39,11 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
     fi
 fi
 
+# The suites start longest first (tests/suites.sh), by this build's last check, else by the
+# record committed for this kind of host (results/check/).
+SUITE_SECONDS="$BUILD/check-seconds.tsv"
+SUITE_SECONDS_HINTS="$(dirname "$0")/../results/check/suite-seconds-$([ "$gpu" = 1 ] && echo gpu || echo cpu).tsv"
+
 # Where nvcc is but the build checked is CPU-only (no GPU here), the CUDA build must still
 # compile: one suite, started first since it is the longest by far (minutes of nvcc on a small
 # machine; the suites below run beside it). `make check` names its directory in
@@ -48,14 +53,14 @@ if [ -n "${CHECK_CUDA_BUILD:-}" ]; then
     cuda_build() { MAKEFLAGS=$(sed 's/--jobserver-[a-z]*=[^ ]*//g; s/\(^\| \)-j[0-9]*//g' <<<"${MAKEFLAGS:-}") \
         make --no-print-directory -j"$(nproc 2>/dev/null || echo 2)" CUDA=1 BUILD="$CHECK_CUDA_BUILD" all tests; }
     suite "CUDA build compiles (make CUDA=1 BUILD=$CHECK_CUDA_BUILD all tests)" cuda_build
+    suite_start_queued  # now, whatever the last check's record says: up to date there, not here
 elif [ -z "${CHECK_CUDA_BUILD+set}" ] && [ "$gpu" != 1 ] &&
      { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
     skip_suite "CUDA build compiles: not asked (make check asks, through CHECK_CUDA_BUILD, where nvcc is and the build is CPU-only)"
 fi
-# cases/long-batch.ini, the longest engine suite (on a GPU host too, beside the other suites),
-# starts next: started in its turn it ended last, alone. Where 4 or more suites run at once, its
-# two configs run as two shards side by side (LONG_BATCH_SHARDS): one alone was the whole
-# check's critical path on a 16-core GPU host.
+# cases/long-batch.ini, the longest engine suite (on a GPU host too, beside the other suites):
+# where 4 or more suites run at once, its two configs run as two shards side by side
+# (LONG_BATCH_SHARDS): one alone was the whole check's critical path on a 16-core GPU host.
 jobs=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
 long_batch_shards=${LONG_BATCH_SHARDS:-$([ "$jobs" -ge 4 ] && echo 2 || echo 1)}
 case "$long_batch_shards" in 1 | 2) ;; *) echo "LONG_BATCH_SHARDS=$long_batch_shards: 1 or 2 (the case has 2 configs)"; exit 2 ;; esac
@@ -198,6 +203,7 @@ if [ "$gpu" = 1 ]; then
         $(find "$REPORT/kernels/cuda" -name coverage.csv -exec dirname {} \; | sort)
 fi
 print_failures
+suite_record "$SUITE_SECONDS"
 # The suites' wall time, side by side (the build before them not counted): issue 17's figure.
 echo "check: $passed passed, $failed failed, $skipped skipped in $SECONDS s"
 [ "$failed" = 0 ]

@@ -6,9 +6,16 @@
 # CHECK_JOBS=N runs up to N suites at once (default: the number of cores, at most 16; 1 runs
 # them one after another, streaming their output). In parallel each suite's closing line is
 # printed as soon as it ends, its output goes to a log, and the logs are gathered whole, in the
-# order the suites were started, into CHECK_LOG (default BUILD/check.log) at the next
+# order the suites were named, into CHECK_LOG (default BUILD/check.log) at the next
 # suite_wait, so that file reads as a sequential run's; the outputs of failed suites are
 # printed again at the end (print_failures).
+#
+# In parallel the suites named before a suite_wait start longest first: taken in the order
+# named, a long suite named late ends alone after the rest (a 16-core check measured 201 s in
+# order, 151 s longest first, from the same suites' times). A suite's expected time is its last
+# one in SUITE_SECONDS (a file of "seconds<TAB>name" lines, the record the last check on this
+# build wrote) or else in SUITE_SECONDS_HINTS (one committed for this kind of host); a suite in
+# neither counts SUITE_SECONDS_DEFAULT (30). suite_record FILE writes this run's times there.
 passed=0 failed=0 skipped=0
 failures=()
 failed_ids=()   # the parallel logs of the failed suites, printed by print_failures
@@ -16,8 +23,11 @@ suite_jobs=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$suite_jobs" -gt 16 ] && suite_jobs=16
 suite_dir=$(mktemp -d "${TMPDIR:-/tmp}/invar-suites.XXXXXX") || exit 2
 trap 'rm -rf "$suite_dir"' EXIT
-suite_count=0   # suites (and skips) started: their order in the output
+suite_count=0   # suites (and skips) named: their order in the output
 suite_shown=0   # of those, the ones already gathered
+suite_queue=()  # ids of the suites named but not started (parallel runs)
+declare -A suite_expected=()  # name -> expected seconds, read at the first suite_start_queued
+suite_times=()  # "seconds<TAB>name" of each suite gathered, for suite_record
 if [ "$suite_jobs" -gt 1 ]; then
     check_log=${CHECK_LOG:-${BUILD:-build}/check.log}
     mkdir -p "$(dirname "$check_log")" && : >"$check_log" || exit 2
@@ -45,19 +55,57 @@ suite() {  # suite NAME COMMAND...: runs one suite (in the background with CHECK
         echo "=== ${SUITE_PREFIX:-}$name"
         "$@" || verdict=FAILED
         suite_count_verdict "$name" "$verdict"
+        suite_times+=("$((SECONDS - start))"$'\t'"${SUITE_PREFIX:-}$name")
         suite_closing "$name" "$verdict" $((SECONDS - start))
         return
     fi
     suite_count=$((suite_count + 1))
     id=$(printf '%04d' "$suite_count")
     printf '%s\n' "$name" >"$suite_dir/$id.name"
-    while [ "$(jobs -rp | wc -l)" -ge "$suite_jobs" ]; do wait -n; done
-    (
-        start=$SECONDS
-        if "$@" >"$suite_dir/$id.log" 2>&1 </dev/null; then verdict=ok; else verdict=FAILED; fi
-        echo "$verdict $((SECONDS - start))" >"$suite_dir/$id.verdict"
-        suite_closing "$name" "$verdict" $((SECONDS - start))  # one short line: written whole
-    ) &
+    printf '%q ' "$@" >"$suite_dir/$id.command"  # run by eval: shell functions are commands too
+    suite_queue+=("$id")
+}
+
+suite_expected_read() {  # suite_expected_read FILE...: "seconds<TAB>name" lines, later files first
+    local f seconds name
+    for f in "$@"; do
+        [ -n "$f" ] && [ -r "$f" ] || continue
+        while IFS=$'\t' read -r seconds name; do
+            case $seconds in '' | *[!0-9]*) continue ;; esac
+            [ -n "$name" ] && suite_expected[$name]=$seconds
+        done <"$f"
+    done
+}
+
+suite_start_queued() {  # starts the queued suites, longest expected first, suite_jobs at a time
+    [ "${#suite_queue[@]}" -gt 0 ] || return 0
+    [ "${#suite_expected[@]}" -gt 0 ] || suite_expected_read "${SUITE_SECONDS_HINTS:-}" "${SUITE_SECONDS:-}"
+    local id name order
+    order=$(for id in "${suite_queue[@]}"; do
+                name=$(cat "$suite_dir/$id.name")
+                printf '%s\t%s\n' "${suite_expected[${SUITE_PREFIX:-}$name]:-${SUITE_SECONDS_DEFAULT:-30}}" "$id"
+            done | sort -t$'\t' -k1,1nr -k2,2 | cut -f2)
+    suite_queue=()
+    for id in $order; do
+        while [ "$(jobs -rp | wc -l)" -ge "$suite_jobs" ]; do wait -n; done
+        name=$(cat "$suite_dir/$id.name")
+        (
+            start=$SECONDS
+            if eval "$(cat "$suite_dir/$id.command")" >"$suite_dir/$id.log" 2>&1 </dev/null; then
+                verdict=ok
+            else
+                verdict=FAILED
+            fi
+            echo "$verdict $((SECONDS - start))" >"$suite_dir/$id.verdict"
+            suite_closing "$name" "$verdict" $((SECONDS - start))  # one short line: written whole
+        ) &
+    done
+}
+
+suite_record() {  # suite_record FILE: this run's suite times, "seconds<TAB>name", for SUITE_SECONDS
+    [ "${#suite_times[@]}" -gt 0 ] || return 0
+    printf '%s\n' "${suite_times[@]}" >"$1.tmp" && mv "$1.tmp" "$1" ||
+        echo "suites.sh: could not write the suites' times to $1" >&2
 }
 
 skip_suite() {  # skip_suite MESSAGE: a suite that cannot run here, counted and said in order
@@ -72,7 +120,8 @@ skip_suite() {  # skip_suite MESSAGE: a suite that cannot run here, counted and 
     printf '%s\n' "$1" >"$suite_dir/$(printf '%04d' "$suite_count").skip"
 }
 
-suite_wait() {  # suite_wait: waits for the suites started, gathers their logs in order, counts them
+suite_wait() {  # suite_wait: starts the suites queued, waits for them, gathers their logs in order
+    [ "$suite_jobs" -gt 1 ] && suite_start_queued
     wait
     local id verdict seconds name
     while [ "$suite_shown" -lt "$suite_count" ]; do
@@ -92,6 +141,7 @@ suite_wait() {  # suite_wait: waits for the suites started, gathers their logs i
             suite_closing "$name" "$verdict" "$seconds"
         } >>"$check_log"
         suite_count_verdict "$name" "$verdict"
+        suite_times+=("$seconds"$'\t'"${SUITE_PREFIX:-}$name")
         [ "$verdict" = ok ] || failed_ids+=("$id")
     done
 }

@@ -103,8 +103,9 @@ def abandon(a):
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                   b"\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
         socks.append(s)
-    time.sleep(0.3)
-    running = metrics(a.port)["invar_requests_running"]
+    # Polled, not slept on: a slow host may not have started one yet, a fast one may be done.
+    m, _, _ = poll_metrics(a.port, lambda m: m["invar_requests_running"] >= 1, 5.0, 0.005)
+    running = m["invar_requests_running"]
     for s in socks:
         s.close()
     m, freed, done = poll_metrics(a.port, lambda m: m["invar_requests_running"] == 0 and
@@ -262,7 +263,11 @@ def drain(a):
             result["e"] = str(e)
     t = threading.Thread(target=send)
     t.start()
-    time.sleep(0.3)
+    # SIGTERM the moment the request runs: slept on instead, a fast host had answered it before
+    # the signal and the check held whatever SIGTERM did.
+    m, _, running = poll_metrics(a.port, lambda m: m["invar_requests_running"] == 1, 5.0, 0.005)
+    if not running:
+        fail(f"drain: the 400-token request never showed as running: {m}")
     os.kill(a.pid, signal.SIGTERM)
     time.sleep(0.2)
     try:

@@ -12,7 +12,8 @@ header() {  # header PATCH KEY: the value of '# KEY: ...' with its continuation 
 }
 
 # header_problem PATCH: prints what is wrong with its header (nothing when it is well formed).
-# checks: space-separated KIND:NAME words (a stray comma would make `invar kernels --op gemm,`
+# checks: space-separated KIND:NAME words, kernels:OP/SET for a set other than the invariant
+# one (a stray comma would make `invar kernels --op gemm,`
 # exit 2 with a usage message, which the runner would count as a catch).
 header_problem() {
     local class device c
@@ -24,6 +25,7 @@ header_problem() {
     case "${device:-cpu}" in cpu | cuda) ;; *) echo "device '$device' is not cpu or cuda"; return ;; esac
     for c in $(header "$1" checks); do
         [[ "$c" =~ ^(unit|units|kernels|kernels-exhaustive|case|script):[A-Za-z0-9_.-]+$ ]] ||
-            { echo "check '$c' is not KIND:NAME (unit, units, kernels, kernels-exhaustive, case, script)"; return; }
+            [[ "$c" =~ ^kernels(-exhaustive)?:[A-Za-z0-9_.-]+/(invariant|reference|adversarial)$ ]] ||
+            { echo "check '$c' is not KIND:NAME (unit, units, kernels, kernels-exhaustive, case, script) or kernels:OP/SET"; return; }
     done
 }

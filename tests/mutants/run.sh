@@ -17,7 +17,8 @@
 #   class   kernel, engine, comparator, verdict, runner or report (kernel mutants must be caught
 #           by the kernel-level checks: a catch by a case is reported as end-to-end only)
 #   device  cpu or cuda (cuda: compiled here, run only where nvidia-smi lists a GPU)
-#   checks  the targeted checks, cheapest first: unit:TEST, kernels:OP, case:NAME,
+#   checks  the targeted checks, cheapest first: unit:TEST, kernels:OP (the invariant set;
+#           kernels:OP/SET another, e.g. kernels:gemm/reference), case:NAME,
 #           script:NAME (tests/NAME.sh BUILD, e.g. script:test_serve), and
 #           kernels-exhaustive:OP (`invar kernels --exhaustive`, nightly's mode)
 #   equivalent  why the mutant cannot change any bit: listed, not counted
@@ -132,7 +133,11 @@ run_check() {  # run_check DIR CHECK LOG: 0 survived, 1 caught, 2 not applicable
         done ;;
     kernels | kernels-exhaustive)
         local op=()
-        [ "$arg" = all ] || op=(--op "$arg" --set invariant)
+        case $arg in
+            all) ;;
+            */*) op=(--op "${arg%%/*}" --set "${arg#*/}") ;;
+            *) op=(--op "$arg" --set invariant) ;;
+        esac
         # kernels-exhaustive: the nightly mode (`make nightly`), for a mutant whose threshold
         # only its shapes reach; a catch there is a nightly catch, not a make check one
         [ "$kind" = kernels-exhaustive ] && op+=(--exhaustive)

@@ -16,6 +16,9 @@
 # one in SUITE_SECONDS (a file of "seconds<TAB>name" lines, the record the last check on this
 # build wrote) or else in SUITE_SECONDS_HINTS (one committed for this kind of host); a suite in
 # neither counts SUITE_SECONDS_DEFAULT (30). suite_record FILE writes this run's times there.
+#
+# CHECK_SUITES=FILE runs only the suites FILE names (one whole name a line, as its closing line
+# says it): a part of the check timed alone. The rest are counted in suite_unselected.
 passed=0 failed=0 skipped=0
 failures=()
 failed_ids=()   # the parallel logs of the failed suites, printed by print_failures
@@ -28,6 +31,13 @@ suite_shown=0   # of those, the ones already gathered
 suite_queue=()  # ids of the suites named but not started (parallel runs)
 declare -A suite_expected=()  # name -> expected seconds, read at the first suite_start_queued
 suite_times=()  # "seconds<TAB>name" of each suite gathered, for suite_record
+suite_unselected=0  # suites CHECK_SUITES leaves out
+declare -A suite_selected=()
+if [ -n "${CHECK_SUITES:-}" ]; then
+    [ -r "$CHECK_SUITES" ] || { echo "suites.sh: CHECK_SUITES=$CHECK_SUITES: cannot read it" >&2; exit 2; }
+    while IFS= read -r line; do [ -n "$line" ] && suite_selected[$line]=1; done <"$CHECK_SUITES"
+    [ "${#suite_selected[@]}" -gt 0 ] || { echo "suites.sh: CHECK_SUITES=$CHECK_SUITES names no suite" >&2; exit 2; }
+fi
 if [ "$suite_jobs" -gt 1 ]; then
     check_log=${CHECK_LOG:-${BUILD:-build}/check.log}
     mkdir -p "$(dirname "$check_log")" && : >"$check_log" || exit 2
@@ -50,6 +60,10 @@ suite_count_verdict() {  # suite_count_verdict NAME OK|FAILED
 suite() {  # suite NAME COMMAND...: runs one suite (in the background with CHECK_JOBS > 1)
     local name=$1 start=$SECONDS verdict=ok id
     shift
+    if [ -n "${CHECK_SUITES:-}" ] && [ -z "${suite_selected[$name]:-}" ]; then
+        suite_unselected=$((suite_unselected + 1))
+        return
+    fi
     if [ "$suite_jobs" -le 1 ]; then
         echo
         echo "=== ${SUITE_PREFIX:-}$name"
@@ -173,6 +187,7 @@ print_failures() {  # the failed suites' whole outputs (parallel runs), then the
     if [ "${#failures[@]}" -gt 0 ]; then
         printf 'failed: %s\n' "${failures[@]}"
     fi
+    [ "$suite_unselected" = 0 ] || echo "not run: $suite_unselected suites CHECK_SUITES ($CHECK_SUITES) does not name"
     [ "$suite_jobs" -gt 1 ] && echo "suites' whole outputs, in order: $check_log"
     return 0
 }

@@ -115,6 +115,14 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
+# The warp-specialized kernels' files keep ptxas's report beside their object (OBJ.ptxas), which
+# tests/ptxas_budgets.sh reads instead of compiling them again (minutes of nvcc on a GPU host's
+# check); printed only when the compile fails.
+PTXAS_REPORTED := kernels/cuda/gemm_sm90.cu kernels/cuda/mla_absorbed_h16_sm90.cu
+$(PTXAS_REPORTED:%.cu=$(BUILD)/%.cu.o): $(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -Xptxas -v -c $< -o $@ 2>$@.ptxas || { cat $@.ptxas; rm -f $@; exit 1; }
+
 $(BUILD)/libinvar.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

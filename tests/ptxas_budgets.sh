@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/ptxas_budgets.sh [OUT_DIR] — the warp-specialized kernels' registers, from `ptxas -v` of
-# their sm_90a code (nvcc needed, no GPU). In those kernels a producer warpgroup lowers its
+# tests/ptxas_budgets.sh [OUT_DIR [CUDA_BUILD]] — the warp-specialized kernels' registers, from
+# `ptxas -v` of their sm_90a code (nvcc needed, no GPU). In those kernels a producer warpgroup lowers its
 # registers (setmaxnreg.dec) and the consumers raise theirs (setmaxnreg.inc) into what it freed,
 # the budgets filling what the CTA launched with: a launch at fewer registers a thread would
 # leave setmaxnreg.inc waiting forever, a hang rather than a wrong result, so the launch counts
@@ -11,10 +11,13 @@
 #                                         two consumers at 240) or 248 (56 + one at 248)
 #   kernels/cuda/mla_absorbed_h16_sm90.cu  both split kernels at 168 (producer 88 + two computing
 #                                         warpgroups at 208)
-# ptxas's output goes to OUT_DIR/ptxas-<file>.log (default: a temporary directory). Exit 0 when
-# every count is as above, 1 otherwise, 2 without nvcc.
+# ptxas's output goes to OUT_DIR/ptxas-<file>.log (default: a temporary directory). With
+# CUDA_BUILD, a `make CUDA=1` build folder, the reports its build kept (OBJ.ptxas, the Makefile's
+# PTXAS_REPORTED) are read instead where they are newer than their file: the code that ships,
+# and no second compile. Exit 0 when every count is as above, 1 otherwise, 2 without nvcc.
 set -u
 out=${1:-}
+cuda_build=${2:-}
 [ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/invar-ptxas.XXXXXX") || exit 2
 mkdir -p "$out" || exit 2
 # The objects are only ptxas's by-product: kept out of OUT_DIR (a device run returns few files).
@@ -22,7 +25,7 @@ obj=$(mktemp -d "${TMPDIR:-/tmp}/invar-ptxas-obj.XXXXXX") || exit 2
 trap 'rm -rf "$obj"' EXIT
 cd "$(dirname "$0")/.." || exit 2
 nvcc_bin=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-if [ -z "$nvcc_bin" ]; then
+if [ -z "$nvcc_bin" ] && [ -z "$cuda_build" ]; then
     echo "ptxas_budgets: no nvcc (PATH or /usr/local/cuda/bin)" >&2
     exit 2
 fi
@@ -34,7 +37,14 @@ check() {
     local file=$1 log
     shift
     log="$out/ptxas-$(basename "$file" .cu).log"
-    if ! "$nvcc_bin" -std=c++17 -O3 -DINVAR_CUDA -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
+    if [ -n "$cuda_build" ] && [ -f "$cuda_build/$file.o" ] && [ "$cuda_build/$file.o.ptxas" -nt "$file" ] &&
+       cp "$cuda_build/$file.o.ptxas" "$log"; then
+        echo "ptxas_budgets: $file: the report $cuda_build's build kept"
+    elif [ -z "$nvcc_bin" ]; then
+        echo "ptxas_budgets: no report of $file in $cuda_build (an object built before it kept one) and no nvcc"
+        status=1
+        return
+    elif ! "$nvcc_bin" -std=c++17 -O3 -DINVAR_CUDA -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
         -c "$file" -o "$obj/$(basename "$file" .cu).o" >"$log" 2>&1; then
         echo "ptxas_budgets: $file does not compile; see $log"
         status=1

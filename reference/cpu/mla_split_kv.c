@@ -20,6 +20,7 @@
 #include "../../kernels/order_log.h"        // order_log_note
 #include "ref_cpu_set.h"                    // ref_cpu_policy_of
 #include "../../kernels/cpu/inv_cpu.h"        // inv_cpu_pool, inv_cpu_threads
+#include "../../kernels/cpu/lanes.h"          // v4f, v4f_load_bf16: 4 elements' own arithmetic
 
 #define TOKENS_PER_SPLIT 512  // TRITON_MLA: one split per 512 tokens of the longest sequence
 #define MIN_TWO_SPLITS 64     // longer than this: never fewer than two splits
@@ -63,26 +64,71 @@ static const bf16 *cache_entry(const mla_attention_args *a, int seq, int j) {
     return a->kv_cache + slot * (a->L + a->R);
 }
 
+// One key's score: the latent dot, then the rope dot, each one chain in increasing index.
+static float score_one(const mla_attention_args *a, const bf16 *e, const float *ql, const float *qp) {
+    float lat = 0.0f, pe = 0.0f;
+    for (int l = 0; l < a->L; l++) lat += ql[l] * bf16_to_float(e[l]);
+    for (int r = 0; r < a->R; r++) pe += qp[r] * bf16_to_float(e[a->L + r]);
+    return a->scale * (lat + pe);
+}
+
+// Four keys' scores at once: four chains side by side, each exactly score_one's (the speed is
+// the chains' overlap, make check's reference cases spend most of their time here).
+static void score_four(const mla_attention_args *a, const bf16 *const e[4], const float *ql,
+                       const float *qp, float s[4]) {
+    float lat0 = 0.0f, lat1 = 0.0f, lat2 = 0.0f, lat3 = 0.0f;
+    for (int l = 0; l < a->L; l++) {
+        float q = ql[l];
+        lat0 += q * bf16_to_float(e[0][l]);
+        lat1 += q * bf16_to_float(e[1][l]);
+        lat2 += q * bf16_to_float(e[2][l]);
+        lat3 += q * bf16_to_float(e[3][l]);
+    }
+    float pe0 = 0.0f, pe1 = 0.0f, pe2 = 0.0f, pe3 = 0.0f;
+    for (int r = 0; r < a->R; r++) {
+        float q = qp[r];
+        pe0 += q * bf16_to_float(e[0][a->L + r]);
+        pe1 += q * bf16_to_float(e[1][a->L + r]);
+        pe2 += q * bf16_to_float(e[2][a->L + r]);
+        pe3 += q * bf16_to_float(e[3][a->L + r]);
+    }
+    s[0] = a->scale * (lat0 + pe0);
+    s[1] = a->scale * (lat1 + pe1);
+    s[2] = a->scale * (lat2 + pe2);
+    s[3] = a->scale * (lat3 + pe3);
+}
+
+// o[l] += p * c_kv[l] for every l, the products and sums rounded one by one (4 lanes of l at a
+// time: each lane is its own element's arithmetic).
+static void accumulate(float *o, float p, const bf16 *e, int L) {
+    int l = 0;
+    v4f pv = v4f_splat(p);
+    for (; l + 4 <= L; l += 4) {
+        v4f prod = pv * v4f_load_bf16(e + l);
+        v4f_store(o + l, v4f_load(o + l) + prod);
+    }
+    for (; l < L; l++) o[l] += p * bf16_to_float(e[l]);
+}
+
 // Stage 1 over keys [j0, j1): the split's normalized output into o, its log-sum-exp returned.
 static float split_attend(const mla_attention_args *a, int seq, int j0, int j1, const float *ql,
                           const float *qp, float *scores, float *o) {
     float m = -INFINITY;
-    for (int j = j0; j < j1; j++) {
-        const bf16 *e = cache_entry(a, seq, j);
-        float lat = 0.0f, pe = 0.0f;
-        for (int l = 0; l < a->L; l++) lat += ql[l] * bf16_to_float(e[l]);
-        for (int r = 0; r < a->R; r++) pe += qp[r] * bf16_to_float(e[a->L + r]);
-        float s = a->scale * (lat + pe);
-        scores[j - j0] = s;
-        if (s > m) m = s;
+    int j = j0;
+    for (; j + 4 <= j1; j += 4) {
+        const bf16 *e[4] = {cache_entry(a, seq, j), cache_entry(a, seq, j + 1),
+                            cache_entry(a, seq, j + 2), cache_entry(a, seq, j + 3)};
+        score_four(a, e, ql, qp, scores + (j - j0));
     }
+    for (; j < j1; j++) scores[j - j0] = score_one(a, cache_entry(a, seq, j), ql, qp);
+    for (j = j0; j < j1; j++)
+        if (scores[j - j0] > m) m = scores[j - j0];
     float sum = 0.0f;
     for (int l = 0; l < a->L; l++) o[l] = 0.0f;
-    for (int j = j0; j < j1; j++) {
-        const bf16 *e = cache_entry(a, seq, j);
+    for (j = j0; j < j1; j++) {
         float p = expf(scores[j - j0] - m);
         sum += p;
-        for (int l = 0; l < a->L; l++) o[l] += p * bf16_to_float(e[l]);
+        accumulate(o, p, cache_entry(a, seq, j), a->L);
     }
     for (int l = 0; l < a->L; l++) o[l] /= sum;
     return m + logf(sum);

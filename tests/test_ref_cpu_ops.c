@@ -452,6 +452,48 @@ static void mla_token_bits_depend_on_batch(void **state) {
     mla_fixture_free(&f);
 }
 
+// Widths that are not multiples of 4 or 8 (L = 21, R = 6; a custom config.json may have them):
+// the kernel's four-wide value sums and four-key scores end in scalar tails, which the model
+// shapes above (L = 64, R = 16) never reach. One 45-token sequence in blocks of 5, every position
+// a query, against the float64 oracle.
+static void mla_attention_matches_oracle_at_odd_widths(void **state) {
+    (void)state;
+    enum { H = 3, L = 21, R = 6, BS = 5, LEN = 45, BLOCKS = LEN / BS };
+    bf16 *cache = test_alloc((size_t)BLOCKS * BS * (L + R) * sizeof(bf16));
+    bf16 *q_lat = test_alloc((size_t)LEN * H * L * sizeof(bf16));
+    bf16 *q_pe = test_alloc((size_t)LEN * H * R * sizeof(bf16));
+    bf16 *out = test_alloc((size_t)LEN * H * L * sizeof(bf16));
+    double *ref = test_alloc((size_t)LEN * H * L * sizeof(double));
+    test_fill_bf16(cache, (long)BLOCKS * BS * (L + R), 71, 1.0f);
+    test_fill_bf16(q_lat, (long)LEN * H * L, 72, 1.0f);
+    test_fill_bf16(q_pe, (long)LEN * H * R, 73, 1.0f);
+    int32_t table[BLOCKS], seq[LEN], pos[LEN], len = LEN;
+    for (int b = 0; b < BLOCKS; b++) table[b] = (b * 4 + 1) % BLOCKS;  // scrambled: 4 and 9 coprime
+    for (int t = 0; t < LEN; t++) seq[t] = 0, pos[t] = t;
+    mla_attention_args a = {
+        .out = out, .q_lat = q_lat, .q_pe = q_pe, .kv_cache = cache, .block_table = table,
+        .token_seq = seq, .token_pos = pos, .seq_lens = &len, .T = LEN, .H = H, .L = L, .R = R,
+        .ld_out = H * L, .ld_q_lat = H * L, .ld_q_pe = H * R, .head_stride_q_pe = R,
+        .block_size = BS, .max_blocks_per_seq = BLOCKS, .num_seqs = 1, .max_seq_len = LEN,
+        .scale = 1.0f / sqrtf((float)(L + R)),
+    };
+    for (int given = 0; given < 2; given++) {  // the set's own splits, then a backend's
+        a.kv_split_size = given ? 64 : 0;
+        ops_set *ops = ref_cpu_create(2);
+        test_poison(out, (size_t)LEN * H * L * sizeof(bf16));
+        ops->mla_attention(ops, &a);
+        f64_mla_attention(&a, ref);
+        assert_int_equal(test_unwritten_bf16(out, (long)LEN * H * L), 0);
+        assert_true(f64_rel_l2_bf16(out, ref, (long)LEN * H * L) < TOL_BF16);
+        ops->destroy(ops);
+    }
+    free(cache);
+    free(q_lat);
+    free(q_pe);
+    free(out);
+    free(ref);
+}
+
 // A backend that schedules the splits itself passes their size: then the batch does not matter.
 static void mla_honours_a_given_split_size(void **state) {
     (void)state;
@@ -972,6 +1014,7 @@ int main(void) {
         cmocka_unit_test(rmsnorm_row_bits_depend_on_M),
         cmocka_unit_test(mla_split_rule),
         cmocka_unit_test(mla_attention_matches_oracle),
+        cmocka_unit_test(mla_attention_matches_oracle_at_odd_widths),
         cmocka_unit_test(mla_token_bits_depend_on_batch),
         cmocka_unit_test(mla_honours_a_given_split_size),
         cmocka_unit_test(mha_prefill_matches_oracle),

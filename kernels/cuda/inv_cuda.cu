@@ -3,8 +3,8 @@
 #include "inv_cuda.h"
 
 #include <cuda_runtime.h>   // cudaMalloc, cudaMemcpyAsync, cudaStreamCreate, ...
-#include <stdio.h>          // snprintf
-#include <stdlib.h>         // free
+#include <stdio.h>          // snprintf, fprintf
+#include <stdlib.h>         // free, getenv
 #include <string.h>         // strcmp, strncmp
 
 #include "cuda_ctx.cuh"     // cuda_ctx, CUDA_CHECK, invar_cuda_reserve, invar_die, invar_calloc
@@ -14,11 +14,33 @@
 
 // --- context ---
 
+// How a host thread waits for the device, from INVAR_CUDA_WAIT (spin, yield, block; unset:
+// CUDA's own choice, which for one context on a many-core host is to spin). make check asks for
+// block: its GPU suites run beside CPU ones, and each spinning waiter takes a core from them.
+static void apply_wait_policy(int device) {
+    const char *wait = getenv("INVAR_CUDA_WAIT");
+    if (!wait || !*wait) return;
+    unsigned int flag;
+    if (strcmp(wait, "spin") == 0) flag = cudaDeviceScheduleSpin;
+    else if (strcmp(wait, "yield") == 0) flag = cudaDeviceScheduleYield;
+    else if (strcmp(wait, "block") == 0) flag = cudaDeviceScheduleBlockingSync;
+    else invar_die(INVAR_EXIT_INPUT, "INVAR_CUDA_WAIT=%s: not spin, yield or block", wait);
+    cudaError_t e = cudaSetDeviceFlags(flag);
+    if (e == cudaErrorSetOnActiveProcess) {  // a runtime that keeps an initialized device's flags
+        (void)cudaGetLastError();
+        fprintf(stderr, "cuda: INVAR_CUDA_WAIT=%s not applied: device %d was initialized before "
+                "(%s)\n", wait, device, cudaGetErrorString(e));
+        return;
+    }
+    CUDA_CHECK("set how the host waits (INVAR_CUDA_WAIT)", e);
+}
+
 void cuda_ctx_init(cuda_ctx *c, const char *set_name) {
     char why[256];
     if (!inv_cuda_device_available(why, (int)sizeof why))
         invar_die(INVAR_EXIT_SYSTEM, "cuda: creating the %s set: %s", set_name, why);
     CUDA_CHECK("create", cudaGetDevice(&c->device));
+    apply_wait_policy(c->device);
     cudaDeviceProp prop;
     CUDA_CHECK("create", cudaGetDeviceProperties(&prop, c->device));
     c->num_sms = prop.multiProcessorCount;

@@ -11,8 +11,8 @@
 # printed again at the end (print_failures).
 #
 # In parallel the suites named before a suite_wait start longest first: taken in the order
-# named, a long suite named late ends alone after the rest (a 16-core check measured 201 s in
-# order, 151 s longest first, from the same suites' times). A suite's expected time is its last
+# named, a long suite named late ends alone after the rest (results/check/check-times.csv has
+# GPU hosts' checks both ways). A suite's expected time is its last
 # one in SUITE_SECONDS (a file of "seconds<TAB>name" lines, the record the last check on this
 # build wrote) or else in SUITE_SECONDS_HINTS (one committed for this kind of host); a suite in
 # neither counts SUITE_SECONDS_DEFAULT (30). suite_record FILE writes this run's times there.

@@ -85,6 +85,7 @@ else
     unit_and_replay_suites "$BUILD"
 fi
 suite "mutation patches still apply (tests/mutants/check_apply.sh)" bash tests/mutants/check_apply.sh
+suite "the suite runner on toy suites (tests/test_suites.sh)" bash tests/test_suites.sh
 # The include directions between the rooms, after its own negative control (planted wrong-way
 # includes must be caught).
 layering() { bash tests/layering.sh --self-test && bash tests/layering.sh; }

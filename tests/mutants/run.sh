@@ -176,7 +176,7 @@ base_fails() {
 
 # The ladder after the targeted checks: make check's CPU suites, cheapest first (its cases, then
 # its scripted suites; the Python bridge's where python3 has numpy, as make check runs it).
-LADDER_CPU="units:all kernels:all case:sampled case:ci case:small-model case:backends case:configs case:eviction case:warm-copies case:tp case:tp-size case:graphs case:reach case:long case:long-context case:long-batch script:test_cli script:test_resume script:test_shard script:test_triage script:test_serve script:test_probe script:test_plugin script:test_warm_copies script:test_model_dir script:test_bench_results script:doc_example script:test_serve_load"
+LADDER_CPU="units:all kernels:all case:sampled case:ci case:small-model case:backends case:configs case:eviction case:warm-copies case:tp case:tp-size case:graphs case:reach case:long case:long-context case:long-batch script:test_suites script:test_cli script:test_resume script:test_shard script:test_triage script:test_serve script:test_probe script:test_plugin script:test_warm_copies script:test_model_dir script:test_bench_results script:doc_example script:test_serve_load"
 if bash "$here/../numpy_python.sh" >/dev/null; then
     LADDER_CPU="$LADDER_CPU script:test_bridge"
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/ptxas_budgets.sh [OUT_DIR [CUDA_BUILD]] — the warp-specialized kernels' registers, from
-# `ptxas -v` of their sm_90a code (nvcc needed, no GPU). In those kernels a producer warpgroup lowers its
+# tests/ptxas_budgets.sh [OUT_DIR [BUILD]] — the warp-specialized kernels' registers, from
+# `ptxas -v` of their sm_90a code (no GPU needed). In those kernels a producer warpgroup lowers its
 # registers (setmaxnreg.dec) and the consumers raise theirs (setmaxnreg.inc) into what it freed,
 # the budgets filling what the CTA launched with: a launch at fewer registers a thread would
 # leave setmaxnreg.inc waiting forever, a hang rather than a wrong result, so the launch counts
@@ -11,13 +11,13 @@
 #                                         two consumers at 240) or 248 (56 + one at 248)
 #   kernels/cuda/mla_absorbed_h16_sm90.cu  both split kernels at 168 (producer 88 + two computing
 #                                         warpgroups at 208)
-# ptxas's output goes to OUT_DIR/ptxas-<file>.log (default: a temporary directory). With
-# CUDA_BUILD, a `make CUDA=1` build folder, the reports its build kept (OBJ.ptxas, the Makefile's
-# PTXAS_REPORTED) are read instead where they are newer than their file: the code that ships,
-# and no second compile. Exit 0 when every count is as above, 1 otherwise, 2 without nvcc.
+# ptxas's output goes to OUT_DIR/ptxas-<file>.log (default: a temporary directory). Where BUILD
+# is a `make CUDA=1` build, the reports it kept (OBJ.ptxas, the Makefile's PTXAS_REPORTED) are
+# read instead, when newer than their file: the code that ships, and no second compile; else
+# nvcc compiles the file. Exit 0 when every count is as above, 1 otherwise, 2 with neither.
 set -u
 out=${1:-}
-cuda_build=${2:-}
+build=${2:-}
 [ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/invar-ptxas.XXXXXX") || exit 2
 mkdir -p "$out" || exit 2
 # The objects are only ptxas's by-product: kept out of OUT_DIR (a device run returns few files).
@@ -25,7 +25,7 @@ obj=$(mktemp -d "${TMPDIR:-/tmp}/invar-ptxas-obj.XXXXXX") || exit 2
 trap 'rm -rf "$obj"' EXIT
 cd "$(dirname "$0")/.." || exit 2
 nvcc_bin=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-if [ -z "$nvcc_bin" ] && [ -z "$cuda_build" ]; then
+if [ -z "$nvcc_bin" ] && [ -z "$build" ]; then
     echo "ptxas_budgets: no nvcc (PATH or /usr/local/cuda/bin)" >&2
     exit 2
 fi
@@ -37,11 +37,11 @@ check() {
     local file=$1 log
     shift
     log="$out/ptxas-$(basename "$file" .cu).log"
-    if [ -n "$cuda_build" ] && [ -f "$cuda_build/$file.o" ] && [ "$cuda_build/$file.o.ptxas" -nt "$file" ] &&
-       cp "$cuda_build/$file.o.ptxas" "$log"; then
-        echo "ptxas_budgets: $file: the report $cuda_build's build kept"
+    if [ -n "$build" ] && [ -f "$build/$file.o" ] && [ "$build/$file.o.ptxas" -nt "$file" ] &&
+       cp "$build/$file.o.ptxas" "$log"; then
+        echo "ptxas_budgets: $file: read from $build/$file.o.ptxas"
     elif [ -z "$nvcc_bin" ]; then
-        echo "ptxas_budgets: no report of $file in $cuda_build (an object built before it kept one) and no nvcc"
+        echo "ptxas_budgets: no report of $file in $build and no nvcc"
         status=1
         return
     elif ! "$nvcc_bin" -std=c++17 -O3 -DINVAR_CUDA -gencode arch=compute_90a,code=sm_90a -Xptxas -v \

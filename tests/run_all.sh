@@ -100,8 +100,7 @@ suite "kernels/cuda at most 30% comment, gemm_plan.cuh at most 300 lines (tests/
 # ptxas alone, so wherever nvcc is, GPU or not.
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     # A CUDA build's own ptxas reports (the Makefile's PTXAS_REPORTED), else a compile of its own.
-    suite "ptxas register budgets (tests/ptxas_budgets.sh)" bash tests/ptxas_budgets.sh "$BUILD/ptxas" \
-        $([ -f "$BUILD/kernels/cuda/gemm_sm90.cu.o" ] && echo "$BUILD")
+    suite "ptxas register budgets (tests/ptxas_budgets.sh)" bash tests/ptxas_budgets.sh "$BUILD/ptxas" "$BUILD"
 else
     skip_suite "ptxas register budgets: no nvcc (PATH or /usr/local/cuda/bin)"
 fi

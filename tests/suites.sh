@@ -80,7 +80,7 @@ suite() {  # suite NAME COMMAND...: runs one suite (in the background with CHECK
     suite_queue+=("$id")
 }
 
-suite_expected_read() {  # suite_expected_read FILE...: "seconds<TAB>name" lines, later files first
+suite_expected_read() {  # suite_expected_read FILE...: "seconds<TAB>name" lines; a later file's time wins
     local f seconds name
     for f in "$@"; do
         [ -n "$f" ] && [ -r "$f" ] || continue

@@ -379,9 +379,6 @@ static void bad_calls_refused_with_a_message(void **state) {
     free(t);
 }
 
-// A request aborted mid-run (its client went away) gives its KV blocks back at once and keeps
-// the records it had; one aborted while it waits is never admitted; every other request
-// finishes with the bits it gets alone.
 // Runs the session's submitted requests to the end, whoever finishes when.
 static void run_session(engine *e) {
     char err[512];
@@ -390,6 +387,10 @@ static void run_session(engine *e) {
         assert_true(guard < 1000);
     }
 }
+
+// A request aborted mid-run (its client went away) gives its KV blocks back at once and keeps
+// the records it had; one aborted while it waits is never admitted; every other request
+// finishes with the bits it gets alone.
 
 static void aborted_requests_free_blocks_others_unchanged(void **state) {
     fixture *f = *state;

@@ -453,8 +453,8 @@ static void mla_token_bits_depend_on_batch(void **state) {
 }
 
 // Widths that are not multiples of 4 or 8 (L = 21, R = 6; a custom config.json may have them):
-// the kernel's four-wide value sums and four-key scores end in scalar tails, which the model
-// shapes above (L = 64, R = 16) never reach. One 45-token sequence in blocks of 5, every position
+// the kernel's four-wide value sum ends in a scalar tail, which the model shapes above (L = 64,
+// R = 16) never reach. One 45-token sequence in blocks of 5, every position
 // a query, against the float64 oracle.
 static void mla_attention_matches_oracle_at_odd_widths(void **state) {
     (void)state;

@@ -15,8 +15,8 @@
 // --- context ---
 
 // How a host thread waits for the device, from INVAR_CUDA_WAIT (spin, yield, block; unset:
-// CUDA's own choice, which for one context on a many-core host is to spin). make check asks for
-// block: its GPU suites run beside CPU ones, and each spinning waiter takes a core from them.
+// CUDA's own choice, which for one context on a many-core host is to spin). Blocking frees the
+// core for the CPU work beside it (make check runs its GPU suites beside CPU ones).
 static void apply_wait_policy(int device) {
     const char *wait = getenv("INVAR_CUDA_WAIT");
     if (!wait || !*wait) return;

@@ -140,6 +140,10 @@ expect 2 "^invar bench: --shape: '32:-4096:16' is not batch:context:heads" bench
 expect 2 "^invar bench: --shape: '99999999999999999999:1:1': N is out of range \[1, 1048576\]" \
     bench --only gemm --shape 99999999999999999999:1:1
 expect 2 "^invar bench: --shape: times the CUDA kernels" bench --device cpu --only gemm --shape 64:64:1
+expect 2 "^invar bench: --model: 'v4' is not one of v2-lite\|v3" bench --model v4
+expect 2 "^invar bench: --model: picks the decode section's model; --only gemm runs no decode" bench --only gemm --model v3
+expect 2 "^invar bench: --model: picks the CUDA decode section's model; --device cpu runs the tiny one" \
+    bench --device cpu --model v2-lite
 expect 2 "^invar model write: --out: required" model write --config tiny --seed 1
 expect 2 "^invar model write: --shards: 0 is out of range \[1, 99999\]" \
     model write --config tiny --seed 1 --out "$work/m" --shards 0

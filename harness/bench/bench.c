@@ -11,7 +11,8 @@
 // memory-bound cases are read against: a plain read of its weights or cache, timed the same way
 // (read us, the CSVs' floor_read_* columns: a reference read, the start of a launch included,
 // not a proven bound). Writes DIR/meta.csv (finished no), DIR/bench_gemm.csv, bench_mla.csv and
-// bench_moe.csv, then DIR/meta.csv again (finished yes);
+// bench_moe.csv (bench_peak.csv where the decode section runs without the GEMM grid: the FLOP
+// ceiling from a few cuBLAS cells), then DIR/meta.csv again (finished yes);
 // with two GPUs also the tensor-parallel rows (harness/bench/bench_tp.h).
 #include <math.h>                // exp, log, sqrt
 #include <stdint.h>              // uint16_t, uint64_t, int32_t
@@ -202,6 +203,41 @@ static double bench_gemm(ops_set *inv, ops_set *ref, const bench_opts *o, const 
         inv->release(inv, y);
     }
     return exp(log_sum / count);
+}
+
+// --- the FLOP ceiling without the GEMM section ----------------------------------------------------
+
+// cuBLAS on the grid's large compute-bound cells: where the decode section runs without the GEMM
+// grid (--only decode), its prefill rows still get a compute roofline, from the fastest cell.
+static const int peak_cells[][3] = {{36864, 7168, 4096}, {7168, 18432, 4096}, {7168, 16384, 4096}};
+
+static double bench_flop_peak(ops_set *ref, const bench_opts *o, csv_report *csv) {
+    double best = 0.0;
+    printf("FLOP ceiling (the GEMM section did not run): cuBLAS on the grid's large cells\n");
+    for (size_t i = 0; i < sizeof peak_cells / sizeof peak_cells[0]; i++) {
+        const int N = peak_cells[i][0], K = peak_cells[i][1], M = peak_cells[i][2];
+        const long w_elems = (long)N * K, x_elems = (long)M * K;
+        uint16_t *w = ref->alloc(ref, (size_t)w_elems * 2, "bench peak weights");
+        uint16_t *x = ref->alloc(ref, (size_t)x_elems * 2, "bench peak activations");
+        uint16_t *y = ref->alloc(ref, (size_t)M * N * 2, "bench peak output");
+        fill_random(ref, w, w_elems, 0x5eedu + (uint64_t)i);
+        fill_random(ref, x, x_elems, 0xfeedu + (uint64_t)i);
+        gemm_job j = {ref, {0}, x, w, x_elems, w_elems, 1};
+        j.base.y = y;
+        j.base.M = M;
+        j.base.N = N;
+        j.base.K = K;
+        const double t = cuda_time_median_ms(ref, gemm_once, &j, o->warmup, o->reps);
+        const double tflops = 2.0 * M * (double)N * K / t / 1e9;
+        if (tflops > best) best = tflops;
+        printf("%6d x %-6d %5d %10.1f us %8.1f TF/s\n", N, K, M, t * 1e3, tflops);
+        bench_row(csv, "%d,%d,%d,%.2f,%.1f", N, K, M, t * 1e3, tflops);
+        ref->release(ref, w);
+        ref->release(ref, x);
+        ref->release(ref, y);
+    }
+    printf("FLOP ceiling: %.1f TFLOP/s\n\n", best);
+    return best;
 }
 
 // --- MLA decode --------------------------------------------------------------------------------
@@ -402,8 +438,8 @@ static void bench_moe(ops_set *inv, ops_set *ref, const bench_opts *o, double co
     inv->release(inv, ids);
 }
 
-int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes,
-               int argc, char **argv) {
+int bench_cuda(const char *out_dir, bool quick, const char *only, const char *model, bool profile,
+               const bench_shapes *shapes, int argc, char **argv) {
     bench_opts o = quick ? (bench_opts){2, 7} : (bench_opts){5, 31};
     ops_set *inv = kernel_set_create("invariant", "cuda", 0);
     ops_set *ref = kernel_set_create("reference", "cuda", 0);
@@ -468,7 +504,20 @@ int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, 
         static const int v2_lite_batches[] = {1, 32, 128}, v3_batches[] = {1, 32};
         static const bench_decode_rows rows[] = {{"v2-lite", v2_lite_batches, 3, 4096},
                                                  {"v3", v3_batches, 2, 4096}};
-        bench_decode("cuda", rows, 2, 128, quick ? 16 : 64, profile, &ceiling, out_dir);
+        const bench_decode_rows *chosen = rows;
+        int n_chosen = 2;
+        if (model) {
+            while (chosen < rows + 2 && strcmp(chosen->model, model) != 0) chosen++;
+            if (chosen == rows + 2) invar_die(INVAR_EXIT_INPUT, "bench: --model %s: no such decode model", model);
+            n_chosen = 1;
+        }
+        if (ceiling.peak_tflops <= 0.0) {
+            static const char *const header[] = {"N", "K", "M", "ref_us", "ref_tflops"};
+            csv_report *p = bench_csv_open(out_dir, "bench_peak.csv", header, 5);
+            ceiling.peak_tflops = bench_flop_peak(ref, &o, p);
+            bench_csv_close(p);
+        }
+        bench_decode("cuda", chosen, n_chosen, 128, quick ? 16 : 64, profile, &ceiling, out_dir);
     }
     if ((!only || strcmp(only, "tp") == 0) && bench_tp(quick, profile, out_dir)) {
         size_t n = strlen(summary);
@@ -482,9 +531,10 @@ int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, 
     return 0;
 }
 #else
-int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes,
-               int argc, char **argv) {
+int bench_cuda(const char *out_dir, bool quick, const char *only, const char *model, bool profile,
+               const bench_shapes *shapes, int argc, char **argv) {
     (void)out_dir;
+    (void)model;
     (void)argc;
     (void)argv;
     (void)quick;

@@ -20,10 +20,12 @@ void bench_shapes_add(bench_shapes *s, int a, int b, int c);
 
 // Times the sections (only: "gemm", "mla", "moe", "decode", "tp", or NULL for all) on the CUDA
 // device into out_dir, with its meta.csv (the command line argc/argv; "finished" no before the
-// first section, yes after the last); shapes->n > 0: those rows instead of the section's grid.
-// Returns the exit code (2 when a --shape row does not fit the device, before out_dir is
-// made). Call only when a CUDA device is available.
-int bench_cuda(const char *out_dir, bool quick, const char *only, bool profile, const bench_shapes *shapes,
-               int argc, char **argv);
+// first section, yes after the last); shapes->n > 0: those rows instead of the section's grid;
+// model ("v2-lite", "v3" or NULL for both): the decode section's models. A run whose decode
+// section runs without the GEMM section first times cuBLAS on a few large cells for the FLOP
+// ceiling (bench_peak.csv). Returns the exit code (2 when a --shape row does not fit the device,
+// before out_dir is made). Call only when a CUDA device is available.
+int bench_cuda(const char *out_dir, bool quick, const char *only, const char *model, bool profile,
+               const bench_shapes *shapes, int argc, char **argv);
 
 #endif

@@ -2,7 +2,7 @@
 // decode rates, and the CUDA sections through harness/bench/bench.h.
 //
 //   invar bench [--device cuda] [--out DIR] [--quick] [--only gemm|mla|moe|decode|tp] [--profile]
-//               [--shape N:K:M | B:C:H ...]
+//               [--shape N:K:M | B:C:H ...] [--model v2-lite|v3]
 //
 // Without a CUDA device: "SKIP: no CUDA device: <reason>" and exit 0, or exit 2 when
 // --device cuda was asked for explicitly (the caller wanted numbers and gets none).
@@ -78,7 +78,7 @@ static bool parse_shapes(const cli_list *list, const char *only, bench_shapes *s
 
 int cmd_bench(int argc, char **argv) {
     // NULL: not given; defaults after parsing.
-    const char *device = NULL, *out_dir = NULL, *only = NULL;
+    const char *device = NULL, *out_dir = NULL, *only = NULL, *model = NULL;
     bool quick = false, profile = false;
     const char *shape_items[BENCH_MAX_SHAPE_FLAGS];
     cli_list shape_list = {shape_items, 0, BENCH_MAX_SHAPE_FLAGS};
@@ -108,6 +108,10 @@ int cmd_bench(int argc, char **argv) {
                  "mla batch:context:heads (the context a multiple of 64;\n"
                  "e.g. 32:4096:16); timed as the grid's rows are; a row the\n"
                  "device's memory cannot hold is exit 2"},
+        {.name = "--model", .choices = "v2-lite|v3", .to.string = &model,
+         .help = "the end-to-end section's one model (its decode, graphs and\n"
+                 "prefill rows, --profile's tables): a run that fits a time\n"
+                 "limit; with --only decode or no --only"},
         {0},
     };
     const cli_command cmd = {
@@ -130,6 +134,10 @@ int cmd_bench(int argc, char **argv) {
     if (!parse_shapes(&shape_list, only, &shapes, err, sizeof err)) return cli_usage_error(&cmd, "%s", err);
     if (shapes.n && strcmp(device, "cpu") == 0)
         return cli_usage_error(&cmd, "--shape: times the CUDA kernels; --device cpu runs the decode only");
+    if (model && only && strcmp(only, "decode") != 0)
+        return cli_usage_error(&cmd, "--model: picks the decode section's model; --only %s runs no decode", only);
+    if (model && strcmp(device, "cpu") == 0)
+        return cli_usage_error(&cmd, "--model: picks the CUDA decode section's model; --device cpu runs the tiny one");
     if (strcmp(device, "cpu") == 0) {
         // Kernel timings are CUDA-event based; on the CPU only the end-to-end number is taken,
         // on the CI-sized model.
@@ -147,5 +155,5 @@ int cmd_bench(int argc, char **argv) {
         printf("SKIP: no CUDA device: %s\n", why);
         return explicit_device ? INVAR_EXIT_INPUT : 0;
     }
-    return bench_cuda(out_dir, quick, only, profile, &shapes, argc, argv);
+    return bench_cuda(out_dir, quick, only, model, profile, &shapes, argc, argv);
 }

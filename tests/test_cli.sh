@@ -186,6 +186,15 @@ awk -F'","' 'NR > 1 && !($4 ~ /^[a-z_]+ [^ ]*[=x]/ && $5 + 0 > 0 && $6 ~ /^-?[0-
 grep -q '"gemm [0-9]*x[0-9]* M=1"' "$ops_csv" && grep -q '"mla_attention T=8 ' "$ops_csv" ||
     fail "bench --profile: the decode ops of batch 1 and 8 are not all there"
 echo "ok: bench --profile: $(($(wc -l <"$ops_csv") - 1)) op rows"
+# The prefill row's one step the same way, keyed by the prompt length: its MLA call holds the
+# whole prompt, and every op runs once or more (calls are not a difference of two runs here).
+grep -q '^prefill of 256 tokens (one step), time by op' "$work/out.log" || fail "bench --profile: no prefill table"
+pre_csv="$work/bp/bench_prefill_ops.csv"
+awk -F'","' 'NR > 1 && !($1 == "\"cpu" && $3 == 256 && $4 ~ /^[a-z_]+ [^ ]*[=x]/ && $5 + 0 >= 1 && $6 + 0 > 0 && $7 + 0 > 0) {
+         bad = 1; print "bad row: " $0 }
+     NR > 1 { rows++ } END { exit bad || rows < 10 }' "$pre_csv" || fail "bench --profile: malformed $pre_csv"
+grep -q '"mla_attention T=256 ' "$pre_csv" || fail "bench --profile: the prefill's attention is not in $pre_csv"
+echo "ok: bench --profile: $(($(wc -l <"$pre_csv") - 1)) prefill op rows"
 # The roofline columns: the tiny model routes each token to 2 of 8 experts, so a decode step at
 # batch 1 touches 2 and one at batch 8 between 2 and 8 (the prefill of 256 tokens: between 2 and
 # 8); each set's share is its rate over the roofline's.

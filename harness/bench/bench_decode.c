@@ -5,7 +5,8 @@
 // difference is the (new_tokens - 1) decode steps; tokens/s = B * (new_tokens - 1) / that time.
 // Wall-clock time: every step ends in a download of the sampled tokens, so the device is idle
 // when the clock is read. The median of three pairs is reported. With --profile, the same
-// difference over a wrapped set (harness/bench/op_profile.h) says where a step's time goes, op by op.
+// difference over a wrapped set (harness/bench/op_profile.h) says where a step's time goes, op by op,
+// and the same wrapper around the prefill row's one step says where a prefill's goes.
 #include "bench_decode.h"
 
 #include <limits.h>                  // PATH_MAX
@@ -173,11 +174,28 @@ static int by_invariant_time(const void *a, const void *b) {
     return (x->inv_us < y->inv_us) - (x->inv_us > y->inv_us);
 }
 
-// One table (and CSV rows) of two engines' decode_step_ops over `steps` decode steps, per step:
-// "inv" and "ref" are the invariant and reference sets, or the columns `labels` names.
-static void print_decode_ops(const char *device, const char *model, int B, int steps, const op_profile_entry *inv,
-                             int n_inv, const op_profile_entry *ref, int n_ref,
-                             const char *const labels[2], csv_report *csv) {
+// The op profile of one prompt of P tokens prefilled in one step and its last position sampled
+// (a generate of one token), on `ops`. Returns *n entries; the caller frees them.
+static op_profile_entry *prefill_ops(ops_set *ops, const model_config *c, weight_source *w, int P, int *n) {
+    op_profile *p = op_profile_wrap(ops);
+    ops_set *wrapped = op_profile_set(p);
+    bench_engine r = bench_engine_open(&wrapped, 1, c, w, 1, P, 2, 0);  // room for its 2-token warm-up
+    op_profile_reset(p);
+    generate_seconds(&r, 1);
+    const op_profile_entry *all = op_profile_totals(p, n);
+    op_profile_entry *copy = invar_malloc((size_t)(*n ? *n : 1) * sizeof *copy, "bench op profile");
+    memcpy(copy, all, (size_t)*n * sizeof *copy);
+    bench_engine_close(&r);
+    op_profile_destroy(p);
+    return copy;
+}
+
+// One table (and CSV rows) of two engines' op profiles over `steps` steps, per step, under the
+// heading `title`: "inv" and "ref" are the invariant and reference sets, or the columns `labels`
+// names. A CSV row: device, model, `size` (the batch, or a prefill's prompt length), the op, ...
+static void print_ops(const char *title, const char *device, const char *model, int size, int steps,
+                      const op_profile_entry *inv, int n_inv, const op_profile_entry *ref, int n_ref,
+                      const char *const labels[2], csv_report *csv) {
     op_row *rows = invar_malloc((size_t)(n_inv + n_ref + 1) * sizeof *rows, "bench op rows");
     const double us = 1e6 / steps;
     int n = 0;
@@ -190,8 +208,8 @@ static void print_decode_ops(const char *device, const char *model, int B, int s
         else rows[n++] = (op_row){ref[j].key, (double)ref[j].calls / steps, -1.0, us * ref[j].seconds};
     }
     qsort(rows, (size_t)n, sizeof *rows, by_invariant_time);
-    printf("\ndecode step at batch %d, time per step by op (us; device time between events around each call,\n"
-           "which includes its launches where the device waits on the host)\n", B);
+    printf("\n%s (us; device time between events around each call,\n"
+           "which includes its launches where the device waits on the host)\n", title);
     printf("%-44s %6s %10s %10s %9s\n", "op", "calls", labels[0], labels[1], "a-b");
     double inv_total = 0.0, ref_total = 0.0;
     for (int i = 0; i < n; i++) {
@@ -207,7 +225,7 @@ static void print_decode_ops(const char *device, const char *model, int B, int s
         }
         if (r->inv_us >= 0.0 && r->ref_us >= 0.0) snprintf(diff_s, sizeof diff_s, "%+.1f", r->inv_us - r->ref_us);
         printf("%-44s %6.2f %10s %10s %9s\n", r->key, r->calls, inv_s, ref_s, diff_s);
-        bench_row(csv, "%s,%s,%d,%s,%.3f,%.2f,%.2f", device, model, B, r->key, r->calls, r->inv_us, r->ref_us);
+        bench_row(csv, "%s,%s,%d,%s,%.3f,%.2f,%.2f", device, model, size, r->key, r->calls, r->inv_us, r->ref_us);
     }
     printf("%-44s %6s %10.1f %10.1f %+9.1f\n", "total", "", inv_total, ref_total, inv_total - ref_total);
     free(rows);
@@ -263,7 +281,8 @@ static void row(csv_report *csv, const char *device, const char *model, const ch
 // One model's rows: its rates at each batch size on both sets, the roofline, the profile.
 static void decode_model(const char *device, const bench_decode_rows *rows, ops_set *inv,
                          ops_set *ref, int prompt_len, int new_tokens, bool profile,
-                         const bench_ceiling *ceiling, csv_report *csv, csv_report *op_csv) {
+                         const bench_ceiling *ceiling, csv_report *csv, csv_report *op_csv,
+                         csv_report *prefill_csv) {
     const char *model = rows->model;
     model_config c;
     if (!model_config_by_name(model, &c)) invar_die(INVAR_EXIT_INPUT, "bench: unknown model '%s'", model);
@@ -315,13 +334,26 @@ static void decode_model(const char *device, const bench_decode_rows *rows, ops_
         row(csv, device, model, "prefill", 1, P, 1, ti, tr, &cost, experts, ceiling);
     }
     // After every rate: the events would slow the engine's host side, which sets the pace at
-    // small batches.
+    // small batches. The prefill first: one step, so it is short.
+    if (profile && prefill_csv && rows->prefill_len > 0) {
+        int P = rows->prefill_len, n_inv = 0, n_ref = 0;
+        op_profile_entry *pi = prefill_ops(inv, &c, w, P, &n_inv);
+        op_profile_entry *pr = prefill_ops(ref, &c, w, P, &n_ref);
+        static const char *const labels[2] = {"inv us", "ref us"};
+        char title[96];
+        snprintf(title, sizeof title, "prefill of %d tokens (one step), time by op", P);
+        print_ops(title, device, model, P, 1, pi, n_inv, pr, n_ref, labels, prefill_csv);
+        free(pi);
+        free(pr);
+    }
     for (int i = 0; profile && i < rows->n_batch; i++) {
         int B = rows->batch_sizes[i], n_inv = 0, n_ref = 0;
         op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, false, &n_inv);
         op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, false, &n_ref);
         static const char *const labels[2] = {"inv us", "ref us"};
-        print_decode_ops(device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, labels, op_csv);
+        char title[96];
+        snprintf(title, sizeof title, "decode step at batch %d, time per step by op", B);
+        print_ops(title, device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, labels, op_csv);
         free(pi);
         free(pr);
     }
@@ -341,11 +373,16 @@ void bench_decode(const char *device, const bench_decode_rows *rows, int n_rows,
     static const char *const op_header[] = {"device", "model", "batch", "op", "calls_per_step",
                                             "invariant_us", "reference_us"};
     csv_report *op_csv = profile ? bench_csv_open(out_dir, "bench_decode_ops.csv", op_header, 7) : NULL;
+    static const char *const prefill_header[] = {"device", "model", "prompt_len", "op", "calls",
+                                                 "invariant_us", "reference_us"};
+    csv_report *prefill_csv = profile ? bench_csv_open(out_dir, "bench_prefill_ops.csv", prefill_header, 7) : NULL;
     ops_set *inv = kernel_set_create("invariant", device, 0);
     ops_set *ref = kernel_set_create("reference", device, 0);
     if (!inv || !ref) invar_die(INVAR_EXIT_INPUT, "bench: no kernel sets on device '%s'", device);
     for (int m = 0; m < n_rows; m++)
-        decode_model(device, &rows[m], inv, ref, prompt_len, new_tokens, profile, ceiling, csv, op_csv);
+        decode_model(device, &rows[m], inv, ref, prompt_len, new_tokens, profile, ceiling, csv, op_csv,
+                     prefill_csv);
+    if (prefill_csv) bench_csv_close(prefill_csv);
     if (op_csv) bench_csv_close(op_csv);
     bench_csv_close(csv);
     inv->destroy(inv);
@@ -359,7 +396,9 @@ void bench_decode_ops_tp_size(ops_set *ops, const model_config *c, weight_source
     op_profile_entry *on = decode_step_ops(ops, c, w, B, prompt_len, new_tokens, true, &n_on);
     op_profile_entry *off = decode_step_ops(ops, c, w, B, prompt_len, new_tokens, false, &n_off);
     static const char *const labels[2] = {"on us", "off us"};
-    print_decode_ops(ops->device, model, B, new_tokens - 1, on, n_on, off, n_off, labels, csv);
+    char title[96];
+    snprintf(title, sizeof title, "decode step at batch %d, time per step by op", B);
+    print_ops(title, ops->device, model, B, new_tokens - 1, on, n_on, off, n_off, labels, csv);
     free(on);
     free(off);
 }

@@ -32,8 +32,9 @@ typedef struct {
 // its own, and each set's share of the roofline's tokens/s) to OUT_DIR/bench_decode.csv and a
 // table to stdout, then, where the invariant set has CUDA graphs, the same decode rows with
 // graphs (phase "decode-graphs"), then the model's prefill row (phase "prefill": prompt
-// tokens/s). profile: then, per batch, the time of one decode step op by op on each set
-// (a table, and OUT_DIR/bench_decode_ops.csv). Exits 2 on an unknown model name.
+// tokens/s). profile: then the prefill row's one step op by op on each set (a table, and
+// OUT_DIR/bench_prefill_ops.csv), then, per batch, the time of one decode step op by op on each
+// set (a table, and OUT_DIR/bench_decode_ops.csv). Exits 2 on an unknown model name.
 void bench_decode(const char *device, const bench_decode_rows *rows, int n_rows, int prompt_len,
                   int new_tokens, bool profile, const bench_ceiling *ceiling, const char *out_dir);
 

@@ -19,10 +19,13 @@
 #include "run_meta.h"          // run_meta_get
 
 // The bench's files, as harness/bench/ names them.
-enum { F_GEMM, F_MLA, F_MOE, F_DECODE, F_TP_ALL_REDUCE, F_TP_DECODE, F_TP_SIZE, F_DECODE_OPS, N_FILES };
+// The page's sections follow this order.
+enum { F_GEMM, F_MLA, F_MOE, F_PEAK, F_DECODE, F_TP_ALL_REDUCE, F_TP_DECODE, F_TP_SIZE, F_DECODE_OPS,
+       F_PREFILL_OPS, N_FILES };
 static const char *const bench_files[N_FILES] = {
-    "bench_gemm.csv", "bench_mla.csv", "bench_moe.csv", "bench_decode.csv", "bench_tp_all_reduce.csv",
-    "bench_tp_decode.csv", "bench_tp_size.csv", "bench_decode_ops.csv",
+    "bench_gemm.csv", "bench_mla.csv", "bench_moe.csv", "bench_peak.csv", "bench_decode.csv",
+    "bench_tp_all_reduce.csv", "bench_tp_decode.csv", "bench_tp_size.csv", "bench_decode_ops.csv",
+    "bench_prefill_ops.csv",
 };
 
 
@@ -283,10 +286,21 @@ static void describe(FILE *f, const bench_run *r) {
     if (cut_short(r)) fputs(", cut short", f);
 }
 
+// The end-to-end files hold rows of several models, and a run may time one model only (`invar
+// bench --model`): a model's rows the newest run lacks come from the newest older run that has
+// them. A row_filter keeps the rows of models that none of `newer` (n_newer runs) has.
+typedef struct {
+    const bench_run *newer;
+    int n_newer, file;
+} row_filter;
+static bool filter_keeps(const row_filter *keep, const csv_table *t, int row);
+
 // A table of the columns of t named in cols (header labels in labels); a column the file lacks
-// is left out. mark_row, when not NULL, adds " *" to the first cell of the rows it accepts.
+// is left out. mark_row, when not NULL, adds " *" to the first cell of the rows it accepts;
+// keep, when not NULL, writes only the rows it keeps.
 static void write_table(FILE *f, const csv_table *t, const char *const *cols,
-                        const char *const *labels, bool (*mark_row)(const csv_table *, int)) {
+                        const char *const *labels, bool (*mark_row)(const csv_table *, int),
+                        const row_filter *keep) {
     int idx[16], n = 0;
     const char *lab[16];
     for (int i = 0; cols[i] && n < 16; i++) {
@@ -301,6 +315,7 @@ static void write_table(FILE *f, const csv_table *t, const char *const *cols,
     for (int i = 0; i < n; i++) fputs(i < 1 ? "| --- " : "| ---: ", f);
     fputs("|\n", f);
     for (int r = 0; r < t->nrows; r++) {
+        if (keep && !filter_keeps(keep, t, r)) continue;
         for (int i = 0; i < n; i++) {
             fputs("| ", f);
             md(f, csv_at(t, r, idx[i]));
@@ -359,6 +374,21 @@ static void write_gemm(FILE *f, const csv_table *t) {
 
 static bool has_rows(const bench_run *r, int file) { return r->t[file] && r->t[file]->nrows > 0; }
 
+static bool keyed_by_model(int file) { return file == F_DECODE || file == F_DECODE_OPS || file == F_PREFILL_OPS; }
+
+static bool has_model(const bench_run *r, int file, const char *model) {
+    for (int q = 0; has_rows(r, file) && q < r->t[file]->nrows; q++)
+        if (strcmp(csv_get(r->t[file], q, "model"), model) == 0) return true;
+    return false;
+}
+
+static bool filter_keeps(const row_filter *keep, const csv_table *t, int row) {
+    const char *model = csv_get(t, row, "model");
+    for (int j = 0; j < keep->n_newer; j++)
+        if (has_model(&keep->newer[j], keep->file, model)) return false;
+    return true;
+}
+
 // The end-to-end tables' columns (decode and tensor-parallel decode), with their labels.
 static const char *const decode_cols[] = {"device", "model", "phase", "T", "batch", "prompt_len",
                                           "new_tokens", "invariant_tok_s", "reference_tok_s",
@@ -371,8 +401,8 @@ static const char *const decode_labels[] = {"device", "model", "phase", "ranks",
                                             "roofline tok/s", "invariant % of roofline",
                                             "reference % of roofline", NULL};
 
-// One bench file's table under its heading.
-static void write_section(FILE *f, int file, const bench_run *r) {
+// One bench file's table under its heading (keep: NULL, or the rows to write).
+static void write_section(FILE *f, int file, const bench_run *r, const row_filter *keep) {
     switch (file) {
     case F_GEMM:
         write_gemm(f, r->t[F_GEMM]);
@@ -389,7 +419,7 @@ static void write_section(FILE *f, int file, const bench_run *r) {
                                              "reference % of copy", "invariant us",
                                              "reference us", "invariant TFLOP/s",
                                              "plain read % of copy", NULL};
-        write_table(f, r->t[F_MLA], cols, labels, mla_memory_bound);
+        write_table(f, r->t[F_MLA], cols, labels, mla_memory_bound, keep);
         break;
     }
     case F_MOE: {
@@ -400,7 +430,7 @@ static void write_section(FILE *f, int file, const bench_run *r) {
                                            "ref_us", "ratio_inv_over_ref", NULL};
         static const char *const labels[] = {"tokens", "experts touched", "invariant % of copy",
                                              "reference % of copy", "invariant us", "reference us", "ratio", NULL};
-        write_table(f, r->t[F_MOE], cols, labels, NULL);
+        write_table(f, r->t[F_MOE], cols, labels, NULL, keep);
         break;
     }
     case F_DECODE:
@@ -410,7 +440,7 @@ static void write_section(FILE *f, int file, const bench_run *r) {
                   "weight it reads once, the routed experts its tokens touched, the latent KV cache, "
                   "the fp32 logits) over the copy bandwidth, or its FLOPs over the best cuBLAS "
                   "cell, whichever is slower (harness/bench/step_cost.h).\n\n", f);
-        write_table(f, r->t[F_DECODE], decode_cols, decode_labels, NULL);
+        write_table(f, r->t[F_DECODE], decode_cols, decode_labels, NULL, keep);
         break;
     case F_TP_ALL_REDUCE: {
         fputs("### Tensor parallel: all-reduce against NCCL\n\n", f);
@@ -418,12 +448,12 @@ static void write_section(FILE *f, int file, const bench_run *r) {
                                            "ratio", NULL};
         static const char *const labels[] = {"ranks", "tokens", "elements", "invariant us",
                                              "NCCL us", "ratio", NULL};
-        write_table(f, r->t[F_TP_ALL_REDUCE], cols, labels, NULL);
+        write_table(f, r->t[F_TP_ALL_REDUCE], cols, labels, NULL, keep);
         break;
     }
     case F_TP_DECODE:
         fputs("### Tensor parallel: decode tokens/s\n\n", f);
-        write_table(f, r->t[F_TP_DECODE], decode_cols, decode_labels, NULL);
+        write_table(f, r->t[F_TP_DECODE], decode_cols, decode_labels, NULL, keep);
         break;
     case F_TP_SIZE: {
         fputs("### TP-size invariance: decode tokens/s, option on against the rank-order default\n\n", f);
@@ -431,16 +461,32 @@ static void write_section(FILE *f, int file, const bench_run *r) {
                                            "tp_size_tok_s", "ratio", NULL};
         static const char *const labels[] = {"ranks", "model", "batch", "new tokens", "rank order tok/s",
                                              "TP-size tok/s", "ratio", NULL};
-        write_table(f, r->t[F_TP_SIZE], cols, labels, NULL);
+        write_table(f, r->t[F_TP_SIZE], cols, labels, NULL, keep);
         break;
     }
     case F_DECODE_OPS: {
         fputs("### One decode step op by op (`--profile`)\n\n", f);
-        static const char *const cols[] = {"device", "batch", "op", "calls_per_step",
+        static const char *const cols[] = {"device", "model", "batch", "op", "calls_per_step",
                                            "invariant_us", "reference_us", NULL};
-        static const char *const labels[] = {"device", "batch", "op", "calls a step",
+        static const char *const labels[] = {"device", "model", "batch", "op", "calls a step",
                                              "invariant us", "reference us", NULL};
-        write_table(f, r->t[F_DECODE_OPS], cols, labels, NULL);
+        write_table(f, r->t[F_DECODE_OPS], cols, labels, NULL, keep);
+        break;
+    }
+    case F_PREFILL_OPS: {
+        fputs("### The prefill row's step op by op (`--profile`)\n\n", f);
+        static const char *const cols[] = {"device", "model", "prompt_len", "op", "calls",
+                                           "invariant_us", "reference_us", NULL};
+        static const char *const labels[] = {"device", "model", "prompt", "op", "calls",
+                                             "invariant us", "reference us", NULL};
+        write_table(f, r->t[F_PREFILL_OPS], cols, labels, NULL, keep);
+        break;
+    }
+    case F_PEAK: {
+        fputs("### FLOP ceiling: cuBLAS on large cells (a run without the GEMM grid)\n\n", f);
+        static const char *const cols[] = {"N", "K", "M", "ref_us", "ref_tflops", NULL};
+        static const char *const labels[] = {"N", "K", "M", "cuBLAS us", "cuBLAS TFLOP/s", NULL};
+        write_table(f, r->t[F_PEAK], cols, labels, NULL, keep);
         break;
     }
     }
@@ -473,27 +519,43 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
     summary_line(f, r);
     fputs(".\n\n", f);
     for (int s = 0; s < N_FILES; s++)
-        if (has_rows(r, s)) write_section(f, s, r);
+        if (has_rows(r, s)) write_section(f, s, r, NULL);
 }
 
 // The sections the newest run lacks (a run cut short, or one with --only), each from the
-// newest older run that has it: a reader of the page still sees every table's latest numbers,
-// under the run they came from.
+// newest older run that has it, and in the end-to-end files each model's rows the same way (a
+// run with --model): a reader of the page still sees every table's latest numbers, under the
+// run they came from.
 static void write_older_sections(FILE *f, const bench_run *runs, int n) {
     bool heading = false;
     for (int s = 0; s < N_FILES; s++) {
-        if (has_rows(&runs[0], s)) continue;
-        int i = 1;
-        while (i < n && !has_rows(&runs[i], s)) i++;
-        if (i == n) continue;
-        if (!heading) {
-            fputs("## Sections the newest run lacks, from older runs\n\n", f);
-            heading = true;
+        for (int i = 1; i < n; i++) {
+            if (!has_rows(&runs[i], s)) continue;
+            const row_filter keep = {runs, i, s};
+            // the models of run i that no newer run has; a file without models: the whole table
+            char models[256] = "";
+            bool any = false;
+            for (int q = 0; q < runs[i].t[s]->nrows; q++) {
+                if (keyed_by_model(s) ? !filter_keeps(&keep, runs[i].t[s], q) : has_rows(&runs[0], s)) continue;
+                any = true;
+                const char *m = csv_get(runs[i].t[s], q, "model");
+                bool listed = false;
+                for (int p = 0; p < q && !listed; p++) listed = strcmp(csv_get(runs[i].t[s], p, "model"), m) == 0;
+                if (keyed_by_model(s) && !listed && strlen(models) + strlen(m) + 3 < sizeof models)
+                    snprintf(models + strlen(models), sizeof models - strlen(models), "%s%s", models[0] ? ", " : "", m);
+            }
+            if (!any) continue;
+            if (!heading) {
+                fputs("## Sections the newest run lacks, from older runs\n\n", f);
+                heading = true;
+            }
+            fprintf(f, "From `%s` (", runs[i].name);
+            describe(f, &runs[i]);
+            if (keyed_by_model(s)) fprintf(f, "), model %s:\n\n", models);
+            else fputs("):\n\n", f);
+            write_section(f, s, &runs[i], keyed_by_model(s) ? &keep : NULL);
+            if (!keyed_by_model(s)) break;  // the newest older run's table only
         }
-        fprintf(f, "From `%s` (", runs[i].name);
-        describe(f, &runs[i]);
-        fputs("):\n\n", f);
-        write_section(f, s, &runs[i]);
     }
 }
 

@@ -69,6 +69,59 @@ grep -q '^From `2026-01-02_fixture-gpu_bbbbbbbbbb` (2026-01-02, Fixture GPU, inv
 grep -q 'geometric mean over the 6 rows: \*\*0.984\*\*' "$work/partial.md" || fail "the GEMM table is not the 01-02 fixture's"
 echo "ok: a partial newest run's page shows each section it lacks from the newest older run that has it"
 
+# A newer run of one model only (`invar bench --only decode --model v3 --profile`): its tables
+# first (the FLOP ceiling it timed, its v3 rows), then each model's rows it lacks from the newest
+# older run that has them, that model named (v2-lite from the 01-02 fixture; the 01-01 one's
+# v2-lite rows are older still), and the sections it lacks as above.
+v3="$work/models/2026-01-03_fixture-gpu_cccccccccc"
+mkdir -p "$v3"
+cp -r "$old" "$new" "$work/models/"
+# the 01-02 run timed v3 too: the newest run's v3 rows hide those
+echo '"cuda","v3","1","128","64","39.0","40.0","0.9750"' >>"$work/models/$(basename "$new")/bench_decode.csv"
+sed -e 's/2026-01-01T00:00:00Z/2026-01-03T00:00:00Z/' -e 's/aaaaaaaaaa*/cccccccccccccccccccccccccccccccccccccccc/' \
+    "$old/meta.csv" >"$v3/meta.csv"
+sed -n 1p "$new/bench_decode.csv" >"$v3/bench_decode.csv"
+echo '"cuda","v3","1","128","64","40.0","41.0","0.9756"' >>"$v3/bench_decode.csv"
+sed -n 1p "$new/bench_decode_ops.csv" >"$v3/bench_decode_ops.csv"
+echo '"cuda","v3","1","gemm","30","900.0","910.0"' >>"$v3/bench_decode_ops.csv"
+printf '%s\n' '"device","model","prompt_len","op","calls","invariant_us","reference_us"' \
+    '"cuda","v3","4096","moe_experts T=4096","2","48000.0","47000.0"' >"$v3/bench_prefill_ops.csv"
+printf '%s\n' '"N","K","M","ref_us","ref_tflops"' '"7168","18432","4096","1300.00","832.0"' >"$v3/bench_peak.csv"
+"$INVAR" report bench "$work/models" >"$work/models.md" || fail "report bench of a one-model newest run: exit $?"
+awk '/^## Newest run/ { s = "new" } /^## Sections the newest run lacks/ { s = "older" } /^## Older runs/ { s = "" }
+     /^### / { print s ": " $0 } /^From `/ { print s ": " $2 " " $NF }' "$work/models.md" >"$work/models.sections"
+cat >"$work/models.want" <<'WANT'
+new: ### FLOP ceiling: cuBLAS on large cells (a run without the GEMM grid)
+new: ### End to end: decode and prefill tokens/s
+new: ### One decode step op by op (`--profile`)
+new: ### The prefill row's step op by op (`--profile`)
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: ### GEMM: invariant speed over cuBLAS
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: ### MLA decode: share of the device-to-device copy bandwidth
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: ### Routed experts (moe_experts): share of the device-to-device copy bandwidth
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` v2-lite:
+older: ### End to end: decode and prefill tokens/s
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: ### Tensor parallel: all-reduce against NCCL
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: ### TP-size invariance: decode tokens/s, option on against the rank-order default
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` v2-lite:
+older: ### One decode step op by op (`--profile`)
+WANT
+diff -u "$work/models.want" "$work/models.sections" || fail "a one-model newest run's page: sections not as above"
+grep -q '^| cuda | v3 | 1 | 128 | 64 | 40.0 | 41.0 | 0.9756 |$' "$work/models.md" &&
+    grep -q '^| cuda | v2-lite | 1 | 128 | 64 | 100.0 | 102.0 | 0.9804 |$' "$work/models.md" ||
+    fail "the v3 row or the older run's v2-lite row is missing"
+[ "$(grep -c '^| cuda | v2-lite | 32 | 128 | 64 |' "$work/models.md")" = 1 ] || fail "an older run's v2-lite row shown twice"
+grep -q '| 39.0 | 40.0 |' "$work/models.md" && fail "an older run's v3 row shown under the newest run's"
+grep -q '^| cuda | v3 | 1 | gemm | 30 | 900.0 | 910.0 |$' "$work/models.md" &&
+    grep -q '^| cuda | v3 | 4096 | moe_experts T=4096 | 2 | 48000.0 | 47000.0 |$' "$work/models.md" &&
+    grep -q '^| 7168 | 18432 | 4096 | 1300.00 | 832.0 |$' "$work/models.md" ||
+    fail "the one-model run's profile, prefill profile or FLOP ceiling rows are missing"
+echo "ok: a one-model newest run's page shows the other model's rows from the newest older run that has them"
+
 # No run yet: the page says so.
 mkdir "$work/empty"
 "$INVAR" report bench "$work/empty" | grep -q '^No bench results yet' || fail "an empty folder's page"

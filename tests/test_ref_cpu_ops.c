@@ -527,6 +527,64 @@ static void mla_honours_a_given_split_size(void **state) {
     mla_fixture_free(&f);
 }
 
+// The same at DeepSeek's widths (L = 512, R = 64, 16 heads), where a token's bits are a
+// sensitive test of its splits: at L = 64 one split against two rounds to the same bf16 in
+// nearly every element, so the check above cannot see where a backend's last split ends. A
+// 127-token sequence (split size 64: its tail past 64 is a split of its own) alone and beside a
+// 300-token one; the set's own split rule (from the longest sequence) is the control: the same
+// two calls must differ there, or the comparison is blind.
+static void mla_given_split_size_is_batch_free_at_deepseek_widths(void **state) {
+    (void)state;
+    enum { H = 16, L = 512, R = 64, BS = 16, LEN0 = 127, LEN1 = 300, MAXB = (LEN1 + BS - 1) / BS,
+           BLOCKS = (LEN0 + BS - 1) / BS + MAXB, T = LEN0 + 1, SPLIT = 64 };
+    const long row = (long)H * L;
+    bf16 *cache = test_alloc((size_t)BLOCKS * BS * (L + R) * sizeof(bf16));
+    bf16 *q_lat = test_alloc((size_t)T * row * sizeof(bf16));
+    bf16 *q_pe = test_alloc((size_t)T * H * R * sizeof(bf16));
+    bf16 *batched = test_alloc((size_t)T * row * sizeof(bf16));
+    bf16 *alone = test_alloc((size_t)LEN0 * row * sizeof(bf16));
+    test_fill_bf16(cache, (long)BLOCKS * BS * (L + R), 301, 1.0f);
+    test_fill_bf16(q_lat, (long)T * row, 302, 1.0f);
+    test_fill_bf16(q_pe, (long)T * H * R, 303, 1.0f);
+    int32_t table[2 * MAXB], seq[T], pos[T], lens[2] = {LEN0, LEN1};
+    for (int b = 0; b < 2 * MAXB; b++) table[b] = -1;
+    for (int b = 0; b < BLOCKS; b++) {  // blocks in a scrambled order (7 and 27 coprime)
+        const int block = (b * 7 + 3) % BLOCKS, first = (LEN0 + BS - 1) / BS;
+        table[b < first ? b : MAXB + b - first] = block;
+    }
+    for (int t = 0; t < LEN0; t++) seq[t] = 0, pos[t] = t;
+    seq[LEN0] = 1, pos[LEN0] = LEN1 - 1;
+    mla_attention_args a = {
+        .q_lat = q_lat, .q_pe = q_pe, .kv_cache = cache, .block_table = table, .token_seq = seq,
+        .token_pos = pos, .seq_lens = lens, .H = H, .L = L, .R = R, .ld_out = row, .ld_q_lat = row,
+        .ld_q_pe = H * R, .head_stride_q_pe = R, .block_size = BS, .max_blocks_per_seq = MAXB,
+        .num_seqs = 2, .scale = 1.0f / sqrtf((float)(L + R)),
+    };
+    ops_set *ops = ref_cpu_create(2);
+    for (int given = 1; given >= 0; given--) {
+        a.kv_split_size = given ? SPLIT : 0;
+        test_poison(batched, (size_t)T * row * sizeof(bf16));
+        test_poison(alone, (size_t)LEN0 * row * sizeof(bf16));
+        a.out = batched, a.T = T, a.max_seq_len = LEN1;
+        ops->mla_attention(ops, &a);
+        a.out = alone, a.T = LEN0, a.max_seq_len = LEN0;
+        ops->mla_attention(ops, &a);
+        assert_int_equal(test_unwritten_bf16(batched, (long)T * row), 0);
+        assert_int_equal(test_unwritten_bf16(alone, (long)LEN0 * row), 0);
+        const int rows = rows_differing(alone, batched, (size_t)row * sizeof(bf16), LEN0);
+        printf("mla_attention at L = %d, %s: tokens differing alone vs beside a %d-token sequence: %d/%d\n",
+               L, given ? "split size 64 given" : "the set's own splits", LEN1, rows, LEN0);
+        if (given) assert_int_equal(rows, 0);
+        else assert_true(rows > 0);
+    }
+    ops->destroy(ops);
+    free(cache);
+    free(q_lat);
+    free(q_pe);
+    free(batched);
+    free(alone);
+}
+
 // =============================================================================================
 // MoE: experts through the split-K GEMM at M = expert load; combine in load order
 // =============================================================================================
@@ -1017,6 +1075,7 @@ int main(void) {
         cmocka_unit_test(mla_attention_matches_oracle_at_odd_widths),
         cmocka_unit_test(mla_token_bits_depend_on_batch),
         cmocka_unit_test(mla_honours_a_given_split_size),
+        cmocka_unit_test(mla_given_split_size_is_batch_free_at_deepseek_widths),
         cmocka_unit_test(mha_prefill_matches_oracle),
         cmocka_unit_test(mha_prefill_token_bits_depend_on_T),
         cmocka_unit_test(merge_attention_matches_oracle),

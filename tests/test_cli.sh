@@ -185,6 +185,12 @@ awk -F'","' 'NR > 1 && !($4 ~ /^[a-z_]+ [^ ]*[=x]/ && $5 + 0 > 0 && $6 ~ /^-?[0-
      NR > 1 { rows++ } END { exit bad || rows < 20 }' "$ops_csv" || fail "bench --profile: malformed $ops_csv"
 grep -q '"gemm [0-9]*x[0-9]* M=1"' "$ops_csv" && grep -q '"mla_attention T=8 ' "$ops_csv" ||
     fail "bench --profile: the decode ops of batch 1 and 8 are not all there"
+# At batch 1 every decode step makes the same calls (the prompt is one prefill step before them),
+# so each op's calls a step is a whole number: the tiny model's 4 layers call the attention 4
+# times a step, and the lm_head once. A count over the wrong number of steps is fractional.
+awk -F'","' '$3 == 1 && $5 + 0 != int($5 + 0) { bad = 1; print "fractional calls at batch 1: " $0 }
+     $3 == 1 && $4 ~ /^mla_attention / && $5 + 0 != 4 { bad = 1; print "attention calls: " $0 }
+     END { exit bad }' "$ops_csv" || fail "bench --profile: calls a step at batch 1 are not the step's calls"
 echo "ok: bench --profile: $(($(wc -l <"$ops_csv") - 1)) op rows"
 # The prefill row's one step the same way, keyed by the prompt length: its MLA call holds the
 # whole prompt, and every op runs once or more (calls are not a difference of two runs here).

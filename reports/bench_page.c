@@ -293,7 +293,24 @@ typedef struct {
     const bench_run *newer;
     int n_newer, file;
 } row_filter;
-static bool filter_keeps(const row_filter *keep, const csv_table *t, int row);
+
+static bool has_rows(const bench_run *r, int file) { return r->t[file] && r->t[file]->nrows > 0; }
+
+static bool keyed_by_model(int file) { return file == F_DECODE || file == F_DECODE_OPS || file == F_PREFILL_OPS; }
+
+static bool has_model(const bench_run *r, int file, const char *model) {
+    for (int q = 0; has_rows(r, file) && q < r->t[file]->nrows; q++)
+        if (strcmp(csv_get(r->t[file], q, "model"), model) == 0) return true;
+    return false;
+}
+
+static bool filter_keeps(const row_filter *keep, const csv_table *t, int row) {
+    const char *model = csv_get(t, row, "model");
+    for (int j = 0; j < keep->n_newer; j++)
+        if (has_model(&keep->newer[j], keep->file, model)) return false;
+    return true;
+}
+
 
 // A table of the columns of t named in cols (header labels in labels); a column the file lacks
 // is left out. mark_row, when not NULL, adds " *" to the first cell of the rows it accepts;
@@ -370,23 +387,6 @@ static void write_gemm(FILE *f, const csv_table *t) {
         fputs("\n", f);
     }
     fputs("\n", f);
-}
-
-static bool has_rows(const bench_run *r, int file) { return r->t[file] && r->t[file]->nrows > 0; }
-
-static bool keyed_by_model(int file) { return file == F_DECODE || file == F_DECODE_OPS || file == F_PREFILL_OPS; }
-
-static bool has_model(const bench_run *r, int file, const char *model) {
-    for (int q = 0; has_rows(r, file) && q < r->t[file]->nrows; q++)
-        if (strcmp(csv_get(r->t[file], q, "model"), model) == 0) return true;
-    return false;
-}
-
-static bool filter_keeps(const row_filter *keep, const csv_table *t, int row) {
-    const char *model = csv_get(t, row, "model");
-    for (int j = 0; j < keep->n_newer; j++)
-        if (has_model(&keep->newer[j], keep->file, model)) return false;
-    return true;
 }
 
 // The end-to-end tables' columns (decode and tensor-parallel decode), with their labels.
@@ -526,35 +526,43 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
 // newest older run that has it, and in the end-to-end files each model's rows the same way (a
 // run with --model): a reader of the page still sees every table's latest numbers, under the
 // run they came from.
+static void older_heading(FILE *f, bool *heading, const bench_run *r) {
+    if (!*heading) {
+        fputs("## Sections the newest run lacks, from older runs\n\n", f);
+        *heading = true;
+    }
+    fprintf(f, "From `%s` (", r->name);
+    describe(f, r);
+}
+
 static void write_older_sections(FILE *f, const bench_run *runs, int n) {
     bool heading = false;
     for (int s = 0; s < N_FILES; s++) {
-        for (int i = 1; i < n; i++) {
-            if (!has_rows(&runs[i], s)) continue;
+        if (!keyed_by_model(s)) {
+            if (has_rows(&runs[0], s)) continue;
+            int i = 1;
+            while (i < n && !has_rows(&runs[i], s)) i++;
+            if (i == n) continue;
+            older_heading(f, &heading, &runs[i]);
+            fputs("):\n\n", f);
+            write_section(f, s, &runs[i], NULL);
+            continue;
+        }
+        for (int i = 1; i < n; i++) {  // each older run with a model no newer run has
             const row_filter keep = {runs, i, s};
-            // the models of run i that no newer run has; a file without models: the whole table
             char models[256] = "";
-            bool any = false;
-            for (int q = 0; q < runs[i].t[s]->nrows; q++) {
-                if (keyed_by_model(s) ? !filter_keeps(&keep, runs[i].t[s], q) : has_rows(&runs[0], s)) continue;
-                any = true;
+            for (int q = 0; has_rows(&runs[i], s) && q < runs[i].t[s]->nrows; q++) {
                 const char *m = csv_get(runs[i].t[s], q, "model");
-                bool listed = false;
+                bool listed = false;  // by an earlier row
                 for (int p = 0; p < q && !listed; p++) listed = strcmp(csv_get(runs[i].t[s], p, "model"), m) == 0;
-                if (keyed_by_model(s) && !listed && strlen(models) + strlen(m) + 3 < sizeof models)
+                if (listed || !filter_keeps(&keep, runs[i].t[s], q)) continue;
+                if (strlen(models) + strlen(m) + 3 < sizeof models)
                     snprintf(models + strlen(models), sizeof models - strlen(models), "%s%s", models[0] ? ", " : "", m);
             }
-            if (!any) continue;
-            if (!heading) {
-                fputs("## Sections the newest run lacks, from older runs\n\n", f);
-                heading = true;
-            }
-            fprintf(f, "From `%s` (", runs[i].name);
-            describe(f, &runs[i]);
-            if (keyed_by_model(s)) fprintf(f, "), model %s:\n\n", models);
-            else fputs("):\n\n", f);
-            write_section(f, s, &runs[i], keyed_by_model(s) ? &keep : NULL);
-            if (!keyed_by_model(s)) break;  // the newest older run's table only
+            if (!models[0]) continue;
+            older_heading(f, &heading, &runs[i]);
+            fprintf(f, "), model %s:\n\n", models);
+            write_section(f, s, &runs[i], &keep);
         }
     }
 }

@@ -391,7 +391,6 @@ static void run_session(engine *e) {
 // A request aborted mid-run (its client went away) gives its KV blocks back at once and keeps
 // the records it had; one aborted while it waits is never admitted; every other request
 // finishes with the bits it gets alone.
-
 static void aborted_requests_free_blocks_others_unchanged(void **state) {
     fixture *f = *state;
     enum { N = MAX_SEQS + 1 };  // the last one waits for a slot

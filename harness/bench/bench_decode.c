@@ -125,6 +125,17 @@ double bench_decode_tokens_per_s(ops_set *const *ops, int T, const model_config 
 
 // --- --profile: where a decode step's time goes, op by op ----------------------------------------
 
+// The op totals of one generate of new_tokens on r, copied out of the profile p (its next reset
+// reuses them). Returns *n entries; the caller frees them.
+static op_profile_entry *generate_ops(op_profile *p, bench_engine *r, int new_tokens, int *n) {
+    op_profile_reset(p);
+    generate_seconds(r, new_tokens);
+    const op_profile_entry *all = op_profile_totals(p, n);
+    op_profile_entry *copy = invar_malloc((size_t)(*n ? *n : 1) * sizeof *copy, "bench op profile");
+    memcpy(copy, all, (size_t)*n * sizeof *copy);
+    return copy;
+}
+
 // Per-op time of the decode steps on `ops` at batch B: the op profile of a generate of
 // new_tokens minus that of a single token (the same prompts), calls and seconds over the
 // new_tokens - 1 decode steps. At large batches the two generates' chunked prefills mix in
@@ -137,12 +148,8 @@ static op_profile_entry *decode_step_ops(ops_set *ops, const model_config *c, we
     ops_set *wrapped = op_profile_set(p);
     bench_engine r = bench_engine_open(&wrapped, 1, c, w, B, prompt_len, new_tokens,
                                        tp_size_invariant ? BENCH_TP_SIZE_INVARIANT : 0);
-    op_profile_reset(p);
-    generate_seconds(&r, new_tokens);
     int n_full = 0;
-    const op_profile_entry *full = op_profile_totals(p, &n_full);
-    op_profile_entry *step = invar_malloc((size_t)(n_full ? n_full : 1) * sizeof *step, "bench op profile");
-    memcpy(step, full, (size_t)n_full * sizeof *step);
+    op_profile_entry *step = generate_ops(p, &r, new_tokens, &n_full);
     op_profile_reset(p);
     generate_seconds(&r, 1);
     int n_one = 0;
@@ -180,11 +187,7 @@ static op_profile_entry *prefill_ops(ops_set *ops, const model_config *c, weight
     op_profile *p = op_profile_wrap(ops);
     ops_set *wrapped = op_profile_set(p);
     bench_engine r = bench_engine_open(&wrapped, 1, c, w, 1, P, 2, 0);  // room for its 2-token warm-up
-    op_profile_reset(p);
-    generate_seconds(&r, 1);
-    const op_profile_entry *all = op_profile_totals(p, n);
-    op_profile_entry *copy = invar_malloc((size_t)(*n ? *n : 1) * sizeof *copy, "bench op profile");
-    memcpy(copy, all, (size_t)*n * sizeof *copy);
+    op_profile_entry *copy = generate_ops(p, &r, 1, n);
     bench_engine_close(&r);
     op_profile_destroy(p);
     return copy;
@@ -229,6 +232,15 @@ static void print_ops(const char *title, const char *device, const char *model, 
     }
     printf("%-44s %6s %10.1f %10.1f %+9.1f\n", "total", "", inv_total, ref_total, inv_total - ref_total);
     free(rows);
+}
+
+// print_ops for decode_step_ops at batch B over `steps` decode steps.
+static void print_decode_ops(const char *device, const char *model, int B, int steps, const op_profile_entry *a,
+                             int n_a, const op_profile_entry *b, int n_b, const char *const labels[2],
+                             csv_report *csv) {
+    char title[96];
+    snprintf(title, sizeof title, "decode step at batch %d, time per step by op", B);
+    print_ops(title, device, model, B, steps, a, n_a, b, n_b, labels, csv);
 }
 
 // Mean distinct routed experts a MoE layer touches in a step of `tokens` tokens (B for decode,
@@ -351,9 +363,7 @@ static void decode_model(const char *device, const bench_decode_rows *rows, ops_
         op_profile_entry *pi = decode_step_ops(inv, &c, w, B, prompt_len, new_tokens, false, &n_inv);
         op_profile_entry *pr = decode_step_ops(ref, &c, w, B, prompt_len, new_tokens, false, &n_ref);
         static const char *const labels[2] = {"inv us", "ref us"};
-        char title[96];
-        snprintf(title, sizeof title, "decode step at batch %d, time per step by op", B);
-        print_ops(title, device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, labels, op_csv);
+        print_decode_ops(device, model, B, new_tokens - 1, pi, n_inv, pr, n_ref, labels, op_csv);
         free(pi);
         free(pr);
     }
@@ -396,9 +406,7 @@ void bench_decode_ops_tp_size(ops_set *ops, const model_config *c, weight_source
     op_profile_entry *on = decode_step_ops(ops, c, w, B, prompt_len, new_tokens, true, &n_on);
     op_profile_entry *off = decode_step_ops(ops, c, w, B, prompt_len, new_tokens, false, &n_off);
     static const char *const labels[2] = {"on us", "off us"};
-    char title[96];
-    snprintf(title, sizeof title, "decode step at batch %d, time per step by op", B);
-    print_ops(title, ops->device, model, B, new_tokens - 1, on, n_on, off, n_off, labels, csv);
+    print_decode_ops(ops->device, model, B, new_tokens - 1, on, n_on, off, n_off, labels, csv);
     free(on);
     free(off);
 }

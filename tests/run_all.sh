@@ -142,8 +142,21 @@ fi
 # to TP = 1; graphs: decode steps padded to CUDA graph buckets and replayed from recorded calls;
 # warm-copies: a control only the warm copies of prompt 0 catch (cases/README.md says what each
 # costs).
+# cases/ci.ini and cases/backends.ini, each about as long as a test_cuda_ops shard: where 4 or
+# more suites run at once they too run as two shards side by side (CASE_SHARDS; a 16-core GPU
+# host's check ended with them), merged below before anything reads their reports.
+case_shards=${CASE_SHARDS:-$([ "$jobs" -ge 4 ] && echo 2 || echo 1)}
+case "$case_shards" in 1 | 2) ;; *) echo "CASE_SHARDS=$case_shards: 1 or 2"; exit 2 ;; esac
+sharded_cases="ci backends"
 for c in ci reach long long-context backends sampled small-model tp tp-size configs eviction graphs warm-copies; do  # long-batch: above
-    suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
+    if [ "$case_shards" = 2 ] && [[ " $sharded_cases " == *" $c "* ]]; then
+        for i in 1 2; do
+            suite "invar run --case cases/$c.ini --shard $i/2" "$BUILD/invar" run --case "cases/$c.ini" \
+                --shard "$i/2" --out "$REPORT/run/$c-shard$i"
+        done
+    else
+        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
+    fi
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
 # directories as models give what the named configs give.
@@ -184,6 +197,13 @@ done
 
 # --- what reads the reports above ---------------------------------------------------------------
 suite_wait
+if [ "$case_shards" = 2 ]; then
+    for c in $sharded_cases; do
+        suite "cases/$c.ini's 2 shards merged (invar report merge)" "$BUILD/invar" report merge \
+            "$REPORT/run/$c" "$REPORT/run/$c-shard1" "$REPORT/run/$c-shard2"
+    done
+    suite_wait  # ci's expectations below read its merged report
+fi
 
 # What make check expects of some cases' reports beyond their exit codes (notes, controls caught
 # in one place only, ci's report rendered and its junit.xml checked; tests/case_expectations.sh,

@@ -1,8 +1,8 @@
 // tests/test_csv_report.c — CSV rows parse back with libcsv's parser, are on disk before the
 // file is closed, and every failure names the file (reports/csv_report.h); every verdict and
 // observed kind (tests/report_gallery.h) written as CSV reads back as the same verdict
-// (reports/row_verdict.h), which every writer renders from; divergence.csv rows read back as the
-// divergences written (harness/run/summary_row.h).
+// (reports/row_verdict.h), which every writer renders from; divergence.csv rows and summary.csv's
+// first divergence read back as the divergences written (harness/run/summary_row.h).
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -280,6 +280,50 @@ static void divergence_rows_read_back(void **state) {
     assert_int_equal(rmdir(dir), 0);
 }
 
+// summary.csv's first divergence read back as the divergence it was written from: the two
+// logprob cells to their floats' own bits (a nightly reader compares a FAIL's first logprobs across
+// runs from this row alone: two floats a few ulps apart must not print alike), the tokens, the
+// step and the ulps between them.
+static void summary_first_divergence_reads_back(void **state) {
+    (void)state;
+    uint64_t seed = invar_mix64((uint64_t)(uintptr_t)&seed ^ (uint64_t)getpid() ^ 0x5eedu);
+    for (int i = 0; i < 16; i++) {
+        case_file c = {0};
+        run_config cfg = {0};
+        resolved_config rc = {0};
+        backend_selection sel = {0};
+        outcome out = {.verdict = "FAIL", .expected = "invariant", .observed = "batch-variant", .has_first = true,
+                       .first_request = 3 + i, .prefill_vs_decode = "equal"};
+        snprintf(out.first_batch, sizeof out.first_batch, "8");
+        divergence *d = &out.first;
+        d->kind = DIFF_LOGPROB;
+        d->step = 1 + (int)(invar_mix64(seed + 7u * i) % 100);
+        d->base_token = d->other_token = (int32_t)(invar_mix64(seed + 7u * i + 1) % 102400);
+        d->base_logprob = -(float)(12.0 * invar_uniform(invar_mix64(seed + 7u * i + 2)));
+        d->other_logprob = nextafterf(d->base_logprob, i % 2 ? 0.0f : -INFINITY);  // one ulp away
+        d->abs_delta = fabs((double)d->other_logprob - (double)d->base_logprob);
+        d->ulps = float_ulp_distance(d->base_logprob, d->other_logprob);
+        summary_text t;
+        const char *fields[SUMMARY_NCOLS];
+        summary_fields(&c, &cfg, &rc, &sel, &out, NULL, &t, fields);
+        const float base = strtof(fields[SUMMARY_FIRST_BASE_LOGPROB], NULL);
+        const float batch = strtof(fields[SUMMARY_FIRST_BATCH_LOGPROB], NULL);
+        if (!float_bits_equal(base, d->base_logprob) || !float_bits_equal(batch, d->other_logprob))
+            fail_msg("first logprobs written as '%s', '%s' read back %.9g, %.9g; were %.9g, %.9g",
+                     fields[SUMMARY_FIRST_BASE_LOGPROB], fields[SUMMARY_FIRST_BATCH_LOGPROB], (double)base,
+                     (double)batch, (double)d->base_logprob, (double)d->other_logprob);
+        assert_string_equal(fields[SUMMARY_FIRST_ULPS], "1");
+        char want[32];
+        snprintf(want, sizeof want, "%d", d->step);
+        assert_string_equal(fields[SUMMARY_FIRST_STEP], want);
+        snprintf(want, sizeof want, "%d", d->base_token);
+        assert_string_equal(fields[SUMMARY_FIRST_BASE_TOKEN], want);
+        snprintf(want, sizeof want, "%d", 3 + i);
+        assert_string_equal(fields[SUMMARY_FIRST_REQUEST], want);
+        assert_string_equal(fields[SUMMARY_FIRST_BATCH_SIZE], "8");
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rows_parse_back_before_close),
@@ -288,6 +332,7 @@ int main(void) {
         cmocka_unit_test(every_verdict_kind_reads_back),
         cmocka_unit_test(hit_rate_is_hits_over_queries),
         cmocka_unit_test(divergence_rows_read_back),
+        cmocka_unit_test(summary_first_divergence_reads_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,6 +133,13 @@ else
     skip_suite "invar kernels --device cuda: $no_gpu"
 fi
 
+# cases/ci.ini and cases/backends.ini, each about as long as a test_cuda_ops shard: where 4 or
+# more suites run at once they too run as two shards side by side (CASE_SHARDS; a 16-core GPU
+# host's check ended with them), merged below before anything reads their reports.
+case_shards=${CASE_SHARDS:-$([ "$jobs" -ge 4 ] && echo 2 || echo 1)}
+case "$case_shards" in 1 | 2) ;; *) echo "CASE_SHARDS=$case_shards: 1 or 2"; exit 2 ;; esac
+sharded_cases="ci backends"
+
 # small-model: the adversarial set is the negative control where the reference set can be
 # order-free (its CUDA configs run only on a GPU); sampled: temperature > 0, per-request seeds;
 # tp: tensor parallelism at T = 2, 3, 4, 8 on the CPU (about 12 s on 2 cores); configs: KV
@@ -142,12 +149,6 @@ fi
 # to TP = 1; graphs: decode steps padded to CUDA graph buckets and replayed from recorded calls;
 # warm-copies: a control only the warm copies of prompt 0 catch (cases/README.md says what each
 # costs).
-# cases/ci.ini and cases/backends.ini, each about as long as a test_cuda_ops shard: where 4 or
-# more suites run at once they too run as two shards side by side (CASE_SHARDS; a 16-core GPU
-# host's check ended with them), merged below before anything reads their reports.
-case_shards=${CASE_SHARDS:-$([ "$jobs" -ge 4 ] && echo 2 || echo 1)}
-case "$case_shards" in 1 | 2) ;; *) echo "CASE_SHARDS=$case_shards: 1 or 2"; exit 2 ;; esac
-sharded_cases="ci backends"
 for c in ci reach long long-context backends sampled small-model tp tp-size configs eviction graphs warm-copies; do  # long-batch: above
     if [ "$case_shards" = 2 ] && [[ " $sharded_cases " == *" $c "* ]]; then
         for i in 1 2; do

@@ -29,6 +29,8 @@ typedef struct {
     int split_N;                 // the N of the split-K rule (gemm_args.split_N); 0: N
     long rows_listed;            // grouped: the rows the groups list in all, at most (T k), which
                                  // sizes tiles and pipeline (gemm_plan_rows); 0: M
+    int groups;                  // grouped: the groups w holds (its tensor map's extent, for the
+                                 // weight tiles by TMA); 0: unknown, every tile by cp.async
 } gemm_problem;
 
 // batch: products (dense) or the grid's group slices (grouped: every group, or with group_ids
@@ -46,7 +48,9 @@ typedef struct {
     const uint16_t *x, *w;
     char *y;
     int row_begin, row_end;  // the rows of z: [0, M) dense, the group's compact rows grouped
-} gemm_view;                 // (empty where grid slice z runs no group)
+                             // (empty where grid slice z runs no group)
+    int group;               // grouped: the group z runs (w's matrix), -1 for none; dense: z
+} gemm_view;
 
 #ifdef __CUDACC__
 __device__ __forceinline__ gemm_view gemm_view_of(const gemm_problem &p, int z) {
@@ -56,8 +60,10 @@ __device__ __forceinline__ gemm_view gemm_view_of(const gemm_problem &p, int z) 
     v.y = (char *)p.y;
     v.row_begin = 0;
     v.row_end = p.M;
+    v.group = z;
     if (p.group_offsets) {
         const int g = p.group_ids ? p.group_ids[z] : z;
+        v.group = g;
         if (g < 0) {  // grid slice z runs no group: no rows
             v.row_end = 0;
         } else {

@@ -42,7 +42,11 @@ static inline int gemm_split_begin(int s, int splits, int k_tiles) {
 }
 
 
-enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR };
+// LOAD_GATHER_TMA_W: a grouped product's x rows gathered by cp.async and its expert's weight tile
+// by TMA into the same slot; gemm_sm90_launch takes it for LOAD_CP_ASYNC's grouped products where
+// tensor maps can be made, in builds with GEMM_GATHER_TMA_W=1 (the plan never returns it: it
+// changes no tile and no bit).
+enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR, LOAD_GATHER_TMA_W };
 
 // NONE: S = 1. IN_CTA: one CTA walks every split into a running total. GRID: each split on its
 // own CTAs, fp32 partials added in split order by the tile's last CTA or a reduce kernel.
@@ -186,7 +190,7 @@ static inline const char *gemm_plan_name(const gemm_plan *pl) {
 
 // The plan as a dispatch path (kernels/cuda/gemm_paths.h lists them): its name, then its load.
 static inline void gemm_plan_path(const gemm_plan *pl, char *out, int len) {
-    static const char *const loads[] = {"tma", "cp.async", "scalar"};
+    static const char *const loads[] = {"tma", "cp.async", "scalar", "cp.async+tma"};
     snprintf(out, (size_t)len, "%s %s", gemm_plan_name(pl), loads[pl->load]);
 }
 

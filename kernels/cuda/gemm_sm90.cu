@@ -34,6 +34,13 @@ static_assert(GEMM_CP_ASYNC_STAGES >= 3 && GEMM_CP_ASYNC_STAGES <= 9, "GEMM_CP_A
 #endif
 static_assert(GEMM_CP_ASYNC_DEEP_STAGES >= 3 && GEMM_CP_ASYNC_DEEP_STAGES <= 9, "GEMM_CP_ASYNC_DEEP_STAGES: 3 to 9");
 
+// Grouped products' weight tiles by TMA (LOAD_GATHER_TMA_W), an open experiment
+// (NVCC_DEFINES=-DGEMM_GATHER_TMA_W=1; kernels/cuda/NOTES.md): off, they stay on cp.async and
+// those kernels are not compiled. A load decides when operands arrive, never a bit.
+#ifndef GEMM_GATHER_TMA_W
+#define GEMM_GATHER_TMA_W 0
+#endif
+
 // k<<<grid, block, smem>>>(args...), with GEMM_PDL as a programmatic dependent (pdl.cuh).
 template <typename... KernelArgs, typename... Args>
 static void gemm_kernel_launch(cuda_ctx *c, void (*k)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
@@ -63,6 +70,8 @@ static void launch_sm90(cuda_ctx *c, const gemm_problem *p, int batch, int split
         tx = tma_map_bf16_2d(c, p->x, p->M, p->K, p->ldx, GEMM_BK, gemm_x_box_rows(p->M, BM), op, "x");
         tw = tma_map_bf16_2d(c, p->w, p->N, p->K, p->ldw, GEMM_BK, BN, op, "w");
     }
+    if (LOAD == LOAD_GATHER_TMA_W)  // the groups' weights, one matrix each
+        tw = tma_map_bf16_3d(c, p->w, p->groups, p->N, p->K, p->ldw, p->stride_w, GEMM_BK, BN, op, "w");
     auto k = gemm_sm90_kernel<WGS, NI, STAGES, LOAD, SPLIT>;
     cuda_kernel_smem(c, (const void *)k, SMEM, op);
     gemm_kernel_launch(c, k, grid, dim3(WGS * 128), SMEM, op, *p, splits, split_out, tx, tw);
@@ -187,6 +196,13 @@ static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bo
     return aligned && strided && !p->group_offsets && !p->x_rows && !p->y_rows && c->tensor_map_encode;
 }
 
+// A grouped product's weight tiles by TMA (LOAD_GATHER_TMA_W): its x rows stay gathered by
+// cp.async, so only w's layout must suit a 3-D map (16-byte rows and matrix strides).
+static bool tma_w_possible(const cuda_ctx *c, const gemm_problem *p) {
+    return GEMM_GATHER_TMA_W && p->group_offsets && p->groups > 0 && (p->groups == 1 || p->stride_w > 0) &&
+           p->ldw % 8 == 0 && p->stride_w % 8 == 0 && ((uintptr_t)p->w & 15u) == 0 && c->tensor_map_encode;
+}
+
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
     return gemm_plan_choose_split(gemm_plan_rows(p->M, batch, p->rows_listed), p->N,
                                   p->split_N > 0 ? p->split_N : p->N, p->K, batch, aligned,
@@ -197,6 +213,7 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     const gemm_plan pl = gemm_sm90_plan(c, p, batch, aligned);
     const int S = pl.splits;
     const bool deep = gemm_cp_async_deep(p->N, batch, p->rows_listed, c->num_sms);
+    [[maybe_unused]] const bool tma_w = pl.load == LOAD_CP_ASYNC && tma_w_possible(c, p);  // GEMM_GATHER_TMA_W
     if (pl.mode == SPLIT_GRID && batch != 1)
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return (test_gemm_plan checks the list).
@@ -217,6 +234,14 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_128x192, SPLIT_NONE)) launch_ws<2, 1, 4, SPLIT_NONE, 192>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, pl, op);
+#if GEMM_GATHER_TMA_W
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && tma_w && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_GATHER_TMA_W, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && tma_w) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_GATHER_TMA_W, SPLIT_NONE>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && tma_w && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_GATHER_TMA_W, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && tma_w) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_GATHER_TMA_W, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA) && tma_w) launch_sm90<2, 1, 4, LOAD_GATHER_TMA_W, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE) && tma_w) launch_sm90<2, 2, 4, LOAD_GATHER_TMA_W, SPLIT_NONE>(c, p, batch, S, op);
+#endif
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);

@@ -422,15 +422,22 @@ __device__ __forceinline__ void gemm_prefetch_w_l2(const uint16_t *w, long ldw, 
     }
 }
 
-// Rows [m0, m0 + BM) of x (gathered through x_rows) and rows [n0, n0 + BN) of w, k from k0, into
-// one pipeline slot, in the 128-byte swizzle layout TMA writes and wgmma reads (cp.async or
-// scalar loads: the one-tile kernel).
+// Rows [m0, m0 + BM) of x (gathered through x_rows) into a pipeline slot's x part, k from k0, in
+// the 128-byte swizzle layout TMA writes and wgmma reads (cp.async or scalar loads: the one-tile
+// kernel).
+template <int BM, int THREADS, bool ALIGNED>
+__device__ __forceinline__ void gemm_load_slot_x(uint8_t *s, const gemm_problem &p, const gemm_view &v, int m0,
+                                                 int k0) {
+    gemm_load_rows<BM, GEMM_BK, THREADS, ALIGNED>([=](int r, int c) { return (uint16_t *)(s + sw128_offset(r, c)); },
+                                                  v.x, p.ldx, m0, v.row_end, p.x_rows, k0, p.K);
+}
+
+// The same for x and rows [n0, n0 + BN) of w: one whole slot.
 template <int BM, int BN, int THREADS, bool ALIGNED>
 __device__ __forceinline__ void gemm_load_slot(uint8_t *s, const gemm_problem &p, const gemm_view &v, int m0, int n0,
                                                int k0) {
     constexpr int A_BYTES = BM * GEMM_BK * 2;
-    gemm_load_rows<BM, GEMM_BK, THREADS, ALIGNED>([=](int r, int c) { return (uint16_t *)(s + sw128_offset(r, c)); },
-                                                  v.x, p.ldx, m0, v.row_end, p.x_rows, k0, p.K);
+    gemm_load_slot_x<BM, THREADS, ALIGNED>(s, p, v, m0, k0);
     gemm_load_rows<BN, GEMM_BK, THREADS, ALIGNED>(
         [=](int r, int c) { return (uint16_t *)(s + A_BYTES + sw128_offset(r, c)); }, v.w, p.ldw, n0, p.N, nullptr,
         k0, p.K);
@@ -520,10 +527,32 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
             after_k_tile(kt_begin + j);
         }
     } else {
+        // LOAD_GATHER_TMA_W: thread 0 asks the copy engine for the group's weight tile (slot full[]
+        // counts its bytes) while every thread gathers x's rows by cp.async. One thread's TMA
+        // request keeps a tile's weights in flight where cp.async's 16-byte requests, a thread's
+        // share of a whole tile, left a decode step's expert streams far below copy speed.
+        constexpr bool TMA_W = LOAD == LOAD_GATHER_TMA_W;
+        if constexpr (TMA_W) {
+            if (threadIdx.x == 0) {
+                for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1);
+                mbar_init_fence();
+            }
+            __syncthreads();
+        }
         auto load_stage = [&](int j) {
-            if (j < n_kt)
-                gemm_load_slot<BM, BN, THREADS, LOAD == LOAD_CP_ASYNC>(smem + (j % STAGES) * STAGE_BYTES, p, v, m0, n0,
-                                                                        (kt_begin + j) * GEMM_BK);
+            if (j < n_kt) {
+                uint8_t *const s = smem + (j % STAGES) * STAGE_BYTES;
+                const int k0 = (kt_begin + j) * GEMM_BK;
+                if constexpr (TMA_W) {
+                    if (threadIdx.x == 0) {
+                        mbar_expect_tx(&full[j % STAGES], (uint32_t)BN * GEMM_BK * 2);  // zeros past N, K count
+                        tma_load_3d(s + A_BYTES, &tmap_w, &full[j % STAGES], k0, n0, v.group);
+                    }
+                    gemm_load_slot_x<BM, THREADS, true>(s, p, v, m0, k0);
+                } else {
+                    gemm_load_slot<BM, BN, THREADS, LOAD == LOAD_CP_ASYNC>(s, p, v, m0, n0, k0);
+                }
+            }
             cp_async_commit();  // empty groups keep the wait count uniform
         };
 #pragma unroll
@@ -531,6 +560,7 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
         for (int j = 0; j < n_kt; j++) {
             // Stage j has landed; k-tile j-2 is retired, so its slot may be refilled.
             cp_async_wait<STAGES - 3>();
+            if constexpr (TMA_W) mbar_wait(&full[j % STAGES], (uint32_t)(j / STAGES) & 1u);
             fence_proxy_async();
             __syncthreads();
             load_stage(j + STAGES - 2);

@@ -290,7 +290,7 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     g.M = a->T; g.N = 2 * a->I; g.K = a->D;
     g.ldx = a->D; g.ldy = 2 * a->I; g.ldw = a->D;
     g.stride_w = (long)2 * a->I * a->D;
-    g.group_offsets = offsets; g.group_ids = group_ids; g.x_rows = tok_rows; g.rows_listed = rows;
+    g.group_offsets = offsets; g.group_ids = group_ids; g.x_rows = tok_rows; g.rows_listed = rows; g.groups = groups;
     gemm_launch(c, &g, slots, "moe_experts gate_up");
 
     inv_cuda_silu_mul(ops, act, gu, (int)rows, a->I);
@@ -302,7 +302,7 @@ void inv_cuda_moe_experts(ops_set *ops, const moe_experts_args *a) {
     d.M = a->T; d.N = a->D; d.K = a->I;
     d.ldx = a->I; d.ldy = a->D; d.ldw = a->I;
     d.stride_w = (long)a->D * a->I;
-    d.group_offsets = offsets; d.group_ids = group_ids; d.y_rows = entry_rows; d.rows_listed = rows;
+    d.group_offsets = offsets; d.group_ids = group_ids; d.y_rows = entry_rows; d.rows_listed = rows; d.groups = groups;
     gemm_launch(c, &d, slots, "moe_experts down");
 }
 

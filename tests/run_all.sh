@@ -20,6 +20,17 @@ for n in "GPU_SHARDS=$gpu_shards" "CUDA_OPS_SHARDS=$cuda_ops_shards"; do
         '' | *[!0-9]* | 0*) echo "run_all.sh: $n is not a positive whole number" >&2; exit 2 ;;
     esac
 done
+# Cases run as 1 or 2 shards (case_suites, below): two where 4 or more suites run at once.
+# cases/long-batch.ini, the longest engine suite (on a GPU host too), alone was the whole check's
+# critical path on a 16-core GPU host; cases/ci.ini and cases/backends.ini, each about as long as
+# a test_cuda_ops shard, ended that host's check once it split.
+jobs=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
+two_if_parallel=$([ "$jobs" -ge 4 ] && echo 2 || echo 1)
+long_batch_shards=${LONG_BATCH_SHARDS:-$two_if_parallel}
+case_shards=${CASE_SHARDS:-$two_if_parallel}
+for n in "LONG_BATCH_SHARDS=$long_batch_shards" "CASE_SHARDS=$case_shards"; do
+    case ${n#*=} in 1 | 2) ;; *) echo "run_all.sh: $n: 1 or 2" >&2; exit 2 ;; esac
+done
 # shellcheck source=tests/suites.sh
 . "$(dirname "$0")/suites.sh"
 
@@ -58,20 +69,20 @@ elif [ -z "${CHECK_CUDA_BUILD+set}" ] && [ "$gpu" != 1 ] &&
      { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
     skip_suite "CUDA build compiles: not asked (make check asks, through CHECK_CUDA_BUILD, where nvcc is and the build is CPU-only)"
 fi
-# cases/long-batch.ini, the longest engine suite (on a GPU host too, beside the other suites):
-# where 4 or more suites run at once, its two configs run as two shards side by side
-# (LONG_BATCH_SHARDS): one alone was the whole check's critical path on a 16-core GPU host.
-jobs=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
-long_batch_shards=${LONG_BATCH_SHARDS:-$([ "$jobs" -ge 4 ] && echo 2 || echo 1)}
-case "$long_batch_shards" in 1 | 2) ;; *) echo "LONG_BATCH_SHARDS=$long_batch_shards: 1 or 2 (the case has 2 configs)"; exit 2 ;; esac
-if [ "$long_batch_shards" = 1 ]; then
-    suite "invar run --case cases/long-batch.ini" "$BUILD/invar" run --case cases/long-batch.ini --out "$REPORT/run/long-batch"
-else
-    for i in 1 2; do
-        suite "invar run --case cases/long-batch.ini --shard $i/2" "$BUILD/invar" run \
-            --case cases/long-batch.ini --shard "$i/2" --out "$REPORT/run/long-batch-shard$i"
+# case_suites CASE SHARDS: cases/CASE.ini as one suite (report run/CASE), or as SHARDS suites side
+# by side (--shard I/N, report run/CASE-shardI; merged below where a suite reads the report).
+case_suites() {
+    if [ "$2" = 1 ]; then
+        suite "invar run --case cases/$1.ini" "$BUILD/invar" run --case "cases/$1.ini" --out "$REPORT/run/$1"
+        return
+    fi
+    local i
+    for i in $(seq 1 "$2"); do
+        suite "invar run --case cases/$1.ini --shard $i/$2" "$BUILD/invar" run --case "cases/$1.ini" \
+            --shard "$i/$2" --out "$REPORT/run/$1-shard$i"
     done
-fi
+}
+case_suites long-batch "$long_batch_shards"
 
 if [ "$gpu" = 1 ]; then
     # test_cuda_ops, the longest unit suite on a GPU (141 s inside a parallel check on the H200),
@@ -133,13 +144,6 @@ else
     skip_suite "invar kernels --device cuda: $no_gpu"
 fi
 
-# cases/ci.ini and cases/backends.ini, each about as long as a test_cuda_ops shard: where 4 or
-# more suites run at once they too run as two shards side by side (CASE_SHARDS; a 16-core GPU
-# host's check ended with them), merged below before anything reads their reports.
-case_shards=${CASE_SHARDS:-$([ "$jobs" -ge 4 ] && echo 2 || echo 1)}
-case "$case_shards" in 1 | 2) ;; *) echo "CASE_SHARDS=$case_shards: 1 or 2"; exit 2 ;; esac
-sharded_cases="ci backends"
-
 # small-model: the adversarial set is the negative control where the reference set can be
 # order-free (its CUDA configs run only on a GPU); sampled: temperature > 0, per-request seeds;
 # tp: tensor parallelism at T = 2, 3, 4, 8 on the CPU (about 12 s on 2 cores); configs: KV
@@ -150,14 +154,7 @@ sharded_cases="ci backends"
 # warm-copies: a control only the warm copies of prompt 0 catch (cases/README.md says what each
 # costs).
 for c in ci reach long long-context backends sampled small-model tp tp-size configs eviction graphs warm-copies; do  # long-batch: above
-    if [ "$case_shards" = 2 ] && [[ " $sharded_cases " == *" $c "* ]]; then
-        for i in 1 2; do
-            suite "invar run --case cases/$c.ini --shard $i/2" "$BUILD/invar" run --case "cases/$c.ini" \
-                --shard "$i/2" --out "$REPORT/run/$c-shard$i"
-        done
-    else
-        suite "invar run --case cases/$c.ini" "$BUILD/invar" run --case "cases/$c.ini" --out "$REPORT/run/$c"
-    fi
+    case $c in ci | backends) case_suites "$c" "$case_shards" ;; *) case_suites "$c" 1 ;; esac
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
 # directories as models give what the named configs give.
@@ -199,7 +196,7 @@ done
 # --- what reads the reports above ---------------------------------------------------------------
 suite_wait
 if [ "$case_shards" = 2 ]; then
-    for c in $sharded_cases; do
+    for c in ci backends; do
         suite "cases/$c.ini's 2 shards merged (invar report merge)" "$BUILD/invar" report merge \
             "$REPORT/run/$c" "$REPORT/run/$c-shard1" "$REPORT/run/$c-shard2"
     done

@@ -196,12 +196,14 @@ static bool tma_possible(const cuda_ctx *c, const gemm_problem *p, int batch, bo
     return aligned && strided && !p->group_offsets && !p->x_rows && !p->y_rows && c->tensor_map_encode;
 }
 
+#if GEMM_GATHER_TMA_W
 // A grouped product's weight tiles by TMA (LOAD_GATHER_TMA_W): its x rows stay gathered by
 // cp.async, so only w's layout must suit a 3-D map (16-byte rows and matrix strides).
 static bool tma_w_possible(const cuda_ctx *c, const gemm_problem *p) {
-    return GEMM_GATHER_TMA_W && p->group_offsets && p->groups > 0 && (p->groups == 1 || p->stride_w > 0) &&
-           p->ldw % 8 == 0 && p->stride_w % 8 == 0 && ((uintptr_t)p->w & 15u) == 0 && c->tensor_map_encode;
+    return p->group_offsets && p->groups > 0 && (p->groups == 1 || p->stride_w > 0) && p->ldw % 8 == 0 &&
+           p->stride_w % 8 == 0 && ((uintptr_t)p->w & 15u) == 0 && c->tensor_map_encode;
 }
+#endif
 
 gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bool aligned) {
     return gemm_plan_choose_split(gemm_plan_rows(p->M, batch, p->rows_listed), p->N,
@@ -209,11 +211,27 @@ gemm_plan gemm_sm90_plan(const cuda_ctx *c, const gemm_problem *p, int batch, bo
                                   tma_possible(c, p, batch, aligned), c->num_sms);
 }
 
+// The one-tile kernels of the cp.async plans, x's rows by cp.async and w's tiles the LOADER way
+// (LOAD_CP_ASYNC, or LOAD_GATHER_TMA_W: a grouped product's by TMA). False for any other plan.
+template <int LOADER>
+static bool launch_cp_async_plan(cuda_ctx *c, const gemm_problem *p, int batch, const gemm_plan &pl, const char *op) {
+    if (pl.load != LOAD_CP_ASYNC) return false;
+    const int S = pl.splits;
+    const bool deep = gemm_cp_async_deep(p->N, batch, p->rows_listed, c->num_sms);
+    const bool none = pl.mode == SPLIT_NONE, in_cta = pl.mode == SPLIT_IN_CTA;
+    if (pl.tile == TILE_64x128 && none && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOADER, SPLIT_NONE>(c, p, batch, S, op);
+    else if (pl.tile == TILE_64x128 && none) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOADER, SPLIT_NONE>(c, p, batch, S, op);
+    else if (pl.tile == TILE_64x128 && in_cta && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOADER, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (pl.tile == TILE_64x128 && in_cta) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOADER, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (pl.tile == TILE_128x128 && in_cta) launch_sm90<2, 1, 4, LOADER, SPLIT_IN_CTA>(c, p, batch, S, op);
+    else if (pl.tile == TILE_128x256 && none) launch_sm90<2, 2, 4, LOADER, SPLIT_NONE>(c, p, batch, S, op);
+    else return false;
+    return true;
+}
+
 void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligned, const char *op) {
     const gemm_plan pl = gemm_sm90_plan(c, p, batch, aligned);
     const int S = pl.splits;
-    const bool deep = gemm_cp_async_deep(p->N, batch, p->rows_listed, c->num_sms);
-    [[maybe_unused]] const bool tma_w = pl.load == LOAD_CP_ASYNC && tma_w_possible(c, p);  // GEMM_GATHER_TMA_W
     if (pl.mode == SPLIT_GRID && batch != 1)
         invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s for a batch of %d products", op, gemm_plan_name(&pl), batch);
     // Every (load, tile, mode) gemm_plan_choose can return (test_gemm_plan checks the list).
@@ -235,19 +253,9 @@ void gemm_sm90_launch(cuda_ctx *c, const gemm_problem *p, int batch, bool aligne
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_NONE)) launch_ws<2, 2, 4, SPLIT_NONE>(c, p, batch, pl, op);
     else if (GEMM_CASE(LOAD_TMA, TILE_128x256, SPLIT_IN_CTA)) launch_ws<2, 2, 4, SPLIT_IN_CTA>(c, p, batch, pl, op);
 #if GEMM_GATHER_TMA_W
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && tma_w && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_GATHER_TMA_W, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && tma_w) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_GATHER_TMA_W, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && tma_w && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_GATHER_TMA_W, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && tma_w) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_GATHER_TMA_W, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA) && tma_w) launch_sm90<2, 1, 4, LOAD_GATHER_TMA_W, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE) && tma_w) launch_sm90<2, 2, 4, LOAD_GATHER_TMA_W, SPLIT_NONE>(c, p, batch, S, op);
+    else if (tma_w_possible(c, p) && launch_cp_async_plan<LOAD_GATHER_TMA_W>(c, p, batch, pl, op)) {}
 #endif
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE) && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA) && deep) launch_sm90<1, 1, GEMM_CP_ASYNC_DEEP_STAGES, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, GEMM_CP_ASYNC_STAGES, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x128, SPLIT_IN_CTA)) launch_sm90<2, 1, 4, LOAD_CP_ASYNC, SPLIT_IN_CTA>(c, p, batch, S, op);
-    else if (GEMM_CASE(LOAD_CP_ASYNC, TILE_128x256, SPLIT_NONE)) launch_sm90<2, 2, 4, LOAD_CP_ASYNC, SPLIT_NONE>(c, p, batch, S, op);
+    else if (launch_cp_async_plan<LOAD_CP_ASYNC>(c, p, batch, pl, op)) {}
     else if (GEMM_CASE(LOAD_SCALAR, TILE_64x128, SPLIT_NONE)) launch_sm90<1, 1, 4, LOAD_SCALAR, SPLIT_NONE>(c, p, batch, S, op);
     else if (GEMM_CASE(LOAD_SCALAR, TILE_64x128, SPLIT_IN_CTA)) launch_sm90<1, 1, 4, LOAD_SCALAR, SPLIT_IN_CTA>(c, p, batch, S, op);
     else invar_die(INVAR_EXIT_SYSTEM, "%s: gemm plan %s (load %d) has no kernel", op, gemm_plan_name(&pl), (int)pl.load);

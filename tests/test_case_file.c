@@ -355,6 +355,21 @@ static void conflicting_settings(void **state) {
     // Chunked prefill off needs every budget to hold max_len + max_new_tokens = 44.
     snprintf(text, sizeof text, "%schunked_prefill = on, off\n", valid_case);
     expect_error(text, 16, "chunked_prefill = off with max_num_batched_tokens = 16 (line 15)");
+    // The bound itself: 44 holds the longest request and is accepted, 43 is one short.
+    char path[64], err[512];
+    replace_line(text, sizeof text, 15, "max_num_batched_tokens = 44\n");
+    snprintf(text + strlen(text), sizeof text - strlen(text), "chunked_prefill = off\n");
+    write_case(text, path, sizeof path);
+    case_file c;
+    memset(err, 0x55, sizeof err);
+    err[sizeof err - 1] = '\0';
+    bool ok = case_file_load(path, &c, err, sizeof err);
+    unlink(path);
+    if (!ok) fail_msg("a budget of exactly max_len + max_new_tokens was refused: %s", err);
+    assert_int_equal(case_max_budget(&c), 44);
+    replace_line(text, sizeof text, 15, "max_num_batched_tokens = 43\n");
+    snprintf(text + strlen(text), sizeof text - strlen(text), "chunked_prefill = off\n");
+    expect_error(text, 16, "chunked_prefill = off with max_num_batched_tokens = 43 (line 15)");
     expect_error_replacing(8, "min_len = 41\n", "min_len = 41 exceeds max_len = 40");
     expect_error_replacing(4, "model = huge\n", "unknown model 'huge'");
     expect_error_replacing(9, "max_len = 4095\n", "max_position_embeddings");

@@ -10,6 +10,10 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
+#include <math.h>                   // sqrtf
+#include <string.h>                 // memcmp
+
+#include "../kernels/bf16.h"        // bf16_to_float, float_to_bf16, bf16_round
 #include "../kernels/f64/f64.h"     // f64_rmsnorm, f64_rel_l2_bf16
 #include "test_util.h"              // test_cpu_set, test_fill_bf16, test_check_row_invariance
 
@@ -47,6 +51,70 @@ static void test_accuracy(void **state) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The documented order, bit for bit: a scalar model of lanes.h's (8 lanes of k mod 8 in
+// increasing k, the fixed tree, then the D mod 8 tail one at a time). Accuracy and invariance
+// hold for any fixed order; this pins the one the set's fingerprints name, which a plugin or
+// a port of the set reproduces.
+// ---------------------------------------------------------------------------------------------
+
+static float model_sum_squares(const bf16 *x, int D) {
+    float lane[8] = {0};
+    int k = 0;
+    for (; k + 8 <= D; k += 8)
+        for (int l = 0; l < 8; l++) {
+            float v = bf16_to_float(x[k + l]);
+            float v2 = v * v;
+            lane[l] += v2;
+        }
+    float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    for (; k < D; k++) {
+        float v = bf16_to_float(x[k]);
+        float v2 = v * v;
+        sum += v2;
+    }
+    return sum;
+}
+
+static void check_documented_order(int M, int D) {
+    bf16 *x = test_alloc(sizeof(bf16) * M * D), *w = test_alloc(sizeof(bf16) * D);
+    bf16 *out = test_alloc(sizeof(bf16) * M * D), *model = test_alloc(sizeof(bf16) * M * D);
+    test_fill_bf16(x, (long)M * D, 41 + D, 3.0f);
+    test_fill_bf16(w, D, 43 + D, 1.5f);
+    for (int m = 0; m < M; m++) {
+        const bf16 *xm = x + (long)m * D;
+        float inv_rms = 1.0f / sqrtf(model_sum_squares(xm, D) / (float)D + EPS);
+        for (int i = 0; i < D; i++) {
+            float normed = bf16_round(bf16_to_float(xm[i]) * inv_rms);
+            model[(long)m * D + i] = float_to_bf16(bf16_to_float(w[i]) * normed);
+        }
+    }
+    test_poison(out, sizeof(bf16) * M * D);
+    ops_set *ops = test_cpu_set(0);
+    ops->rmsnorm(ops, out, D, x, D, w, M, D, EPS);
+    int differ = 0, first = -1;
+    for (int m = 0; m < M; m++)
+        if (memcmp(out + (long)m * D, model + (long)m * D, sizeof(bf16) * D) != 0) {
+            if (first < 0) first = m;
+            differ++;
+        }
+    if (differ) fail_msg("rmsnorm D = %d: %d of %d rows differ from lanes.h's order (first %d)", D, differ, M, first);
+    free(model);
+    free(out);
+    free(w);
+    free(x);
+}
+
+static void test_documented_order(void **state) {
+    (void)state;
+    // A sum one ulp off moves inv_rms by about an ulp, which flips a bf16 rounding of roughly
+    // one element in 2^16: enough rows that a different order shows in the bits.
+    check_documented_order(8192, 512);   // the latent norm's width: a multiple of 8, no tail
+    check_documented_order(4096, 2048);  // V2-Lite's
+    check_documented_order(4096, 1003);  // a tail of 3
+    check_documented_order(4096, 8);     // one lane group only
+}
+
+// ---------------------------------------------------------------------------------------------
 
 enum { D_INV = 517 };
 
@@ -70,6 +138,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_row_invariance),
+        cmocka_unit_test(test_documented_order),
     };
     return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

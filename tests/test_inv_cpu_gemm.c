@@ -11,6 +11,9 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
+#include <string.h>                 // memcmp
+
+#include "../kernels/bf16.h"        // bf16_to_float
 #include "../kernels/f64/f64.h"     // f64_gemm, f64_rel_l2_*
 #include "test_util.h"              // test_cpu_set, test_fill_*, test_unwritten_*, test_same_bits
 
@@ -166,6 +169,59 @@ static void test_thread_invariance(void **state) {
     free(x);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The documented order, bit for bit: every y[m][n] is lanes.h's dot of x's row and w's row (8
+// lanes of k mod 8 in increasing k, the fixed tree, then the K mod 8 tail one at a time),
+// whichever micro-kernel computes its column. fp32 output shows a sum one ulp off. A column's
+// micro-kernel follows its place among N, which a rank's share of a column-parallel GEMM moves.
+// ---------------------------------------------------------------------------------------------
+
+static float model_dot(const bf16 *x, const bf16 *w, int K) {
+    float lane[8] = {0};
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int l = 0; l < 8; l++) {
+            float p = bf16_to_float(x[k + l]) * bf16_to_float(w[k + l]);
+            lane[l] += p;
+        }
+    float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    for (; k < K; k++) {
+        float p = bf16_to_float(x[k]) * bf16_to_float(w[k]);
+        sum += p;
+    }
+    return sum;
+}
+
+static void check_documented_order(int M, int N, int K) {
+    bf16 *x = test_alloc(sizeof(bf16) * M * K), *w = test_alloc(sizeof(bf16) * N * K);
+    float *y = test_alloc(sizeof(float) * M * N);
+    test_fill_bf16(x, (long)M * K, 51 + K, 1.0f);
+    test_fill_bf16(w, (long)N * K, 53 + N, 0.05f);
+    for (int s = 0; s < TEST_N_THREADS; s++) {
+        test_poison(y, sizeof(float) * M * N);
+        ops_set *ops = test_cpu_set(s);
+        gemm_args a = {.y = y, .y_f32 = true, .x = x, .w = w, .M = M, .N = N, .K = K};
+        ops->gemm(ops, &a);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                float model = model_dot(x + (long)m * K, w + (long)n * K, K);
+                if (memcmp(&model, &y[(long)m * N + n], sizeof model) != 0)
+                    fail_msg("gemm %d x %d x %d, set %d: y[%d][%d] = %a, lanes.h's order gives %a", M, N, K,
+                             s, m, n, (double)y[(long)m * N + n], (double)model);
+            }
+    }
+    free(y);
+    free(w);
+    free(x);
+}
+
+static void test_documented_order(void **state) {
+    (void)state;
+    check_documented_order(5, 13, 2048);  // K a multiple of 8; N mod 4 = 1: both micro-kernels
+    check_documented_order(5, 14, 1003);  // a K tail of 3
+    check_documented_order(3, 7, 8);      // one lane group
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accuracy_f32_dense),
@@ -176,6 +232,7 @@ int main(void) {
         cmocka_unit_test(test_row_invariance_bf16),
         cmocka_unit_test(test_column_invariance),
         cmocka_unit_test(test_thread_invariance),
+        cmocka_unit_test(test_documented_order),
     };
     return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

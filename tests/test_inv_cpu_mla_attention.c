@@ -4,7 +4,7 @@
 // max_seq_len and num_seqs), other query tokens (decode or prefill chunks), the token's index,
 // its sequence's row in the block table, which physical blocks hold its keys, the block
 // table's width, whether later positions of its own sequence are already cached (a prefill
-// chunk), and the thread count.
+// chunk), and the thread count; and a key's score the same bits whichever path scores it.
 //
 // Tolerance: fp32 scores, softmax and accumulation, then one bf16 rounding of the output
 // (≤ 2^-9 relative per element) → relative L2 < 4e-3.
@@ -14,6 +14,10 @@
 #include <setjmp.h>                 // cmocka
 #include <cmocka.h>                 // assert_*, cmocka_unit_test
 
+#include <math.h>                   // fabs, fabsf
+#include <string.h>                 // memcmp, memcpy
+
+#include "../kernels/bf16.h"        // bf16_to_float, float_to_bf16
 #include "../kernels/f64/f64.h"     // f64_mla_attention, f64_kv_cache_write, f64_rel_l2_bf16
 #include "test_util.h"              // test_cpu_set, test_fill_*, test_poison, test_unwritten_bf16
 
@@ -358,6 +362,81 @@ static void test_block_sizes(void **state) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// A key's score is lanes.h's dot wherever it sits: the kernel scores a tile's keys four at a
+// time and the last few one by one, and both must give a key the same bits (lanes.h's order).
+// At DeepSeek's widths (L 512, R 64): over fewer terms bf16 products sum exactly in fp32 in any
+// order, and no order would show. Probe: two keys P and D of nearly equal score, large enough (about 2^12) that one ulp of a
+// score moves the output's bf16 bits, beside keys N = -P whose weight is exactly 0. Attending
+// [P, D, N, N, N] and [N, D, N, N, P] then gives the same bits only if P scores alike as the
+// first of a group of four and as the last key on its own (zero terms add nothing exactly).
+// ---------------------------------------------------------------------------------------------
+
+enum { PL = 512, PR = 64, PSLOT = PL + PR };
+
+static double dot_f64(const bf16 *q_lat, const bf16 *q_pe, const bf16 *slot) {
+    double d = 0;
+    for (int i = 0; i < PL; i++) d += (double)bf16_to_float(q_lat[i]) * bf16_to_float(slot[i]);
+    for (int i = 0; i < PR; i++) d += (double)bf16_to_float(q_pe[i]) * bf16_to_float(slot[PL + i]);
+    return d;
+}
+
+// Runs one query at position 4 over the five keys keys[0..4]; out receives its PL values.
+static void attend_five(const bf16 *q_lat, const bf16 *q_pe, const bf16 *const keys[5], float scale,
+                        bf16 *out) {
+    bf16 *cache = test_alloc(sizeof(bf16) * BLOCK * PSLOT);
+    test_fill_bf16(cache, (long)BLOCK * PSLOT, 5, 1.0f);  // slots past the keys: never read
+    for (int j = 0; j < 5; j++) memcpy(cache + (long)j * PSLOT, keys[j], sizeof(bf16) * PSLOT);
+    int32_t block_table[1] = {0}, token_seq[1] = {0}, token_pos[1] = {4}, seq_lens[1] = {5};
+    mla_attention_args a = {
+        .out = out, .q_lat = q_lat, .q_pe = q_pe, .kv_cache = cache, .block_table = block_table,
+        .token_seq = token_seq, .token_pos = token_pos, .seq_lens = seq_lens, .T = 1, .H = 1,
+        .L = PL, .R = PR, .ld_out = PL, .ld_q_lat = PL, .ld_q_pe = PR, .head_stride_q_pe = PR,
+        .block_size = BLOCK, .max_blocks_per_seq = 1, .num_seqs = 1, .max_seq_len = 5, .scale = scale};
+    test_poison(out, sizeof(bf16) * PL);
+    ops_set *ops = test_cpu_set(0);
+    ops->mla_attention(ops, &a);
+    assert_int_equal(test_unwritten_bf16(out, PL), 0);
+    free(cache);
+}
+
+static void test_score_path(void **state) {
+    (void)state;
+    bf16 q_lat[PL], q_pe[PR], P[PSLOT], D[PSLOT], N[PSLOT], first[PL], last[PL];
+    int probes = 0;
+    for (uint64_t trial = 0; probes < 48 && trial < 1000; trial++) {
+        test_fill_bf16(q_lat, PL, 9000 + trial, 1.0f);
+        test_fill_bf16(q_pe, PR, 19000 + trial, 1.0f);
+        test_fill_bf16(P, PSLOT, 29000 + trial, 1.0f);
+        test_fill_bf16(D, PSLOT, 39000 + trial, 1.0f);
+        double dp = dot_f64(q_lat, q_pe, P);
+        if (dp < 0) {
+            for (int i = 0; i < PSLOT; i++) P[i] ^= 0x8000;
+            dp = -dp;
+        }
+        if (dp < 1.0) continue;
+        // D's largest-weighted rope value set so that D's dot lands next to P's.
+        int i_max = 0;
+        for (int i = 1; i < PR; i++)
+            if (fabsf(bf16_to_float(q_pe[i])) > fabsf(bf16_to_float(q_pe[i_max]))) i_max = i;
+        D[PL + i_max] = float_to_bf16(0.0f);
+        double rest = dot_f64(q_lat, q_pe, D), qi = bf16_to_float(q_pe[i_max]);
+        D[PL + i_max] = float_to_bf16((float)((dp - rest) / qi));
+        double gap = dot_f64(q_lat, q_pe, D) - dp;
+        float scale = (float)(4096.0 / dp);
+        if (fabs(gap * scale) > 4.0) continue;  // one of the two would take all the weight
+        for (int i = 0; i < PSLOT; i++) N[i] = P[i] ^ 0x8000;
+        const bf16 *as_first[5] = {P, D, N, N, N}, *as_last[5] = {N, D, N, N, P};
+        attend_five(q_lat, q_pe, as_first, scale, first);
+        attend_five(q_lat, q_pe, as_last, scale, last);
+        if (memcmp(first, last, sizeof first) != 0)
+            fail_msg("trial %d: a key scored four at a time and the same key scored alone give other "
+                     "bits (the output of [P, D, N, N, N] differs from [N, D, N, N, P])", (int)trial);
+        probes++;
+    }
+    assert_int_equal(probes, 48);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accuracy),
@@ -365,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_invariance),
         cmocka_unit_test(test_split_size),
         cmocka_unit_test(test_block_sizes),
+        cmocka_unit_test(test_score_path),
     };
     return cmocka_run_group_tests(tests, test_cpu_sets_setup, test_cpu_sets_teardown);
 }

@@ -44,7 +44,7 @@ static inline int gemm_split_begin(int s, int splits, int k_tiles) {
 
 // LOAD_GATHER_TMA_W: a grouped product's x rows gathered by cp.async and its expert's weight tile
 // by TMA into the same slot; gemm_sm90_launch takes it for LOAD_CP_ASYNC's grouped products where
-// tensor maps can be made, in builds with GEMM_GATHER_TMA_W=1 (the plan never returns it: it
+// tensor maps can be made, unless built with GEMM_GATHER_TMA_W=0 (the plan never returns it: it
 // changes no tile and no bit).
 enum gemm_load { LOAD_TMA, LOAD_CP_ASYNC, LOAD_SCALAR, LOAD_GATHER_TMA_W };
 

@@ -34,11 +34,11 @@ static_assert(GEMM_CP_ASYNC_STAGES >= 3 && GEMM_CP_ASYNC_STAGES <= 9, "GEMM_CP_A
 #endif
 static_assert(GEMM_CP_ASYNC_DEEP_STAGES >= 3 && GEMM_CP_ASYNC_DEEP_STAGES <= 9, "GEMM_CP_ASYNC_DEEP_STAGES: 3 to 9");
 
-// Grouped products' weight tiles by TMA (LOAD_GATHER_TMA_W), an open experiment
-// (NVCC_DEFINES=-DGEMM_GATHER_TMA_W=1; kernels/cuda/NOTES.md): off, they stay on cp.async and
-// those kernels are not compiled. A load decides when operands arrive, never a bit.
+// Grouped products' weight tiles by TMA (LOAD_GATHER_TMA_W; kernels/cuda/NOTES.md has its
+// measurement): NVCC_DEFINES=-DGEMM_GATHER_TMA_W=0 keeps them on cp.async, as before, and
+// does not compile those kernels. A load decides when operands arrive, never a bit.
 #ifndef GEMM_GATHER_TMA_W
-#define GEMM_GATHER_TMA_W 0
+#define GEMM_GATHER_TMA_W 1
 #endif
 
 // k<<<grid, block, smem>>>(args...), with GEMM_PDL as a programmatic dependent (pdl.cuh).

@@ -527,11 +527,10 @@ gemm_sm90_kernel(gemm_problem p, int splits, gemm_split_out split_out, const __g
             after_k_tile(kt_begin + j);
         }
     } else {
-        // LOAD_GATHER_TMA_W: thread 0 asks the copy engine for the group's weight tile (slot full[]
-        // counts its bytes) while every thread gathers x's rows by cp.async. The bet (an open
-        // experiment, kernels/cuda/NOTES.md): one thread's TMA request keeps a tile's weights in
-        // flight where cp.async's 16-byte requests left a decode step's expert streams far below
-        // copy speed.
+        // LOAD_GATHER_TMA_W: thread 0 asks the copy engine for the group's weight tile (slot
+        // full[] counts its bytes) while every thread gathers x's rows by cp.async: one thread's
+        // TMA request keeps a tile's weights in flight where cp.async's 16-byte requests left a
+        // decode step's expert streams far below copy speed (kernels/cuda/NOTES.md).
         constexpr bool TMA_W = LOAD == LOAD_GATHER_TMA_W;
         if constexpr (TMA_W) {
             if (threadIdx.x == 0) {

@@ -176,25 +176,15 @@ static void test_thread_invariance(void **state) {
 // micro-kernel follows its place among N, which a rank's share of a column-parallel GEMM moves.
 // ---------------------------------------------------------------------------------------------
 
-static float model_dot(const bf16 *x, const bf16 *w, int K) {
-    float lane[8] = {0};
-    int k = 0;
-    for (; k + 8 <= K; k += 8)
-        for (int l = 0; l < 8; l++) {
-            float p = bf16_to_float(x[k + l]) * bf16_to_float(w[k + l]);
-            lane[l] += p;
-        }
-    float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-    for (; k < K; k++) {
-        float p = bf16_to_float(x[k]) * bf16_to_float(w[k]);
-        sum += p;
-    }
-    return sum;
+// x's row times w's row term by term, summed in lanes.h's order.
+static float model_dot(const bf16 *x, const bf16 *w, int K, float *terms) {
+    for (int k = 0; k < K; k++) terms[k] = bf16_to_float(x[k]) * bf16_to_float(w[k]);
+    return test_lanes_order_sum(terms, K);
 }
 
 static void check_documented_order(int M, int N, int K) {
     bf16 *x = test_alloc(sizeof(bf16) * M * K), *w = test_alloc(sizeof(bf16) * N * K);
-    float *y = test_alloc(sizeof(float) * M * N);
+    float *y = test_alloc(sizeof(float) * M * N), *terms = test_alloc(sizeof(float) * K);
     test_fill_bf16(x, (long)M * K, 51 + K, 1.0f);
     test_fill_bf16(w, (long)N * K, 53 + N, 0.05f);
     for (int s = 0; s < TEST_N_THREADS; s++) {
@@ -204,12 +194,13 @@ static void check_documented_order(int M, int N, int K) {
         ops->gemm(ops, &a);
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
-                float model = model_dot(x + (long)m * K, w + (long)n * K, K);
+                float model = model_dot(x + (long)m * K, w + (long)n * K, K, terms);
                 if (memcmp(&model, &y[(long)m * N + n], sizeof model) != 0)
                     fail_msg("gemm %d x %d x %d, set %d: y[%d][%d] = %a, lanes.h's order gives %a", M, N, K,
                              s, m, n, (double)y[(long)m * N + n], (double)model);
             }
     }
+    free(terms);
     free(y);
     free(w);
     free(x);

@@ -52,38 +52,24 @@ static void test_accuracy(void **state) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The documented order, bit for bit: rmsnorm.c against a scalar model of lanes.h's (8 lanes of k mod 8 in
-// increasing k, the fixed tree, then the D mod 8 tail one at a time). Accuracy and invariance
-// hold for any fixed order; this pins the one the set's fingerprints name, which a plugin or
-// a port of the set reproduces.
+// The documented order, bit for bit: rmsnorm.c's sum of squares in lanes.h's order
+// (test_lanes_order_sum). Accuracy and invariance hold for any fixed order; this pins the one
+// the set's fingerprints name, which a plugin or a port of the set reproduces.
 // ---------------------------------------------------------------------------------------------
-
-static float model_sum_squares(const bf16 *x, int D) {
-    float lane[8] = {0};
-    int k = 0;
-    for (; k + 8 <= D; k += 8)
-        for (int l = 0; l < 8; l++) {
-            float v = bf16_to_float(x[k + l]);
-            float v2 = v * v;
-            lane[l] += v2;
-        }
-    float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-    for (; k < D; k++) {
-        float v = bf16_to_float(x[k]);
-        float v2 = v * v;
-        sum += v2;
-    }
-    return sum;
-}
 
 static void check_documented_order(int M, int D) {
     bf16 *x = test_alloc(sizeof(bf16) * M * D), *w = test_alloc(sizeof(bf16) * D);
     bf16 *out = test_alloc(sizeof(bf16) * M * D), *model = test_alloc(sizeof(bf16) * M * D);
+    float *squares = test_alloc(sizeof(float) * D);
     test_fill_bf16(x, (long)M * D, 41 + D, 3.0f);
     test_fill_bf16(w, D, 43 + D, 1.5f);
     for (int m = 0; m < M; m++) {
         const bf16 *xm = x + (long)m * D;
-        float inv_rms = 1.0f / sqrtf(model_sum_squares(xm, D) / (float)D + EPS);
+        for (int i = 0; i < D; i++) {
+            float v = bf16_to_float(xm[i]);
+            squares[i] = v * v;
+        }
+        float inv_rms = 1.0f / sqrtf(test_lanes_order_sum(squares, D) / (float)D + EPS);
         for (int i = 0; i < D; i++) {
             float normed = bf16_round(bf16_to_float(xm[i]) * inv_rms);
             model[(long)m * D + i] = float_to_bf16(bf16_to_float(w[i]) * normed);
@@ -100,6 +86,7 @@ static void check_documented_order(int M, int D) {
             differ++;
         }
     if (differ) fail_msg("rmsnorm D = %d: %d of %d rows differ from lanes.h's order (first %d)", D, differ, M, first);
+    free(squares);
     free(model);
     free(out);
     free(w);

@@ -119,6 +119,19 @@ static inline int test_same_bits(const void *a, const void *b, size_t elem_size,
     return 0;
 }
 
+// The sum of n fp32 terms in the CPU set's one order (kernels/cpu/lanes.h), written plainly: lane
+// l holds the terms k ≡ l (mod 8) in increasing k, the lanes meet in lanes.h's fixed tree, then
+// the n mod 8 tail is added one term at a time. The order tests hold a kernel's bits to it.
+static inline float test_lanes_order_sum(const float *term, int n) {
+    float lane[8] = {0};
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++) lane[l] += term[k + l];
+    float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    for (; k < n; k++) sum += term[k];
+    return sum;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The invariant CPU set at several thread counts
 // ---------------------------------------------------------------------------------------------

@@ -153,8 +153,9 @@ fi
 # to TP = 1; graphs: decode steps padded to CUDA graph buckets and replayed from recorded calls;
 # warm-copies: a control only the warm copies of prompt 0 catch (cases/README.md says what each
 # costs).
+sharded_cases="ci backends"  # CASE_SHARDS's cases, merged below
 for c in ci reach long long-context backends sampled small-model tp tp-size configs eviction graphs warm-copies; do  # long-batch: above
-    case $c in ci | backends) case_suites "$c" "$case_shards" ;; *) case_suites "$c" 1 ;; esac
+    if [[ " $sharded_cases " == *" $c "* ]]; then case_suites "$c" "$case_shards"; else case_suites "$c" 1; fi
 done
 # invar run end to end: a run killed with SIGKILL resumes to the same report; checkpoint
 # directories as models give what the named configs give.
@@ -196,7 +197,7 @@ done
 # --- what reads the reports above ---------------------------------------------------------------
 suite_wait
 if [ "$case_shards" = 2 ]; then
-    for c in ci backends; do
+    for c in $sharded_cases; do
         suite "cases/$c.ini's 2 shards merged (invar report merge)" "$BUILD/invar" report merge \
             "$REPORT/run/$c" "$REPORT/run/$c-shard1" "$REPORT/run/$c-shard2"
     done

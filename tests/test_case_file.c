@@ -48,17 +48,23 @@ static void write_case(const char *text, char *path, size_t len) {
     assert_int_equal(fclose(f), 0);
 }
 
+// Loads text from a fresh temporary file (its name into path, the file gone after) into c; err
+// is poisoned first, so a message must be written and terminated.
+static bool load_text(const char *text, case_file *c, char *path, size_t path_len, char *err, size_t err_len) {
+    write_case(text, path, path_len);
+    memset(err, 0x55, err_len);
+    err[err_len - 1] = '\0';
+    bool ok = case_file_load(path, c, err, err_len);
+    unlink(path);
+    return ok;
+}
+
 // Loads text (the valid case with `line` replaced by `replacement`, or appended when line is 0)
 // and expects failure with a message containing "path:expect_line:" and `needle`.
 static void expect_error(const char *text, int expect_line, const char *needle) {
     char path[64], err[1024], prefix[96];
-    write_case(text, path, sizeof path);
     case_file c;
-    memset(err, 0x55, sizeof err);  // poison: the message must be written and terminated
-    err[sizeof err - 1] = '\0';
-    bool ok = case_file_load(path, &c, err, sizeof err);
-    unlink(path);
-    if (ok) fail_msg("expected an error containing '%s'", needle);
+    if (load_text(text, &c, path, sizeof path, err, sizeof err)) fail_msg("expected an error containing '%s'", needle);
     if (expect_line > 0) snprintf(prefix, sizeof prefix, "%s:%d: ", path, expect_line);
     else snprintf(prefix, sizeof prefix, "%s: ", path);
     if (strncmp(err, prefix, strlen(prefix)) != 0)
@@ -359,13 +365,9 @@ static void conflicting_settings(void **state) {
     char path[64], err[512];
     replace_line(text, sizeof text, 15, "max_num_batched_tokens = 44\n");
     snprintf(text + strlen(text), sizeof text - strlen(text), "chunked_prefill = off\n");
-    write_case(text, path, sizeof path);
     case_file c;
-    memset(err, 0x55, sizeof err);
-    err[sizeof err - 1] = '\0';
-    bool ok = case_file_load(path, &c, err, sizeof err);
-    unlink(path);
-    if (!ok) fail_msg("a budget of exactly max_len + max_new_tokens was refused: %s", err);
+    if (!load_text(text, &c, path, sizeof path, err, sizeof err))
+        fail_msg("a budget of exactly max_len + max_new_tokens was refused: %s", err);
     assert_int_equal(case_max_budget(&c), 44);
     replace_line(text, sizeof text, 15, "max_num_batched_tokens = 43\n");
     snprintf(text + strlen(text), sizeof text - strlen(text), "chunked_prefill = off\n");

@@ -103,11 +103,13 @@ ifeq ($(SOURCE_TOP),$(realpath $(CURDIR)))
 SOURCE_ID := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
 endif
 SOURCE_ID := $(if $(SOURCE_ID),$(SOURCE_ID),unknown)
+# The experiment defines a CUDA build was made with go into meta.csv beside the commit.
+BUILD_DEFINES := $(if $(filter 1,$(CUDA)),$(strip $(NVCC_DEFINES)))
 $(BUILD)/source_id.stamp: FORCE
 	@mkdir -p $(dir $@)
-	@echo '$(SOURCE_ID)' | cmp -s - $@ || echo '$(SOURCE_ID)' >$@
+	@echo '$(SOURCE_ID) $(BUILD_DEFINES)' | cmp -s - $@ || echo '$(SOURCE_ID) $(BUILD_DEFINES)' >$@
 $(BUILD)/common/source_id.o: $(BUILD)/source_id.stamp
-$(BUILD)/common/source_id.o: CFLAGS_ALL += -DINVAR_SOURCE_ID='"$(SOURCE_ID)"'
+$(BUILD)/common/source_id.o: CFLAGS_ALL += -DINVAR_SOURCE_ID='"$(SOURCE_ID)"' -DINVAR_BUILD_DEFINES='"$(BUILD_DEFINES)"'
 .PHONY: FORCE
 FORCE:
 

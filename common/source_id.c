@@ -7,3 +7,9 @@
 #endif
 
 const char *invar_source_id(void) { return INVAR_SOURCE_ID; }
+
+#ifndef INVAR_BUILD_DEFINES
+#define INVAR_BUILD_DEFINES ""
+#endif
+
+const char *invar_build_defines(void) { return INVAR_BUILD_DEFINES[0] ? INVAR_BUILD_DEFINES : "-"; }

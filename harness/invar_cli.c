@@ -5,7 +5,7 @@
 #include <stdio.h>     // printf
 #include <string.h>    // strcmp
 
-#include "../common/source_id.h"  // invar_source_id
+#include "../common/source_id.h"  // invar_source_id, invar_build_defines
 #include "cli_args.h"  // cli_dispatch, cli_subcommand
 #include "commands.h"  // cmd_run, cmd_kernels, cmd_bench, cmd_model, cmd_report,
                        // cmd_serve, cmd_probe
@@ -22,7 +22,9 @@ int invar_cli(int argc, char **argv) {
         {0},
     };
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-        printf("invar %s\n", invar_source_id());
+        const char *defines = invar_build_defines();
+        printf("invar %s%s%s\n", invar_source_id(), strcmp(defines, "-") ? " built with " : "",
+               strcmp(defines, "-") ? defines : "");
         return 0;
     }
     return cli_dispatch("invar", commands, argc, argv);

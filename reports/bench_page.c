@@ -283,6 +283,12 @@ static void describe(FILE *f, const bench_run *r) {
     fprintf(f, "%.10s, ", date);
     md(f, dev[0] ? dev : "-");
     fprintf(f, ", invar %.10s%s", commit, strstr(commit, "-dirty") ? "-dirty" : "");
+    // An experiment's build (NVCC_DEFINES) times differently from the commit's default build.
+    const char *defines = run_meta_get(r->meta, "build_defines");
+    if (defines[0] && strcmp(defines, "-") != 0) {
+        fputs(" built with ", f);
+        md(f, defines);
+    }
     if (cut_short(r)) fputs(", cut short", f);
 }
 
@@ -499,7 +505,8 @@ static void write_newest(FILE *f, const char *results_dir, const bench_run *r) {
     static const char *const meta_keys[] = {"date_utc", "device", "cpu_model",
                                             "compute_capability", "driver", "cuda_runtime",
                                             "cublas", "collective_library", "gpu_links",
-                                            "invar_commit", "host", "command_line", NULL};
+                                            "invar_commit", "build_defines", "host", "command_line",
+                                            NULL};
     fprintf(f, "Folder `%s/%s`.\n\n", results_dir, r->name);
     if (cut_short(r))
         fputs("This run was cut short (meta.csv: finished no): the sections it did not reach "

@@ -12,7 +12,7 @@
 #include "csv_report.h"     // csv_row_write
 #include "report_file.h"    // report_file_open, report_file_commit
 #include "../common/file_hash.h"  // invar_file_xxh64
-#include "../common/source_id.h"  // invar_source_id
+#include "../common/source_id.h"  // invar_source_id, invar_build_defines
 
 // ---------------------------------------------------------------------------------------------
 // What the machine and the checkout say
@@ -124,6 +124,7 @@ bool run_meta_write(const char *dir, const run_meta_input *in, char *err, int le
     }
     put_row(rf.f, "key", "value");
     put_row(rf.f, "invar_commit", commit);
+    put_row(rf.f, "build_defines", invar_build_defines());
     put_row(rf.f, "date_utc", date);
     put_row(rf.f, "host", host);
     put_row(rf.f, "device", device);

@@ -64,7 +64,7 @@ older: `2026-01-02_fixture-gpu_bbbbbbbbbb`
 older: ### One decode step op by op (`--profile`)
 WANT
 diff -u "$work/partial.want" "$work/partial.sections" || fail "a partial newest run's page: sections not as above"
-grep -q '^From `2026-01-02_fixture-gpu_bbbbbbbbbb` (2026-01-02, Fixture GPU, invar bbbbbbbbbb):$' "$work/partial.md" ||
+grep -q '^From `2026-01-02_fixture-gpu_bbbbbbbbbb` (2026-01-02, Fixture GPU, invar bbbbbbbbbb built with -DGEMM_GATHER_TMA_W=0):$' "$work/partial.md" ||
     fail "the older sections do not describe the run they come from"
 grep -q 'geometric mean over the 6 rows: \*\*0.984\*\*' "$work/partial.md" || fail "the GEMM table is not the 01-02 fixture's"
 echo "ok: a partial newest run's page shows each section it lacks from the newest older run that has it"
@@ -95,17 +95,17 @@ new: ### FLOP ceiling: cuBLAS on large cells (a run without the GEMM grid)
 new: ### End to end: decode and prefill tokens/s
 new: ### One decode step op by op (`--profile`)
 new: ### The prefill row's step op by op (`--profile`)
-older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` -DGEMM_GATHER_TMA_W=0):
 older: ### GEMM: invariant speed over cuBLAS
-older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` -DGEMM_GATHER_TMA_W=0):
 older: ### MLA decode: share of the device-to-device copy bandwidth
-older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` -DGEMM_GATHER_TMA_W=0):
 older: ### Routed experts (moe_experts): share of the device-to-device copy bandwidth
 older: `2026-01-02_fixture-gpu_bbbbbbbbbb` v2-lite:
 older: ### End to end: decode and prefill tokens/s
-older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` -DGEMM_GATHER_TMA_W=0):
 older: ### Tensor parallel: all-reduce against NCCL
-older: `2026-01-02_fixture-gpu_bbbbbbbbbb` bbbbbbbbbb):
+older: `2026-01-02_fixture-gpu_bbbbbbbbbb` -DGEMM_GATHER_TMA_W=0):
 older: ### TP-size invariance: decode tokens/s, option on against the rank-order default
 older: `2026-01-02_fixture-gpu_bbbbbbbbbb` v2-lite:
 older: ### One decode step op by op (`--profile`)

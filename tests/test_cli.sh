@@ -380,15 +380,15 @@ grep -Eq "^PATHS +invariant cpu +coverage: 1 of 1 paths reached" "$work/out.log"
 expect 1 "unreached: gemm:bf16" report coverage "$work/cov-rmsnorm"
 
 # The build's own source tree (common/source_id.h), whatever the current directory: the tree's
-# HEAD (and -dirty), "unknown" only for a tree that is no checkout of its own; meta.csv's
-# invar_commit is the same id.
+# HEAD (and -dirty; then " built with" NVCC_DEFINES where a build has them), "unknown" only for
+# a tree that is no checkout of its own; meta.csv's invar_commit is the same id.
 root=$(cd "$(dirname "$0")/.." && pwd)
 version=$("$INVAR" --version) || fail "invar --version exited $?"
 [ "$(cd / && "$INVAR" --version)" = "$version" ] || fail "invar --version depends on the directory"
 if head=$(git -C "$root" rev-parse HEAD 2>/dev/null) &&
     [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
     case $version in
-    "invar $head" | "invar $head-dirty") ;;
+    "invar $head" | "invar $head-dirty" | "invar $head built with "* | "invar $head-dirty built with "*) ;;
     *) fail "invar --version says '$version', the tree's HEAD is $head" ;;
     esac
 else

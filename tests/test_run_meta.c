@@ -19,7 +19,7 @@
 #include "../common/hash.h"             // invar_mix64, invar_uniform, invar_gumbel_noise
 
 static const char *const keys[] = {
-    "invar_commit", "date_utc", "host", "device", "cpu_model", "driver", "cuda_runtime",
+    "invar_commit", "build_defines", "date_utc", "host", "device", "cpu_model", "driver", "cuda_runtime",
     "cublas", "compute_capability", "case_file", "case_xxh64", "command_line", "seed",
     "working_directory",
 };

@@ -133,6 +133,8 @@ edited seed s2 seed 6
 refused "a shard of another seed" "$work/seed" "seed" report merge "$work/m" "$work/s1" "$work/seed" "$work/s3"
 edited commit s3 invar_commit 0123456789abcdef
 refused "a shard of another commit" "$work/commit" "invar_commit" report merge "$work/m" "$work/s1" "$work/s2" "$work/commit"
+edited defines s3 build_defines -DMLA_SPLIT_SIZE=256
+refused "a shard of another build" "$work/defines" "build_defines" report merge "$work/m" "$work/s1" "$work/s2" "$work/defines"
 edited case s2 case_xxh64 0123456789abcdef
 refused "a shard of another case" "$work/case" "case_xxh64" report merge "$work/m" "$work/s1" "$work/case" "$work/s3"
 refused "a missing shard" "shard 3/3" "missing" report merge "$work/m" "$work/s1" "$work/s2"

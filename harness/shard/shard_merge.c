@@ -182,7 +182,7 @@ static bool same_text(const char *a, const char *b) {
 // What every shard must share with the first one given: the field that differs, or NULL.
 static const char *differing_field(const shard_report *a, const shard_report *b, char *what,
                                    size_t len) {
-    static const char *const meta_keys[] = {"invar_commit", "case_xxh64", "seed",
+    static const char *const meta_keys[] = {"invar_commit", "build_defines", "case_xxh64", "seed",
                                             "matrix_configs"};
     for (size_t i = 0; i < sizeof meta_keys / sizeof meta_keys[0]; i++) {
         const char *va = run_meta_get(a->meta, meta_keys[i]);
@@ -214,6 +214,8 @@ static const char *differing_field(const shard_report *a, const shard_report *b,
 
 static const char *field_meaning(const char *field) {
     if (strcmp(field, "invar_commit") == 0) return "shards of different commits";
+    // An experiment define may change bits (MLA_SPLIT_SIZE), so its shards are another build.
+    if (strcmp(field, "build_defines") == 0) return "shards of different builds (NVCC_DEFINES)";
     if (strcmp(field, "case_xxh64") == 0) return "shards of different cases";
     if (strcmp(field, "seed") == 0) return "shards of different seeds";
     if (strcmp(field, "command_line") == 0) return "shards of different options";

@@ -1,7 +1,7 @@
 // common/source_id.h — which source tree this invar was built from, and with which experiment
 // defines, fixed at build time (the Makefile passes them): meta.csv's invar_commit and
-// build_defines, and `invar --version`. Asking git at run time
-// would name the checkout of the current directory, not the build's.
+// build_defines, and `invar --version`. Asking git at run time would name the checkout of the
+// current directory, not the build's.
 #ifndef INVAR_COMMON_SOURCE_ID_H
 #define INVAR_COMMON_SOURCE_ID_H
 

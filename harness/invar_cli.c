@@ -23,8 +23,8 @@ int invar_cli(int argc, char **argv) {
     };
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
         const char *defines = invar_build_defines();
-        printf("invar %s%s%s\n", invar_source_id(), strcmp(defines, "-") ? " built with " : "",
-               strcmp(defines, "-") ? defines : "");
+        if (strcmp(defines, "-") == 0) printf("invar %s\n", invar_source_id());
+        else printf("invar %s built with %s\n", invar_source_id(), defines);
         return 0;
     }
     return cli_dispatch("invar", commands, argc, argv);

@@ -7,8 +7,9 @@
 // Refused (exit 2, naming the directory and the field): a directory that is not a finished
 // shard's report (no meta.csv shard row, fewer summary rows than its shard_configs), shards of
 // different commits (invar_commit), builds (build_defines), cases (case_xxh64), seeds (seed),
-// options (command_line: --model, --attention-backend, --hash-weights), shard counts (shard's N) or matrices
-// (matrix_configs), a shard given twice, a missing shard, and configs in two shards.
+// options (command_line: --model, --attention-backend, --hash-weights), shard counts (shard's
+// N) or matrices (matrix_configs), a shard given twice, a missing shard, and configs in two
+// shards.
 #ifndef INVAR_HARNESS_SHARD_MERGE_H
 #define INVAR_HARNESS_SHARD_MERGE_H
 

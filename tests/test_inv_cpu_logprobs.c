@@ -97,19 +97,12 @@ static void test_ties(void **state) {
     free(logits);
 }
 
-// The log-sum-exp in the documented order, bit for bit (kernels/cpu/lanes.h): 8 lanes by id mod
-// 8, the tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then the V mod 8 tail one term
-// at a time; a tolerance against float64 cannot see another order, nor can invariance (a wrong
-// order is the same wrong order at every batch size).
-static void test_documented_order(void **state) {
-    (void)state;
-    enum { R = 12 };
-    float *logits = test_alloc(sizeof(float) * R * V);
-    test_fill_f32(logits, R * V, 11, 3.0f);
-    for (int r = 0; r < R; r++) logits[(long)r * V + V - 1 - r % 3] = 4.0f;  // a large tail term
-    float temp[R] = {0};
-    uint64_t seed[R] = {0};
-    int32_t pos[R] = {0};
+// Runs R rows (R <= 16) and holds every logprob to the log-sum-exp in the documented order
+// (test_lanes_order_sum: lanes.h's 8 lanes by id mod 8, its fixed tree, then the tail).
+static void check_documented_order(const float *logits, int R) {
+    float temp[16] = {0}, term[V];
+    uint64_t seed[16] = {0};
+    int32_t pos[16] = {0};
     results got;
     test_poison(&got, sizeof got);
     logprobs_args a = args_for(logits, R, temp, seed, pos, &got);
@@ -117,14 +110,10 @@ static void test_documented_order(void **state) {
     ops->logprobs(ops, &a);
     for (int r = 0; r < R; r++) {
         const float *x = logits + (long)r * V;
-        float max = -INFINITY, lane[8] = {0};
+        float max = -INFINITY;
         for (int v = 0; v < V; v++) max = x[v] > max ? x[v] : max;
-        int v = 0;
-        for (; v + 8 <= V; v += 8)
-            for (int l = 0; l < 8; l++) lane[l] += expf(x[v + l] - max);
-        float sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-        for (; v < V; v++) sum += expf(x[v] - max);
-        const float lse = max + logf(sum);
+        for (int v = 0; v < V; v++) term[v] = expf(x[v] - max);
+        const float lse = max + logf(test_lanes_order_sum(term, V));
         const float want = x[got.token[r]] - lse;
         if (memcmp(&want, &got.token_logprob[r], sizeof want) != 0)
             fail_msg("row %d: logprob %.9g, the documented order gives %.9g", r, (double)got.token_logprob[r],
@@ -133,6 +122,26 @@ static void test_documented_order(void **state) {
             const float want_j = x[got.topk_ids[r * K + j]] - lse;
             assert_memory_equal(&want_j, &got.topk_logprobs[r * K + j], sizeof want_j);
         }
+    }
+}
+
+// The log-sum-exp in the documented order, bit for bit; a tolerance against float64 cannot see
+// another order, nor can invariance (a wrong order is the same wrong order at every batch size).
+// Plain rows, and rows whose largest logit is 0 with the rest in [-12, -4]: there the sum is
+// about 3 and the lse about 1.2, so a sum one ulp off moves the lse by about half an ulp and
+// shows in a row's bits often (on plain rows the lse is larger and hides most such sums).
+static void test_documented_order(void **state) {
+    (void)state;
+    enum { R = 12, PEAKED = 16, ROUNDS = 4 };
+    float *logits = test_alloc(sizeof(float) * PEAKED * V);
+    test_fill_f32(logits, R * V, 11, 3.0f);
+    for (int r = 0; r < R; r++) logits[(long)r * V + V - 1 - r % 3] = 4.0f;  // a large tail term
+    check_documented_order(logits, R);
+    for (int round = 0; round < ROUNDS; round++) {
+        test_fill_f32(logits, PEAKED * V, 40 + (uint64_t)round, 4.0f);
+        for (long i = 0; i < (long)PEAKED * V; i++) logits[i] = -8.0f + logits[i];
+        for (int r = 0; r < PEAKED; r++) logits[(long)r * V + (r * 61 + round * 7) % V] = 0.0f;
+        check_documented_order(logits, PEAKED);
     }
     free(logits);
 }

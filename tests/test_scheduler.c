@@ -146,6 +146,25 @@ static void unchunked_prompt_waits_for_room(void **state) {
     rig_end(&r);
 }
 
+// The bound itself: with chunked prefill off a prompt of exactly max_num_batched_tokens is one
+// step's whole budget and runs in one item; one token more is refused up front.
+static void unchunked_prompt_of_the_whole_budget_runs(void **state) {
+    (void)state;
+    rig r;
+    int lens[1] = {24};
+    make_requests(&r.f, lens, 1, 2, 6);
+    rig_begin(&r, 1, 64, false,
+              (engine_sched){.max_num_seqs = 4, .max_num_batched_tokens = 24, .chunked_prefill = false});
+    assert_int_equal(rig_step(&r), 1);
+    assert_int_equal(r.items[0].n_tokens, 24);
+    assert_true(r.items[0].sample);
+    int over[1] = {25};
+    make_requests(&r.f, over, 1, 2, 7);
+    assert_false(scheduler_begin(r.s, r.f.reqs, 1, &r.o, r.err, sizeof r.err));
+    assert_non_null(strstr(r.err, "chunked prefill is off"));
+    rig_end(&r);
+}
+
 static void arrivals_wait_for_their_step(void **state) {
     (void)state;
     rig r;
@@ -265,6 +284,7 @@ int main(void) {
         cmocka_unit_test(first_step_mixes_prefill_within_budget),
         cmocka_unit_test(used_up_budget_admits_no_one),
         cmocka_unit_test(unchunked_prompt_waits_for_room),
+        cmocka_unit_test(unchunked_prompt_of_the_whole_budget_runs),
         cmocka_unit_test(arrivals_wait_for_their_step),
         cmocka_unit_test(shared_prefix_hits_the_cache),
         cmocka_unit_test(small_cache_delays_admission),

@@ -1,8 +1,9 @@
 // reports/run_meta.h — DIR/meta.csv: what a report was made from, so two reports can always be
 // told apart and reproduced. key,value rows:
 //   invar_commit, build_defines (the build's NVCC_DEFINES, "-" for none), date_utc, host,
-//   device, cpu_model, driver, cuda_runtime, cublas, compute_capability, case_file, case_xxh64, command_line, seed, working_directory (where the
-//   run started: relative paths of the command line and the case file are relative to it),
+//   device, cpu_model, driver, cuda_runtime, cublas, compute_capability, case_file,
+//   case_xxh64, command_line, seed, working_directory (where the run started: relative paths of
+//   the command line and the case file are relative to it),
 //   then the caller's extra rows (`invar run`: "checkpoint:DIR" per checkpoint directory,
 //   harness/model/checkpoint_id.h)
 // Written at the start of a run (harness/run/cmd_run.c) and read back by the report writers.

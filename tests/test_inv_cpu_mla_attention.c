@@ -366,10 +366,11 @@ static void test_block_sizes(void **state) {
 // A key's score is lanes.h's dot wherever it sits: the kernel scores a tile's keys four at a
 // time and the last few one by one, and both must give a key the same bits (lanes.h's order).
 // At DeepSeek's widths (L 512, R 64): over fewer terms bf16 products sum exactly in fp32 in any
-// order, and no order would show. Probe: two keys P and D of nearly equal score, large enough (about 2^12) that one ulp of a
-// score moves the output's bf16 bits, beside keys N = -P whose weight is exactly 0. Attending
-// [P, D, N, N, N] and [N, D, N, N, P] then gives the same bits only if P scores alike as the
-// first of a group of four and as the last key on its own (zero terms add nothing exactly).
+// order, and no order would show. Probe: two keys P and D of nearly equal score, large enough
+// (about 2^12) that one ulp of a score moves the output's bf16 bits, beside keys N = -P whose
+// weight is exactly 0. Attending [P, D, N, N, N] and [N, D, N, N, P] then gives the same bits
+// only if P scores alike as the first of a group of four and as the last key on its own (zero
+// terms add nothing exactly).
 // ---------------------------------------------------------------------------------------------
 
 enum { PL = 512, PR = 64, PSLOT = PL + PR };

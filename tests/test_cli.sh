@@ -8,7 +8,8 @@
 # bench --profile writes one per-op table per batch and its CSV; bench --shape takes only the
 # rows asked for, and refuses malformed ones and (with a GPU) ones the device cannot hold;
 # kernels --shape checks one shape of one op and refuses a label the op's list lacks; --version
-# and meta.csv's invar_commit name the build's source tree, not the current directory's;
+# and meta.csv's invar_commit name the build's source tree, not the current directory's, and
+# source_id.o is rebuilt when NVCC_DEFINES change;
 # kernels writes junit.xml and summary.md, lists a VARIES row's stable and varied M, and shows
 # progress only on a terminal.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
@@ -407,4 +408,30 @@ if command -v git >/dev/null; then
         fail "a run inside another repository: meta.csv's $(grep invar_commit "$work/in-other-repo/meta.csv"), not '${version#invar }'"
 fi
 echo "ok: $version, in meta.csv too"
+
+# The stamp that rebuilds source_id.o follows NVCC_DEFINES: a CUDA build made again with other
+# defines must say the new ones (one that kept the old object would file a bench run under the
+# previous experiment's name). Only source_id.o is compiled, into a scratch build directory.
+nvcc_here=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+if [ -n "$nvcc_here" ] && command -v make >/dev/null; then
+    sb="$work/stamp-build"
+    stamp_make() {  # stamp_make DEFINES: source_id.o of a CUDA build with NVCC_DEFINES=DEFINES
+        make -s -C "$root" CUDA=1 NVCC="$nvcc_here" BUILD="$sb" NVCC_DEFINES="$1" \
+            "$sb/common/source_id.o" >"$work/stamp.log" 2>&1 ||
+            { cat "$work/stamp.log"; fail "make source_id.o with NVCC_DEFINES='$1' failed"; }
+    }
+    stamp_make -DSTAMP_ONE=1
+    grep -aq -- '-DSTAMP_ONE=1' "$sb/common/source_id.o" || fail "source_id.o lacks -DSTAMP_ONE=1"
+    before=$(stat -c %y "$sb/common/source_id.o")
+    stamp_make -DSTAMP_ONE=1
+    [ "$(stat -c %y "$sb/common/source_id.o")" = "$before" ] ||
+        fail "source_id.o was rebuilt though neither the tree nor NVCC_DEFINES changed"
+    stamp_make -DSTAMP_TWO=2
+    grep -aq -- '-DSTAMP_TWO=2' "$sb/common/source_id.o" ||
+        fail "NVCC_DEFINES changed to -DSTAMP_TWO=2 but source_id.o was not rebuilt: $(cat "$sb/source_id.stamp")"
+    ! grep -aq -- '-DSTAMP_ONE=1' "$sb/common/source_id.o" || fail "source_id.o still says -DSTAMP_ONE=1"
+    echo "ok: source_id.o rebuilt when NVCC_DEFINES changed, and only then"
+else
+    echo "skip: the build stamp's NVCC_DEFINES (no nvcc here: a CUDA build cannot be configured)"
+fi
 echo "cli: OK"

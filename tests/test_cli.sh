@@ -14,7 +14,7 @@
 # progress only on a terminal.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
 # and its usage errors in one style, "invar COMMAND: FLAG: what is wrong" and a hint.
-# About 10 s on 2 cores.
+# About 15 s on 2 cores.
 set -u
 BUILD=${1:-build}
 INVAR="$(cd "$(dirname "$BUILD/invar")" && pwd)/invar"
@@ -413,7 +413,10 @@ echo "ok: $version, in meta.csv too"
 # defines must say the new ones (one that kept the old object would file a bench run under the
 # previous experiment's name). Only source_id.o is compiled, into a scratch build directory.
 nvcc_here=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-if [ -n "$nvcc_here" ] && command -v make >/dev/null; then
+if [ -n "$nvcc_here" ] && ! make -s -n -C "$root" CUDA=1 NVCC="$nvcc_here" BUILD="$work/stamp-probe" \
+        "$work/stamp-probe/source_id.stamp" >"$work/stamp.log" 2>&1; then
+    echo "skip: the build stamp's NVCC_DEFINES (a CUDA build cannot be configured here: $(grep -m1 -o 'CUDA=1 needs [^:]*' "$work/stamp.log" || head -c 120 "$work/stamp.log"))"
+elif [ -n "$nvcc_here" ]; then
     sb="$work/stamp-build"
     stamp_make() {  # stamp_make DEFINES: source_id.o of a CUDA build with NVCC_DEFINES=DEFINES
         make -s -C "$root" CUDA=1 NVCC="$nvcc_here" BUILD="$sb" NVCC_DEFINES="$1" \

@@ -57,9 +57,10 @@ CFLAGS_ALL += -DINVAR_CUDA -I$(CUDA_HOME)/include
 NVFLAGS  := -std=c++17 -O3 -lineinfo -DINVAR_CUDA -MMD -MP -Xcompiler -fPIC \
             -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90 \
             -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
-# NVCC_DEFINES: a kernel experiment's compile-time choices (e.g. -DGEMM_CP_ASYNC_STAGES=8), built
-# into a BUILD folder of its own (flags are not dependencies); they change speed, not bits, except
-# -DMLA_SPLIT_SIZE=N, which changes the tree every attention row follows (never its invariance).
+# NVCC_DEFINES: a kernel experiment's compile-time choices (e.g. -DGEMM_CP_ASYNC_STAGES=8); a
+# change recompiles every .cu (the flag stamps below), so a BUILD folder of its own keeps both
+# builds. They change speed, not bits, except -DMLA_SPLIT_SIZE=N, which changes the tree every
+# attention row follows (never its invariance).
 NVFLAGS  += $(NVCC_DEFINES)
 # NCCL (tensor parallelism on CUDA) is required with CUDA: nccl.h and libnccl under CUDA_HOME
 # (or NCCL_HOME, or the system's include and library paths, as Debian's libnccl-dev puts them).
@@ -81,6 +82,27 @@ else
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 endif
 
+# Flags are dependencies: every object names the stamp of the command line that compiles it, and
+# a stamp is rewritten only when that line differs from the one it holds, so CUDA=1 over a CPU
+# build, another OPT or other NVCC_DEFINES recompile what they change (a build that kept objects
+# of the old flags would link a CUDA binary whose C side says "built without CUDA", or file a
+# bench run under defines its kernels lack). Read at parse time, so `make -n` and `make -q` tell
+# the truth and write nothing.
+CFLAGS_LINE := $(strip $(CC) $(CFLAGS_ALL))
+NVFLAGS_LINE := $(strip $(NVCC) $(NVFLAGS))
+ifneq ($(file <$(BUILD)/cflags.stamp),$(CFLAGS_LINE))
+$(BUILD)/cflags.stamp: FORCE
+endif
+ifneq ($(file <$(BUILD)/nvflags.stamp),$(NVFLAGS_LINE))
+$(BUILD)/nvflags.stamp: FORCE
+endif
+$(BUILD)/cflags.stamp:
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '$(CFLAGS_LINE)' >$@
+$(BUILD)/nvflags.stamp:
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '$(NVFLAGS_LINE)' >$@
+
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # One fuzz target per input parser (tests/fuzz/NAME.c, seeds in tests/fuzz/NAME/corpus, saved
 # reproducers in tests/fuzz/NAME/crashes); each also links into a plain replay driver.
@@ -90,7 +112,7 @@ FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 .PHONY: all deps check run bench bench-page clean tests nightly sanitize fuzz gpu-sanitize mutants
 all: $(BUILD)/invar $(BUILD)/libinvar.so
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(BUILD)/cflags.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
@@ -113,7 +135,7 @@ $(BUILD)/common/source_id.o: CFLAGS_ALL += -DINVAR_SOURCE_ID='"$(SOURCE_ID)"' -D
 .PHONY: FORCE
 FORCE:
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(BUILD)/nvflags.stamp
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -121,7 +143,7 @@ $(BUILD)/%.cu.o: %.cu
 # tests/ptxas_budgets.sh reads instead of compiling them again (minutes of nvcc on a GPU host's
 # check); printed only when the compile fails.
 PTXAS_REPORTED := kernels/cuda/gemm_sm90.cu kernels/cuda/mla_absorbed_h16_sm90.cu
-$(PTXAS_REPORTED:%.cu=$(BUILD)/%.cu.o): $(BUILD)/%.cu.o: %.cu
+$(PTXAS_REPORTED:%.cu=$(BUILD)/%.cu.o): $(BUILD)/%.cu.o: %.cu $(BUILD)/nvflags.stamp
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Xptxas -v -c $< -o $@ 2>$@.ptxas || { cat $@.ptxas; rm -f $@; exit 1; }
 
@@ -155,7 +177,7 @@ TEST_PLUGINS := rmsnorm_invariant rmsnorm_unclaimed rmsnorm_split_small rmsnorm_
                 bad_abi_version bad_abi_unset bad_null_table bad_device bad_claim create_fails no_entry
 TEST_PLUGIN_SO := $(TEST_PLUGINS:%=$(BUILD)/plugins/%.so)
 
-$(BUILD)/plugins/%.so: tests/plugins/test_plugin.c
+$(BUILD)/plugins/%.so: tests/plugins/test_plugin.c $(BUILD)/cflags.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -fPIC -shared -DTEST_PLUGIN_$* $< -o $@ -lm
 

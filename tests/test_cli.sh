@@ -8,8 +8,8 @@
 # bench --profile writes one per-op table per batch and its CSV; bench --shape takes only the
 # rows asked for, and refuses malformed ones and (with a GPU) ones the device cannot hold;
 # kernels --shape checks one shape of one op and refuses a label the op's list lacks; --version
-# and meta.csv's invar_commit name the build's source tree, not the current directory's, and
-# source_id.o is rebuilt when NVCC_DEFINES change;
+# and meta.csv's invar_commit name the build's source tree, not the current directory's;
+# source_id.o is rebuilt when NVCC_DEFINES change, and every object when its flags do;
 # kernels writes junit.xml and summary.md, lists a VARIES row's stable and varied M, and shows
 # progress only on a terminal.
 # Every command parses through one table-driven parser (harness/cli_args.h): --help of each,
@@ -434,6 +434,30 @@ elif [ -n "$nvcc_here" ]; then
         fail "NVCC_DEFINES changed to -DSTAMP_TWO=2 but source_id.o was not rebuilt: $(cat "$sb/source_id.stamp")"
     ! grep -aq -- '-DSTAMP_ONE=1' "$sb/common/source_id.o" || fail "source_id.o still says -DSTAMP_ONE=1"
     echo "ok: source_id.o rebuilt when NVCC_DEFINES changed, and only then"
+    # Every object follows the stamp of its compile line: `make -q` calls a C object compiled
+    # CPU-only stale under CUDA=1 or another OPT, and a .cu object stale under other
+    # NVCC_DEFINES (that object is a stand-in, made after its stamp: a real one is minutes of nvcc).
+    stale() {  # stale WANT TARGET MAKE-ARGS...: make -q exits WANT (0 up to date, 1 stale)
+        local want=$1 target=$2
+        shift 2
+        make -q -C "$root" BUILD="$sb" "$@" "$sb/$target" >/dev/null 2>&1
+        local rc=$?
+        [ "$rc" = "$want" ] || fail "make -q $* $target: exit $rc where $want was due (cflags.stamp: $(cat "$sb/cflags.stamp" 2>/dev/null))"
+    }
+    make -s -C "$root" CUDA=0 BUILD="$sb" "$sb/common/check.o" >"$work/stamp.log" 2>&1 ||
+        { cat "$work/stamp.log"; fail "make common/check.o failed"; }
+    stale 0 common/check.o CUDA=0
+    stale 1 common/check.o CUDA=1 NVCC="$nvcc_here"
+    stale 1 common/check.o CUDA=0 OPT=-O1
+    make -s -C "$root" CUDA=1 NVCC="$nvcc_here" BUILD="$sb" NVCC_DEFINES=-DSTAMP_ONE=1 "$sb/nvflags.stamp" ||
+        fail "make nvflags.stamp failed"
+    mkdir -p "$sb/kernels/cuda"
+    for cu in logprobs gemm_sm90; do  # the plain rule's and the ptxas-reporting rule's
+        touch "$sb/kernels/cuda/$cu.cu.o"
+        stale 0 "kernels/cuda/$cu.cu.o" CUDA=1 NVCC="$nvcc_here" NVCC_DEFINES=-DSTAMP_ONE=1
+        stale 1 "kernels/cuda/$cu.cu.o" CUDA=1 NVCC="$nvcc_here" NVCC_DEFINES=-DSTAMP_TWO=2
+    done
+    echo "ok: objects are stale under other flags (CUDA=1, OPT, NVCC_DEFINES), and only then"
 else
     echo "skip: the build stamp's NVCC_DEFINES (no nvcc here: a CUDA build cannot be configured)"
 fi

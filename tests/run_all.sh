@@ -58,16 +58,17 @@ SUITE_SECONDS_HINTS="$(dirname "$0")/../results/check/suite-seconds-$([ "$gpu" =
 # Where nvcc is but the build checked is CPU-only (no GPU here), the CUDA build must still
 # compile: one suite, started first since it is the longest by far (minutes of nvcc on a small
 # machine; the suites below run beside it). `make check` names its directory in
-# CHECK_CUDA_BUILD (empty: the build is CUDA already, or there is no nvcc).
+# CHECK_CUDA_BUILD (empty: the build is CUDA already, or there is no nvcc; or the caller's
+# CHECK_CUDA_BUILD= to save the minutes, which is said as a skip).
 if [ -n "${CHECK_CUDA_BUILD:-}" ]; then
     # The parent make's jobserver is not passed down to this script: -j of its own.
     cuda_build() { MAKEFLAGS=$(sed 's/--jobserver-[a-z]*=[^ ]*//g; s/\(^\| \)-j[0-9]*//g' <<<"${MAKEFLAGS:-}") \
         make --no-print-directory -j"$(nproc 2>/dev/null || echo 2)" CUDA=1 BUILD="$CHECK_CUDA_BUILD" all tests; }
     suite "CUDA build compiles (make CUDA=1 BUILD=$CHECK_CUDA_BUILD all tests)" cuda_build
     suite_start_queued  # now, whatever the last check's record says: up to date there, not here
-elif [ -z "${CHECK_CUDA_BUILD+set}" ] && [ "$gpu" != 1 ] &&
+elif [ "$gpu" != 1 ] && ! grep -q -- '-DINVAR_CUDA' "$BUILD/cflags.stamp" 2>/dev/null &&
      { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
-    skip_suite "CUDA build compiles: not asked (make check asks, through CHECK_CUDA_BUILD, where nvcc is and the build is CPU-only)"
+    skip_suite "CUDA build compiles: not asked (CHECK_CUDA_BUILD is empty; make check sets it where nvcc is and the build is CPU-only)"
 fi
 # case_suites CASE SHARDS: cases/CASE.ini as one suite (report run/CASE), or as SHARDS suites side
 # by side (--shard I/N, report run/CASE-shardI; merged below where a suite reads the report).

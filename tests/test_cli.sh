@@ -442,7 +442,9 @@ elif [ -n "$nvcc_here" ]; then
         shift 2
         make -q -C "$root" BUILD="$sb" "$@" "$sb/$target" >/dev/null 2>&1
         local rc=$?
-        [ "$rc" = "$want" ] || fail "make -q $* $target: exit $rc where $want was due (cflags.stamp: $(cat "$sb/cflags.stamp" 2>/dev/null))"
+        local stamp=cflags.stamp
+        [ "${target%.cu.o}" = "$target" ] || stamp=nvflags.stamp
+        [ "$rc" = "$want" ] || fail "make -q $* $target: exit $rc where $want was due ($stamp: $(cat "$sb/$stamp" 2>/dev/null))"
     }
     make -s -C "$root" CUDA=0 BUILD="$sb" "$sb/common/check.o" >"$work/stamp.log" 2>&1 ||
         { cat "$work/stamp.log"; fail "make common/check.o failed"; }

@@ -321,7 +321,13 @@ for f in junit.xml summary.md; do [ -s "$work/kr/$f" ] || fail "invar kernels wr
 rows=$(($(wc -l <"$work/kr/kernels.csv") - 1))
 [ "$(grep -c '<testcase ' "$work/kr/junit.xml")" = $((rows + 1)) ] ||
     fail "junit.xml: not one testcase per kernels.csv row and one for the negative control"
-if command -v xmllint >/dev/null; then xmllint --noout "$work/kr/junit.xml" || fail "junit.xml does not parse"; fi
+# Validated where an xmllint starts (one unpacked from a DEPS_PREFIX tree may lack its libraries):
+# as run_all.sh's own junit check, a visible skip otherwise.
+if xmllint --version >/dev/null 2>&1; then
+    xmllint --noout "$work/kr/junit.xml" || fail "junit.xml does not parse"
+else
+    echo "skip: kernels' junit.xml validation: xmllint not available or does not start (Debian: libxml2-utils)"
+fi
 grep -q '| reference | cpu | `rmsnorm` |' "$work/kr/summary.md" || fail "summary.md has no rmsnorm row"
 python3 - "$work/kr/kernels.csv" "$work/kr.log" <<'PY2' || fail "a VARIES line does not list its stable and varied M"
 import csv, re, sys

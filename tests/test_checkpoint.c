@@ -1,6 +1,6 @@
 // tests/test_checkpoint.c — checkpoint directories end to end: synthetic weights written with
 // checkpoint_write (one file, and shards with an index) load back with the same config and
-// every tensor equal to the synthetic source bit for bit; an FP8 block-quantized checkpoint dequantizes exactly; missing,
+// every tensor equal to the synthetic source bit for bit, headers padded as safetensors says; an FP8 block-quantized checkpoint dequantizes exactly; missing,
 // misshapen, mistyped and mislisted tensors are refused naming the file and the tensor.
 #include <stdarg.h>                          // cmocka
 #include <stddef.h>                          // cmocka
@@ -171,6 +171,49 @@ static void test_sharded_round_trip(void **state) {
     assert_int_equal(access(path, R_OK), 0);
     dir_of(path, sizeof path, "tiny-v2-sharded/model.safetensors");
     assert_int_not_equal(access(path, R_OK), 0);
+}
+
+// Each file's header is its JSON padded with fewer than 8 spaces to a multiple of 8 (the
+// safetensors rule; a JSON already a multiple of 8 long gets none), and the directory loads back.
+// Written as one file and as 2 to 6 shards, one of the headers' JSON is a multiple of 8 long
+// (held below, so the edge stays reached).
+static void test_header_padding(void **state) {
+    (void)state;
+    model_config cfg;
+    assert_true(model_config_by_name("tiny", &cfg));
+    int unpadded = 0;
+    for (int shards = 0; shards <= 6; shards = shards ? shards + 1 : 2) {
+        char dir[128], path[256], err[1024];
+        snprintf(dir, sizeof dir, "%s/pad-%d", root, shards);
+        write_model(dir, &cfg, shards);
+        for (int k = 1; k <= (shards ? shards : 1); k++) {
+            if (shards) snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, k, shards);
+            else snprintf(path, sizeof path, "%s/model.safetensors", dir);
+            FILE *f = fopen(path, "rb");
+            assert_non_null(f);
+            uint8_t le[8];
+            assert_int_equal(fread(le, 1, 8, f), 8);
+            uint64_t n = 0;
+            for (int b = 7; b >= 0; b--) n = n << 8 | le[b];
+            assert_true(n % 8 == 0 && n < 1 << 20);
+            char *h = test_alloc((size_t)n);
+            assert_int_equal(fread(h, 1, (size_t)n, f), n);
+            fclose(f);
+            uint64_t end = n;
+            while (end > 0 && h[end - 1] == ' ') end--;
+            if (end == 0 || h[end - 1] != '}' || n - end >= 8)
+                fail_msg("%s: a header of %llu bytes does not end in the JSON's '}' and fewer than 8 spaces",
+                         path, (unsigned long long)n);
+            if (end == n) unpadded++;
+            free(h);
+        }
+        model_config got;
+        weight_source *ck;
+        bool ok = checkpoint_open(dir, &got, &ck, err, sizeof err);
+        if (!ok) fail_msg("%s: %s", dir, err);
+        ck->destroy(ck);
+    }
+    if (!unpadded) fail_msg("no header's JSON was a multiple of 8 long: the edge is not reached");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -514,6 +557,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_file_round_trip),
         cmocka_unit_test(test_sharded_round_trip),
+        cmocka_unit_test(test_header_padding),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_huge_counts_refused_fast),
         cmocka_unit_test(test_tensor_count),

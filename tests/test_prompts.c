@@ -1,5 +1,6 @@
 // tests/test_prompts.c — seeded prompt sets (harness/run/prompts.h) and arrival schedules
-// (harness/run/arrivals.h): shared prefixes, warm copies of prompt 0, lengths, determinism.
+// (harness/run/arrivals.h): shared prefixes, warm copies of prompt 0, lengths (both ends of the
+// range drawn), determinism.
 #include <stdarg.h>   // cmocka needs these four first
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,26 @@ static void plain_prompts_keep_their_lengths(void **state) {
     }
     prompts_free(p);
     prompts_free(q);
+}
+
+// The drawn lengths (prompts 2 on; 0 and 1 are pinned to the ends) reach both ends of
+// [min_len, max_len], the bounds included, and a range of one length is that length.
+static void drawn_lengths_cover_the_whole_range(void **state) {
+    (void)state;
+    prompt_spec spec = {.count = 200, .min_len = 3, .max_len = 6};
+    prompt_set *p = prompts_generate(&spec, VOCAB, 12);
+    int seen[7] = {0};
+    for (int i = 2; i < p->count; i++) {
+        assert_true(p->lens[i] >= 3 && p->lens[i] <= 6);
+        seen[p->lens[i]]++;
+    }
+    for (int len = 3; len <= 6; len++)
+        if (!seen[len]) fail_msg("no drawn prompt of length %d in [3, 6] over 198 draws", len);
+    prompts_free(p);
+    prompt_spec one = {.count = 5, .min_len = 7, .max_len = 7};
+    p = prompts_generate(&one, VOCAB, 12);
+    for (int i = 0; i < p->count; i++) assert_int_equal(p->lens[i], 7);
+    prompts_free(p);
 }
 
 static void groups_share_a_prefix_and_copies_repeat_prompt_0(void **state) {
@@ -124,6 +145,7 @@ static void arrival_schedules(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(plain_prompts_keep_their_lengths),
+        cmocka_unit_test(drawn_lengths_cover_the_whole_range),
         cmocka_unit_test(groups_share_a_prefix_and_copies_repeat_prompt_0),
         cmocka_unit_test(arrival_schedules),
     };

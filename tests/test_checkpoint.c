@@ -1,7 +1,8 @@
 // tests/test_checkpoint.c — checkpoint directories end to end: synthetic weights written with
 // checkpoint_write (one file, and shards with an index) load back with the same config and
-// every tensor equal to the synthetic source bit for bit, headers padded as safetensors says; an FP8 block-quantized checkpoint dequantizes exactly; missing,
-// misshapen, mistyped and mislisted tensors are refused naming the file and the tensor.
+// every tensor equal to the synthetic source bit for bit, headers padded as safetensors says;
+// an FP8 block-quantized checkpoint dequantizes exactly; missing, misshapen, mistyped and
+// mislisted tensors are refused naming the file and the tensor.
 #include <stdarg.h>                          // cmocka
 #include <stddef.h>                          // cmocka
 #include <stdint.h>                          // cmocka

@@ -421,7 +421,8 @@ echo "ok: $version, in meta.csv too"
 nvcc_here=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 if [ -n "$nvcc_here" ] && ! make -s -n -C "$root" CUDA=1 NVCC="$nvcc_here" BUILD="$work/stamp-probe" \
         "$work/stamp-probe/source_id.stamp" >"$work/stamp.log" 2>&1; then
-    echo "skip: the build stamp's NVCC_DEFINES (a CUDA build cannot be configured here: $(grep -m1 -o 'CUDA=1 needs [^:]*' "$work/stamp.log" || head -c 120 "$work/stamp.log"))"
+    why=$(grep -m1 -o 'CUDA=1 needs [^:]*' "$work/stamp.log" || head -c 120 "$work/stamp.log")
+    echo "skip: the build stamp's NVCC_DEFINES (a CUDA build cannot be configured here: $why)"
 elif [ -n "$nvcc_here" ]; then
     sb="$work/stamp-build"
     stamp_make() {  # stamp_make DEFINES: source_id.o of a CUDA build with NVCC_DEFINES=DEFINES
@@ -450,7 +451,8 @@ elif [ -n "$nvcc_here" ]; then
         local rc=$?
         local stamp=cflags.stamp
         [ "${target%.cu.o}" = "$target" ] || stamp=nvflags.stamp
-        [ "$rc" = "$want" ] || fail "make -q $* $target: exit $rc where $want was due ($stamp: $(cat "$sb/$stamp" 2>/dev/null))"
+        [ "$rc" = "$want" ] ||
+            fail "make -q $* $target: exit $rc where $want was due ($stamp: $(cat "$sb/$stamp" 2>/dev/null))"
     }
     make -s -C "$root" CUDA=0 BUILD="$sb" "$sb/common/check.o" >"$work/stamp.log" 2>&1 ||
         { cat "$work/stamp.log"; fail "make common/check.o failed"; }
